@@ -1,0 +1,88 @@
+//! The wall clock, in whole milliseconds since 1970-01-01 UTC.
+//!
+//! Reads what clock_timestamp() reads (GetCurrentTimestamp), not the
+//! transaction's now(), and floors to the millisecond exactly like the
+//! original's `FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)`.
+//!
+//! Test builds (feature `pg_test`) can replace it with a scripted clock;
+//! release builds contain no such switch.
+
+use pgrx::pg_sys;
+
+/// Microseconds from 1970-01-01 to PostgreSQL's 2000-01-01 epoch.
+pub const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+/// Milliseconds since 1970 of a PostgreSQL timestamptz (µs since 2000), floored.
+#[inline]
+pub fn timestamptz_to_unix_ms(ts: i64) -> i64 {
+    (ts + PG_EPOCH_OFFSET_US).div_euclid(1000)
+}
+
+/// The inverse: a PostgreSQL timestamptz from ms since 1970.
+#[inline]
+pub fn unix_ms_to_timestamptz(ms: i64) -> i64 {
+    ms * 1000 - PG_EPOCH_OFFSET_US
+}
+
+#[cfg(not(feature = "pg_test"))]
+#[inline]
+pub fn now_unix_ms() -> i64 {
+    // SAFETY: GetCurrentTimestamp only reads the system clock.
+    timestamptz_to_unix_ms(unsafe { pg_sys::GetCurrentTimestamp() })
+}
+
+#[cfg(feature = "pg_test")]
+pub use test_clock::now_unix_ms;
+
+#[cfg(feature = "pg_test")]
+pub mod test_clock {
+    //! A scripted clock for `#[pg_test]`s: starts at a given millisecond and
+    //! advances one millisecond every `reads_per_ms` readings (0: frozen).
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static SCRIPT: Cell<Option<(i64, u64)>> = const { Cell::new(None) };
+        static READS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub fn set(start_ms: i64, reads_per_ms: u64) {
+        SCRIPT.with(|s| s.set(Some((start_ms, reads_per_ms))));
+        READS.with(|r| r.set(0));
+    }
+
+    pub fn clear() {
+        SCRIPT.with(|s| s.set(None));
+    }
+
+    pub fn now_unix_ms() -> i64 {
+        match SCRIPT.with(Cell::get) {
+            None => timestamptz_to_unix_ms(unsafe { pg_sys::GetCurrentTimestamp() }),
+            Some((start, per_ms)) => {
+                let n = READS.with(|r| {
+                    let n = r.get();
+                    r.set(n + 1);
+                    n
+                });
+                if per_ms == 0 {
+                    start
+                } else {
+                    start + (n / per_ms) as i64
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floors_like_the_original() {
+        // 2000-01-01 00:00:00.0019 -> ...001 ms; 1999-12-31 23:59:59.9991 -> ...999 ms.
+        assert_eq!(timestamptz_to_unix_ms(1_900), 946_684_800_001);
+        assert_eq!(timestamptz_to_unix_ms(-900), 946_684_799_999);
+        assert_eq!(unix_ms_to_timestamptz(946_684_800_001), 1_000);
+    }
+}

@@ -1,0 +1,415 @@
+//! The SQL-facing functions, as plain version-1 fmgr functions.
+//!
+//! Their SQL declarations (volatility, strictness, parallel safety) are in
+//! `src/insta_id.sql`; every one is STRICT, so no argument here is NULL.
+//! They are written against fmgr directly, not through #[pg_extern], because
+//! next_id sits in column DEFAULTs on the insert path: every nanosecond of
+//! wrapper shows up in INSERT throughput.
+
+use crate::clock;
+use crate::guard::{Admit, Overflow, SeqKey};
+use crate::guard_store;
+use crate::layout::{self, LayoutError};
+use crate::settings::{self, OnOverflow};
+use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
+use pgrx::{pg_guard, PgSqlErrorCode};
+
+/// Declares the version-1 calling convention record PostgreSQL looks up.
+macro_rules! v1 {
+    ($finfo:ident) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
+#[inline(always)]
+unsafe fn arg(fcinfo: FunctionCallInfo, n: usize) -> Datum {
+    // SAFETY: the caller passes a valid fcinfo with at least n+1 arguments.
+    unsafe { (*fcinfo).args.as_slice(n + 1)[n].value }
+}
+
+#[inline(always)]
+unsafe fn arg_i64(fcinfo: FunctionCallInfo, n: usize) -> i64 {
+    unsafe { arg(fcinfo, n).value() as i64 }
+}
+
+#[inline(always)]
+unsafe fn arg_i32(fcinfo: FunctionCallInfo, n: usize) -> i32 {
+    unsafe { arg(fcinfo, n).value() as i32 }
+}
+
+/// Raises the error for a value that cannot be (part of) an ID.
+fn layout_error(err: LayoutError, epoch_ms: i64) -> ! {
+    match err {
+        LayoutError::ShardOutOfRange(shard) => raise!(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("shard id {shard} is out of range"),
+            format!("A shard id must be between 0 and {}.", layout::MAX_SHARD),
+        ),
+        LayoutError::BeforeEpoch(ms) => raise!(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "time is before the insta_id epoch",
+            format!(
+                "The time is {} ms before the epoch {} ms since 1970-01-01 UTC (insta_id.epoch); IDs cannot encode it.",
+                -ms, epoch_ms
+            ),
+        ),
+        LayoutError::PastTimeField(ms) => raise!(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "time is past the end of the 41-bit ID time field",
+            format!(
+                "The time is {ms} ms after the epoch; the field holds at most {} ms (until {} ms since 1970-01-01 UTC).",
+                layout::MAX_MS,
+                epoch_ms + layout::MAX_MS
+            ),
+        ),
+        LayoutError::NegativeSequenceValue(v) => raise!(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("sequence value {v} is negative"),
+            "insta_id.next_id needs a sequence that hands out values >= 0 (an ascending sequence with MINVALUE 0 or more).",
+        ),
+    }
+}
+
+#[inline]
+fn ok_or_raise<T>(r: Result<T, LayoutError>, epoch_ms: i64) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => layout_error(e, epoch_ms),
+    }
+}
+
+// PostgreSQL's nextval() itself, with its privilege, read-only/standby and
+// sequence-option checks, and its currval()/lastval() bookkeeping.
+unsafe extern "C-unwind" {
+    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+}
+
+/// Refuses an OID that is not a sequence with the errors users know.
+/// nextval_internal also checks the relkind, but reports a missing OID as an
+/// internal error; this turns that into undefined_table.
+fn check_is_sequence(relid: pg_sys::Oid) {
+    // SAFETY: syscache lookups by OID; no Rust values with destructors live across them.
+    let relkind = unsafe { pg_sys::get_rel_relkind(relid) } as u8;
+    if relkind == 0 {
+        raise!(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation with OID {} does not exist", relid.to_u32()),
+        );
+    }
+    if relkind != pg_sys::RELKIND_SEQUENCE {
+        raise!(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("\"{}\" is not a sequence", relation_name(relid)),
+            "insta_id.next_id takes the sequence of the table, for example 'myschema.mytable_id_seq'::regclass.",
+        );
+    }
+}
+
+fn relation_name(relid: pg_sys::Oid) -> String {
+    // SAFETY: get_rel_name returns a palloc'd C string or NULL.
+    unsafe {
+        let p = pg_sys::get_rel_name(relid);
+        if p.is_null() {
+            relid.to_u32().to_string()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+thread_local! {
+    // The last OID that passed check_is_sequence: INSERT ... SELECT calls
+    // next_id for one sequence many times, so check once per run.
+    static LAST_CHECKED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Spins until the clock passes `ms`, staying cancellable.
+fn wait_past(ms: i64) -> i64 {
+    loop {
+        let now = clock::now_unix_ms();
+        if now > ms {
+            return now;
+        }
+        pgrx::check_for_interrupts!();
+        std::hint::spin_loop();
+    }
+}
+
+/// The ID for `shard` and the sequence value `seq_value` of `relid`.
+fn mint(shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
+    let epoch = settings::epoch_ms();
+    let residue = ok_or_raise(layout::seq_field(seq_value), epoch);
+    let overflow = match settings::on_overflow() {
+        OnOverflow::Legacy => {
+            let ms = ok_or_raise(layout::check_ms(clock::now_unix_ms() - epoch), epoch);
+            return layout::pack(ms, shard, residue);
+        }
+        OnOverflow::Wait => Overflow::Wait,
+        OnOverflow::Error => Overflow::Error,
+    };
+    let key = SeqKey {
+        // SAFETY: MyDatabaseId is set for the life of a backend.
+        database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        relation: relid.to_u32(),
+    };
+    let table = guard_store::table();
+    let mut now = clock::now_unix_ms();
+    // Refuse a clock outside the time field before the guard remembers it.
+    ok_or_raise(layout::check_ms(now - epoch), epoch);
+    let ms = loop {
+        // The guard works in ms since 1970; the epoch only matters for packing.
+        match table.admit(key, residue as u16, now, overflow) {
+            Admit::Issue(ms) => break ms,
+            Admit::WaitPast(ms) => now = wait_past(ms),
+            Admit::Full(ms) => raise!(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "sequence \"{}\" needs more than 1024 IDs in one millisecond",
+                    relation_name(relid)
+                ),
+                format!(
+                    "Sequence value {seq_value} would repeat an ID of millisecond {ms} since 1970-01-01 UTC. insta_id.on_overflow = 'error'; 'wait' would wait for the next millisecond."
+                ),
+            ),
+        }
+    };
+    let since_epoch = ok_or_raise(layout::check_ms(ms - epoch), epoch);
+    layout::pack(since_epoch, shard, residue)
+}
+
+v1!(pg_finfo_insta_id_next_id);
+/// `insta_id.next_id(schema_shard int, seq regclass) RETURNS bigint`
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Datum {
+    let (shard, relid) = unsafe {
+        (
+            arg_i32(fcinfo, 0),
+            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
+        )
+    };
+    // Check the shard before nextval so a bad call consumes no value.
+    let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
+    if LAST_CHECKED.with(|c| c.get()) != relid.to_u32() {
+        check_is_sequence(relid);
+        LAST_CHECKED.with(|c| c.set(relid.to_u32()));
+    }
+    // SAFETY: a plain C call; nothing with a destructor is live across it.
+    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
+    Datum::from(mint(shard, relid, value))
+}
+
+/// The epoch argument of the explicit-epoch overloads, as ms since 1970.
+fn epoch_arg(ts: i64) -> i64 {
+    if ts.rem_euclid(1000) != 0 {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "epoch must be a whole millisecond",
+        );
+    }
+    let ms = clock::timestamptz_to_unix_ms(ts);
+    match layout::check_epoch(ms) {
+        Some(ms) => ms,
+        None => raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "epoch must be between 1970-01-01 00:00 UTC and 9999-12-31 23:59:59.999 UTC",
+        ),
+    }
+}
+
+/// Decodes `id` into a record of (created_at, shard_id, seq_id, ms_since_epoch).
+unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> Datum {
+    let parts = layout::decompose(id);
+    let created_at = clock::unix_ms_to_timestamptz(epoch_ms + parts.ms);
+    let mut values = [
+        Datum::from(created_at),
+        Datum::from(parts.shard),
+        Datum::from(parts.seq),
+        Datum::from(parts.ms),
+    ];
+    let mut nulls = [false; 4];
+    // SAFETY: standard fmgr idiom; the blessed tuple descriptor is cached in
+    // fn_extra (allocated in fn_mcxt) so it is built once per call site.
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        let mut tupdesc = (*flinfo).fn_extra as pg_sys::TupleDesc;
+        if tupdesc.is_null() {
+            let mut desc: pg_sys::TupleDesc = std::ptr::null_mut();
+            if pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut desc)
+                != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE
+            {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "insta_id.id_parts must be called where a record is expected",
+                );
+            }
+            let old = pg_sys::MemoryContextSwitchTo((*flinfo).fn_mcxt);
+            tupdesc = pg_sys::BlessTupleDesc(pg_sys::CreateTupleDescCopy(desc));
+            pg_sys::MemoryContextSwitchTo(old);
+            (*flinfo).fn_extra = tupdesc.cast();
+        }
+        let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
+    }
+}
+
+v1!(pg_finfo_insta_id_id_parts);
+/// `insta_id.id_parts(id bigint)`: decode with the epoch in force.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_id_parts(fcinfo: FunctionCallInfo) -> Datum {
+    unsafe { id_parts_record(fcinfo, arg_i64(fcinfo, 0), settings::epoch_ms()) }
+}
+
+v1!(pg_finfo_insta_id_id_parts_epoch);
+/// `insta_id.id_parts(id bigint, epoch timestamptz)`: decode with an explicit epoch.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_id_parts_epoch(fcinfo: FunctionCallInfo) -> Datum {
+    let (id, epoch) = unsafe { (arg_i64(fcinfo, 0), epoch_arg(arg_i64(fcinfo, 1))) };
+    unsafe { id_parts_record(fcinfo, id, epoch) }
+}
+
+v1!(pg_finfo_insta_id_created_at);
+/// `insta_id.created_at(id bigint) RETURNS timestamptz`
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_created_at(fcinfo: FunctionCallInfo) -> Datum {
+    let ms = layout::decompose(unsafe { arg_i64(fcinfo, 0) }).ms;
+    Datum::from(clock::unix_ms_to_timestamptz(settings::epoch_ms() + ms))
+}
+
+v1!(pg_finfo_insta_id_shard_id);
+/// `insta_id.shard_id(id bigint) RETURNS int`
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_shard_id(fcinfo: FunctionCallInfo) -> Datum {
+    Datum::from(layout::decompose(unsafe { arg_i64(fcinfo, 0) }).shard)
+}
+
+v1!(pg_finfo_insta_id_seq_id);
+/// `insta_id.seq_id(id bigint) RETURNS int`
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_seq_id(fcinfo: FunctionCallInfo) -> Datum {
+    Datum::from(layout::decompose(unsafe { arg_i64(fcinfo, 0) }).seq)
+}
+
+/// Which bound, and for which shards, min_id/max_id compute.
+#[derive(Clone, Copy)]
+enum Bound {
+    Min,
+    Max,
+}
+
+/// Shared body of the min_id/max_id overloads. Arguments: ts, then an
+/// optional shard (int), then an optional epoch (timestamptz).
+unsafe fn bound(fcinfo: FunctionCallInfo, which: Bound, has_shard: bool, has_epoch: bool) -> Datum {
+    let ts = unsafe { arg_i64(fcinfo, 0) };
+    let shard = has_shard.then(|| unsafe { arg_i32(fcinfo, 1) } as i64);
+    let epoch = if has_epoch {
+        epoch_arg(unsafe { arg_i64(fcinfo, if has_shard { 2 } else { 1 }) })
+    } else {
+        settings::epoch_ms()
+    };
+    let ms = clock::timestamptz_to_unix_ms(ts) - epoch;
+    let id = match (which, shard) {
+        (Bound::Min, None) => layout::min_id(ms),
+        (Bound::Max, None) => layout::max_id(ms),
+        (Bound::Min, Some(s)) => layout::min_id_in_shard(ms, s),
+        (Bound::Max, Some(s)) => layout::max_id_in_shard(ms, s),
+    };
+    Datum::from(ok_or_raise(id, epoch))
+}
+
+macro_rules! bound_fn {
+    ($finfo:ident, $name:ident, $which:expr, $shard:expr, $epoch:expr) => {
+        v1!($finfo);
+        #[unsafe(no_mangle)]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $name(fcinfo: FunctionCallInfo) -> Datum {
+            unsafe { bound(fcinfo, $which, $shard, $epoch) }
+        }
+    };
+}
+
+bound_fn!(
+    pg_finfo_insta_id_min_id,
+    insta_id_min_id,
+    Bound::Min,
+    false,
+    false
+);
+bound_fn!(
+    pg_finfo_insta_id_max_id,
+    insta_id_max_id,
+    Bound::Max,
+    false,
+    false
+);
+bound_fn!(
+    pg_finfo_insta_id_min_id_shard,
+    insta_id_min_id_shard,
+    Bound::Min,
+    true,
+    false
+);
+bound_fn!(
+    pg_finfo_insta_id_max_id_shard,
+    insta_id_max_id_shard,
+    Bound::Max,
+    true,
+    false
+);
+bound_fn!(
+    pg_finfo_insta_id_min_id_epoch,
+    insta_id_min_id_epoch,
+    Bound::Min,
+    false,
+    true
+);
+bound_fn!(
+    pg_finfo_insta_id_max_id_epoch,
+    insta_id_max_id_epoch,
+    Bound::Max,
+    false,
+    true
+);
+bound_fn!(
+    pg_finfo_insta_id_min_id_shard_epoch,
+    insta_id_min_id_shard_epoch,
+    Bound::Min,
+    true,
+    true
+);
+bound_fn!(
+    pg_finfo_insta_id_max_id_shard_epoch,
+    insta_id_max_id_shard_epoch,
+    Bound::Max,
+    true,
+    true
+);
+
+v1!(pg_finfo_insta_id_epoch);
+/// `insta_id.epoch() RETURNS timestamptz`: the epoch in force.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_epoch(_fcinfo: FunctionCallInfo) -> Datum {
+    Datum::from(clock::unix_ms_to_timestamptz(settings::epoch_ms()))
+}
+
+v1!(pg_finfo_insta_id_guard_mode);
+/// `insta_id.guard_mode() RETURNS text`: 'shared' or 'session'.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_guard_mode(_fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: cstring_to_text copies into a palloc'd text.
+    unsafe {
+        let s = std::ffi::CString::new(guard_store::mode().as_str()).unwrap();
+        Datum::from(pg_sys::cstring_to_text(s.as_ptr()))
+    }
+}

@@ -1,0 +1,399 @@
+//! The guard against duplicate IDs, as pure Rust (no PostgreSQL calls).
+//!
+//! Two IDs from one sequence collide exactly when they share the millisecond
+//! and `nextval % 1024`. So for every sequence we remember the last
+//! millisecond we issued in and which of the 1024 residues it has used. A
+//! residue already used in that millisecond moves the ID to a later one; the
+//! time field of a sequence never goes backwards, even when the clock does.
+//!
+//! The states live in a fixed-size, set-associative table: a key hashes to
+//! one bucket of `WAYS` slots, each bucket has its own spin lock. A full
+//! bucket evicts its oldest slot and remembers that slot's millisecond as the
+//! bucket's floor; a sequence that comes back starts above the floor, so
+//! eviction can cost waiting, never a duplicate. The same table serves the
+//! server-wide guard (in shared memory) and the per-session fallback.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Slots per bucket.
+pub const WAYS: usize = 8;
+const RESIDUE_WORDS: usize = 1024 / 64;
+
+/// What to do when a residue is already used in the current millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// Move to the next millisecond (waiting for the clock when it is there).
+    Wait,
+    /// Report it and issue nothing.
+    Error,
+}
+
+/// The guard's answer for one sequence value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Issue the ID in this millisecond (since the epoch).
+    Issue(i64),
+    /// The residue is taken up to this millisecond and the clock is not past
+    /// it yet: read the clock until it is, then ask again.
+    WaitPast(i64),
+    /// The residue is taken and the mode is `Overflow::Error`.
+    Full(i64),
+}
+
+/// Per-sequence state: the last millisecond used and its used residues.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct SeqState {
+    last_ms: i64,
+    used: [u64; RESIDUE_WORDS],
+}
+
+impl SeqState {
+    /// A state whose millisecond `floor_ms` counts as completely used.
+    pub const fn full_at(floor_ms: i64) -> Self {
+        SeqState {
+            last_ms: floor_ms,
+            used: [u64::MAX; RESIDUE_WORDS],
+        }
+    }
+
+    pub fn last_ms(&self) -> i64 {
+        self.last_ms
+    }
+
+    /// Decides the millisecond for `residue` given the clock reading `now_ms`.
+    pub fn admit(&mut self, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
+        debug_assert!(residue < 1024);
+        if now_ms > self.last_ms {
+            self.last_ms = now_ms;
+            self.used = [0; RESIDUE_WORDS];
+        }
+        // Otherwise the clock is in the last millisecond or behind it (stepped
+        // back): keep issuing from the last millisecond.
+        let (word, bit) = ((residue / 64) as usize, 1u64 << (residue % 64));
+        if self.used[word] & bit == 0 {
+            self.used[word] |= bit;
+            return Admit::Issue(self.last_ms);
+        }
+        match overflow {
+            Overflow::Error => Admit::Full(self.last_ms),
+            Overflow::Wait if now_ms >= self.last_ms => Admit::WaitPast(self.last_ms),
+            Overflow::Wait => {
+                // The clock is behind a millisecond we already used: waiting
+                // for it could take as long as the step back, so borrow the
+                // next millisecond instead (as Sonyflake does).
+                self.last_ms += 1;
+                self.used = [0; RESIDUE_WORDS];
+                self.used[word] |= bit;
+                Admit::Issue(self.last_ms)
+            }
+        }
+    }
+}
+
+/// Identifies a sequence server-wide: database OID and relation OID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct SeqKey {
+    pub database: u32,
+    pub relation: u32,
+}
+
+impl SeqKey {
+    fn is_empty(&self) -> bool {
+        self.relation == 0
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    key: SeqKey,
+    state: SeqState,
+}
+
+/// A bucket of `WAYS` slots behind one spin lock.
+#[repr(C)]
+pub struct Bucket {
+    lock: AtomicU32,
+    slots: UnsafeCell<Slots>,
+}
+
+// SAFETY: `slots` is only touched while `lock` is held (see Table::admit).
+unsafe impl Sync for Bucket {}
+
+#[repr(C)]
+struct Slots {
+    /// Highest millisecond of any slot evicted from this bucket.
+    floor_ms: i64,
+    slots: [Slot; WAYS],
+}
+
+impl Bucket {
+    pub const fn new() -> Self {
+        Bucket {
+            lock: AtomicU32::new(0),
+            slots: UnsafeCell::new(Slots {
+                floor_ms: i64::MIN,
+                slots: [Slot {
+                    key: SeqKey {
+                        database: 0,
+                        relation: 0,
+                    },
+                    state: SeqState::full_at(i64::MIN),
+                }; WAYS],
+            }),
+        }
+    }
+}
+
+impl Slots {
+    /// The state of `key`, claiming a slot (empty, or else the oldest) for it.
+    fn state_for(&mut self, key: SeqKey) -> &mut SeqState {
+        let mut victim = 0;
+        for i in 0..WAYS {
+            if self.slots[i].key == key {
+                return &mut self.slots[i].state;
+            }
+            if self.slots[i].key.is_empty() {
+                victim = i;
+                break;
+            }
+            if self.slots[i].state.last_ms < self.slots[victim].state.last_ms {
+                victim = i;
+            }
+        }
+        let slot = &mut self.slots[victim];
+        if !slot.key.is_empty() {
+            self.floor_ms = self.floor_ms.max(slot.state.last_ms);
+        }
+        // Everything at or below the floor counts as used, so a key that was
+        // evicted before can never reissue what it issued then.
+        *slot = Slot {
+            key,
+            state: SeqState::full_at(self.floor_ms),
+        };
+        &mut slot.state
+    }
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A view of `buckets` (in shared memory or in a session's own memory).
+pub struct Table<'a> {
+    buckets: &'a [Bucket],
+}
+
+impl<'a> Table<'a> {
+    /// `buckets` must not be empty.
+    pub fn new(buckets: &'a [Bucket]) -> Self {
+        assert!(!buckets.is_empty());
+        Table { buckets }
+    }
+
+    fn bucket_of(&self, key: SeqKey) -> &'a Bucket {
+        // Fibonacci hashing of the 64-bit key; OIDs are dense, so mix them.
+        let k = ((key.database as u64) << 32) | key.relation as u64;
+        let h = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.buckets[((h >> 32) % self.buckets.len() as u64) as usize]
+    }
+
+    /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
+    pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
+        let bucket = self.bucket_of(key);
+        let _guard = SpinGuard::lock(&bucket.lock);
+        // SAFETY: the bucket's spin lock is held, so no other process or
+        // thread touches this bucket's slots until `_guard` drops.
+        let slots = unsafe { &mut *bucket.slots.get() };
+        slots.state_for(key).admit(residue, now_ms, overflow)
+    }
+}
+
+/// A test-and-test-and-set spin lock on a word that may live in shared memory.
+/// Held only for a few dozen instructions that cannot fail or call out.
+struct SpinGuard<'a>(&'a AtomicU32);
+
+impl<'a> SpinGuard<'a> {
+    fn lock(word: &'a AtomicU32) -> Self {
+        let mut spins = 0u32;
+        loop {
+            if word
+                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return SpinGuard(word);
+            }
+            while word.load(Ordering::Relaxed) != 0 {
+                spins += 1;
+                if spins % 1000 == 0 {
+                    // The holder may have been descheduled: give it the core.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SpinGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    const K: SeqKey = SeqKey {
+        database: 1,
+        relation: 16384,
+    };
+
+    #[test]
+    fn first_1024_values_share_the_millisecond() {
+        let mut s = SeqState::full_at(i64::MIN);
+        for v in 0..1024u16 {
+            assert_eq!(s.admit(v, 100, Overflow::Wait), Admit::Issue(100));
+        }
+        // The 1025th value wraps to residue 0: the original would repeat.
+        assert_eq!(s.admit(0, 100, Overflow::Wait), Admit::WaitPast(100));
+        assert_eq!(s.admit(0, 100, Overflow::Error), Admit::Full(100));
+        // Once the clock moves on, the residue is free again.
+        assert_eq!(s.admit(0, 101, Overflow::Wait), Admit::Issue(101));
+    }
+
+    #[test]
+    fn clock_step_back_keeps_the_last_millisecond_then_borrows() {
+        let mut s = SeqState::full_at(i64::MIN);
+        assert_eq!(s.admit(7, 5_000, Overflow::Wait), Admit::Issue(5_000));
+        // The clock steps back five seconds: stay on 5000.
+        assert_eq!(s.admit(8, 0, Overflow::Wait), Admit::Issue(5_000));
+        // A repeated residue while behind borrows 5001 instead of waiting 5 s.
+        assert_eq!(s.admit(7, 1, Overflow::Wait), Admit::Issue(5_001));
+        assert_eq!(s.admit(7, 2, Overflow::Error), Admit::Full(5_001));
+        // When the clock catches up, real time again.
+        assert_eq!(s.admit(7, 6_000, Overflow::Wait), Admit::Issue(6_000));
+    }
+
+    #[test]
+    fn eviction_never_reissues() {
+        let buckets = [Bucket::new()];
+        let table = Table::new(&buckets);
+        let first = table.admit(K, 3, 50, Overflow::Wait);
+        assert_eq!(first, Admit::Issue(50));
+        // Fill the bucket's other slots in the same millisecond.
+        let other = |r: u32| SeqKey {
+            database: 1,
+            relation: 20_000 + r,
+        };
+        for r in 1..WAYS as u32 {
+            assert_eq!(
+                table.admit(other(r), 3, 50, Overflow::Wait),
+                Admit::Issue(50)
+            );
+        }
+        // One more sequence evicts K (the oldest); the bucket's floor is now
+        // ms 50, so the newcomer, knowing nothing of ms 50, starts after it.
+        assert_eq!(
+            table.admit(other(99), 3, 50, Overflow::Wait),
+            Admit::WaitPast(50)
+        );
+        assert_eq!(
+            table.admit(other(99), 3, 51, Overflow::Wait),
+            Admit::Issue(51)
+        );
+        // K comes back: in ms 50 it must not get residue 3 again.
+        assert_eq!(table.admit(K, 3, 50, Overflow::Wait), Admit::WaitPast(50));
+        assert_eq!(table.admit(K, 3, 51, Overflow::Wait), Admit::Issue(51));
+    }
+
+    /// Simulated sessions over one table: any interleaving of sequence values
+    /// and clock readings (forwards and backwards) yields distinct
+    /// (ms, residue) pairs per sequence, and per sequence the issued
+    /// millisecond never decreases.
+    fn run(ops: Vec<(u8, u16, i64)>, n_buckets: usize) -> Result<(), TestCaseError> {
+        let buckets: Vec<Bucket> = (0..n_buckets).map(|_| Bucket::new()).collect();
+        let table = Table::new(&buckets);
+        let mut issued: HashSet<(u32, i64, u16)> = HashSet::new();
+        let mut last: std::collections::HashMap<u32, i64> = Default::default();
+        for (seq, residue, clock) in ops {
+            let key = SeqKey {
+                database: 1,
+                relation: 16_384 + seq as u32,
+            };
+            let mut now = clock;
+            let ms = loop {
+                match table.admit(key, residue, now, Overflow::Wait) {
+                    Admit::Issue(ms) => break ms,
+                    Admit::WaitPast(ms) => now = ms + 1,
+                    Admit::Full(_) => unreachable!(),
+                }
+            };
+            prop_assert!(issued.insert((key.relation, ms, residue)), "duplicate");
+            let prev = last.insert(key.relation, ms).unwrap_or(i64::MIN);
+            prop_assert!(ms >= prev, "time went back");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn never_a_duplicate(ops in proptest::collection::vec((0u8..40, 0u16..1024, 0i64..20), 1..3000)) {
+            // 40 sequences in 2 buckets: plenty of evictions.
+            run(ops, 2)?;
+        }
+
+        #[test]
+        fn never_a_duplicate_with_few_residues(ops in proptest::collection::vec((0u8..3, 0u16..4, 0i64..5), 1..500)) {
+            run(ops, 1)?;
+        }
+    }
+
+    #[test]
+    fn threads_hammering_one_sequence_get_distinct_pairs() {
+        use std::sync::Arc;
+        let buckets: Arc<Vec<Bucket>> = Arc::new((0..4).map(|_| Bucket::new()).collect());
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (buckets, next) = (buckets.clone(), next.clone());
+                std::thread::spawn(move || {
+                    let table = Table::new(&buckets);
+                    let mut out = Vec::new();
+                    for i in 0..20_000u64 {
+                        let v = next.fetch_add(1, Ordering::SeqCst);
+                        let residue = (v % 1024) as u16;
+                        let mut now = (i / 3000) as i64; // a slow clock
+                        loop {
+                            match table.admit(K, residue, now, Overflow::Wait) {
+                                Admit::Issue(ms) => {
+                                    out.push((ms, residue));
+                                    break;
+                                }
+                                Admit::WaitPast(ms) => now = now.max(ms + 1),
+                                Admit::Full(_) => unreachable!(),
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for h in handles {
+            for pair in h.join().unwrap() {
+                assert!(all.insert(pair), "duplicate {pair:?}");
+            }
+        }
+        assert_eq!(all.len(), 80_000);
+    }
+}

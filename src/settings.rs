@@ -1,0 +1,129 @@
+//! The `insta_id.*` settings (GUCs).
+//!
+//! - `insta_id.epoch` (superuser): ms since 1970-01-01 UTC that time 0 of an
+//!   ID stands for. Default: Instagram's epoch. Set it once per server or
+//!   database, before the first ID, and never change it: decoders declared
+//!   IMMUTABLE read it too.
+//! - `insta_id.on_overflow` (superuser): `wait`, `error` or `legacy`.
+//! - `insta_id.max_sequences` (server start): slots of the server-wide guard.
+
+use crate::layout::{self, INSTAGRAM_EPOCH_MS};
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::prelude::*;
+use pgrx::PostgresGucEnum;
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OnOverflow {
+    /// Move to the next millisecond; IDs stay unique and time-ordered.
+    #[name = c"wait"]
+    Wait,
+    /// Raise 54000 (program_limit_exceeded).
+    #[name = c"error"]
+    Error,
+    /// Instagram's original: wrap the 10-bit field, duplicates and all.
+    #[name = c"legacy"]
+    Legacy,
+}
+
+pub static ON_OVERFLOW: GucSetting<OnOverflow> = GucSetting::<OnOverflow>::new(OnOverflow::Wait);
+
+static EPOCH_TEXT: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"1314220021721"));
+
+pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
+
+thread_local! {
+    // Parsed copy of insta_id.epoch, kept in step by the assign hook so the
+    // hot path never parses text. PostgreSQL backends are single-threaded.
+    static EPOCH_MS: Cell<i64> = const { Cell::new(INSTAGRAM_EPOCH_MS) };
+}
+
+/// The epoch in force, in ms since 1970-01-01 UTC.
+#[inline]
+pub fn epoch_ms() -> i64 {
+    EPOCH_MS.with(Cell::get)
+}
+
+/// The overflow policy in force.
+#[inline]
+pub fn on_overflow() -> OnOverflow {
+    ON_OVERFLOW.get()
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_epoch(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to a C string (or NULL).
+    let text = unsafe {
+        if newval.is_null() || (*newval).is_null() {
+            return false;
+        }
+        CStr::from_ptr(*newval)
+    };
+    let ok = text.to_str().ok().and_then(layout::parse_epoch).is_some();
+    if !ok {
+        // SAFETY: plain setters of the GUC error-reporting globals.
+        unsafe {
+            pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+            pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(
+                c"insta_id.epoch is a whole number of milliseconds since 1970-01-01 00:00 UTC, between 0 and 253402300799999 (Instagram's is 1314220021721).".as_ptr(),
+            );
+        }
+    }
+    ok
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_epoch(
+    newval: *const std::ffi::c_char,
+    _extra: *mut std::ffi::c_void,
+) {
+    // SAFETY: the check hook accepted this string.
+    let text = unsafe { CStr::from_ptr(newval) };
+    let ms = text
+        .to_str()
+        .ok()
+        .and_then(layout::parse_epoch)
+        .unwrap_or(INSTAGRAM_EPOCH_MS);
+    EPOCH_MS.with(|e| e.set(ms));
+}
+
+pub fn define() {
+    GucRegistry::define_enum_guc(
+        c"insta_id.on_overflow",
+        c"What next_id does when one sequence needs more than 1024 IDs in a millisecond.",
+        c"wait: move to the next millisecond (default); error: raise SQLSTATE 54000; legacy: wrap like Instagram's original function, which repeats IDs.",
+        &ON_OVERFLOW,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    // SAFETY: both hooks are #[pg_guard]ed.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"insta_id.epoch",
+            c"Epoch of the ID time field, in milliseconds since 1970-01-01 00:00 UTC.",
+            c"Default 1314220021721 (Instagram's, 2011-08-24 21:07:01.721 UTC). Set once before the first ID and never change it: decoding with another epoch gives other times.",
+            &EPOCH_TEXT,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_epoch),
+            Some(assign_epoch),
+            None,
+        );
+    }
+    GucRegistry::define_int_guc(
+        c"insta_id.max_sequences",
+        c"Sequences the server-wide duplicate guard tracks at once (needs shared_preload_libraries).",
+        c"Each takes about 150 bytes of shared memory. When more sequences are in use, the least recently used one is evicted; it then cannot reuse its last millisecond, which can cost a wait but never a duplicate.",
+        &MAX_SEQUENCES,
+        64,
+        1 << 24,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
