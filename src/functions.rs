@@ -49,12 +49,11 @@ fn layout_error(err: LayoutError, epoch_ms: i64) -> ! {
             format!("shard id {shard} is out of range"),
             format!("A shard id must be between 0 and {}.", layout::MAX_SHARD),
         ),
-        LayoutError::BeforeEpoch(ms) => raise!(
+        LayoutError::BeforeEpoch(_) => raise!(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             "time is before the insta_id epoch",
             format!(
-                "The time is {} ms before the epoch {} ms since 1970-01-01 UTC (insta_id.epoch); IDs cannot encode it.",
-                -ms, epoch_ms
+                "The epoch is {epoch_ms} ms since 1970-01-01 UTC (insta_id.epoch); IDs cannot encode earlier times."
             ),
         ),
         LayoutError::PastTimeField(ms) => raise!(

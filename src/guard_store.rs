@@ -117,12 +117,12 @@ unsafe extern "C-unwind" fn startup_shmem() {
 }
 
 /// Called from _PG_init: claims shared memory when loaded at server start.
-pub fn init() {
+pub fn init(at_server_start: bool) {
+    if !at_server_start {
+        return;
+    }
     // SAFETY: _PG_init runs single-threaded; these are PostgreSQL's hook globals.
     unsafe {
-        if !pg_sys::process_shared_preload_libraries_in_progress {
-            return;
-        }
         #[cfg(any(feature = "pg13", feature = "pg14"))]
         pg_sys::RequestAddinShmemSpace(shared_size());
         #[cfg(not(any(feature = "pg13", feature = "pg14")))]

@@ -122,3 +122,14 @@ COMMENT ON FUNCTION insta_id.guard_mode() IS
 -- role that may INSERT into the table and use its sequence.
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA insta_id TO PUBLIC;
+
+-- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
+-- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.
+DO $$
+BEGIN
+  IF insta_id.guard_mode() = 'session' THEN
+    RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
+      USING HINT = 'Add insta_id to shared_preload_libraries and restart to guard across sessions. See insta_id.guard_mode() and the README.';
+  END IF;
+END
+$$;

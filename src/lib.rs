@@ -47,8 +47,10 @@ extension_sql_file!("insta_id.sql", name = "surface", bootstrap);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    settings::define();
-    guard_store::init();
+    // SAFETY: a plain read of a PostgreSQL global during library load.
+    let at_server_start = unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress };
+    settings::define(at_server_start);
+    guard_store::init(at_server_start);
 }
 
 /// This module is required by `cargo pgrx test` invocations.

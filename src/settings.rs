@@ -93,7 +93,10 @@ unsafe extern "C-unwind" fn assign_epoch(
     EPOCH_MS.with(|e| e.set(ms));
 }
 
-pub fn define() {
+/// Defines the settings. `at_server_start`: loaded through
+/// shared_preload_libraries, the only time a PGC_POSTMASTER setting may be
+/// defined (later, PostgreSQL refuses with FATAL).
+pub fn define(at_server_start: bool) {
     GucRegistry::define_enum_guc(
         c"insta_id.on_overflow",
         c"What next_id does when one sequence needs more than 1024 IDs in a millisecond.",
@@ -115,6 +118,9 @@ pub fn define() {
             Some(assign_epoch),
             None,
         );
+    }
+    if !at_server_start {
+        return;
     }
     GucRegistry::define_int_guc(
         c"insta_id.max_sequences",

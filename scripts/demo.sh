@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The demo behind `make demo`: a throwaway cluster, four logical shards
+# (schemas insta1..insta4, like Instagram's), a table in each whose id DEFAULT
+# mints IDs with that shard's number, rows inserted with RETURNING id, and the
+# IDs decoded. Stops the cluster at the end; DEMO_KEEP=1 leaves it running.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+export PATH="$("$PG_CONFIG" --bindir):$PATH"
+
+"$repo/scripts/cluster.sh" start --name demo --preload
+eval "$("$repo/scripts/cluster.sh" env --name demo)"
+trap '[ "${DEMO_KEEP:-0}" = 1 ] || "$repo/scripts/cluster.sh" stop --name demo' EXIT
+
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS insta_demo" -c "CREATE DATABASE insta_demo"
+psql -X -q -v ON_ERROR_STOP=1 -d insta_demo <<'SQL'
+\pset footer off
+SET client_min_messages = warning;
+CREATE EXTENSION insta_id;
+\echo
+\echo '== Four logical shards: schemas insta1..insta4, each with its own sequence and id DEFAULT'
+DO $$
+BEGIN
+  FOR shard IN 1..4 LOOP
+    EXECUTE format('CREATE SCHEMA %I', 'insta' || shard);
+    EXECUTE format('CREATE SEQUENCE %I.photos_id_seq', 'insta' || shard);
+    EXECUTE format($t$CREATE TABLE %1$I.photos (
+        id bigint NOT NULL DEFAULT insta_id.next_id(%2$s, %3$L::regclass) PRIMARY KEY,
+        owner text NOT NULL,
+        caption text)$t$, 'insta' || shard, shard, 'insta' || shard || '.photos_id_seq');
+  END LOOP;
+END $$;
+SELECT n.nspname AS shard_schema, pg_get_expr(d.adbin, d.adrelid) AS id_default
+FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'photos' ORDER BY 1;
+
+\echo '== INSERT ... RETURNING id'
+INSERT INTO insta1.photos (owner, caption) VALUES ('kevin', 'first post') RETURNING id, owner;
+INSERT INTO insta3.photos (owner, caption) VALUES ('mike', 'a dog'), ('mike', 'a cat') RETURNING id, owner;
+INSERT INTO insta4.photos (owner, caption) SELECT 'bot', 'photo ' || g FROM generate_series(1, 1000) g;
+INSERT INTO insta2.photos (owner, caption) VALUES ('amy', 'sunset') RETURNING id, owner;
+
+\echo '== Decoded with insta_id.id_parts: time, logical shard, sequence % 1024'
+SELECT p.id, d.created_at, d.shard_id, d.seq_id, p.owner
+FROM (SELECT * FROM insta1.photos UNION ALL SELECT * FROM insta2.photos
+      UNION ALL SELECT * FROM insta3.photos
+      UNION ALL (SELECT * FROM insta4.photos ORDER BY id DESC LIMIT 2)) p,
+     insta_id.id_parts(p.id) d
+ORDER BY p.id;
+
+\echo '== IDs of the last minute, found through the primary key with insta_id.min_id'
+EXPLAIN (COSTS OFF) SELECT count(*) FROM insta4.photos WHERE id >= insta_id.min_id(now() - interval '1 minute');
+SELECT count(*) AS photos_last_minute FROM insta4.photos WHERE id >= insta_id.min_id(now() - interval '1 minute');
+\echo '== 1000 rows inserted by one statement into one shard: all IDs distinct, spread over milliseconds'
+SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
+       count(DISTINCT insta_id.created_at(id)) AS milliseconds
+FROM insta4.photos;
+SELECT insta_id.guard_mode() AS duplicate_guard;
+SQL
+
+if [ "${DEMO_KEEP:-0}" = 1 ]; then
+  echo "The demo cluster is still running. Connect with:"
+  echo "  $(scripts/cluster.sh env --name demo | sed 's/^export //') psql -d insta_demo"
+  echo "Stop it with: make stop"
+fi

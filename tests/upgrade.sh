@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Upgrade suite.
+# 1. The SQL of this version is frozen: sql/insta_id--<version>.sql must equal
+#    src/insta_id.sql. Changing the SQL therefore means a new version, its
+#    frozen script, and an upgrade script sql/insta_id--<old>--<new>.sql.
+# 2. For every earlier frozen version: CREATE EXTENSION at that version,
+#    ALTER EXTENSION insta_id UPDATE, and the result must match a fresh
+#    install object for object (signatures, volatility, strictness, parallel
+#    safety, comments, privileges), and must mint IDs.
+source "$(dirname "$0")/lib.sh"
+cd "$repo"
+version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
+
+if [ -f "sql/insta_id--$version.sql" ] && cmp -s "sql/insta_id--$version.sql" src/insta_id.sql; then
+  check "sql/insta_id--$version.sql is the SQL of version $version" same same
+else
+  check "sql/insta_id--$version.sql is the SQL of version $version (src/insta_id.sql changed: bump the version, freeze it, add an upgrade script)" differs same
+fi
+
+describe="
+SELECT pg_describe_object(d.classid, d.objid, 0)
+       || coalesce(' ' || p.provolatile::text || p.proparallel::text || p.proisstrict::text || ' -> ' || p.prorettype::regtype, '')
+       || coalesce(' acl=' || p.proacl::text, '')
+       || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
+FROM pg_depend d
+LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+WHERE d.refclassid = 'pg_extension'::regclass
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'insta_id')
+  AND d.deptype = 'e'
+UNION ALL
+SELECT 'schema ' || nspname || ' acl=' || nspacl::text FROM pg_namespace WHERE nspname = 'insta_id'
+ORDER BY 1"
+
+start_cluster upgrade --preload
+q -d postgres -c "CREATE DATABASE fresh"
+q -d fresh -c "CREATE EXTENSION insta_id"
+fresh=$(q -d fresh -c "$describe")
+check "fresh install is version $version" "$(q -d fresh -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'")" "$version"
+check "ALTER EXTENSION UPDATE on the newest version changes nothing" \
+  "$(q -d fresh -c "ALTER EXTENSION insta_id UPDATE" 2>&1; q -d fresh -c "$describe")" \
+  "NOTICE:  version \"$version\" of extension \"insta_id\" is already installed
+$fresh"
+
+earlier=0
+for f in sql/insta_id--*.sql; do
+  b=$(basename "$f" .sql); old=${b#insta_id--}
+  case "$old" in *--*|"$version") continue ;; esac
+  earlier=$((earlier + 1))
+  db="from_${old//./_}"
+  q -d postgres -c "CREATE DATABASE $db"
+  q -d "$db" -c "CREATE EXTENSION insta_id VERSION '$old'"
+  q -d "$db" -c "ALTER EXTENSION insta_id UPDATE"
+  check "$old -> $version: version after UPDATE" "$(q -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'")" "$version"
+  check "$old -> $version: same objects as a fresh install" "$(q -d "$db" -c "$describe")" "$fresh"
+  check_true "$old -> $version: mints IDs" "SELECT insta_id.shard_id(insta_id.next_id(7, 's')) = 7" -d "$db" -c "CREATE SEQUENCE s"
+done
+[ $earlier -gt 0 ] || echo "note - no release before $version: nothing to upgrade from yet"
+stop_cluster upgrade
+finish
