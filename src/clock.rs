@@ -64,11 +64,7 @@ pub mod test_clock {
                     r.set(n + 1);
                     n
                 });
-                if per_ms == 0 {
-                    start
-                } else {
-                    start + (n / per_ms) as i64
-                }
+                start + n.checked_div(per_ms).unwrap_or(0) as i64
             }
         }
     }

@@ -6,6 +6,10 @@
 //! next_id sits in column DEFAULTs on the insert path: every nanosecond of
 //! wrapper shows up in INSERT throughput.
 
+// The `unsafe extern` functions are fmgr entry points: their one contract is
+// PostgreSQL's (a valid fcinfo with the declared arguments).
+#![allow(clippy::missing_safety_doc)]
+
 use crate::clock;
 use crate::guard::{Admit, Overflow, SeqKey};
 use crate::guard_store;

@@ -230,7 +230,7 @@ impl<'a> SpinGuard<'a> {
             }
             while word.load(Ordering::Relaxed) != 0 {
                 spins += 1;
-                if spins % 1000 == 0 {
+                if spins.is_multiple_of(1000) {
                     // The holder may have been descheduled: give it the core.
                     std::thread::yield_now();
                 } else {

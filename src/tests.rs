@@ -165,7 +165,7 @@ mod tests {
             None
         );
         // STRICT: a NULL shard does not even take a value from the sequence.
-        assert_eq!(one::<bool>("SELECT NOT is_called FROM s"), true);
+        assert!(one::<bool>("SELECT NOT is_called FROM s"));
         run("CREATE TABLE n (id bigint NOT NULL DEFAULT insta_id.next_id(NULL::int, 's'), v int)");
         assert_error(
             "INSERT INTO n (v) VALUES (1)",
