@@ -15,6 +15,7 @@ use crate::guard::{Admit, Overflow, SeqKey};
 use crate::guard_store;
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
+use crate::BackendCell;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
 use pgrx::{pg_guard, PgSqlErrorCode};
 
@@ -124,10 +125,20 @@ fn relation_name(relid: pg_sys::Oid) -> String {
     }
 }
 
-thread_local! {
-    // The last OID that passed check_is_sequence: INSERT ... SELECT calls
-    // next_id for one sequence many times, so check once per run.
-    static LAST_CHECKED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+/// OIDs that passed check_is_sequence, direct-mapped by their low bits: a
+/// statement spreading calls over many sequences still checks each once.
+const CHECKED_SLOTS: usize = 1024;
+
+static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = [const { BackendCell::new(0) }; CHECKED_SLOTS];
+
+#[inline]
+fn check_is_sequence_cached(relid: pg_sys::Oid) {
+    let oid = relid.to_u32();
+    let slot = &CHECKED[oid as usize % CHECKED_SLOTS];
+    if slot.get() != oid {
+        check_is_sequence(relid);
+        slot.set(oid);
+    }
 }
 
 /// Spins until the clock passes `ms`, staying cancellable.
@@ -197,10 +208,7 @@ pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Da
     };
     // Check the shard before nextval so a bad call consumes no value.
     let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
-    if LAST_CHECKED.with(|c| c.get()) != relid.to_u32() {
-        check_is_sequence(relid);
-        LAST_CHECKED.with(|c| c.set(relid.to_u32()));
-    }
+    check_is_sequence_cached(relid);
     // SAFETY: a plain C call; nothing with a destructor is live across it.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
     Datum::from(mint(shard, relid, value))

@@ -106,14 +106,7 @@ impl SeqKey {
     }
 }
 
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Slot {
-    key: SeqKey,
-    state: SeqState,
-}
-
-/// A bucket of `WAYS` slots behind one spin lock.
+/// A bucket of `WAYS` sequences behind one spin lock.
 #[repr(C)]
 pub struct Bucket {
     lock: AtomicU32,
@@ -125,9 +118,11 @@ unsafe impl Sync for Bucket {}
 
 #[repr(C)]
 struct Slots {
-    /// Highest millisecond of any slot evicted from this bucket.
+    /// Highest millisecond of any state evicted from this bucket.
     floor_ms: i64,
-    slots: [Slot; WAYS],
+    // Keys apart from states: a lookup reads one cache line of keys.
+    keys: [SeqKey; WAYS],
+    states: [SeqState; WAYS],
 }
 
 impl Bucket {
@@ -136,13 +131,11 @@ impl Bucket {
             lock: AtomicU32::new(0),
             slots: UnsafeCell::new(Slots {
                 floor_ms: i64::MIN,
-                slots: [Slot {
-                    key: SeqKey {
-                        database: 0,
-                        relation: 0,
-                    },
-                    state: SeqState::full_at(i64::MIN),
+                keys: [SeqKey {
+                    database: 0,
+                    relation: 0,
                 }; WAYS],
+                states: [SeqState::full_at(i64::MIN); WAYS],
             }),
         }
     }
@@ -150,31 +143,24 @@ impl Bucket {
 
 impl Slots {
     /// The state of `key`, claiming a slot (empty, or else the oldest) for it.
+    #[inline]
     fn state_for(&mut self, key: SeqKey) -> &mut SeqState {
-        let mut victim = 0;
-        for i in 0..WAYS {
-            if self.slots[i].key == key {
-                return &mut self.slots[i].state;
-            }
-            if self.slots[i].key.is_empty() {
-                victim = i;
-                break;
-            }
-            if self.slots[i].state.last_ms < self.slots[victim].state.last_ms {
-                victim = i;
-            }
+        if let Some(i) = self.keys.iter().position(|k| *k == key) {
+            return &mut self.states[i];
         }
-        let slot = &mut self.slots[victim];
-        if !slot.key.is_empty() {
-            self.floor_ms = self.floor_ms.max(slot.state.last_ms);
-        }
+        let victim = match self.keys.iter().position(SeqKey::is_empty) {
+            Some(i) => i,
+            None => {
+                let i = (0..WAYS).min_by_key(|&i| self.states[i].last_ms).unwrap_or(0);
+                self.floor_ms = self.floor_ms.max(self.states[i].last_ms);
+                i
+            }
+        };
         // Everything at or below the floor counts as used, so a key that was
         // evicted before can never reissue what it issued then.
-        *slot = Slot {
-            key,
-            state: SeqState::full_at(self.floor_ms),
-        };
-        &mut slot.state
+        self.keys[victim] = key;
+        self.states[victim] = SeqState::full_at(self.floor_ms);
+        &mut self.states[victim]
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::guard::{Bucket, Table, WAYS};
 use crate::settings;
 use pgrx::pg_sys;
-use std::cell::OnceCell;
+use crate::BackendCell;
 
 /// Buckets of a session-local table (2048 sequences, about 300 kB).
 const SESSION_BUCKETS: usize = 256;
@@ -17,9 +17,7 @@ const SESSION_BUCKETS: usize = 256;
 // Set in the postmaster by the shmem startup hook; children inherit it.
 static mut SHARED: (*const Bucket, usize) = (std::ptr::null(), 0);
 
-thread_local! {
-    static SESSION: OnceCell<&'static [Bucket]> = const { OnceCell::new() };
-}
+static SESSION: BackendCell<Option<&'static [Bucket]>> = BackendCell::new(None);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum GuardMode {
@@ -64,9 +62,14 @@ pub fn mode() -> GuardMode {
 pub fn table() -> Table<'static> {
     match shared() {
         Some(buckets) => Table::new(buckets),
-        None => Table::new(SESSION.with(|s| {
-            *s.get_or_init(|| Box::leak((0..SESSION_BUCKETS).map(|_| Bucket::new()).collect()))
-        })),
+        None => Table::new(match SESSION.get() {
+            Some(buckets) => buckets,
+            None => {
+                let buckets = Box::leak((0..SESSION_BUCKETS).map(|_| Bucket::new()).collect());
+                SESSION.set(Some(buckets));
+                buckets
+            }
+        }),
     }
 }
 

@@ -6,7 +6,8 @@
 //! - `guard_store`: where the guard's table lives (shared memory or session);
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
-//! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`.
+//! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
+//! - `src/shards.sql`: the logical-shard registry and DDL helpers (PL/pgSQL).
 
 use pgrx::prelude::*;
 
@@ -31,6 +32,28 @@ pub fn raise_error(code: PgSqlErrorCode, message: impl Into<String>, detail: Opt
     unreachable!("ERROR does not return")
 }
 
+/// A value private to this backend. PostgreSQL runs each session in its own
+/// single-threaded process, so a plain static cell is enough; it is also
+/// cheaper than a thread-local, which from a shared library costs a call.
+pub(crate) struct BackendCell<T>(std::cell::Cell<T>);
+
+// SAFETY: only ever touched from the backend's one thread.
+unsafe impl<T> Sync for BackendCell<T> {}
+
+impl<T: Copy> BackendCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        BackendCell(std::cell::Cell::new(value))
+    }
+    #[inline(always)]
+    pub(crate) fn get(&self) -> T {
+        self.0.get()
+    }
+    #[inline(always)]
+    pub(crate) fn set(&self, value: T) {
+        self.0.set(value)
+    }
+}
+
 pub mod clock;
 pub mod functions;
 pub mod guard;
@@ -43,7 +66,10 @@ mod tests;
 
 ::pgrx::pg_module_magic!(name, version);
 
+// The SQL surface, in the order of the versions that introduced it; each
+// version's install script is frozen as sql/insta_id--<version>.sql.
 extension_sql_file!("insta_id.sql", name = "surface", bootstrap);
+extension_sql_file!("shards.sql", name = "shards", requires = ["surface"]);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

@@ -8,10 +8,10 @@
 //! - `insta_id.max_sequences` (server start): slots of the server-wide guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
+use crate::BackendCell;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::prelude::*;
 use pgrx::PostgresGucEnum;
-use std::cell::Cell;
 use std::ffi::{CStr, CString};
 
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
@@ -34,22 +34,26 @@ static EPOCH_TEXT: GucSetting<Option<CString>> =
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
 
-thread_local! {
-    // Parsed copy of insta_id.epoch, kept in step by the assign hook so the
-    // hot path never parses text. PostgreSQL backends are single-threaded.
-    static EPOCH_MS: Cell<i64> = const { Cell::new(INSTAGRAM_EPOCH_MS) };
-}
+// Parsed copy of insta_id.epoch, kept in step by the assign hook so the hot
+// path never parses text.
+static EPOCH_MS: BackendCell<i64> = BackendCell::new(INSTAGRAM_EPOCH_MS);
 
 /// The epoch in force, in ms since 1970-01-01 UTC.
 #[inline]
 pub fn epoch_ms() -> i64 {
-    EPOCH_MS.with(Cell::get)
+    EPOCH_MS.get()
 }
 
 /// The overflow policy in force.
 #[inline]
 pub fn on_overflow() -> OnOverflow {
-    ON_OVERFLOW.get()
+    // SAFETY: the GUC's storage, read without pgrx's per-read thread check
+    // (this is on every next_id call). Ordinals follow declaration order.
+    match unsafe { *ON_OVERFLOW.as_ptr() } {
+        1 => OnOverflow::Error,
+        2 => OnOverflow::Legacy,
+        _ => OnOverflow::Wait,
+    }
 }
 
 #[pg_guard]
@@ -90,7 +94,7 @@ unsafe extern "C-unwind" fn assign_epoch(
         .ok()
         .and_then(layout::parse_epoch)
         .unwrap_or(INSTAGRAM_EPOCH_MS);
-    EPOCH_MS.with(|e| e.set(ms));
+    EPOCH_MS.set(ms);
 }
 
 /// Defines the settings. `at_server_start`: loaded through

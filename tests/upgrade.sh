@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Upgrade suite.
 # 1. The SQL of this version is frozen: sql/insta_id--<version>.sql must equal
-#    src/insta_id.sql. Changing the SQL therefore means a new version, its
-#    frozen script, and an upgrade script sql/insta_id--<old>--<new>.sql.
+#    src/insta_id.sql followed by src/shards.sql (what pgrx installs).
+#    Changing the SQL therefore means a new version, its frozen script, and
+#    an upgrade script sql/insta_id--<old>--<new>.sql.
 # 2. For every earlier frozen version: CREATE EXTENSION at that version,
 #    ALTER EXTENSION insta_id UPDATE, and the result must match a fresh
 #    install object for object (signatures, volatility, strictness, parallel
@@ -11,10 +12,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$repo"
 version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
 
-if [ -f "sql/insta_id--$version.sql" ] && cmp -s "sql/insta_id--$version.sql" src/insta_id.sql; then
+if [ -f "sql/insta_id--$version.sql" ] && cat src/insta_id.sql src/shards.sql | cmp -s "sql/insta_id--$version.sql" -; then
   check "sql/insta_id--$version.sql is the SQL of version $version" same same
 else
-  check "sql/insta_id--$version.sql is the SQL of version $version (src/insta_id.sql changed: bump the version, freeze it, add an upgrade script)" differs same
+  check "sql/insta_id--$version.sql is the SQL of version $version (the SQL in src/ changed: bump the version, freeze it, add an upgrade script)" differs same
 fi
 
 describe="

@@ -1,0 +1,116 @@
+-- Logical shards: the registry and the DDL helpers.
+\set SHOW_CONTEXT never
+SET client_min_messages = warning;
+SELECT insta_id.create_shard(1);
+-- Names from users are quoted, never interpreted.
+SELECT insta_id.create_shard(2, 'Robert''); DROP TABLE x; --');
+SELECT insta_id.create_shard(3, 'Shard Three');
+SELECT insta_id.create_shard(4, 'Ünïcødé_шард');
+SELECT shard_id, schema_name, tables FROM insta_id.shards ORDER BY shard_id;
+SELECT nspname FROM pg_namespace WHERE nspname IN ('insta1', 'Robert''); DROP TABLE x; --', 'Shard Three', 'Ünïcødé_шард') ORDER BY 1;
+
+-- add_id_column: a sequence of its own, OWNED BY the column, the shard from the registry.
+CREATE TABLE "Shard Three"."Photos; x" (caption text);
+INSERT INTO "Shard Three"."Photos; x" VALUES ('existing row');
+SELECT insta_id.add_id_column('"Shard Three"."Photos; x"');
+\d "Shard Three"."Photos; x"
+INSERT INTO "Shard Three"."Photos; x" (caption) VALUES ('new') RETURNING insta_id.shard_id(id), insta_id.seq_id(id);
+SELECT caption, insta_id.shard_id(id) AS shard FROM "Shard Three"."Photos; x" ORDER BY id;
+-- Idempotent.
+SELECT insta_id.add_id_column('"Shard Three"."Photos; x"');
+-- An integer column with data becomes bigint; its NULLs get IDs.
+CREATE TABLE insta1.likes (id int, v int);
+INSERT INTO insta1.likes VALUES (NULL, 1);
+SELECT insta_id.add_id_column('insta1.likes', 'id');
+SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute WHERE attrelid = 'insta1.likes'::regclass AND attname = 'id';
+SELECT insta_id.shard_id(id) FROM insta1.likes;
+-- DROP TABLE takes the sequence with it.
+DROP TABLE insta1.likes;
+SELECT count(*) AS leftover_sequences FROM pg_class WHERE relname = 'likes_id_seq';
+
+-- Refusals, each with its SQLSTATE, none leaving anything behind.
+CREATE TABLE insta1.t (id text, other bigint DEFAULT 7);
+SELECT insta_id.add_id_column('insta1.t', 'id');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.add_id_column('insta1.t', 'other');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.add_id_column('insta1.t', 'fresh', 9);
+SELECT insta_id.add_id_column('insta1.t', 'fresh', 1);
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE public.outside (x int);
+SELECT insta_id.add_id_column('public.outside');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.add_id_column('public.outside', 'id', 99);
+SELECT insta_id.create_shard(8192);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shard(1, 'elsewhere');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shard(5, 'insta1');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shard(5, 'public');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS registry_rows FROM insta_id.shard_registry;
+
+-- create_shards: a copy of every template table per shard, with its own next_id columns.
+CREATE SCHEMA template;
+CREATE TABLE template.users (name text NOT NULL UNIQUE);
+SELECT insta_id.add_id_column('template.users', 'id', 0);
+ALTER TABLE template.users ADD PRIMARY KEY (id);
+CREATE TABLE template.photos (user_id bigint NOT NULL REFERENCES template.users (id) ON DELETE CASCADE,
+                              caption text CHECK (length(caption) < 100));
+SELECT insta_id.add_id_column('template.photos', 'id', 0);
+CREATE INDEX ON template.photos (user_id);
+SELECT insta_id.create_shards(10, 12, 'template');
+SELECT shard_id, schema_name, tables FROM insta_id.shards WHERE shard_id >= 10 ORDER BY 1;
+\d insta11.photos
+WITH u AS (INSERT INTO insta11.users (name) VALUES ('ann') RETURNING id)
+INSERT INTO insta11.photos (user_id, caption) SELECT id, 'hi' FROM u
+RETURNING insta_id.shard_id(id) AS photo_shard, insta_id.shard_id(user_id) AS user_shard;
+-- Foreign keys point inside each shard (terse: the error would print an ID).
+\set VERBOSITY terse
+INSERT INTO insta12.photos (user_id, caption) SELECT id, 'x' FROM insta11.users;
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+-- All or nothing: shard 15 exists, so 13 and 14 are not created either.
+SELECT insta_id.create_shard(15);
+SELECT insta_id.create_shards(13, 15, 'template');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS shards_13_14 FROM insta_id.shards WHERE shard_id IN (13, 14);
+SELECT count(*) AS schemas_13_14 FROM pg_namespace WHERE nspname IN ('insta13', 'insta14');
+SELECT insta_id.create_shards(20, 21, 'no_such_schema');
+\echo :LAST_ERROR_SQLSTATE
+CREATE SCHEMA bad_template;
+CREATE TABLE bad_template.t (id serial);
+SELECT insta_id.create_shards(20, 21, 'bad_template');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS shards_20_and_up FROM insta_id.shards WHERE shard_id >= 20;
+
+-- drop_shard refuses while the shard has rows, unless forced.
+SELECT insta_id.drop_shard(11);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.drop_shard(11, force => true);
+SELECT insta_id.drop_shard(12);
+SELECT insta_id.drop_shard(12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT shard_id FROM insta_id.shards WHERE shard_id >= 10 ORDER BY 1;
+SELECT count(*) FROM pg_namespace WHERE nspname IN ('insta11', 'insta12');
+
+-- adopt_shard registers a restored schema after checking its next_id columns.
+CREATE SCHEMA moved;
+CREATE SEQUENCE moved.s;
+CREATE TABLE moved.t (id bigint DEFAULT insta_id.next_id(30, 'moved.s'));
+SELECT insta_id.adopt_shard('moved', 31);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_shard('moved', 30);
+SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
+
+-- Only superusers, and roles granted EXECUTE, may create or drop shards.
+CREATE ROLE insta_id_regress_user;
+SET ROLE insta_id_regress_user;
+SELECT insta_id.create_shard(40);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.drop_shard(1, true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) > 0 AS can_read_registry FROM insta_id.shards;
+RESET ROLE;
+DROP ROLE insta_id_regress_user;
