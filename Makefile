@@ -15,8 +15,9 @@ PGRX_TEST_USER := $(shell id -un)
 endif
 PGRX_TEST_DATA := $(CURDIR)/target/pgrx-test-data
 
+
 .PHONY: all setup build install demo stop test test-rust test-pg test-regress \
-        test-upgrade test-concurrency installcheck bench package lint clean
+        test-upgrade test-shards test-concurrency installcheck bench package lint clean
 
 all: build
 
@@ -40,7 +41,7 @@ stop:
 	@scripts/cluster.sh stop --name demo
 
 ## test: every suite; fails on the first failure
-test: setup test-rust test-pg install test-regress test-upgrade test-concurrency
+test: setup test-rust test-pg install test-regress test-upgrade test-shards test-concurrency
 	@echo "make test: all suites passed"
 
 test-rust:
@@ -57,6 +58,9 @@ test-regress:
 
 test-upgrade:
 	@tests/upgrade.sh
+
+test-shards:
+	@tests/shards.sh
 
 test-concurrency:
 	@tests/concurrency.sh

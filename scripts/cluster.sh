@@ -62,6 +62,8 @@ full_page_writes = off
 max_connections = 40
 shared_buffers = 256MB
 max_wal_size = 4GB
+# create_shards makes thousands of relations in one transaction.
+max_locks_per_transaction = 1024
 log_min_messages = warning
 shared_preload_libraries = '$( [ $preload = 1 ] && echo insta_id )'
 CONF

@@ -30,6 +30,8 @@ WHERE d.refclassid = 'pg_extension'::regclass
   AND d.deptype = 'e'
 UNION ALL
 SELECT 'schema ' || nspname || ' acl=' || nspacl::text FROM pg_namespace WHERE nspname = 'insta_id'
+UNION ALL
+SELECT 'dumped config ' || coalesce(extconfig::regclass[]::text, '-') FROM pg_extension WHERE extname = 'insta_id'
 ORDER BY 1"
 
 start_cluster upgrade --preload

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Logical shards with standard tools, on real clusters:
+# - a database with 64 shards (from a template) survives pg_dump/pg_restore:
+#   the registry comes along, inserts continue, no ID repeats;
+# - one shard moves to another server with the README's procedure
+#   (lock out writers, pg_dump -n, pg_restore, adopt_shard, drop_shard) and
+#   writes resume there without repeating an ID.
+source "$(dirname "$0")/lib.sh"
+dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
+[ "$(id -u)" = 0 ] && chmod 777 "$dump"
+
+start_cluster shards-a --preload
+a_env=$("$repo/scripts/cluster.sh" env --name shards-a)
+q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
+q -d app <<'SQL'
+SET client_min_messages = warning;
+CREATE EXTENSION insta_id;
+CREATE SCHEMA template;
+CREATE TABLE template.users (name text NOT NULL);
+SELECT insta_id.add_id_column('template.users', 'id', 0);
+ALTER TABLE template.users ADD PRIMARY KEY (id);
+CREATE TABLE template.photos (user_id bigint NOT NULL REFERENCES template.users (id), caption text);
+SELECT insta_id.add_id_column('template.photos', 'id', 0);
+ALTER TABLE template.photos ADD PRIMARY KEY (id);
+SELECT insta_id.create_shards(1, 64, 'template');
+-- 100 users and 100 photos in every shard.
+DO $$ BEGIN
+  FOR s IN 1..64 LOOP
+    EXECUTE format('INSERT INTO insta%s.users (name) SELECT ''u'' || g FROM generate_series(1, 100) g', s);
+    EXECUTE format('INSERT INTO insta%1$s.photos (user_id, caption) SELECT id, ''p'' FROM insta%1$s.users', s);
+  END LOOP;
+END $$;
+-- All photo IDs of all shards, tagged with the shard whose table holds them.
+CREATE FUNCTION public.all_photo_ids() RETURNS TABLE (shard int, id bigint) LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT shard_id, schema_name FROM insta_id.shards ORDER BY shard_id LOOP
+    IF to_regclass(format('%I.photos', r.schema_name)) IS NOT NULL THEN
+      RETURN QUERY EXECUTE format('SELECT %s, id FROM %I.photos', r.shard_id, r.schema_name);
+    END IF;
+  END LOOP;
+END $$;
+SQL
+check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 2")" 64
+
+pg_dump -Fc -f "$dump/app.dump" app
+q -d postgres -c "CREATE DATABASE restored"
+pg_restore -d restored "$dump/app.dump"
+check "restored: the registry came with the dump" \
+  "$(q -d restored -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 2" -F ' ')" "64 1 64"
+q -d restored -c "DO \$\$ BEGIN FOR s IN 1..64 LOOP
+    EXECUTE format('INSERT INTO insta%1\$s.photos (user_id, caption) SELECT id, ''after'' FROM insta%1\$s.users', s);
+  END LOOP; END \$\$"
+check "restored: inserts continue in every shard" "$(q -d restored -c "SELECT count(*) FROM all_photo_ids()")" 12800
+check "restored: no ID repeats, before or after the dump" \
+  "$(q -d restored -c "SELECT count(*) - count(DISTINCT id) FROM all_photo_ids()")" 0
+check "restored: every ID decodes to the shard that holds it" \
+  "$(q -d restored -c "SELECT count(*) FROM all_photo_ids() WHERE insta_id.shard_id(id) <> shard")" 0
+
+# Move shard 7 from server A to server B.
+start_cluster shards-b --preload
+b_env=$("$repo/scripts/cluster.sh" env --name shards-b)
+q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
+q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
+eval "$a_env"
+q -d app -c "GRANT USAGE ON SCHEMA insta7 TO app_writer" \
+  -c "GRANT INSERT, SELECT ON ALL TABLES IN SCHEMA insta7 TO app_writer" \
+  -c "GRANT USAGE ON ALL SEQUENCES IN SCHEMA insta7 TO app_writer"
+check "A: the application writes to shard 7" \
+  "$(q -d app -U app_writer -c "INSERT INTO insta7.users (name) VALUES ('before move') RETURNING insta_id.shard_id(id)")" 7
+# 1. Lock writers out of the shard on A: no more IDs minted there.
+q -d app -c "REVOKE USAGE ON SCHEMA insta7 FROM app_writer"
+check "A: writers are locked out of shard 7 during the move" \
+  "$(q -d app -U app_writer -c "INSERT INTO insta7.users (name) VALUES ('x')" 2>&1 | grep -o 'permission denied for schema insta7')" \
+  "permission denied for schema insta7"
+# 2. Dump the shard's schema, 3. restore it on B, 4. register it there and
+#    give writers back the schema privilege revoked in step 1.
+pg_dump -Fc -n insta7 -f "$dump/insta7.dump" app
+eval "$b_env"
+pg_restore -d app "$dump/insta7.dump"
+q -d app -c "SELECT insta_id.adopt_shard('insta7', 7)" -c "GRANT USAGE ON SCHEMA insta7 TO app_writer"
+check "B: shard 7 registered after adopt_shard" "$(q -d app -c "SELECT schema_name FROM insta_id.shards WHERE shard_id = 7")" insta7
+check "B: the application writes to shard 7 again" \
+  "$(q -d app -U app_writer -c "INSERT INTO insta7.users (name) VALUES ('after move') RETURNING insta_id.shard_id(id)")" 7
+q -d app -c "INSERT INTO insta7.photos (user_id, caption) SELECT id, 'on B' FROM insta7.users"
+b_ids=$(q -d app -c "SELECT string_agg(id::text, ',') FROM insta7.photos WHERE caption = 'on B'")
+# 5. Drop the old copy on A (after checking the move).
+eval "$a_env"
+a_ids=$(q -d app -c "SELECT string_agg(id::text, ',') FROM insta7.photos")
+check "no photo ID minted on B repeats one minted on A" \
+  "$(q -d app -c "SELECT count(*) - count(DISTINCT x) FROM unnest(string_to_array('$a_ids,$b_ids', ',')) x")" 0
+check "B has A's 100 photos and 102 new ones, their seq fields continuing A's sequence" \
+  "$(eval "$b_env"; q -d app -F ' ' -c "SELECT count(*), count(*) FILTER (WHERE caption = 'on B' AND insta_id.seq_id(id) > 100) FROM insta7.photos")" "202 102"
+q -d app -c "SET client_min_messages = warning" -c "SELECT insta_id.drop_shard(7, force => true)"
+check "A: shard 7 is gone" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = 7")" 0
+stop_cluster shards-a
+stop_cluster shards-b
+finish
