@@ -156,6 +156,15 @@ pgbench, 4 clients (2 threads), {machine[3].split(';')[1].split(':')[1].strip()}
 id_parts is {r_parts:.2f}x the SQL expression; the scalar decoders
 (created_at, shard_id, seq_id) {r_scalar:.2f}x.
 
+## Creating logical shards
+
+`insta_id.create_shards(1, 1000, 'template')`, one call (one transaction), a
+template of 3 tables (next_id keys, a foreign key, a secondary index,
+tests/fixtures/shard_template.sql): {med["create_shards/1000_shards_3_tables"]:.1f} s, about
+{med["create_shards/1000_shards_3_tables"]:.0f} ms per shard. It holds locks on
+every relation it creates until commit, about 13 per shard here:
+`max_locks_per_transaction` must allow that (the throwaway clusters set 1024).
+
 ## The statements
 
 ```sql
@@ -174,7 +183,8 @@ if start in text and end in text:
         f"next_id costs {ns_per_call('per_call/next_id'):.0f} ns a call, {r_nextval:.2f}x a bare nextval() "
         f"and {r_plpgsql:.1f}x faster than the PL/pgSQL original; one sequence yields 1,000,000 IDs in "
         f"{med['ceiling/next_id_one_sequence']:.2f} s (the scheme's floor is {FLOOR_S:.2f} s); "
-        f"single-row INSERTs with a next_id default run at {1 / r_tps:.2f}x the rate of bigserial.\n{end}"
+        f"single-row INSERTs with a next_id default run at {1 / r_tps:.2f}x the rate of bigserial; "
+        f"create_shards makes 1000 shards of 3 tables in {med['create_shards/1000_shards_3_tables']:.0f} s.\n{end}"
     )
     text = text[: text.index(start)] + line + text[text.index(end) + len(end):]
     readme.write_text(text)

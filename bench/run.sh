@@ -14,7 +14,7 @@ raw="$out/raw.tsv"; : >"$raw"
 start_cluster bench --preload
 trap 'stop_cluster bench' EXIT
 q -d postgres -c "CREATE DATABASE bench"
-q -d bench -f "$repo/bench/setup.sql" >/dev/null
+q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
 # Keep generate_series' million rows in memory for every contender alike.
 q -d postgres -c "ALTER DATABASE bench SET work_mem = '256MB'"
 
@@ -61,6 +61,14 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
+# create_shards: 1000 logical shards from a template of 3 tables, in one call
+# (one transaction), once.
+q -d postgres -c "CREATE DATABASE shards"
+q -d shards -c "CREATE EXTENSION insta_id" -f "$repo/bench/time_of.sql" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
+s=$(q -d shards -c "SELECT time_of('SELECT insta_id.create_shards(1, 1000, ''template'')')")
+printf '1\tcreate_shards/1000_shards_3_tables\t%s\n' "$s" >>"$raw"
+echo "create_shards 1000 shards x 3 tables  $s s"
+
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d bench -c 'SELECT version()')"
@@ -68,6 +76,7 @@ done
   echo "rounds: $ROUNDS; pgbench seconds: $PGBENCH_SECONDS; date: $(date -u +%Y-%m-%d)"
 } >"$out/machine.txt"
 for name in "${names[@]}"; do printf '%s\t%s\n' "$name" "${sql[$name]}"; done >"$out/statements.tsv"
+printf 'create_shards/1000_shards_3_tables\tSELECT insta_id.create_shards(1, 1000, %s)\n' "'template'" >>"$out/statements.tsv"
 # The plot needs matplotlib: a private virtualenv, made once (from PyPI).
 venv="$repo/target/bench-venv"
 if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then

@@ -25,15 +25,6 @@ END $$;
 CREATE TABLE seqs AS SELECT array_agg(format('bs_%s', i)::regclass ORDER BY i) AS s FROM generate_series(0, 63) i;
 CREATE SEQUENCE single_seq;
 
--- Seconds one statement takes, measured inside the server.
-CREATE FUNCTION time_of(q text) RETURNS float8 LANGUAGE plpgsql AS $$
-DECLARE t0 timestamptz;
-BEGIN
-  t0 := clock_timestamp();
-  EXECUTE q;
-  RETURN extract(epoch FROM clock_timestamp() - t0);
-END $$;
-
 -- Tables for INSERT throughput, one per id default.
 CREATE TABLE ins_bigserial (id bigserial PRIMARY KEY, v int);
 CREATE SEQUENCE ins_plpgsql_original_seq;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a throwaway cluster, four logical shards
-# (schemas insta1..insta4, like Instagram's), a table in each whose id DEFAULT
-# mints IDs with that shard's number, rows inserted with RETURNING id, and the
+# (schemas insta1..insta4, like Instagram's) made from a template with
+# insta_id.create_shards, a table in each whose id DEFAULT mints IDs with that
+# shard's number, rows inserted with RETURNING id, and the
 # IDs decoded. Stops the cluster at the end; DEMO_KEEP=1 leaves it running.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,21 +19,16 @@ psql -X -q -v ON_ERROR_STOP=1 -d insta_demo <<'SQL'
 SET client_min_messages = warning;
 CREATE EXTENSION insta_id;
 \echo
-\echo '== Four logical shards: schemas insta1..insta4, each with its own sequence and id DEFAULT'
-DO $$
-BEGIN
-  FOR shard IN 1..4 LOOP
-    EXECUTE format('CREATE SCHEMA %I', 'insta' || shard);
-    EXECUTE format('CREATE SEQUENCE %I.photos_id_seq', 'insta' || shard);
-    EXECUTE format($t$CREATE TABLE %1$I.photos (
-        id bigint NOT NULL DEFAULT insta_id.next_id(%2$s, %3$L::regclass) PRIMARY KEY,
-        owner text NOT NULL,
-        caption text)$t$, 'insta' || shard, shard, 'insta' || shard || '.photos_id_seq');
-  END LOOP;
-END $$;
+\echo '== A template table, and four logical shards made from it: schemas insta1..insta4'
+CREATE SCHEMA template;
+CREATE TABLE template.photos (owner text NOT NULL, caption text);
+SELECT insta_id.add_id_column('template.photos', 'id', 0) AS id_sequence;
+ALTER TABLE template.photos ADD PRIMARY KEY (id);
+SELECT insta_id.create_shards(1, 4, 'template') AS shards_created;
+SELECT shard_id, schema_name, tables FROM insta_id.shards ORDER BY shard_id;
 SELECT n.nspname AS shard_schema, pg_get_expr(d.adbin, d.adrelid) AS id_default
 FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relname = 'photos' ORDER BY 1;
+WHERE c.relname = 'photos' AND n.nspname LIKE 'insta%' ORDER BY 1;
 
 \echo '== INSERT ... RETURNING id'
 INSERT INTO insta1.photos (owner, caption) VALUES ('kevin', 'first post') RETURNING id, owner;

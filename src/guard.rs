@@ -151,7 +151,9 @@ impl Slots {
         let victim = match self.keys.iter().position(SeqKey::is_empty) {
             Some(i) => i,
             None => {
-                let i = (0..WAYS).min_by_key(|&i| self.states[i].last_ms).unwrap_or(0);
+                let i = (0..WAYS)
+                    .min_by_key(|&i| self.states[i].last_ms)
+                    .unwrap_or(0);
                 self.floor_ms = self.floor_ms.max(self.states[i].last_ms);
                 i
             }

@@ -8,8 +8,8 @@
 
 use crate::guard::{Bucket, Table, WAYS};
 use crate::settings;
-use pgrx::pg_sys;
 use crate::BackendCell;
+use pgrx::pg_sys;
 
 /// Buckets of a session-local table (2048 sequences, about 300 kB).
 const SESSION_BUCKETS: usize = 256;

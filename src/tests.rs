@@ -288,7 +288,8 @@ mod tests {
         );
         let props = one::<String>(
             "SELECT string_agg(proname || ':' || provolatile::text || proparallel::text || proisstrict::text, ' ' ORDER BY proname, pronargs)
-             FROM pg_proc WHERE pronamespace = 'insta_id'::regnamespace",
+             FROM pg_proc WHERE pronamespace = 'insta_id'::regnamespace
+               AND prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')",
         );
         assert_eq!(
             props,

@@ -12,16 +12,8 @@ dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 start_cluster shards-a --preload
 a_env=$("$repo/scripts/cluster.sh" env --name shards-a)
 q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
+q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
 q -d app <<'SQL'
-SET client_min_messages = warning;
-CREATE EXTENSION insta_id;
-CREATE SCHEMA template;
-CREATE TABLE template.users (name text NOT NULL);
-SELECT insta_id.add_id_column('template.users', 'id', 0);
-ALTER TABLE template.users ADD PRIMARY KEY (id);
-CREATE TABLE template.photos (user_id bigint NOT NULL REFERENCES template.users (id), caption text);
-SELECT insta_id.add_id_column('template.photos', 'id', 0);
-ALTER TABLE template.photos ADD PRIMARY KEY (id);
 SELECT insta_id.create_shards(1, 64, 'template');
 -- 100 users and 100 photos in every shard.
 DO $$ BEGIN
@@ -41,13 +33,13 @@ BEGIN
   END LOOP;
 END $$;
 SQL
-check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 2")" 64
+check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 3")" 64
 
 pg_dump -Fc -f "$dump/app.dump" app
 q -d postgres -c "CREATE DATABASE restored"
 pg_restore -d restored "$dump/app.dump"
 check "restored: the registry came with the dump" \
-  "$(q -d restored -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 2" -F ' ')" "64 1 64"
+  "$(q -d restored -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 3" -F ' ')" "64 1 64"
 q -d restored -c "DO \$\$ BEGIN FOR s IN 1..64 LOOP
     EXECUTE format('INSERT INTO insta%1\$s.photos (user_id, caption) SELECT id, ''after'' FROM insta%1\$s.users', s);
   END LOOP; END \$\$"
