@@ -12,10 +12,12 @@ N = 1_000_000
 FLOOR_S = N / 1024 / 1000  # the scheme's ceiling: 1024 IDs per ms per sequence
 
 runs = defaultdict(list)
+by_round = defaultdict(dict)
 for line in (out / "raw.tsv").read_text().splitlines():
-    _round, name, value = line.split("\t")
+    rnd, name, value = line.split("\t")
     if value:
         runs[name].append(float(value))
+        by_round[rnd][name] = float(value)
 med = {name: statistics.median(values) for name, values in runs.items()}
 spread = {name: (min(v), max(v)) for name, v in runs.items()}
 statements = dict(line.split("\t", 1) for line in (out / "statements.tsv").read_text().splitlines())
@@ -40,13 +42,20 @@ def target(what, value, limit, better_low=True, fmt="{:.2f}x"):
     targets.append((what, fmt.format(value), f"{sign} {fmt.format(limit)}", "met" if ok else "**missed**"))
 
 
-r_nextval = med["per_call/next_id"] / med["per_call/nextval"]
-r_plpgsql = med["per_call/plpgsql_original"] / med["per_call/next_id"]
+def paired(a, b):
+    """Median over rounds of a/b, both measured in the same round: this VM's
+    noise moves whole rounds, so paired ratios are steadier than a ratio of
+    medians."""
+    return statistics.median(r[a] / r[b] for r in by_round.values() if a in r and b in r)
+
+
+r_nextval = paired("per_call/next_id", "per_call/nextval")
+r_plpgsql = paired("per_call/plpgsql_original", "per_call/next_id")
 r_ceiling = med["ceiling/next_id_one_sequence"] / FLOOR_S
-r_insert = med["insert_500k/next_id"] / med["insert_500k/bigserial"]
-r_tps = med["pgbench_tps/bigserial"] / med["pgbench_tps/next_id"]
-r_parts = med["decode/id_parts"] / med["decode/sql_bit_shifts"]
-r_scalar = med["decode/scalar_decoders"] / med["decode/sql_bit_shifts"]
+r_insert = paired("insert_500k/next_id", "insert_500k/bigserial")
+r_tps = paired("pgbench_tps/bigserial", "pgbench_tps/next_id")
+r_parts = paired("decode/id_parts", "decode/sql_bit_shifts")
+r_scalar = paired("decode/scalar_decoders", "decode/sql_bit_shifts")
 target("next_id / nextval(), per call", r_nextval, 1.15)
 target("PL/pgSQL original / next_id, per call", r_plpgsql, 8, better_low=False)
 target("one sequence, 1M IDs / floor (1M/1024 ms)", r_ceiling, 1.10)
@@ -89,15 +98,17 @@ md = f"""# Benchmarks
 
 Made by `make bench` (bench/run.sh, bench/setup.sql, bench/report.py): one
 throwaway cluster with `shared_preload_libraries = 'insta_id'`, the
-contenders interleaved in a rotating order over several rounds; medians, with
-the range over rounds in brackets. Rerun it to refresh this file, the plot
+contenders interleaved in a rotating order over several rounds; times are
+medians, with the range over rounds in brackets; ratios are medians of the
+ratios within each round (this virtual machine's noise moves whole rounds by
+up to ±15%, so a ratio of medians would mostly measure the noise). Rerun it to refresh this file, the plot
 and the README's performance line.
 
 {chr(10).join('- ' + m for m in machine)}
 
 ## Targets
 
-| measure | median | target | |
+| measure | median of per-round ratios | target | |
 |---|---|---|---|
 {target_rows}
 

@@ -4,9 +4,9 @@
 # recommended set-up). Contenders are interleaved, in a rotating order, over
 # ROUNDS rounds; bench/report.py turns the raw timings into medians, ratios,
 # BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
-#   ROUNDS=5 PGBENCH_SECONDS=5 bench/run.sh
+#   ROUNDS=7 PGBENCH_SECONDS=5 bench/run.sh
 source "$(dirname "$0")/../tests/lib.sh"
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-7}
 PGBENCH_SECONDS=${PGBENCH_SECONDS:-5}
 out="$repo/target/bench"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
