@@ -17,7 +17,8 @@ PGRX_TEST_DATA := $(CURDIR)/target/pgrx-test-data
 
 
 .PHONY: all setup build install demo stop test test-rust test-pg test-regress \
-        test-upgrade test-shards test-concurrency installcheck bench package lint clean
+        test-upgrade test-shards test-fleet test-concurrency installcheck bench package lint clean \
+        cluster-demo
 
 all: build
 
@@ -36,12 +37,16 @@ install: setup
 demo: install
 	@scripts/demo.sh
 
+## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing
+cluster-demo: install
+	@scripts/fleet_demo.sh
+
 ## stop: stop the demo cluster if it was left running (DEMO_KEEP=1)
 stop:
 	@scripts/cluster.sh stop --name demo
 
 ## test: every suite; fails on the first failure
-test: setup test-rust test-pg install test-regress test-upgrade test-shards test-concurrency
+test: setup test-rust test-pg install test-regress test-upgrade test-shards test-fleet test-concurrency
 	@echo "make test: all suites passed"
 
 test-rust:
@@ -61,6 +66,9 @@ test-upgrade:
 
 test-shards:
 	@tests/shards.sh
+
+test-fleet:
+	@tests/fleet.sh
 
 test-concurrency:
 	@tests/concurrency.sh

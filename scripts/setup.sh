@@ -2,7 +2,8 @@
 # Installs everything building, testing and benchmarking insta_id needs, on a
 # fresh Debian machine, as root or as a user with sudo. Idempotent: when all is
 # in place it only checks, in about a second.
-#   Debian: postgresql-15, postgresql-server-dev-15, libclang-dev, clang, sudo
+#   Debian: postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
+#           (routing across servers), libclang-dev, clang, sudo
 #   Rust:   cargo-pgrx 0.18.0 (--locked), rustfmt and clippy
 #   pgrx:   `cargo pgrx init` against the system pg_config (downloads nothing)
 set -euo pipefail
@@ -13,7 +14,7 @@ say() { printf '==> %s\n' "$*"; }
 
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo)
+pkgs=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy libclang-dev clang sudo)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
