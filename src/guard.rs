@@ -18,6 +18,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Slots per bucket.
 pub const WAYS: usize = 8;
+
+/// How far behind the last millisecond used the clock must read before an
+/// overflow borrows the next millisecond instead of waiting. Smaller lags are
+/// a session's slightly stale clock reading racing another session (or a
+/// small step back): waiting them out keeps IDs from running ahead of real
+/// time; borrowing there would let concurrent sessions push the time field
+/// ever further ahead.
+pub const BORROW_AFTER_MS: i64 = 100;
 const RESIDUE_WORDS: usize = 1024 / 64;
 
 /// What to do when a residue is already used in the current millisecond.
@@ -78,11 +86,13 @@ impl SeqState {
         }
         match overflow {
             Overflow::Error => Admit::Full(self.last_ms),
-            Overflow::Wait if now_ms >= self.last_ms => Admit::WaitPast(self.last_ms),
+            Overflow::Wait if now_ms > self.last_ms - BORROW_AFTER_MS => {
+                Admit::WaitPast(self.last_ms)
+            }
             Overflow::Wait => {
-                // The clock is behind a millisecond we already used: waiting
-                // for it could take as long as the step back, so borrow the
-                // next millisecond instead (as Sonyflake does).
+                // The clock stepped back well behind a millisecond we already
+                // used: waiting for it could take as long as the step, so
+                // borrow the next millisecond instead (as Sonyflake does).
                 self.last_ms += 1;
                 self.used = [0; RESIDUE_WORDS];
                 self.used[word] |= bit;
@@ -270,6 +280,25 @@ mod tests {
         assert_eq!(s.admit(7, 2, Overflow::Error), Admit::Full(5_001));
         // When the clock catches up, real time again.
         assert_eq!(s.admit(7, 6_000, Overflow::Wait), Admit::Issue(6_000));
+    }
+
+    #[test]
+    fn a_slightly_stale_reading_waits_instead_of_running_ahead() {
+        let mut s = SeqState::full_at(i64::MIN);
+        for v in 0..1024u16 {
+            assert_eq!(s.admit(v, 100, Overflow::Wait), Admit::Issue(100));
+        }
+        // Another session read the clock just before ms 100 began.
+        assert_eq!(s.admit(0, 99, Overflow::Wait), Admit::WaitPast(100));
+        assert_eq!(
+            s.admit(0, 100 - BORROW_AFTER_MS + 1, Overflow::Wait),
+            Admit::WaitPast(100)
+        );
+        // Far enough behind, it is a step back: borrow.
+        assert_eq!(
+            s.admit(0, 100 - BORROW_AFTER_MS, Overflow::Wait),
+            Admit::Issue(101)
+        );
     }
 
     #[test]
