@@ -66,10 +66,6 @@ impl SeqState {
         }
     }
 
-    pub fn last_ms(&self) -> i64 {
-        self.last_ms
-    }
-
     /// Decides the millisecond for `residue` given the clock reading `now_ms`.
     pub fn admit(&mut self, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
         debug_assert!(residue < 1024);
