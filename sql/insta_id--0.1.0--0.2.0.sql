@@ -176,7 +176,42 @@ $$;
 COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
 'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
 
--- Copies every table of template into schema target, with shard's next_id columns.
+-- Checks once, before any shard is made, that template can be copied.
+CREATE FUNCTION insta_id._check_template(template name)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad name;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A default that depends on a sequence but is not next_id's (nextval(),
+    -- serial) would keep drawing from the template's sequence in every copy.
+    SELECT c.relname INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attrdef d ON d.adrelid = c.oid
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE n.nspname = template AND c.relkind = 'r'
+      AND EXISTS (SELECT FROM pg_depend dep
+                  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                    AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+    ORDER BY c.relname
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'template table %.% has a default that uses a sequence', quote_ident(template), quote_ident(bad)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
+    END IF;
+END
+$$;
+
+-- Copies every table of template into schema target, with shard's next_id columns. The template
+-- was checked by _check_template.
 CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -189,17 +224,6 @@ DECLARE
 BEGIN
     FOR src IN SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = template AND c.relkind = 'r' ORDER BY c.relname LOOP
-        -- A default that calls nextval() would keep drawing from the template's sequence.
-        IF EXISTS (SELECT FROM pg_attrdef d JOIN pg_depend dep
-                       ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
-                   WHERE d.adrelid = src.oid AND dep.refclassid = 'pg_class'::regclass
-                     AND dep.deptype = 'n'
-                     AND insta_id._next_id_default_shard(src.oid, (SELECT a.attname FROM pg_attribute a
-                         WHERE a.attrelid = d.adrelid AND a.attnum = d.adnum)) IS NULL) THEN
-            RAISE EXCEPTION 'template table %.% has a default that uses a sequence', quote_ident(template), quote_ident(src.relname)
-                USING ERRCODE = 'feature_not_supported',
-                      HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
-        END IF;
         EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src.relname, template, src.relname);
         FOR col IN SELECT a.attname FROM pg_attribute a
                  WHERE a.attrelid = src.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -239,10 +263,7 @@ BEGIN
         RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template_schema) THEN
-        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
-            USING ERRCODE = 'invalid_schema_name';
-    END IF;
+    PERFORM insta_id._check_template(template_schema);
     FOR shard IN first_shard..last_shard LOOP
         nsp := insta_id.create_shard(shard);
         PERFORM insta_id._copy_template(template_schema, nsp, shard);

@@ -11,7 +11,13 @@ SELECT p.oid::regprocedure AS function, provolatile AS vol, proparallel AS par, 
 FROM pg_proc p WHERE pronamespace = 'insta_id'::regnamespace
 ORDER BY p.oid::regprocedure::text;
 
--- PUBLIC may use the schema and call the functions.
+-- PUBLIC may use the schema and call every ID function; the shard DDL
+-- helpers are for superusers and roles granted them.
 SELECT has_schema_privilege('public', 'insta_id', 'USAGE') AS schema_usage,
-       bool_and(has_function_privilege('public', p.oid, 'EXECUTE')) AS execute_all
-FROM pg_proc p WHERE pronamespace = 'insta_id'::regnamespace;
+       bool_and(has_function_privilege('public', p.oid, 'EXECUTE')) AS execute_all_c_functions
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+WHERE pronamespace = 'insta_id'::regnamespace AND l.lanname = 'c';
+SELECT p.oid::regprocedure AS not_for_public
+FROM pg_proc p WHERE pronamespace = 'insta_id'::regnamespace
+  AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
+ORDER BY p.oid::regprocedure::text;
