@@ -1,95 +1,109 @@
 # insta_id: every task a target. The README's two commands are `make demo`
-# and `make test`; both run `make setup` first, which installs what is
-# missing and is quick when nothing is.
+# and `make test`; both install what is missing first (scripts/setup.sh),
+# which is quick when nothing is.
+#
+# Which PostgreSQL: PG=15|16|17|18 (default: the newest), or PG_CONFIG=<path>
+# for any server's pg_config (make install). scripts/harness.sh decides.
 
-PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
-PG_MAJOR  := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
-export PG_CONFIG
+SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+VERSIONS := $(shell bash -c 'source scripts/harness.sh && echo $$PG_SUPPORTED')
+OLDEST   := $(firstword $(VERSIONS))
+NEWEST   := $(lastword $(VERSIONS))
 
-# initdb and postgres refuse root: pgrx's test harness then runs them as postgres.
-ifeq ($(shell id -u),0)
-PGRX_TEST_USER := postgres
-else
-PGRX_TEST_USER := $(shell id -un)
-endif
-PGRX_TEST_DATA := $(CURDIR)/target/pgrx-test-data
+.PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
+        test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade
 
+## help: this list
+help:
+	@sed -nE 's/^## //p' Makefile
 
-.PHONY: all setup build install demo stop test test-rust test-pg test-regress \
-        test-upgrade test-shards test-fleet test-concurrency installcheck bench package lint clean \
-        cluster-demo
+## demo: the newest PostgreSQL, not preloaded: logical shards, IDs made and decoded
+demo:
+	@scripts/setup.sh
+	@scripts/build.sh install
+	@scripts/demo.sh
 
-all: build
+## test: everything, on every supported version (what CI runs)
+test:
+	@scripts/setup.sh all
+	@$(MAKE) -s test-rust PG=$(NEWEST)
+	@for v in $(VERSIONS); do $(MAKE) -s check PG=$$v || exit 1; done
+	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-pg PG=$$v || exit 1; done
+	@$(MAKE) -s test-shards test-fleet PG=15
+	@$(MAKE) -s test-pg-upgrade
+	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
-## setup: install Debian packages, cargo-pgrx 0.18.0 and pgrx's config if missing
+## check: the quick tier, one version (PG=NN, default the newest): build,
+##        pg_regress preloaded and not, upgrade, concurrent sessions
+check:
+	@scripts/setup.sh
+	@scripts/build.sh install ci
+	@tests/regress.sh
+	@tests/regress.sh --no-preload
+	@tests/upgrade.sh
+	@tests/concurrency.sh
+
+## setup: install what is missing for PG (or: scripts/setup.sh all)
 setup:
 	@scripts/setup.sh
 
-build: setup
-	cargo build --release
+## install: build (release) and install into the server of PG_CONFIG, sudo if needed
+install:
+	@scripts/setup.sh $(if $(PG_CONFIG),--build-only)
+	@scripts/build.sh install
 
-## install: build and install into the server of PG_CONFIG (sudo if needed)
-install: setup
-	@scripts/install.sh
+## package: a directory tree to copy onto a server (target/release/insta_id-pgNN)
+package:
+	@scripts/setup.sh $(if $(PG_CONFIG),--build-only)
+	@scripts/build.sh package
 
-## demo: a throwaway cluster, a few logical shards, IDs inserted and decoded
-demo: install
-	@scripts/demo.sh
-
-## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing
-cluster-demo: install
-	@scripts/fleet_demo.sh
-
-## stop: stop the demo cluster if it was left running (DEMO_KEEP=1)
+## stop: stop the demo cluster left running by DEMO_KEEP=1
 stop:
 	@scripts/cluster.sh stop --name demo
 
-## test: every suite; fails on the first failure
-test: setup test-rust test-pg install test-regress test-upgrade test-shards test-fleet test-concurrency
-	@echo "make test: all suites passed"
+## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing (PostgreSQL 15)
+cluster-demo:
+	@scripts/setup.sh 15
+	@PG=15 scripts/build.sh install
+	@PG=15 scripts/fleet_demo.sh
 
+## bench: benchmarks (release build, never part of make test); writes BENCHMARKS.md
+bench:
+	@scripts/setup.sh
+	@scripts/build.sh install
+	@bench/run.sh
+
+## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads)
 test-rust:
-	cargo test --lib --no-default-features --features pg$(PG_MAJOR)
+	@scripts/build.sh test-rust
 
+## test-pg: #[pg_test]s inside PostgreSQL (every function and error, scripted clock)
 test-pg:
-	@mkdir -p $(PGRX_TEST_DATA)
-	@if [ "$$(id -u)" = 0 ]; then chown $(PGRX_TEST_USER) $(PGRX_TEST_DATA); fi
-	CARGO_PGRX_TEST_RUNAS=$(PGRX_TEST_USER) CARGO_PGRX_TEST_PGDATA=$(PGRX_TEST_DATA) \
-		cargo pgrx test pg$(PG_MAJOR)
+	@scripts/build.sh test-pg
 
-test-regress:
-	@tests/regress.sh
+test-regress test-upgrade test-concurrency test-shards test-fleet: test-%:
+	@scripts/setup.sh
+	@scripts/build.sh install ci
+	@tests/$*.sh
 
-test-upgrade:
-	@tests/upgrade.sh
+## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
+test-pg-upgrade:
+	@scripts/setup.sh $(OLDEST) $(NEWEST)
+	@PG=$(OLDEST) scripts/build.sh install ci
+	@PG=$(NEWEST) scripts/build.sh install ci
+	@tests/pg_upgrade.sh $(OLDEST) $(NEWEST)
 
-test-shards:
-	@tests/shards.sh
-
-test-fleet:
-	@tests/fleet.sh
-
-test-concurrency:
-	@tests/concurrency.sh
-
-## installcheck: pg_regress suite against a running server you point PG* at
+## installcheck: the pg_regress suite against the server PGHOST/PGPORT/PGUSER name
 installcheck:
 	@tests/regress.sh --existing
 
-## bench: benchmarks against a throwaway cluster; writes BENCHMARKS.md
-bench: install
-	@bench/run.sh
-
-## package: a directory tree ready to copy onto a server (target/release/insta_id-pgNN)
-package: setup
-	cargo pgrx package --pg-config $(PG_CONFIG)
-	@scripts/install.sh --copy-frozen-only target/release/insta_id-pg$(PG_MAJOR)
-
-lint: setup
-	cargo fmt --all -- --check
-	cargo clippy --all-targets --no-default-features --features "pg$(PG_MAJOR) pg_test" -- -D warnings
+## lint: rustfmt and clippy -D warnings
+lint:
+	@scripts/setup.sh --build-only
+	@scripts/build.sh lint
 
 clean:
-	-@for c in target/clusters/*; do [ -d "$$c" ] && scripts/cluster.sh stop --name "$$(basename $$c)"; done
+	-@for c in target/clusters/pg*-*; do [ -d "$$c" ] || continue; b=$$(basename "$$c"); v=$${b%%-*}; \
+	  PG=$${v#pg} scripts/cluster.sh stop --name "$${b#*-}"; done
 	cargo clean

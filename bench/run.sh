@@ -5,7 +5,7 @@
 # ROUNDS rounds; bench/report.py turns the raw timings into medians, ratios,
 # BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
 #   ROUNDS=7 PGBENCH_SECONDS=5 bench/run.sh
-source "$(dirname "$0")/../tests/lib.sh"
+source "$(dirname "$0")/../scripts/harness.sh"
 ROUNDS=${ROUNDS:-7}
 PGBENCH_SECONDS=${PGBENCH_SECONDS:-5}
 out="$repo/target/bench"; mkdir -p "$out"

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The demo behind `make demo`: a throwaway cluster, four logical shards
+# The demo behind `make demo`: a throwaway cluster of the newest supported
+# PostgreSQL with no server configuration at all (insta_id is not preloaded:
+# on 17+ the duplicate guard is server-wide anyway), four logical shards
 # (schemas insta1..insta4, like Instagram's) made from a template with
 # insta_id.create_shards, a table in each whose id DEFAULT mints IDs with that
-# shard's number, rows inserted with RETURNING id, and the
-# IDs decoded. Stops the cluster at the end; DEMO_KEEP=1 leaves it running.
-set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-export PATH="$("$PG_CONFIG" --bindir):$PATH"
+# shard's number, rows inserted with RETURNING id, and the IDs decoded.
+# Stops the cluster at the end; DEMO_KEEP=1 leaves it running.
+source "$(dirname "$0")/harness.sh"
 
-"$repo/scripts/cluster.sh" start --name demo --preload
-eval "$("$repo/scripts/cluster.sh" env --name demo)"
-trap '[ "${DEMO_KEEP:-0}" = 1 ] || "$repo/scripts/cluster.sh" stop --name demo' EXIT
+cluster_start demo
+eval "$(cluster_env demo)"
+trap '[ "${DEMO_KEEP:-0}" = 1 ] || cluster_stop demo' EXIT
+echo "== $(psql -X -qtA -d postgres -c "SELECT version()" | cut -d, -f1), shared_preload_libraries = '$(psql -X -qtA -d postgres -c "SHOW shared_preload_libraries")'"
 
 psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS insta_demo" -c "CREATE DATABASE insta_demo"
 psql -X -q -v ON_ERROR_STOP=1 -d insta_demo <<'SQL'
@@ -51,11 +51,12 @@ SELECT count(*) AS photos_last_minute FROM insta4.photos WHERE id >= insta_id.mi
 SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
        count(DISTINCT insta_id.created_at(id)) AS milliseconds
 FROM insta4.photos;
+\echo '== The duplicate guard spans every session of this server, without preloading'
 SELECT insta_id.guard_mode() AS duplicate_guard;
 SQL
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then
   echo "The demo cluster is still running. Connect with:"
-  echo "  $(scripts/cluster.sh env --name demo | sed 's/^export //') psql -d insta_demo"
-  echo "Stop it with: make stop"
+  echo "  $(cluster_env demo | sed 's/^export //') psql -d insta_demo"
+  echo "Stop it with: make stop PG=$PG"
 fi

@@ -11,14 +11,10 @@
 # insta_id.create_shards. Server 1 also has a database `router`: the
 # logical-to-physical map (table shard_map) and PL/Proxy functions that run
 # each call on the server holding the shard.
-set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-export PATH="$("$PG_CONFIG" --bindir):$PATH"
-cluster() { "$repo/scripts/cluster.sh" "$@"; }
-q() { psql -X -v ON_ERROR_STOP=1 -qtA "$@"; }
-on() { local n=$1; shift; ( eval "$(cluster env --name "fleet-$n")"; q "$@" ); }
-connstr() { ( eval "$(cluster env --name "fleet-$1")"; echo "host=$PGHOST port=$PGPORT dbname=app user=postgres" ); }
+# PL/Proxy is packaged (by Debian) for PostgreSQL 15 only: run it with PG=15.
+source "$(dirname "$0")/harness.sh"
+on() { local n=$1; shift; ( eval "$(cluster_env "fleet-$n")"; q "$@" ); }
+connstr() { ( eval "$(cluster_env "fleet-$1")"; echo "host=$PGHOST port=$PGPORT dbname=app user=postgres" ); }
 
 cmd=${1:-}
 case "$cmd" in
@@ -26,8 +22,8 @@ case "$cmd" in
     servers=${2:-3}; shards=${3:-300}
     per=$(( (shards + servers - 1) / servers ))
     for n in $(seq 1 "$servers"); do
-      cluster destroy --name "fleet-$n"
-      cluster start --name "fleet-$n" --preload
+      cluster_destroy "fleet-$n"
+      cluster_start "fleet-$n" --preload
       first=$(( (n - 1) * per + 1 )); last=$(( n * per < shards ? n * per : shards ))
       on "$n" -d postgres -c "CREATE DATABASE app"
       on "$n" -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" \
@@ -48,14 +44,14 @@ case "$cmd" in
     echo "fleet up: $servers servers, logical shards 1..$shards ($per per server); router: database router on fleet-1"
     ;;
   down)
-    for d in "$repo"/target/clusters/fleet-*; do
-      [ -d "$d" ] && cluster destroy --name "$(basename "$d")"
+    for d in "$(cluster_dir fleet-)"*; do
+      [ -d "$d" ] && cluster_destroy "fleet-${d##*fleet-}"
     done
     true
     ;;
   env)
-    cluster env --name "fleet-$2"
+    cluster_env "fleet-$2"
     ;;
   *)
-    sed -n '2,14p' "$0" >&2; exit 2 ;;
+    sed -n '2,15p' "$0" >&2; exit 2 ;;
 esac

@@ -3,10 +3,7 @@
 # shards spread over them from one template, and a PL/Proxy router that runs
 # each call on the server holding the shard. FLEET_KEEP=1 leaves it running
 # (`scripts/fleet.sh down` stops it).
-set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-export PATH="$("$PG_CONFIG" --bindir):$PATH"
+source "$(dirname "$0")/harness.sh"
 fleet() { "$repo/scripts/fleet.sh" "$@"; }
 on() { local n=$1; shift; ( eval "$(fleet env "$n")"; psql -X -q -v ON_ERROR_STOP=1 "$@" ); }
 

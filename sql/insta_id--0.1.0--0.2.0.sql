@@ -1,3 +1,4 @@
+\echo Use "ALTER EXTENSION insta_id UPDATE TO '0.2.0'" to load this file. \quit
 -- insta_id 0.1.0 -> 0.2.0: logical shards (the registry, create/drop/adopt
 -- shards, add_id_column). Only new objects; nothing of 0.1.0 changes.
 

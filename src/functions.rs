@@ -11,7 +11,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::clock;
-use crate::guard::{Admit, Overflow, SeqKey};
+use crate::guard::{Admit, Overflow, SeqKey, Table};
 use crate::guard_store;
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
@@ -154,7 +154,7 @@ fn wait_past(ms: i64) -> i64 {
 }
 
 /// The ID for `shard` and the sequence value `seq_value` of `relid`.
-fn mint(shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
+fn mint(table: Table<'static>, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     let epoch = settings::epoch_ms();
     let residue = ok_or_raise(layout::seq_field(seq_value), epoch);
     let overflow = match settings::on_overflow() {
@@ -170,7 +170,6 @@ fn mint(shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
         database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         relation: relid.to_u32(),
     };
-    let table = guard_store::table();
     let mut now = clock::now_unix_ms();
     // Refuse a clock outside the time field before the guard remembers it.
     ok_or_raise(layout::check_ms(now - epoch), epoch);
@@ -209,9 +208,11 @@ pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Da
     // Check the shard before nextval so a bad call consumes no value.
     let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
     check_is_sequence_cached(relid);
+    // Before nextval too: the guard may refuse (insta_id.require_shared_guard).
+    let table = guard_store::table();
     // SAFETY: a plain C call; nothing with a destructor is live across it.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
-    Datum::from(mint(shard, relid, value))
+    Datum::from(mint(table, shard, relid, value))
 }
 
 /// The epoch argument of the explicit-epoch overloads, as ms since 1970.

@@ -116,7 +116,7 @@ RETURNS text
 LANGUAGE c STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
 COMMENT ON FUNCTION insta_id.guard_mode() IS
-'shared: the duplicate guard spans all sessions (insta_id in shared_preload_libraries); session: each session guards only its own IDs';
+'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
 
 -- Application roles need no grants of their own: an id DEFAULT works for any
 -- role that may INSERT into the table and use its sequence.
@@ -129,7 +129,7 @@ DO $$
 BEGIN
   IF insta_id.guard_mode() = 'session' THEN
     RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
-      USING HINT = 'Add insta_id to shared_preload_libraries and restart to guard across sessions. See insta_id.guard_mode() and the README.';
+      USING HINT = 'Add insta_id to shared_preload_libraries and restart (or use PostgreSQL 17 or later) to guard across sessions. insta_id.require_shared_guard = on makes next_id refuse to run until then. See insta_id.guard_mode() and the README.';
   END IF;
 END
 $$;

@@ -3,7 +3,8 @@
 //! Modules, one concern each:
 //! - `layout`: the bit layout, pure Rust (no database needed to test it);
 //! - `guard`: the duplicate guard's algorithm and table, pure Rust;
-//! - `guard_store`: where the guard's table lives (shared memory or session);
+//! - `guard_store`: where the guard's table lives (shared memory, the DSM
+//!   registry, or the session);
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
 //! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
@@ -11,22 +12,38 @@
 
 use pgrx::prelude::*;
 
-/// Raises an ERROR with a SQLSTATE, a message and optionally a detail.
+/// Raises an ERROR with a SQLSTATE, a message, optionally a detail and a hint.
 /// Usable in expression position (it has type `!`), unlike `ereport!`.
 macro_rules! raise {
     ($code:expr, $msg:expr $(,)?) => {
-        $crate::raise_error($code, $msg, None)
+        $crate::raise_error($code, $msg, None, None)
     };
     ($code:expr, $msg:expr, $detail:expr $(,)?) => {
-        $crate::raise_error($code, $msg, Some(String::from($detail)))
+        $crate::raise_error($code, $msg, Some(String::from($detail)), None)
+    };
+    ($code:expr, $msg:expr, $detail:expr, $hint:expr $(,)?) => {
+        $crate::raise_error(
+            $code,
+            $msg,
+            Some(String::from($detail)),
+            Some(String::from($hint)),
+        )
     };
 }
 
 #[doc(hidden)]
-pub fn raise_error(code: PgSqlErrorCode, message: impl Into<String>, detail: Option<String>) -> ! {
+pub fn raise_error(
+    code: PgSqlErrorCode,
+    message: impl Into<String>,
+    detail: Option<String>,
+    hint: Option<String>,
+) -> ! {
     let mut report = pgrx::pg_sys::panic::ErrorReport::new(code, message.into(), "insta_id");
     if let Some(detail) = detail {
         report = report.set_detail(detail);
+    }
+    if let Some(hint) = hint {
+        report = report.set_hint(hint);
     }
     report.report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")

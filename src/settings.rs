@@ -5,7 +5,9 @@
 //!   database, before the first ID, and never change it: decoders declared
 //!   IMMUTABLE read it too.
 //! - `insta_id.on_overflow` (superuser): `wait`, `error` or `legacy`.
-//! - `insta_id.max_sequences` (server start): slots of the server-wide guard.
+//! - `insta_id.require_shared_guard` (superuser): refuse to mint IDs with a
+//!   per-session guard (not preloaded, PostgreSQL older than 17).
+//! - `insta_id.max_sequences` (server start): slots of the preloaded guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
 use crate::BackendCell;
@@ -31,6 +33,13 @@ pub static ON_OVERFLOW: GucSetting<OnOverflow> = GucSetting::<OnOverflow>::new(O
 
 static EPOCH_TEXT: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1314220021721"));
+
+static REQUIRE_SHARED_GUARD: GucSetting<bool> = GucSetting::<bool>::new(false);
+
+/// Whether next_id must refuse a per-session guard (read only in that mode).
+pub fn require_shared_guard() -> bool {
+    REQUIRE_SHARED_GUARD.get()
+}
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
 
@@ -123,12 +132,20 @@ pub fn define(at_server_start: bool) {
             None,
         );
     }
+    GucRegistry::define_bool_guc(
+        c"insta_id.require_shared_guard",
+        c"Makes next_id fail (SQLSTATE 55000) rather than mint IDs with a per-session duplicate guard.",
+        c"The guard is per session only without shared_preload_libraries on PostgreSQL 15 and 16; there two sessions filling one sequence in bulk can repeat each other's IDs.",
+        &REQUIRE_SHARED_GUARD,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     if !at_server_start {
         return;
     }
     GucRegistry::define_int_guc(
         c"insta_id.max_sequences",
-        c"Sequences the server-wide duplicate guard tracks at once (needs shared_preload_libraries).",
+        c"Sequences the preloaded duplicate guard tracks at once (needs shared_preload_libraries; without it, PostgreSQL 17+ tracks 16384).",
         c"Each takes about 150 bytes of shared memory. When more sequences are in use, the least recently used one is evicted; it then cannot reuse its last millisecond, which can cost a wait but never a duplicate.",
         &MAX_SEQUENCES,
         64,

@@ -605,4 +605,34 @@ mod tests {
     fn guard_is_shared_when_preloaded() {
         assert_eq!(one::<String>("SELECT insta_id.guard_mode()"), "shared");
     }
+
+    /// The DSM registry refuses a segment of the guard's name with another
+    /// size (another build loaded in the server) with 55000, not XX000.
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    #[pg_test]
+    fn registry_segment_of_another_size_is_refused_with_55000() {
+        use crate::guard_store::registry;
+        let name = c"insta_id pg_test segment";
+        let first = registry::attach(name, 4);
+        assert_eq!(first.len(), 4);
+        // The same size again finds the same memory.
+        assert_eq!(registry::attach(name, 4).as_ptr(), first.as_ptr());
+        let got = PgTryBuilder::new(|| {
+            registry::attach(name, 8);
+            String::from("ok")
+        })
+        .catch_others(|e| match e {
+            pg_sys::panic::CaughtError::ErrorReport(r)
+            | pg_sys::panic::CaughtError::PostgresError(r) => {
+                format!("{:?}: {} / {}", r.sql_error_code(), r.message(), r.hint().unwrap_or(""))
+            }
+            other => other.rethrow(),
+        })
+        .execute();
+        assert!(
+            got.starts_with("ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE: the duplicate guard's shared memory \"insta_id pg_test segment\" exists with another size")
+                && got.contains("Restart the server"),
+            "{got}"
+        );
+    }
 }

@@ -9,7 +9,7 @@
 #   router's map as the lock-out); writes resume there, no ID repeats;
 # - a streaming standby of server 3 refuses next_id like nextval, and after
 #   promotion mints IDs that repeat none of the primary's.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../scripts/harness.sh"
 SECONDS_OF_LOAD=${SECONDS_OF_LOAD:-5}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
@@ -84,9 +84,8 @@ check "shard 150 lives on server 3 only, with its old rows and 201 new ones" \
 
 # A streaming standby of server 3, then a failover.
 eval "$(fleet env 3)"
-standby="$repo/target/clusters/fleet-3-standby"
+standby="$(cluster_dir fleet-3-standby)"
 rm -rf "$standby"; mkdir -p "$standby"
-as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
 [ "$(id -u)" = 0 ] && chown postgres "$standby"
 as_pg pg_basebackup --checkpoint=fast -D "$standby/data" -R -X stream -h "$PGHOST" -p "$PGPORT" -U postgres
 sport=$((PGPORT + 100))
@@ -101,8 +100,7 @@ until [ "$(q -h "$standby" -p $sport -d app -c "SELECT count(*) FROM insta150.us
 check "on a hot standby, next_id fails like nextval (25006)" \
   "$(q -h "$standby" -p $sport -d app -c "SELECT insta_id.next_id(150, 'insta150.users_id_seq')" 2>&1 | grep -o 'cannot execute nextval() in a read-only transaction' | head -n1)" \
   "cannot execute nextval() in a read-only transaction"
-fleet_down_primary() { as_pg pg_ctl -D "$repo/target/clusters/fleet-3/data" -m immediate -w stop >/dev/null; }
-fleet_down_primary
+as_pg pg_ctl -D "$(cluster_dir fleet-3)/data" -m immediate -w stop >/dev/null
 as_pg pg_ctl -D "$standby/data" -w promote >/dev/null
 new=$(q -h "$standby" -p $sport -d app -c "INSERT INTO insta150.users (name) SELECT 'after failover' FROM generate_series(1, 100) RETURNING id" | tr '\n' ',')
 check "after promotion, the new primary mints IDs for shard 150" \

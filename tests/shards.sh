@@ -5,12 +5,12 @@
 # - one shard moves to another server with the README's procedure
 #   (lock out writers, pg_dump -n, pg_restore, adopt_shard, drop_shard) and
 #   writes resume there without repeating an ID.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../scripts/harness.sh"
 dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$dump"
 
 start_cluster shards-a --preload
-a_env=$("$repo/scripts/cluster.sh" env --name shards-a)
+a_env=$(cluster_env shards-a)
 q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
 q -d app <<'SQL'
@@ -51,7 +51,7 @@ check "restored: every ID decodes to the shard that holds it" \
 
 # Move shard 7 from server A to server B.
 start_cluster shards-b --preload
-b_env=$("$repo/scripts/cluster.sh" env --name shards-b)
+b_env=$(cluster_env shards-b)
 q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 eval "$a_env"

@@ -8,7 +8,7 @@
 #    ALTER EXTENSION insta_id UPDATE, and the result must match a fresh
 #    install object for object (signatures, volatility, strictness, parallel
 #    safety, comments, privileges), and must mint IDs.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../scripts/harness.sh"
 cd "$repo"
 version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
 
@@ -18,21 +18,7 @@ else
   check "sql/insta_id--$version.sql is the SQL of version $version (the SQL in src/ changed: bump the version, freeze it, add an upgrade script)" differs same
 fi
 
-describe="
-SELECT pg_describe_object(d.classid, d.objid, 0)
-       || coalesce(' ' || p.provolatile::text || p.proparallel::text || p.proisstrict::text || ' -> ' || p.prorettype::regtype, '')
-       || coalesce(' acl=' || p.proacl::text, '')
-       || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
-FROM pg_depend d
-LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
-WHERE d.refclassid = 'pg_extension'::regclass
-  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'insta_id')
-  AND d.deptype = 'e'
-UNION ALL
-SELECT 'schema ' || nspname || ' acl=' || nspacl::text FROM pg_namespace WHERE nspname = 'insta_id'
-UNION ALL
-SELECT 'dumped config ' || coalesce(extconfig::regclass[]::text, '-') FROM pg_extension WHERE extname = 'insta_id'
-ORDER BY 1"
+describe=$(cat "$repo/tests/fixtures/describe_extension.sql")
 
 start_cluster upgrade --preload
 q -d postgres -c "CREATE DATABASE fresh"

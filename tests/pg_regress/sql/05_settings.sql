@@ -1,7 +1,12 @@
--- Settings: insta_id.epoch and insta_id.on_overflow are superuser-only.
+-- Settings: insta_id.epoch, insta_id.on_overflow and
+-- insta_id.require_shared_guard are superuser-only.
+-- They exist in a session once the library is loaded: preloaded, by the
+-- first call of an insta_id function, or by LOAD.
 SET TIME ZONE 'UTC';
+LOAD 'insta_id';
 SHOW insta_id.epoch;
 SHOW insta_id.on_overflow;
+SHOW insta_id.require_shared_guard;
 SELECT insta_id.epoch();
 SET insta_id.epoch = '1293843600000';
 SELECT insta_id.epoch();
@@ -22,6 +27,9 @@ SET insta_id.epoch = '0';
 \echo :LAST_ERROR_SQLSTATE
 SET insta_id.on_overflow = 'legacy';
 \echo :LAST_ERROR_SQLSTATE
+SET insta_id.require_shared_guard = off;
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DROP ROLE insta_id_regress_app;
-SHOW insta_id.max_sequences;
+SET insta_id.require_shared_guard = 'sometimes';
+\echo :LAST_ERROR_SQLSTATE

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Every cargo invocation, for the PostgreSQL the harness picked (PG or
+# PG_CONFIG): the pgrx feature pgNN and the pg_config to build against.
+#
+#   scripts/build.sh install [PROFILE]   build and install into the server of
+#                                        PG_CONFIG (sudo when its directories
+#                                        need it); PROFILE release (default) or
+#                                        ci (the tests': no LTO, quicker build)
+#   scripts/build.sh package             target/release/insta_id-pgNN, ready to copy
+#   scripts/build.sh test-rust           pure Rust unit and property tests
+#   scripts/build.sh test-pg             #[pg_test]s inside PostgreSQL
+#   scripts/build.sh lint                rustfmt and clippy -D warnings
+#
+# Besides what pgrx installs (the library, the control file, this version's
+# script and sql/'s upgrade scripts) install copies the frozen install
+# scripts of earlier versions, so `CREATE EXTENSION insta_id VERSION '<old>'`
+# works (the upgrade tests use it).
+source "$(dirname "$0")/harness.sh"
+cd "$repo"
+export PATH="$HOME/.cargo/bin:$PATH"
+# pgrx's build scripts read the pg_config to build against from here.
+export PGRX_PG_CONFIG_PATH="$PG_CONFIG"
+features=(--no-default-features --features "pg$PG")
+version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
+extdir="$("$PG_CONFIG" --sharedir)/extension"
+
+copy_frozen() { # $1: destination extension directory, $2...: cp prefix
+  local dest=$1 f b; shift
+  for f in sql/insta_id--*.sql; do
+    b=$(basename "$f")
+    # pgrx generates this version's install script itself.
+    [ "$b" = "insta_id--$version.sql" ] || "$@" cp "$f" "$dest/$b"
+  done
+}
+
+case "${1:-}" in
+  install)
+    profile=${2:-release}
+    sudo_flag=(); prefix=()
+    if [ ! -w "$extdir" ] || [ ! -w "$("$PG_CONFIG" --pkglibdir)" ]; then
+      sudo_flag=(--sudo); prefix=(sudo)
+    fi
+    cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" "${sudo_flag[@]}"
+    [ -f "$extdir/insta_id--$version.sql" ] || { echo "install: insta_id--$version.sql was not installed" >&2; exit 1; }
+    copy_frozen "$extdir" "${prefix[@]}"
+    say "installed insta_id $version ($profile build) into PostgreSQL $PG at $extdir"
+    ;;
+  package)
+    cargo pgrx package --pg-config "$PG_CONFIG"
+    dest="target/release/insta_id-pg$PG$extdir"; mkdir -p "$dest"; copy_frozen "$dest"
+    ;;
+  test-rust)
+    cargo test --lib "${features[@]}"
+    ;;
+  test-pg)
+    # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
+    data="$repo/target/pgrx-test-data-$PG"; mkdir -p "$data"
+    runas=$(id -un)
+    if [ "$(id -u)" = 0 ]; then runas=postgres; chown postgres "$data"; fi
+    CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test "pg$PG"
+    ;;
+  lint)
+    cargo fmt --all -- --check
+    cargo clippy --all-targets "${features[@]}" --features pg_test -- -D warnings
+    ;;
+  *)
+    sed -n '2,17p' "$0" >&2; exit 2 ;;
+esac

