@@ -7,7 +7,7 @@
 
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-VERSIONS := $(shell bash -c 'source scripts/harness.sh && echo $$PG_SUPPORTED')
+VERSIONS := $(shell scripts/harness.sh pg_supported)
 OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
 
@@ -89,8 +89,8 @@ test-regress test-upgrade test-concurrency test-shards test-fleet: test-%:
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
-	@scripts/setup.sh $(OLDEST) $(NEWEST)
-	@PG=$(OLDEST) scripts/build.sh install ci
+	@scripts/setup.sh $(NEWEST) upgrade-source
+	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
 	@PG=$(NEWEST) scripts/build.sh install ci
 	@tests/pg_upgrade.sh $(OLDEST) $(NEWEST)
 

