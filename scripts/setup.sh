@@ -56,6 +56,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# As root the clusters run as postgres (initdb refuses root); Debian's server
+# package creates that user, the other versions need it too.
+if [ $build_only = 0 ] && [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  say "creating the system user postgres"
+  useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
+fi
+
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION\$"; then

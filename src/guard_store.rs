@@ -72,7 +72,9 @@ fn preloaded() -> Option<&'static [Bucket]> {
 /// registry segment (attached on first use, PostgreSQL 17+).
 #[inline]
 fn server_wide() -> Option<&'static [Bucket]> {
-    preloaded().or_else(|| REGISTRY.get()).or_else(attach_registry)
+    preloaded()
+        .or_else(|| REGISTRY.get())
+        .or_else(attach_registry)
 }
 
 #[cfg(any(feature = "pg17", feature = "pg18"))]

@@ -624,7 +624,12 @@ mod tests {
         .catch_others(|e| match e {
             pg_sys::panic::CaughtError::ErrorReport(r)
             | pg_sys::panic::CaughtError::PostgresError(r) => {
-                format!("{:?}: {} / {}", r.sql_error_code(), r.message(), r.hint().unwrap_or(""))
+                format!(
+                    "{:?}: {} / {}",
+                    r.sql_error_code(),
+                    r.message(),
+                    r.hint().unwrap_or("")
+                )
             }
             other => other.rethrow(),
         })
