@@ -13,7 +13,7 @@ eval "$(cluster_env demo)"
 trap '[ "${DEMO_KEEP:-0}" = 1 ] || cluster_stop demo' EXIT
 echo "== $(psql -X -qtA -d postgres -c "SELECT version()" | cut -d, -f1), shared_preload_libraries = '$(psql -X -qtA -d postgres -c "SHOW shared_preload_libraries")'"
 
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS insta_demo" -c "CREATE DATABASE insta_demo"
+PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS insta_demo" -c "CREATE DATABASE insta_demo"
 psql -X -q -v ON_ERROR_STOP=1 -d insta_demo <<'SQL'
 \pset footer off
 SET client_min_messages = warning;

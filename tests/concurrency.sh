@@ -15,7 +15,7 @@ burst=$(mktemp); trap 'rm -f "$burst"' EXIT
 echo "INSERT INTO ids SELECT insta_id.next_id(1, 's'), pg_backend_pid() FROM generate_series(1, 2000);" >"$burst"
 
 hammer() { # $1: label
-  q -d postgres -c "DROP DATABASE IF EXISTS conc" -c "CREATE DATABASE conc"
+  PGOPTIONS="-c client_min_messages=warning" q -d postgres -c "DROP DATABASE IF EXISTS conc" -c "CREATE DATABASE conc"
   q -d conc -c "SET client_min_messages = error" -c "CREATE EXTENSION insta_id" \
     -c "CREATE SEQUENCE s" -c "CREATE UNLOGGED TABLE ids (id bigint, pid int)"
   started=$(q -d conc -c "SELECT clock_timestamp()")
