@@ -109,7 +109,7 @@ pub fn table() -> Table<'static> {
     }
 }
 
-#[cold]
+/// PostgreSQL 15/16 without preloading: this session's own table.
 fn session_table() -> Table<'static> {
     if settings::require_shared_guard() {
         raise!(
@@ -165,7 +165,7 @@ pub mod registry {
         })
         // GetNamedDSMSegment reports a size mismatch as an internal error.
         .catch_when(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, |e| match &e {
-            CaughtError::PostgresError(r) if r.message().contains("size") => raise!(
+            CaughtError::PostgresError(r) if r.message().contains("does not match size") => raise!(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "the duplicate guard's shared memory \"{}\" exists with another size",

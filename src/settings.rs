@@ -36,9 +36,12 @@ static EPOCH_TEXT: GucSetting<Option<CString>> =
 
 static REQUIRE_SHARED_GUARD: GucSetting<bool> = GucSetting::<bool>::new(false);
 
-/// Whether next_id must refuse a per-session guard (read only in that mode).
+/// Whether next_id must refuse a per-session guard (read only in that mode,
+/// but then on every call).
+#[inline]
 pub fn require_shared_guard() -> bool {
-    REQUIRE_SHARED_GUARD.get()
+    // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
+    unsafe { *REQUIRE_SHARED_GUARD.as_ptr() }
 }
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
