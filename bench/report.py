@@ -29,7 +29,9 @@ def fmt_s(name):
     return f"{med[name]:.3f} s ({lo:.3f}–{hi:.3f})"
 
 
-def ns_per_call(name, calls=N):
+def ns_per_call(name):
+    """Per call, or per row for the 500,000-row INSERTs."""
+    calls = 500_000 if name.startswith("insert_500k/") else N
     return med[name] / calls * 1e9
 
 
@@ -86,6 +88,31 @@ target("INSERT ... SELECT 500k: next_id / bigserial", r_insert, 1.05, why="inser
 target("pgbench INSERT tps: bigserial / next_id", r_tps, 1.05)
 target("decode 1M: id_parts / SQL bit shifts", r_parts, 1.5)
 
+# PostgreSQL 17+: the same contenders on a cluster without preloading, where
+# the guard lives in a DSM-registry segment.
+dsm = "per_call/next_id_dsm" in med
+if dsm:
+    r_dsm_nextval = paired("per_call/next_id_dsm", "per_call/nextval_dsm")
+    r_dsm_pre = paired("per_call/next_id_dsm", "per_call/next_id")
+    r_dsm_insert = paired("insert_500k/next_id_dsm", "insert_500k/bigserial_dsm")
+    dsm_section = f"""
+## Without preloading: the DSM-registry guard (PostgreSQL 17+)
+
+The same statements on a second cluster of the same server version with no
+`shared_preload_libraries`, where the duplicate guard lives in a segment of
+the DSM registry; its rounds are interleaved with the preloaded cluster's.
+
+| contender | time | per call or row |
+|---|---|---|
+{{rows}}
+
+next_id without preloading costs {r_dsm_nextval:.2f}x that cluster's bare nextval() and
+{r_dsm_pre:.2f}x next_id on the preloaded cluster (median of per-round ratios);
+its 500,000-row INSERT takes {r_dsm_insert:.2f}x bigserial's there.
+"""
+else:
+    dsm_section = ""
+
 # The plot: per-call cost of each generator.
 try:
     import matplotlib
@@ -110,6 +137,10 @@ except ImportError:
     plot_note = "(matplotlib is missing, so no plot was drawn)"
 
 rows = lambda names: "\n".join(f"| {n.split('/', 1)[1]} | {fmt_s(n)} | {ns_per_call(n):.0f} ns |" for n in names)
+if dsm:
+    dsm_section = dsm_section.replace("{rows}", "\n".join(
+        f"| {n} | {fmt_s(n)} | {ns_per_call(n):.0f} ns |"
+        for n in ["per_call/nextval_dsm", "per_call/next_id_dsm", "insert_500k/bigserial_dsm", "insert_500k/next_id_dsm"]))
 tps_rows = "\n".join(
     f"| {n.split('/', 1)[1]} | {med[n]:,.0f} ({spread[n][0]:,.0f}–{spread[n][1]:,.0f}) |"
     for n in ["pgbench_tps/bigserial", "pgbench_tps/plpgsql_original", "pgbench_tps/next_id"]
@@ -120,8 +151,9 @@ why_section = ("\n\nWhy the missed ones are missed:\n\n" + "\n".join(missed_why)
 
 md = f"""# Benchmarks
 
-Made by `make bench` (bench/run.sh, bench/setup.sql, bench/report.py): one
-throwaway cluster with `shared_preload_libraries = 'insta_id'`, the
+Made by `make bench` (bench/run.sh, bench/setup.sql, bench/report.py): a
+throwaway cluster with `shared_preload_libraries = 'insta_id'` (and on
+PostgreSQL 17+ a second one without it), the
 contenders interleaved in a rotating order over several rounds; times are
 medians, with the range over rounds in brackets; ratios are medians of the
 ratios within each round (this virtual machine's noise moves whole rounds by
@@ -191,6 +223,7 @@ pgbench, 4 clients (2 threads), {machine[3].split(';')[1].split(':')[1].strip()}
 id_parts is {r_parts:.2f}x the SQL expression; the scalar decoders
 (created_at, shard_id, seq_id) {r_scalar:.2f}x.
 
+{dsm_section}
 ## Creating logical shards
 
 `insta_id.create_shards(1, 1000, 'template')`, one call (one transaction), a
@@ -220,7 +253,9 @@ if start in text and end in text:
         f"{r_plpgsql:.1f}x faster than the PL/pgSQL original; one sequence yields 1,000,000 IDs in "
         f"{med['ceiling/next_id_one_sequence']:.2f} s (the scheme's floor is {FLOOR_S:.2f} s); "
         f"single-row INSERTs with a next_id default run at {1 / r_tps:.2f}x the rate of bigserial; "
-        f"create_shards makes 1000 shards of 3 tables in {med['create_shards/1000_shards_3_tables']:.0f} s.\n{end}"
+        f"create_shards makes 1000 shards of 3 tables in {med['create_shards/1000_shards_3_tables']:.0f} s"
+        + (f"; without preloading (the DSM-registry guard) next_id costs {r_dsm_pre:.2f}x the preloaded one" if dsm else "")
+        + f".\n{end}"
     )
     text = text[: text.index(start)] + line + text[text.index(end) + len(end):]
     readme.write_text(text)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every performance figure of the README and BENCHMARKS.md,
-# measured in one run on one throwaway cluster (insta_id preloaded, the
-# recommended set-up). Contenders are interleaved, in a rotating order, over
+# measured in one run on a throwaway cluster with insta_id preloaded and, on
+# PostgreSQL 17+, a second one without preloading (the DSM-registry guard:
+# contenders named *_dsm). Contenders are interleaved, in a rotating order, over
 # ROUNDS rounds; bench/report.py turns the raw timings into medians, ratios,
 # BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
 #   ROUNDS=7 PGBENCH_SECONDS=5 bench/run.sh
@@ -11,12 +12,20 @@ PGBENCH_SECONDS=${PGBENCH_SECONDS:-5}
 out="$repo/target/bench"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 
-start_cluster bench --preload
-trap 'stop_cluster bench' EXIT
-q -d postgres -c "CREATE DATABASE bench"
-q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
-# Keep generate_series' million rows in memory for every contender alike.
-q -d postgres -c "ALTER DATABASE bench SET work_mem = '256MB'"
+clusters=(bench)
+[ "$PG" -ge 17 ] && clusters+=(bench-dsm)
+trap 'for c in "${clusters[@]}"; do stop_cluster "$c"; done' EXIT
+# on CLUSTER CMD...: run CMD pointed at that cluster.
+on() { ( eval "$(cluster_env "$1")"; shift; "$@" ); }
+for c in "${clusters[@]}"; do
+  cluster_destroy "$c"
+  cluster_start "$c" $([ "$c" = bench ] && echo --preload)
+  on "$c" q -d postgres -c "CREATE DATABASE bench"
+  on "$c" q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
+  # Keep generate_series' million rows in memory for every contender alike.
+  on "$c" q -d postgres -c "ALTER DATABASE bench SET work_mem = '256MB'"
+done
+eval "$(cluster_env bench)"
 
 N=1000000
 spread="FROM generate_series(1, $N) g, seqs"
@@ -36,13 +45,21 @@ declare -A sql=(
 names=(per_call/nextval per_call/next_id per_call/plpgsql_original per_call/gen_random_uuid
        ceiling/next_id_one_sequence insert_500k/bigserial insert_500k/plpgsql_original insert_500k/next_id
        decode/id_parts decode/scalar_decoders decode/sql_bit_shifts)
+if [ "$PG" -ge 17 ]; then
+  # The same statements on the cluster without preloading.
+  for n in per_call/nextval per_call/next_id insert_500k/bigserial insert_500k/next_id; do
+    sql[${n}_dsm]=${sql[$n]}; names+=("${n}_dsm")
+  done
+fi
+cluster_of() { case "$1" in *_dsm) echo bench-dsm ;; *) echo bench ;; esac; }
 
 for round in $(seq 1 "$ROUNDS"); do
   n=${#names[@]}
   for i in $(seq 0 $((n - 1))); do
     name=${names[$(( (i + round) % n ))]}
-    case "$name" in insert_500k/*) q -d bench -c "TRUNCATE ins_${name#insert_500k/}" -c "CHECKPOINT" ;; esac
-    s=$(q -d bench -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
+    c=$(cluster_of "$name"); table=${name#insert_500k/}
+    case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE ins_${table%_dsm}" -c "CHECKPOINT" ;; esac
+    s=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
     printf '%s\t%s\t%s\n' "$round" "$name" "$s" >>"$raw"
     echo "round $round  $name  $s s"
   done
