@@ -51,7 +51,7 @@ SELECT count(*) AS photos_last_minute FROM insta4.photos WHERE id >= insta_id.mi
 SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
        count(DISTINCT insta_id.created_at(id)) AS milliseconds
 FROM insta4.photos;
-\echo '== The duplicate guard spans every session of this server, without preloading'
+\echo '== How far the duplicate guard reaches: shared = every session of this server (preloaded, or PostgreSQL 17+)'
 SELECT insta_id.guard_mode() AS duplicate_guard;
 SQL
 
