@@ -19,12 +19,12 @@ use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
 /// Buckets of a session-local table (2048 sequences, about 300 kB).
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 const SESSION_BUCKETS: usize = 256;
 
-/// The guard table's layout version, part of the registry segment's name:
-/// bump it (and the name) whenever `Bucket` changes, so that a library never
-/// maps a segment laid out by another. `layout_is_pinned` checks the size.
-pub const LAYOUT_VERSION: u32 = 1;
+/// The registry segment's name carries the guard table's layout: change the
+/// name whenever `Bucket` changes, so that a library never maps a segment
+/// laid out by another (`layout_is_pinned` fails until you do).
 pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 1";
 /// Sequences the registry segment tracks (fixed: without preloading there is
 /// no server-start setting to size it). About 2.3 MiB.
@@ -33,10 +33,8 @@ pub const REGISTRY_SEQUENCES: usize = 16_384;
 // Set in the postmaster by the shmem startup hook; children inherit it.
 static mut SHARED: (*const Bucket, usize) = (std::ptr::null(), 0);
 
-/// The registry segment, once this backend has attached it.
-static REGISTRY: BackendCell<Option<&'static [Bucket]>> = BackendCell::new(None);
-
-static SESSION: BackendCell<Option<&'static [Bucket]>> = BackendCell::new(None);
+/// This backend's table and its reach, decided on first use.
+static STORE: BackendCell<Option<(&'static [Bucket], GuardMode)>> = BackendCell::new(None);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum GuardMode {
@@ -55,63 +53,61 @@ impl GuardMode {
     }
 }
 
+/// The table in force and its reach: the cached decision after the first call.
 #[inline]
-fn preloaded() -> Option<&'static [Bucket]> {
-    // SAFETY: written once in the postmaster before any backend exists.
-    let (ptr, len) = unsafe { SHARED };
-    if ptr.is_null() {
-        None
-    } else {
-        // SAFETY: ptr/len describe the initialised shared array, which lives
-        // as long as the server.
-        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+fn store() -> (&'static [Bucket], GuardMode) {
+    match STORE.get() {
+        Some(store) => store,
+        None => {
+            let store = resolve();
+            STORE.set(Some(store));
+            store
+        }
     }
 }
 
-/// The server-wide table, if this server has one: preloaded, or else the
-/// registry segment (attached on first use, PostgreSQL 17+).
-#[inline]
-fn server_wide() -> Option<&'static [Bucket]> {
-    preloaded()
-        .or_else(|| REGISTRY.get())
-        .or_else(attach_registry)
-}
-
-#[cfg(any(feature = "pg17", feature = "pg18"))]
+/// Preloaded: the startup shared memory; else on 17+ the registry segment
+/// (which may raise, and is then tried again on the next call); else a table
+/// of this session's own.
 #[cold]
-fn attach_registry() -> Option<&'static [Bucket]> {
-    let buckets = registry::attach(REGISTRY_NAME, REGISTRY_SEQUENCES.div_ceil(WAYS));
-    REGISTRY.set(Some(buckets));
-    Some(buckets)
-}
-
-#[cfg(not(any(feature = "pg17", feature = "pg18")))]
-#[inline(always)]
-fn attach_registry() -> Option<&'static [Bucket]> {
-    None
+fn resolve() -> (&'static [Bucket], GuardMode) {
+    // SAFETY: written once in the postmaster before any backend exists.
+    let (ptr, len) = unsafe { SHARED };
+    if !ptr.is_null() {
+        // SAFETY: ptr/len describe the initialised shared array, which lives
+        // as long as the server.
+        return (
+            unsafe { std::slice::from_raw_parts(ptr, len) },
+            GuardMode::Shared,
+        );
+    }
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    let store = (
+        registry::attach(REGISTRY_NAME, REGISTRY_SEQUENCES.div_ceil(WAYS)),
+        GuardMode::Shared,
+    );
+    #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+    let store = (
+        &*Box::leak(
+            (0..SESSION_BUCKETS)
+                .map(|_| Bucket::new())
+                .collect::<Box<[Bucket]>>(),
+        ),
+        GuardMode::Session,
+    );
+    store
 }
 
 pub fn mode() -> GuardMode {
-    if server_wide().is_some() {
-        GuardMode::Shared
-    } else {
-        GuardMode::Session
-    }
+    store().1
 }
 
 /// The guard table in force for this session. Call it before nextval, so
 /// that a refusal (below, or the registry's errors) uses up no value.
 #[inline]
 pub fn table() -> Table<'static> {
-    match server_wide() {
-        Some(buckets) => Table::new(buckets),
-        None => session_table(),
-    }
-}
-
-/// PostgreSQL 15/16 without preloading: this session's own table.
-fn session_table() -> Table<'static> {
-    if settings::require_shared_guard() {
+    let (buckets, mode) = store();
+    if mode == GuardMode::Session && settings::require_shared_guard() {
         raise!(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "insta_id.next_id refuses to run with a per-session duplicate guard",
@@ -119,14 +115,7 @@ fn session_table() -> Table<'static> {
             "Add insta_id to shared_preload_libraries and restart the server, or turn insta_id.require_shared_guard off.",
         );
     }
-    Table::new(match SESSION.get() {
-        Some(buckets) => buckets,
-        None => {
-            let buckets = Box::leak((0..SESSION_BUCKETS).map(|_| Bucket::new()).collect());
-            SESSION.set(Some(buckets));
-            buckets
-        }
-    })
+    Table::new(buckets)
 }
 
 /// The DSM registry (PostgreSQL 17+): shared memory found by name, no
@@ -252,13 +241,12 @@ mod tests {
 
     #[test]
     fn layout_is_pinned() {
-        // A new Bucket layout needs a new LAYOUT_VERSION and REGISTRY_NAME:
-        // a segment made by an older library must never be read as the new one.
-        assert_eq!((LAYOUT_VERSION, std::mem::size_of::<Bucket>()), (1, 1168));
-        assert!(REGISTRY_NAME
-            .to_str()
-            .unwrap()
-            .ends_with(&format!("layout {LAYOUT_VERSION}")));
+        // A new Bucket layout needs a new REGISTRY_NAME: a segment made by
+        // an older library must never be read as the new one.
+        assert_eq!(
+            (REGISTRY_NAME, std::mem::size_of::<Bucket>()),
+            (c"insta_id duplicate guard, layout 1", 1168)
+        );
         // The registry segment's documented size.
         assert_eq!(REGISTRY_SEQUENCES.div_ceil(WAYS) * 1168, 2_392_064);
     }
