@@ -21,7 +21,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # pgrx's build scripts read the pg_config to build against from here.
 export PGRX_PG_CONFIG_PATH="$PG_CONFIG"
 features=(--no-default-features --features "pg$PG")
-version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
+version=$(insta_id_version)
 extdir="$("$PG_CONFIG" --sharedir)/extension"
 
 copy_frozen() { # $1: destination extension directory, $2...: cp prefix

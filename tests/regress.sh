@@ -6,11 +6,11 @@
 #   tests/regress.sh --bless      (re)write expected/ from the results (review the diff!)
 # Files whose output depends on the server have variants (name_1.out, ...).
 source "$(dirname "$0")/../scripts/harness.sh"
-existing=0; bless=0; preload=(--preload); name=regress
+existing=0; bless=0; preload=(--preload); name=regress; server=preloaded
 for a in "$@"; do
   case "$a" in
-    --existing) existing=1 ;;
-    --no-preload) preload=(); name=regress-nopreload ;;
+    --existing) existing=1; server="the server at ${PGHOST:-its default}" ;;
+    --no-preload) preload=(); name=regress-nopreload; server="not preloaded" ;;
     --bless) bless=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
@@ -33,5 +33,5 @@ if [ $bless = 1 ]; then
 fi
 [ $status = 0 ] || { [ -f "$out/regression.diffs" ] && cat "$out/regression.diffs"; }
 [ $existing = 1 ] || stop_cluster "$name"
-echo "pg_regress on PostgreSQL $PG ($([ ${#preload[@]} = 1 ] && echo preloaded || echo not preloaded)): $([ $status = 0 ] && echo passed || echo FAILED)"
+echo "pg_regress on PostgreSQL $PG ($server): $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status

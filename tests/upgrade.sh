@@ -10,7 +10,7 @@
 #    safety, comments, privileges), and must mint IDs.
 source "$(dirname "$0")/../scripts/harness.sh"
 cd "$repo"
-version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -n1)
+version=$(insta_id_version)
 
 if [ -f "sql/insta_id--$version.sql" ] && cat src/insta_id.sql src/shards.sql | cmp -s "sql/insta_id--$version.sql" -; then
   check "sql/insta_id--$version.sql is the SQL of version $version" same same
