@@ -12,9 +12,9 @@
 #   scripts/build.sh lint                rustfmt and clippy -D warnings
 #
 # Besides what pgrx installs (the library, the control file, this version's
-# script and sql/'s upgrade scripts) install copies the frozen install
-# scripts of earlier versions, so `CREATE EXTENSION insta_id VERSION '<old>'`
-# works (the upgrade tests use it).
+# script generated from src/*.sql, and sql/'s upgrade scripts) install copies
+# the frozen install scripts of earlier versions, so
+# `CREATE EXTENSION insta_id VERSION '<old>'` works (the upgrade tests use it).
 source "$(dirname "$0")/harness.sh"
 cd "$repo"
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -25,12 +25,8 @@ version=$(insta_id_version)
 extdir="$("$PG_CONFIG" --sharedir)/extension"
 
 copy_frozen() { # $1: destination extension directory, $2...: cp prefix
-  local dest=$1 f b; shift
-  for f in sql/insta_id--*.sql; do
-    b=$(basename "$f")
-    # pgrx generates this version's install script itself.
-    [ "$b" = "insta_id--$version.sql" ] || "$@" cp "$f" "$dest/$b"
-  done
+  local dest=$1; shift
+  "$@" cp sql/insta_id--*.sql "$dest/"
 }
 
 case "${1:-}" in

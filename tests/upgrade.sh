@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Upgrade suite.
-# 1. The SQL of this version is frozen: sql/insta_id--<version>.sql must equal
-#    src/insta_id.sql followed by src/shards.sql (what pgrx installs).
-#    Changing the SQL therefore means a new version, its frozen script, and
-#    an upgrade script sql/insta_id--<old>--<new>.sql.
+# 1. The SQL of this version is fixed once released: the SHA-256 of
+#    src/insta_id.sql followed by src/shards.sql (what pgrx installs) must be
+#    sql/insta_id--<version>.sha256. Changing the SQL therefore means a new
+#    version: freeze the old SQL first (cat src/insta_id.sql src/shards.sql
+#    > sql/insta_id--<old>.sql), bump Cargo.toml, change src/, add the upgrade
+#    script sql/insta_id--<old>--<new>.sql and write the new checksum.
 # 2. For every earlier frozen version: CREATE EXTENSION at that version,
 #    ALTER EXTENSION insta_id UPDATE, and the result must match a fresh
 #    install object for object (signatures, volatility, strictness, parallel
@@ -12,11 +14,9 @@ source "$(dirname "$0")/../scripts/harness.sh"
 cd "$repo"
 version=$(insta_id_version)
 
-if [ -f "sql/insta_id--$version.sql" ] && cat src/insta_id.sql src/shards.sql | cmp -s "sql/insta_id--$version.sql" -; then
-  check "sql/insta_id--$version.sql is the SQL of version $version" same same
-else
-  check "sql/insta_id--$version.sql is the SQL of version $version (the SQL in src/ changed: bump the version, freeze it, add an upgrade script)" differs same
-fi
+sum=$(cat src/insta_id.sql src/shards.sql | sha256sum | cut -d' ' -f1)
+check "src/*.sql is the SQL released as $version (sql/insta_id--$version.sha256; if you changed it: a new version, see this file's header)" \
+  "$sum" "$(cat "sql/insta_id--$version.sha256" 2>/dev/null)"
 
 describe=$(cat "$repo/tests/fixtures/describe_extension.sql")
 
