@@ -20,7 +20,8 @@ use_pg "$old" "$(pg_binaries_config "$old")"; oldbin=$PGBIN; olddata="$(cluster_
 start_cluster pgupgrade --preload
 q -d postgres -c "CREATE DATABASE app"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id VERSION '0.2.0'" \
-  -f "$repo/tests/fixtures/shard_template.sql" -c "SELECT insta_id.create_shards(1, 8, 'template')" >/dev/null
+  -f "$repo/tests/fixtures/shard_template.sql" -f "$repo/tests/fixtures/fill_shards.sql" \
+  -c "SELECT insta_id.create_shards(1, 8, 'template')" >/dev/null
 # 3000 users and 3000 photos in every shard; every ID kept in ids_before.
 q -d app <<'SQL'
 CREATE FUNCTION public.shard_ids() RETURNS SETOF bigint LANGUAGE plpgsql AS $$
@@ -29,12 +30,7 @@ BEGIN
     RETURN QUERY EXECUTE format('SELECT id FROM insta%1$s.users UNION ALL SELECT id FROM insta%1$s.photos', s);
   END LOOP;
 END $$;
-DO $$ BEGIN
-  FOR s IN 1..8 LOOP
-    EXECUTE format('INSERT INTO insta%s.users (name) SELECT ''u'' || g FROM generate_series(1, 3000) g', s);
-    EXECUTE format('INSERT INTO insta%1$s.photos (user_id, caption) SELECT id, ''p'' FROM insta%1$s.users', s);
-  END LOOP;
-END $$;
+CALL public.fill_shards(3000);
 CREATE TABLE public.ids_before AS SELECT id FROM public.shard_ids() id;
 SQL
 # What pg_upgrade must carry over: the registry, every sequence, the rows.

@@ -12,16 +12,12 @@ dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 start_cluster shards-a --preload
 a_env=$(cluster_env shards-a)
 q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
-q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
+q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" \
+  -f "$repo/tests/fixtures/fill_shards.sql" >/dev/null
 q -d app <<'SQL'
 SELECT insta_id.create_shards(1, 64, 'template');
 -- 100 users and 100 photos in every shard.
-DO $$ BEGIN
-  FOR s IN 1..64 LOOP
-    EXECUTE format('INSERT INTO insta%s.users (name) SELECT ''u'' || g FROM generate_series(1, 100) g', s);
-    EXECUTE format('INSERT INTO insta%1$s.photos (user_id, caption) SELECT id, ''p'' FROM insta%1$s.users', s);
-  END LOOP;
-END $$;
+CALL public.fill_shards(100);
 -- All photo IDs of all shards, tagged with the shard whose table holds them.
 CREATE FUNCTION public.all_photo_ids() RETURNS TABLE (shard int, id bigint) LANGUAGE plpgsql AS $$
 DECLARE r record;
