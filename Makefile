@@ -12,7 +12,8 @@ OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade
+        test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
+        test-faults test-sqlsmith fuzz
 
 ## help: this list
 help:
@@ -31,6 +32,7 @@ test:
 	@for v in $(VERSIONS); do $(MAKE) -s check PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-pg PG=$$v || exit 1; done
 	@$(MAKE) -s test-shards test-fleet PG=15
+	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-faults test-sqlsmith PG=$$v || exit 1; done
 	@$(MAKE) -s test-pg-upgrade
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
@@ -86,6 +88,25 @@ test-regress test-upgrade test-concurrency test-shards test-fleet: test-%:
 	@scripts/setup.sh
 	@scripts/build.sh install ci
 	@tests/$*.sh
+
+## test-faults: libfaketime steps the clock of running servers under load;
+##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
+test-faults:
+	@scripts/setup.sh faults
+	@scripts/build.sh install ci
+	@tests/faults.sh
+
+## test-sqlsmith: 2000 random queries (sqlsmith) at insta_id: no crash, no internal error
+test-sqlsmith:
+	@scripts/setup.sh faults
+	@scripts/build.sh install ci
+	@tests/sqlsmith.sh
+
+## fuzz: the same, 50,000 queries (not part of make test)
+fuzz:
+	@scripts/setup.sh faults
+	@scripts/build.sh install ci
+	@tests/sqlsmith.sh 50000
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:

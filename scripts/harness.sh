@@ -62,13 +62,36 @@ q() { psql -X -v ON_ERROR_STOP=1 -qtA "$@"; }
 cluster_dir() { echo "$repo/target/clusters/pg$PG-$1"; }
 cluster_port() { echo $((5440 + $(printf 'pg%s-%s' "$PG" "$1" | cksum | cut -d' ' -f1) % 500)); }
 
-# cluster_start NAME [--preload] [--conf 'line']...: initdb if needed, start.
+# A clock to move under a running server: Debian's libfaketime, preloaded
+# into a cluster started with --faketime, reads the offset from the file
+# clock_file NAME. clock_offset NAME -2 (seconds; -0.2 works too) moves the
+# clock of every process of that server, running and new, within
+# CLOCK_SETTLE seconds: libfaketime re-reads the file once a second (its
+# cache), since reading it on every clock call deadlocks PostgreSQL backends
+# (a SIGALRM handler reading the clock inside fopen).
+CLOCK_SETTLE=2.2
+clock_file() { echo "$(cluster_dir "$1")/clock"; }
+clock_offset() { # replaced in one rename: a reader never sees it half-written
+  local f; f=$(clock_file "$1")
+  echo "$2" >"$f.new" && mv -f "$f.new" "$f" && sleep "$CLOCK_SETTLE"
+}
+faketime_env() { # NAME: the environment a server runs under with --faketime
+  local lib; lib=$(find /usr/lib -name libfaketime.so.1 -path '*faketime*' 2>/dev/null | head -n1)
+  [ -n "$lib" ] || { echo "libfaketime is missing: scripts/setup.sh faults" >&2; return 1; }
+  echo "LD_PRELOAD=$lib FAKETIME_TIMESTAMP_FILE=$(clock_file "$1") FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1"
+}
+
+# cluster_start NAME [--preload] [--faketime] [--conf 'line']...: initdb if
+# needed, start.
 cluster_start() {
   local name=$1; shift
-  local preload='' extra='' base data
+  local preload='' extra='' base data run=()
   while [ $# -gt 0 ]; do
     case "$1" in
       --preload) preload=insta_id ;;
+      --faketime)
+        [ -f "$(clock_file "$name")" ] || { mkdir -p "$(cluster_dir "$name")"; echo "+0" >"$(clock_file "$name")"; }
+        read -ra run <<<"env $(faketime_env "$name")" ;;
       --conf) extra+="$2"$'\n'; shift ;;
       *) echo "cluster_start: unknown option $1" >&2; return 2 ;;
     esac
@@ -104,9 +127,9 @@ shared_preload_libraries = '$preload'
 $extra
 CONF
   if as_pg "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    as_pg "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w restart >/dev/null
+    as_pg "${run[@]}" "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w restart >/dev/null
   else
-    as_pg "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null \
+    as_pg "${run[@]}" "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null \
       || { cat "$base/server.log" >&2; return 1; }
   fi
 }

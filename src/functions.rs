@@ -11,8 +11,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::clock;
-use crate::guard::{Admit, Overflow, SeqKey, Table};
-use crate::guard_store;
+use crate::guard::{Admit, Overflow, SeqKey};
+use crate::guard_store::{self, Guard};
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
 use crate::BackendCell;
@@ -154,7 +154,7 @@ fn wait_past(ms: i64) -> i64 {
 }
 
 /// The ID for `shard` and the sequence value `seq_value` of `relid`.
-fn mint(table: Table<'static>, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
+fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     let epoch = settings::epoch_ms();
     let residue = ok_or_raise(layout::seq_field(seq_value), epoch);
     let overflow = match settings::on_overflow() {
@@ -175,7 +175,7 @@ fn mint(table: Table<'static>, shard: i32, relid: pg_sys::Oid, seq_value: i64) -
     ok_or_raise(layout::check_ms(now - epoch), epoch);
     let ms = loop {
         // The guard works in ms since 1970; the epoch only matters for packing.
-        match table.admit(key, residue as u16, now, overflow) {
+        match guard.table.admit(key, residue as u16, now, overflow) {
             Admit::Issue(ms) => break ms,
             Admit::WaitPast(ms) => now = wait_past(ms),
             Admit::Full(ms) => raise!(
@@ -191,6 +191,9 @@ fn mint(table: Table<'static>, shard: i32, relid: pg_sys::Oid, seq_value: i64) -
         }
     };
     let since_epoch = ok_or_raise(layout::check_ms(ms - epoch), epoch);
+    // Durable before it leaves: a restart with the clock behind cannot
+    // issue this millisecond again.
+    guard.cover(ms);
     layout::pack(since_epoch, shard, residue)
 }
 
@@ -209,15 +212,16 @@ pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Da
     let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
     check_is_sequence_cached(relid);
     // Before nextval too: the guard may refuse (insta_id.require_shared_guard).
-    let table = guard_store::table();
+    let guard = guard_store::guard();
     // SAFETY: a plain C call; nothing with a destructor is live across it.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
-    Datum::from(mint(table, shard, relid, value))
+    Datum::from(mint(guard, shard, relid, value))
 }
 
 /// The epoch argument of the explicit-epoch overloads, as ms since 1970.
 fn epoch_arg(ts: i64) -> i64 {
-    if ts.rem_euclid(1000) != 0 {
+    // infinity / -infinity are out of range, not fractional.
+    if ts != i64::MAX && ts != i64::MIN && ts.rem_euclid(1000) != 0 {
         raise!(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "epoch must be a whole millisecond",
@@ -423,5 +427,21 @@ pub unsafe extern "C-unwind" fn insta_id_guard_mode(_fcinfo: FunctionCallInfo) -
     unsafe {
         let s = std::ffi::CString::new(guard_store::mode().as_str()).unwrap();
         Datum::from(pg_sys::cstring_to_text(s.as_ptr()))
+    }
+}
+
+v1!(pg_finfo_insta_id_high_water_mark);
+/// `insta_id.high_water_mark() RETURNS timestamptz`: the mark on disk, or
+/// NULL before the server's first ID.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_high_water_mark(fcinfo: FunctionCallInfo) -> Datum {
+    match guard_store::mark_on_disk() {
+        Some(ms) => Datum::from(clock::unix_ms_to_timestamptz(ms)),
+        None => {
+            // SAFETY: a valid fcinfo; a NULL result is flagged there.
+            unsafe { (*fcinfo).isnull = true };
+            Datum::from(0)
+        }
     }
 }

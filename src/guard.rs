@@ -172,6 +172,18 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// Counts every millisecond up to `ms` as used, for every sequence.
+    fn raise_floor(&mut self, ms: i64) {
+        self.floor_ms = self.floor_ms.max(ms);
+        for (key, state) in self.keys.iter().zip(self.states.iter_mut()) {
+            if !key.is_empty() && state.last_ms < ms {
+                *state = SeqState::full_at(ms);
+            }
+        }
+    }
+}
+
 impl Default for Bucket {
     fn default() -> Self {
         Self::new()
@@ -205,6 +217,18 @@ impl<'a> Table<'a> {
         // thread touches this bucket's slots until `_guard` drops.
         let slots = unsafe { &mut *bucket.slots.get() };
         slots.state_for(key).admit(residue, now_ms, overflow)
+    }
+}
+
+impl Table<'_> {
+    /// Counts every millisecond up to `ms` as used by every sequence, known
+    /// or not: after a restart, the durable high-water mark (see `mark`).
+    pub fn raise_floor(&self, ms: i64) {
+        for bucket in self.buckets {
+            let _guard = SpinGuard::lock(&bucket.lock);
+            // SAFETY: the bucket's spin lock is held.
+            unsafe { &mut *bucket.slots.get() }.raise_floor(ms);
+        }
     }
 }
 
@@ -327,6 +351,33 @@ mod tests {
         // K comes back: in ms 50 it must not get residue 3 again.
         assert_eq!(table.admit(K, 3, 50, Overflow::Wait), Admit::WaitPast(50));
         assert_eq!(table.admit(K, 3, 51, Overflow::Wait), Admit::Issue(51));
+    }
+
+    #[test]
+    fn a_raised_floor_counts_every_earlier_millisecond_as_used() {
+        let buckets = [Bucket::new(), Bucket::new()];
+        let table = Table::new(&buckets);
+        assert_eq!(table.admit(K, 3, 50, Overflow::Wait), Admit::Issue(50));
+        table.raise_floor(2_000);
+        // A known sequence and an unknown one both continue above the floor:
+        // the clock is far behind it, so they borrow ms 2001.
+        assert_eq!(table.admit(K, 3, 60, Overflow::Wait), Admit::Issue(2_001));
+        let other = SeqKey {
+            database: 2,
+            relation: 16_384,
+        };
+        assert_eq!(table.admit(other, 0, 60, Overflow::Wait), Admit::Issue(2_001));
+        // Error mode refuses rather than borrow.
+        let third = SeqKey {
+            database: 3,
+            relation: 16_384,
+        };
+        assert_eq!(table.admit(third, 0, 60, Overflow::Error), Admit::Full(2_000));
+        // Once the clock passes it, real time again.
+        assert_eq!(table.admit(other, 1, 2_500, Overflow::Wait), Admit::Issue(2_500));
+        // A floor below what a sequence used changes nothing for it.
+        table.raise_floor(10);
+        assert_eq!(table.admit(K, 4, 2_500, Overflow::Wait), Admit::Issue(2_500));
     }
 
     /// Simulated sessions over one table: any interleaving of sequence values

@@ -13,28 +13,44 @@
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
 use crate::guard::{Bucket, Table, WAYS};
+use crate::mark::{MarkError, MarkFile, MarkState};
 use crate::settings;
 use crate::BackendCell;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
+use std::sync::OnceLock;
 
 /// Buckets of a session-local table (2048 sequences, about 300 kB).
 #[cfg(not(any(feature = "pg17", feature = "pg18")))]
 const SESSION_BUCKETS: usize = 256;
 
 /// The registry segment's name carries the guard table's layout: change the
-/// name whenever `Bucket` changes, so that a library never maps a segment
-/// laid out by another (`layout_is_pinned` fails until you do).
-pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 1";
+/// name whenever `Bucket` or the header changes, so that a library never maps
+/// a segment laid out by another (`layout_is_pinned` fails until you do).
+pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 2";
 /// Sequences the registry segment tracks (fixed: without preloading there is
 /// no server-start setting to size it). About 2.3 MiB.
 pub const REGISTRY_SEQUENCES: usize = 16_384;
 
-// Set in the postmaster by the shmem startup hook; children inherit it.
-static mut SHARED: (*const Bucket, usize) = (std::ptr::null(), 0);
+/// Shared memory (startup or registry) starts with the high-water mark's
+/// state, then the buckets.
+const HEADER: usize = 64;
+const _: () = assert!(std::mem::size_of::<MarkState>() <= HEADER);
 
-/// This backend's table and its reach, decided on first use.
-static STORE: BackendCell<Option<(&'static [Bucket], GuardMode)>> = BackendCell::new(None);
+// Set in the postmaster by the shmem startup hook; children inherit it.
+static mut SHARED: *mut u8 = std::ptr::null_mut();
+
+/// The guard in force in this backend: its table, the high-water mark's
+/// state, and their reach.
+#[derive(Clone, Copy)]
+pub struct Store {
+    pub(crate) buckets: &'static [Bucket],
+    mark: &'static MarkState,
+    mode: GuardMode,
+}
+
+/// This backend's store, decided (and the mark loaded) on first use.
+static STORE: BackendCell<Option<Store>> = BackendCell::new(None);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum GuardMode {
@@ -53,61 +69,148 @@ impl GuardMode {
     }
 }
 
-/// The table in force and its reach: the cached decision after the first call.
+/// The store in force: the cached decision after the first call.
 #[inline]
-fn store() -> (&'static [Bucket], GuardMode) {
+fn store() -> Store {
     match STORE.get() {
         Some(store) => store,
         None => {
             let store = resolve();
+            load_mark(&store);
             STORE.set(Some(store));
             store
         }
     }
 }
 
+/// Header and buckets laid out from `ptr` (HEADER + buckets * size bytes).
+///
+/// # Safety
+/// `ptr` points at initialised memory of that layout that outlives the backend.
+unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
+    unsafe {
+        Store {
+            mark: &*(ptr as *const MarkState),
+            buckets: std::slice::from_raw_parts(ptr.add(HEADER) as *const Bucket, buckets),
+            mode,
+        }
+    }
+}
+
+/// Writes a fresh header and `buckets` empty buckets at `ptr`.
+///
+/// # Safety
+/// `ptr` points at writable memory of that size nobody else uses yet.
+unsafe fn initialise(ptr: *mut u8, buckets: usize) {
+    unsafe {
+        (ptr as *mut MarkState).write(MarkState::new());
+        let first = ptr.add(HEADER) as *mut Bucket;
+        for i in 0..buckets {
+            first.add(i).write(Bucket::new());
+        }
+    }
+}
+
+fn size_of_table(buckets: usize) -> usize {
+    HEADER + buckets * std::mem::size_of::<Bucket>()
+}
+
 /// Preloaded: the startup shared memory; else on 17+ the registry segment
 /// (which may raise, and is then tried again on the next call); else a table
 /// of this session's own.
 #[cold]
-fn resolve() -> (&'static [Bucket], GuardMode) {
+fn resolve() -> Store {
     // SAFETY: written once in the postmaster before any backend exists.
-    let (ptr, len) = unsafe { SHARED };
+    let ptr = unsafe { SHARED };
     if !ptr.is_null() {
-        // SAFETY: ptr/len describe the initialised shared array, which lives
-        // as long as the server.
-        return (
-            unsafe { std::slice::from_raw_parts(ptr, len) },
-            GuardMode::Shared,
-        );
+        // SAFETY: the startup hook initialised this layout, which lives as
+        // long as the server.
+        return unsafe { laid_out(ptr, shared_buckets(), GuardMode::Shared) };
     }
     #[cfg(any(feature = "pg17", feature = "pg18"))]
-    let store = (
-        registry::attach(REGISTRY_NAME, REGISTRY_SEQUENCES.div_ceil(WAYS)),
-        GuardMode::Shared,
-    );
+    let store = registry::attach(REGISTRY_NAME, REGISTRY_SEQUENCES.div_ceil(WAYS));
     #[cfg(not(any(feature = "pg17", feature = "pg18")))]
-    let store = (
-        &*Box::leak(
-            (0..SESSION_BUCKETS)
-                .map(|_| Bucket::new())
-                .collect::<Box<[Bucket]>>(),
-        ),
-        GuardMode::Session,
-    );
+    let store = {
+        let mem: &'static mut [u64] =
+            Box::leak(vec![0u64; size_of_table(SESSION_BUCKETS).div_ceil(8)].into_boxed_slice());
+        let ptr = mem.as_mut_ptr() as *mut u8;
+        // SAFETY: fresh, 8-aligned memory of the right size, leaked for the
+        // life of the session.
+        unsafe {
+            initialise(ptr, SESSION_BUCKETS);
+            laid_out(ptr, SESSION_BUCKETS, GuardMode::Session)
+        }
+    };
     store
 }
 
-pub fn mode() -> GuardMode {
-    store().1
+/// This backend's handle on the mark file in the data directory.
+static MARK_FILE: OnceLock<MarkFile> = OnceLock::new();
+
+fn mark_file() -> &'static MarkFile {
+    if let Some(file) = MARK_FILE.get() {
+        return file;
+    }
+    // SAFETY: DataDir is set for the life of a backend.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    let dir = std::path::PathBuf::from(dir.to_string_lossy().into_owned());
+    let file = MarkFile::open(&dir, fsync_enabled).unwrap_or_else(|e| mark_error(e));
+    let _ = MARK_FILE.set(file);
+    MARK_FILE.get().expect("just set")
 }
 
-/// The guard table in force for this session. Call it before nextval, so
-/// that a refusal (below, or the registry's errors) uses up no value.
+/// PostgreSQL's `fsync` setting: with it off, the mark is written but not
+/// fsync'd, like everything else of the server.
+fn fsync_enabled() -> bool {
+    // SAFETY: a plain read of a GUC variable.
+    unsafe { pg_sys::enableFsync }
+}
+
+fn mark_error(e: MarkError) -> ! {
+    match e {
+        MarkError::Io(what, err) => raise!(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("could not {what} insta_id's high-water mark file \"{}\": {err}", crate::mark::FILE_NAME),
+            "next_id writes the highest millisecond it may issue IDs in to this file in the data directory before issuing them.",
+        ),
+        MarkError::Damaged(d) => raise!(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("insta_id's high-water mark file \"{}\" is damaged", crate::mark::FILE_NAME),
+            format!("It holds {} bytes that are not a mark written by insta_id: {:02x?}.", d.0.len(), d.0),
+            "The file holds the highest millisecond this server may have issued IDs in; next_id refuses to run without it. Remove it only if the clock is known to be past every ID this server issued.",
+        ),
+    }
+}
+
+/// First use after a (re)start: every millisecond up to the mark counts as
+/// used by every sequence, before any ID is issued.
+#[cold]
+fn load_mark(store: &Store) {
+    let table = Table::new(store.buckets);
+    match store.mark.load(mark_file(), |mark| table.raise_floor(mark)) {
+        Ok(Some(mark)) => {
+            let ahead = mark - crate::clock::now_unix_ms();
+            if ahead > 0 {
+                pgrx::log!(
+                    "insta_id: the high-water mark of issued IDs is {ahead} ms ahead of the clock; IDs continue above it until the clock passes it"
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => mark_error(e),
+    }
+}
+
+pub fn mode() -> GuardMode {
+    store().mode
+}
+
+/// The guard in force for this session. Take it before nextval, so that a
+/// refusal (below, the registry's or the mark's errors) uses up no value.
 #[inline]
-pub fn table() -> Table<'static> {
-    let (buckets, mode) = store();
-    if mode == GuardMode::Session && settings::require_shared_guard() {
+pub fn guard() -> Guard {
+    let store = store();
+    if store.mode == GuardMode::Session && settings::require_shared_guard() {
         raise!(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "insta_id.next_id refuses to run with a per-session duplicate guard",
@@ -115,7 +218,35 @@ pub fn table() -> Table<'static> {
             "Add insta_id to shared_preload_libraries and restart the server, or turn insta_id.require_shared_guard off.",
         );
     }
-    Table::new(buckets)
+    Guard {
+        table: Table::new(store.buckets),
+        mark: store.mark,
+    }
+}
+
+/// The table and the high-water mark of one next_id call.
+pub struct Guard {
+    pub table: Table<'static>,
+    mark: &'static MarkState,
+}
+
+impl Guard {
+    /// Returns once a mark covering `ms` is on disk.
+    #[inline]
+    pub fn cover(&self, ms: i64) {
+        if crate::clock::scripted() {
+            // A scripted test clock must not move the real server's mark.
+            return;
+        }
+        if let Err(e) = self.mark.cover(mark_file(), ms) {
+            mark_error(e)
+        }
+    }
+}
+
+/// The mark on disk (ms since 1970), for insta_id.high_water_mark().
+pub fn mark_on_disk() -> Option<i64> {
+    mark_file().read().unwrap_or_else(|e| mark_error(e))
 }
 
 /// The DSM registry (PostgreSQL 17+): shared memory found by name, no
@@ -132,19 +263,16 @@ pub mod registry {
 
     #[pgrx::pg_guard]
     unsafe extern "C-unwind" fn init(ptr: *mut c_void) {
-        let ptr = ptr as *mut Bucket;
         // SAFETY: PostgreSQL hands us the new segment of the size we asked
         // for, under its registry lock, before anyone else can see it.
-        for i in 0..INIT_BUCKETS.get() {
-            unsafe { ptr.add(i).write(Bucket::new()) };
-        }
+        unsafe { initialise(ptr as *mut u8, INIT_BUCKETS.get()) };
     }
 
     /// Attaches (creating on first use) the segment `name` of `buckets`
     /// buckets. A segment of that name with another size (another build of
     /// insta_id loaded in this server) is refused with 55000.
-    pub fn attach(name: &CStr, buckets: usize) -> &'static [Bucket] {
-        let size = buckets * std::mem::size_of::<Bucket>();
+    pub fn attach(name: &CStr, buckets: usize) -> Store {
+        let size = size_of_table(buckets);
         INIT_BUCKETS.set(buckets);
         let ptr = PgTryBuilder::new(|| {
             let mut found = false;
@@ -169,9 +297,9 @@ pub mod registry {
             _ => e.rethrow(),
         })
         .execute();
-        // SAFETY: the segment holds `buckets` initialised buckets, is pinned
-        // and stays mapped for the life of this backend.
-        unsafe { std::slice::from_raw_parts(ptr as *const Bucket, buckets) }
+        // SAFETY: the segment holds the initialised layout, is pinned and
+        // stays mapped for the life of this backend.
+        unsafe { laid_out(ptr as *mut u8, buckets, GuardMode::Shared) }
     }
 }
 
@@ -180,7 +308,7 @@ fn shared_buckets() -> usize {
 }
 
 fn shared_size() -> usize {
-    shared_buckets() * std::mem::size_of::<Bucket>()
+    size_of_table(shared_buckets())
 }
 
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
@@ -210,14 +338,13 @@ unsafe extern "C-unwind" fn startup_shmem() {
             c"insta_id duplicate guard".as_ptr(),
             shared_size(),
             &mut found,
-        ) as *mut Bucket;
-        let len = shared_buckets();
+        ) as *mut u8;
+        // After a crash the server starts over with new shared memory: the
+        // mark is then read again before the first ID.
         if !found {
-            for i in 0..len {
-                ptr.add(i).write(Bucket::new());
-            }
+            initialise(ptr, shared_buckets());
         }
-        SHARED = (ptr, len);
+        SHARED = ptr;
     }
 }
 
@@ -244,10 +371,10 @@ mod tests {
         // A new Bucket layout needs a new REGISTRY_NAME: a segment made by
         // an older library must never be read as the new one.
         assert_eq!(
-            (REGISTRY_NAME, std::mem::size_of::<Bucket>()),
-            (c"insta_id duplicate guard, layout 1", 1168)
+            (REGISTRY_NAME, std::mem::size_of::<Bucket>(), HEADER),
+            (c"insta_id duplicate guard, layout 2", 1168, 64)
         );
         // The registry segment's documented size.
-        assert_eq!(REGISTRY_SEQUENCES.div_ceil(WAYS) * 1168, 2_392_064);
+        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 2_392_128);
     }
 }

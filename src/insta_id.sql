@@ -118,6 +118,13 @@ AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
 COMMENT ON FUNCTION insta_id.guard_mode() IS
 'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
 
+CREATE FUNCTION insta_id.high_water_mark()
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
+COMMENT ON FUNCTION insta_id.high_water_mark() IS
+'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
+
 -- Application roles need no grants of their own: an id DEFAULT works for any
 -- role that may INSERT into the table and use its sequence.
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;

@@ -5,6 +5,8 @@
 //! - `guard`: the duplicate guard's algorithm and table, pure Rust;
 //! - `guard_store`: where the guard's table lives (shared memory, the DSM
 //!   registry, or the session);
+//! - `mark`: the durable high-water mark of issued milliseconds, which
+//!   carries the guard across restarts;
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
 //! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
@@ -76,6 +78,7 @@ pub mod functions;
 pub mod guard;
 pub mod guard_store;
 pub mod layout;
+pub mod mark;
 pub mod settings;
 
 #[cfg(feature = "pg_test")]

@@ -613,10 +613,10 @@ mod tests {
     fn registry_segment_of_another_size_is_refused_with_55000() {
         use crate::guard_store::registry;
         let name = c"insta_id pg_test segment";
-        let first = registry::attach(name, 4);
+        let first = registry::attach(name, 4).buckets;
         assert_eq!(first.len(), 4);
         // The same size again finds the same memory.
-        assert_eq!(registry::attach(name, 4).as_ptr(), first.as_ptr());
+        assert_eq!(registry::attach(name, 4).buckets.as_ptr(), first.as_ptr());
         let got = PgTryBuilder::new(|| {
             registry::attach(name, 8);
             String::from("ok")

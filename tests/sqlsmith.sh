@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Random SQL (sqlsmith, Debian's package) against a database with insta_id,
+# two shards and a table of boundary arguments: zero server crashes, and no
+# internal error (XX000) from a statement calling insta_id. With
+# track_functions = all it shows that insta_id's functions really ran.
+#   tests/sqlsmith.sh [QUERIES]   default 2000 (make test); make fuzz: 50000
+source "$(dirname "$0")/../scripts/harness.sh"
+queries=${1:-2000}
+seed=${SMITH_SEED:-42}
+start_cluster smith --preload --conf "track_functions = all
+log_line_prefix = '%m [%p] %e '
+log_min_messages = error
+log_min_error_statement = error
+max_parallel_workers_per_gather = 0
+restart_after_crash = on"
+log="$(cluster_dir smith)/server.log"
+q -d postgres -c "CREATE DATABASE smith"
+q -d smith -c "SET client_min_messages = error" -f "$repo/tests/fixtures/sqlsmith_target.sql" >/dev/null
+q -d smith -c "SELECT pg_stat_reset()" >/dev/null
+out="$repo/target/sqlsmith-pg$PG"; mkdir -p "$out"
+say "sqlsmith: $queries queries, seed $seed"
+status=0
+# sqlsmith exits 0 at --max-queries even after a crash: the log decides. It
+# sets statement_timeout = 1s itself; timeout bounds the whole run.
+timeout -s INT $((60 + queries / 20)) sqlsmith \
+  --target="host=$PGHOST port=$PGPORT dbname=smith user=insta_id_smith" \
+  --exclude-catalog --seed="$seed" --max-queries="$queries" --verbose \
+  >"$out/queries.log" 2>"$out/sqlsmith.err" || status=$?
+tail -n 25 "$out/sqlsmith.err" | sed 's/^/     /'
+check "sqlsmith ran its $queries queries to the end" "$status" 0
+crashes=$(grep -cE 'terminated by signal|terminated by exception|was terminated|PANIC:' "$log" || true)
+check "no server process crashed" "$crashes" 0
+grep -A3 -E 'terminated by signal|PANIC:' "$log" | head -n 20 || true
+# An internal error, with the statement that raised it.
+internal=$(grep -A2 -E ' XX000 (ERROR|FATAL|PANIC):' "$log" || true)
+[ -z "$internal" ] || { echo "     internal errors:"; echo "$internal" | head -n 30 | sed 's/^/     /'; }
+check "no internal error (XX000) from a statement calling insta_id" \
+  "$(echo "$internal" | grep -c 'STATEMENT:.*insta_id\.' || true)" 0
+sleep 1  # sqlsmith's backend reports its function counts as it exits
+stats=$(q -d smith -F ' ' -c "SELECT count(*), coalesce(sum(calls), 0),
+          coalesce(sum(calls) FILTER (WHERE funcname NOT IN ('epoch', 'guard_mode', 'high_water_mark')), 0)
+        FROM pg_stat_user_functions WHERE schemaname = 'insta_id'")
+read -r nfuncs calls argcalls <<<"$stats"
+echo "     insta_id functions called: $nfuncs, calls: $calls, of functions taking arguments: $argcalls"
+q -d smith -c "SELECT funcname || ' ' || calls FROM pg_stat_user_functions WHERE schemaname = 'insta_id' ORDER BY calls DESC" \
+  | sed 's/^/       /'
+check_true "sqlsmith called at least 6 of insta_id's functions, and those taking arguments at least $((queries / 10)) times" \
+  "SELECT $nfuncs >= 6 AND $argcalls >= $queries / 10"
+stop_cluster smith
+finish
