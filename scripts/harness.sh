@@ -63,13 +63,15 @@ cluster_dir() { echo "$repo/target/clusters/pg$PG-$1"; }
 cluster_port() { echo $((5440 + $(printf 'pg%s-%s' "$PG" "$1" | cksum | cut -d' ' -f1) % 500)); }
 
 # A clock to move under a running server: Debian's libfaketime, preloaded
-# into a cluster started with --faketime, reads the offset from the file
-# clock_file NAME. clock_offset NAME -2 (seconds; -0.2 works too) moves the
-# clock of every process of that server, running and new, within
-# CLOCK_SETTLE seconds: libfaketime re-reads the file once a second (its
-# cache), since reading it on every clock call deadlocks PostgreSQL backends
-# (a SIGALRM handler reading the clock inside fopen).
-CLOCK_SETTLE=2.2
+# into a cluster started with --faketime, reads the offset in seconds (+0,
+# -0.2, -2.5; never "ms": m means minutes to it) from clock_file NAME.
+# clock_offset NAME OFFSET moves the clock of every process of that server,
+# running and new, within CLOCK_SETTLE seconds: libfaketime re-reads the file
+# at most once per real second (FAKETIME_CACHE_DURATION=0); re-reading it on
+# every clock call (FAKETIME_NO_CACHE) deadlocks backends whose SIGALRM
+# handler reads the clock inside fopen. Monotonic time stays real, so
+# latches and timers do; only the server is faked, never psql or pgbench.
+CLOCK_SETTLE=1.2
 clock_file() { echo "$(cluster_dir "$1")/clock"; }
 clock_offset() { # replaced in one rename: a reader never sees it half-written
   local f; f=$(clock_file "$1")
@@ -78,8 +80,12 @@ clock_offset() { # replaced in one rename: a reader never sees it half-written
 faketime_env() { # NAME: the environment a server runs under with --faketime
   local lib; lib=$(find /usr/lib -name libfaketime.so.1 -path '*faketime*' 2>/dev/null | head -n1)
   [ -n "$lib" ] || { echo "libfaketime is missing: scripts/setup.sh faults" >&2; return 1; }
-  echo "LD_PRELOAD=$lib FAKETIME_TIMESTAMP_FILE=$(clock_file "$1") FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1"
+  echo "LD_PRELOAD=$lib FAKETIME_TIMESTAMP_FILE=$(clock_file "$1") FAKETIME_CACHE_DURATION=0 FAKETIME_DONT_FAKE_MONOTONIC=1 NO_FAKE_STAT=1"
 }
+# libfaketime leaves a shared-memory file and semaphore per process started
+# through a wrapper; a stale pair whose pid comes round again stops a new
+# process ("shm_open failed"). Cleared when a faked cluster stops.
+faketime_cleanup() { as_pg find /dev/shm -maxdepth 1 -user "$(as_pg id -un)" -name '*faketime_s*' -delete 2>/dev/null || true; }
 
 # cluster_start NAME [--preload] [--faketime] [--conf 'line']...: initdb if
 # needed, start.
@@ -141,7 +147,11 @@ cluster_stop() {
   fi
 }
 
-cluster_destroy() { cluster_stop "$1"; rm -rf "$(cluster_dir "$1")"; }
+cluster_destroy() {
+  cluster_stop "$1"
+  [ ! -f "$(clock_file "$1")" ] || faketime_cleanup
+  rm -rf "$(cluster_dir "$1")"
+}
 
 # cluster_env NAME: the exports that point psql at it.
 cluster_env() { echo "export PGHOST='$(cluster_dir "$1")' PGPORT=$(cluster_port "$1") PGUSER=postgres"; }

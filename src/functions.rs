@@ -135,7 +135,9 @@ static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = [const { BackendCell::new(0)
 fn check_is_sequence_cached(relid: pg_sys::Oid) {
     let oid = relid.to_u32();
     let slot = &CHECKED[oid as usize % CHECKED_SLOTS];
-    if slot.get() != oid {
+    // Slots start at 0, InvalidOid, which must still be refused (sqlsmith
+    // found next_id(1, 0::regclass) reaching nextval: XX000).
+    if slot.get() != oid || oid == 0 {
         check_is_sequence(relid);
         slot.set(oid);
     }

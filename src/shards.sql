@@ -316,6 +316,12 @@ BEGIN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
         RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
     END IF;

@@ -69,7 +69,7 @@ CREATE SEQUENCE down INCREMENT -1 MINVALUE 0 MAXVALUE 3 START 3;
 SELECT insta_id.seq_id(insta_id.next_id(1, 'down')) FROM generate_series(1, 4);
 SELECT insta_id.next_id(1, 'down');
 \echo :LAST_ERROR_SQLSTATE
-CREATE SEQUENCE crosses_zero INCREMENT -1 MINVALUE -1 START 0;
+CREATE SEQUENCE crosses_zero INCREMENT -1 MINVALUE -1 MAXVALUE 0 START 0;
 SELECT insta_id.seq_id(insta_id.next_id(1, 'crosses_zero'));
 SELECT insta_id.next_id(1, 'crosses_zero');
 \echo :LAST_ERROR_SQLSTATE
@@ -84,8 +84,9 @@ SELECT x FROM ident;
 CREATE SEQUENCE gone;
 SELECT 'gone'::regclass::oid AS gone_oid \gset
 DROP SEQUENCE gone;
+\set VERBOSITY sqlstate
 SELECT insta_id.next_id(1, :gone_oid::oid::regclass);
-\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 -- Not a sequence: a table, an index, a view.
 CREATE TABLE plain (x int PRIMARY KEY);
 CREATE VIEW v AS SELECT 1 AS x;
@@ -95,6 +96,7 @@ SELECT insta_id.next_id(1, 'plain_pkey');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.next_id(1, 'v');
 \echo :LAST_ERROR_SQLSTATE
+-- OID 0 (InvalidOid) is no relation either: 42P01, not an internal error.
 SELECT insta_id.next_id(1, 0::oid::regclass);
 \echo :LAST_ERROR_SQLSTATE
 -- The high-water mark is past every ID the server issued.

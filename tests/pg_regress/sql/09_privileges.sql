@@ -1,0 +1,86 @@
+-- Who may do what (README, "Who may do what"): a role without rights is
+-- refused every setting and every helper with 42501; a delegated shard
+-- administrator may not take over another role's schema; names built to
+-- break quoting are handled verbatim by every helper.
+SET client_min_messages = warning;
+CREATE ROLE insta_id_regress_nobody;
+CREATE ROLE insta_id_regress_admin;
+CREATE ROLE insta_id_regress_other;
+GRANT EXECUTE ON FUNCTION insta_id.create_shard(int, text), insta_id.create_shards(int, int, text),
+      insta_id.add_id_column(regclass, name, int), insta_id.drop_shard(int, boolean),
+      insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int) TO insta_id_regress_admin;
+GRANT INSERT, DELETE ON insta_id.shard_registry TO insta_id_regress_admin;
+SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_admin', current_database()) \gexec
+-- Another role's schema, with a next_id column minting shard 77.
+CREATE SCHEMA theirs AUTHORIZATION insta_id_regress_other;
+CREATE SEQUENCE theirs.t_id_seq;
+CREATE TABLE theirs.t (id bigint DEFAULT insta_id.next_id(77, 'theirs.t_id_seq'));
+ALTER TABLE theirs.t OWNER TO insta_id_regress_other;
+ALTER SEQUENCE theirs.t_id_seq OWNER TO insta_id_regress_other;
+
+-- Without rights: every setting, every helper.
+SET ROLE insta_id_regress_nobody;
+SET insta_id.epoch = '0';
+\echo :LAST_ERROR_SQLSTATE
+SET insta_id.on_overflow = 'legacy';
+\echo :LAST_ERROR_SQLSTATE
+SET insta_id.require_shared_guard = on;
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shard(70);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shards(70, 71, 'theirs');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.add_id_column('theirs.t', 'id', 77);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_shard('theirs', 77);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.drop_shard(70);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id._copy_template('theirs', 'x', 70);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO insta_id.shard_registry VALUES (70, 'x');
+\echo :LAST_ERROR_SQLSTATE
+-- What everyone may do: decode, read the registry and the mark.
+SELECT insta_id.shard_id(11637205501278089), count(*) >= 0 AS reads_registry,
+       insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards;
+RESET ROLE;
+
+-- A delegated administrator: may not adopt, fill, or drop another role's schema.
+SET ROLE insta_id_regress_admin;
+SELECT insta_id.adopt_shard('theirs', 77);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.add_id_column('theirs.t', 'id', 77);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.create_shard(70);
+RESET ROLE;
+SELECT count(*) AS theirs_registered FROM insta_id.shard_registry WHERE schema_name = 'theirs';
+-- A shard of the administrator's own, whose schema then passes to another role.
+ALTER SCHEMA insta70 OWNER TO insta_id_regress_other;
+SET ROLE insta_id_regress_admin;
+SELECT insta_id.drop_shard(70);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 70;
+SELECT insta_id.drop_shard(70);
+
+-- Names built to break quoting, in every helper argument.
+SELECT insta_id.create_shard(71, 'x"; DROP SCHEMA theirs CASCADE; --');
+SELECT insta_id.create_shard(72, $$it's a 'shard'$$);
+CREATE TABLE "x""; DROP SCHEMA theirs CASCADE; --"."t"" ;--" (v text);
+SELECT insta_id.add_id_column('"x""; DROP SCHEMA theirs CASCADE; --"."t"" ;--"', $$c'ol"; --$$);
+INSERT INTO "x""; DROP SCHEMA theirs CASCADE; --"."t"" ;--" (v) VALUES ('a') RETURNING insta_id.shard_id("c'ol""; --");
+CREATE SCHEMA "tem""plate'";
+CREATE TABLE "tem""plate'"."ta""ble" (v text);
+SELECT insta_id.add_id_column('"tem""plate''"."ta""ble"', 'id', 0);
+SELECT insta_id.create_shards(73, 74, $$tem"plate'$$);
+INSERT INTO insta73."ta""ble" (v) VALUES ('b') RETURNING insta_id.shard_id(id);
+SELECT insta_id.drop_shard(71, true), insta_id.drop_shard(72), insta_id.drop_shard(73, true), insta_id.drop_shard(74);
+SELECT insta_id.adopt_shard($$tem"plate'$$, 0);
+SELECT schema_name FROM insta_id.shards WHERE shard_id = 0;
+SELECT insta_id.drop_shard(0);
+SELECT count(*) AS theirs_still_there FROM pg_namespace WHERE nspname = 'theirs';
+
+DROP SCHEMA theirs CASCADE;
+SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_admin', current_database()) \gexec
+DROP OWNED BY insta_id_regress_admin;
+DROP ROLE insta_id_regress_nobody, insta_id_regress_admin, insta_id_regress_other;
