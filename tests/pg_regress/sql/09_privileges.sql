@@ -18,7 +18,10 @@ CREATE TABLE theirs.t (id bigint DEFAULT insta_id.next_id(77, 'theirs.t_id_seq')
 ALTER TABLE theirs.t OWNER TO insta_id_regress_other;
 ALTER SEQUENCE theirs.t_id_seq OWNER TO insta_id_regress_other;
 
--- Without rights: every setting, every helper.
+-- Without rights: every setting, every helper. (LOAD: the settings exist
+-- once the library is loaded; before that a SET is a placeholder, which the
+-- library refuses with a WARNING when it loads, see README "Settings".)
+LOAD 'insta_id';
 SET ROLE insta_id_regress_nobody;
 SET insta_id.epoch = '0';
 \echo :LAST_ERROR_SQLSTATE
