@@ -135,8 +135,8 @@ static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = [const { BackendCell::new(0)
 fn check_is_sequence_cached(relid: pg_sys::Oid) {
     let oid = relid.to_u32();
     let slot = &CHECKED[oid as usize % CHECKED_SLOTS];
-    // Slots start at 0, InvalidOid, which must still be refused (sqlsmith
-    // found next_id(1, 0::regclass) reaching nextval: XX000).
+    // Slots start at 0, InvalidOid, which must still be refused: it used to
+    // reach nextval and fail with XX000 (tests/pg_regress 08_boundaries).
     if slot.get() != oid || oid == 0 {
         check_is_sequence(relid);
         slot.set(oid);

@@ -27,7 +27,8 @@ fq() { q -d faults "$@"; }
 
 setup_db() { # $1: on_overflow mode
   PGOPTIONS="-c client_min_messages=warning" q -d postgres -c "DROP DATABASE IF EXISTS faults" -c "CREATE DATABASE faults"
-  q -d postgres -c "ALTER DATABASE faults SET insta_id.on_overflow = '$1'"
+  q -d postgres -c "ALTER DATABASE faults SET insta_id.on_overflow = '$1'" \
+    -c "ALTER DATABASE faults SET work_mem = '512MB'"  # the checks group millions of IDs
   fq -c "SET client_min_messages = error" -f - <<'SQL'
 CREATE EXTENSION insta_id;
 CREATE SEQUENCE s;
@@ -203,6 +204,10 @@ crash_and_restart() { # $1: configuration label, $2: kill-backend | immediate
   clock_offset $C +0
 }
 
+mark_logged() {
+  grep -c 'insta_id: the high-water mark of issued IDs is [0-9]* ms ahead of the clock' "$(cluster_dir $C)/server.log" || true
+}
+
 # restart_behind LABEL MODE [drop-mark]: a 3 s burst, stop (fast|immediate),
 # set the clock 2.5 s back, into the milliseconds of that burst, start, burst
 # again.
@@ -216,12 +221,18 @@ restart_behind() {
   local newest; newest=$(fq -c "SELECT max(id) FROM ids")
   check_true "$l: the high-water mark covers the newest ID" \
     "SELECT insta_id.high_water_mark() >= insta_id.created_at($newest)" -d faults
+  local logged; logged=$(mark_logged)
   as_pg "$PGBIN/pg_ctl" -D "$data" -m "$2" -w stop >/dev/null
   [ -z "${3:-}" ] || as_pg rm -f "$data/insta_id.mark"
   echo "-2.5" >"$(clock_file $C)"
   as_pg env $(faketime_env $C) "$PGBIN/pg_ctl" -D "$data" -l "$(cluster_dir $C)/server.log" -w start >/dev/null
   check_true "$l: the clock is behind the newest ID" \
     "SELECT clock_timestamp() < insta_id.created_at($newest)" -d faults
+  fq -c "SELECT insta_id.next_id(1, 's')" >/dev/null   # the first ID loads the mark
+  if [ -z "${3:-}" ]; then
+    check "$l: the server log says a mark ahead of the clock was loaded" \
+      "$(mark_logged)" "$((logged + 1))"
+  fi
   local last; last=$(fq -c "SELECT max(n) FROM ids")
   burst burst.sql 3
   wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }

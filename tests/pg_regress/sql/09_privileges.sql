@@ -1,5 +1,5 @@
 -- Who may do what (README, "Who may do what"): a role without rights is
--- refused every setting and every helper with 42501; a delegated shard
+-- refused every helper with 42501 (every setting: 05_settings); a delegated shard
 -- administrator may not take over another role's schema; names built to
 -- break quoting are handled verbatim by every helper.
 SET client_min_messages = warning;
@@ -18,17 +18,8 @@ CREATE TABLE theirs.t (id bigint DEFAULT insta_id.next_id(77, 'theirs.t_id_seq')
 ALTER TABLE theirs.t OWNER TO insta_id_regress_other;
 ALTER SEQUENCE theirs.t_id_seq OWNER TO insta_id_regress_other;
 
--- Without rights: every setting, every helper. (LOAD: the settings exist
--- once the library is loaded; before that a SET is a placeholder, which the
--- library refuses with a WARNING when it loads, see README "Settings".)
-LOAD 'insta_id';
+-- Without rights: every helper (every setting: 05_settings).
 SET ROLE insta_id_regress_nobody;
-SET insta_id.epoch = '0';
-\echo :LAST_ERROR_SQLSTATE
-SET insta_id.on_overflow = 'legacy';
-\echo :LAST_ERROR_SQLSTATE
-SET insta_id.require_shared_guard = on;
-\echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.create_shard(70);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.create_shards(70, 71, 'theirs');
