@@ -12,9 +12,9 @@
 #    - error: 54000 instead of borrowing: not even that one ms per 1024 IDs;
 #    - legacy: IDs follow the clock back, like the original.
 # 2. Crashes: kill -9 of a backend, and an immediate shutdown, in a burst
-#    whose clock was just set back 2 s (IDs ahead of it): every committed row
+#    whose clock was just set back 8 s (IDs ahead of it): every committed row
 #    is intact, and a burst after the restart repeats none of them.
-# 3. Restarts with the clock 2.5 s behind the IDs already issued, after a clean
+# 3. Restarts with the clock 4 s behind the IDs already issued, after a clean
 #    and after an immediate shutdown: no ID repeats, thanks to the durable
 #    high-water mark; with the mark file deleted the same restart repeats
 #    IDs (so the test can fail).
@@ -177,7 +177,7 @@ crash_and_restart() { # $1: configuration label, $2: kill-backend | immediate
   rm -f "$work/log-$2".*
   burst burst.sql 6 "log-$2"
   sleep 2
-  clock_offset $C -5           # IDs now run ahead of the clock
+  clock_offset $C -8           # IDs now run ahead of the clock (by more than recovery takes)
   if [ "$2" = kill-backend ]; then
     as_pg kill -9 "$(fq -c "SELECT pid FROM pg_stat_activity WHERE datname = 'faults' AND application_name = 'pgbench' LIMIT 1")"
   else
@@ -208,15 +208,15 @@ mark_logged() {
   grep -c 'insta_id: the high-water mark of issued IDs is [0-9]* ms ahead of the clock' "$(cluster_dir $C)/server.log" || true
 }
 
-# restart_behind LABEL MODE [drop-mark]: a 3 s burst, stop (fast|immediate),
-# set the clock 2.5 s back, into the milliseconds of that burst, start, burst
-# again.
+# restart_behind LABEL MODE [drop-mark]: a 5 s burst, stop (fast|immediate),
+# set the clock 4 s back, into the milliseconds of that burst (as long as the
+# restart takes under 4 s), start, burst again.
 restart_behind() {
-  local l="$1, restart ($2 stop) with the clock 2.5 s back${3:+, mark file deleted}"
+  local l="$1, restart ($2 stop) with the clock 4 s back${3:+, mark file deleted}"
   local data; data="$(cluster_dir $C)/data"
   setup_db wait
   clock_offset $C +0
-  burst burst.sql 3
+  burst burst.sql 5
   wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }
   local newest; newest=$(fq -c "SELECT max(id) FROM ids")
   check_true "$l: the high-water mark covers the newest ID" \
@@ -224,7 +224,7 @@ restart_behind() {
   local logged; logged=$(mark_logged)
   as_pg "$PGBIN/pg_ctl" -D "$data" -m "$2" -w stop >/dev/null
   [ -z "${3:-}" ] || as_pg rm -f "$data/insta_id.mark"
-  echo "-2.5" >"$(clock_file $C)"
+  echo "-4" >"$(clock_file $C)"
   as_pg env $(faketime_env $C) "$PGBIN/pg_ctl" -D "$data" -l "$(cluster_dir $C)/server.log" -w start >/dev/null
   check_true "$l: the clock is behind the newest ID" \
     "SELECT clock_timestamp() < insta_id.created_at($newest)" -d faults
