@@ -293,7 +293,7 @@ mod tests {
         );
         assert_eq!(
             props,
-            "created_at:istrue epoch:sstrue guard_mode:sstrue id_parts:istrue id_parts:istrue max_id:istrue max_id:istrue \
+            "created_at:istrue epoch:sstrue guard_mode:sstrue high_water_mark:vstrue id_parts:istrue id_parts:istrue max_id:istrue max_id:istrue \
              max_id:istrue max_id:istrue min_id:istrue min_id:istrue min_id:istrue min_id:istrue \
              next_id:vutrue seq_id:istrue shard_id:istrue"
         );
