@@ -366,18 +366,30 @@ mod tests {
             database: 2,
             relation: 16_384,
         };
-        assert_eq!(table.admit(other, 0, 60, Overflow::Wait), Admit::Issue(2_001));
+        assert_eq!(
+            table.admit(other, 0, 60, Overflow::Wait),
+            Admit::Issue(2_001)
+        );
         // Error mode refuses rather than borrow.
         let third = SeqKey {
             database: 3,
             relation: 16_384,
         };
-        assert_eq!(table.admit(third, 0, 60, Overflow::Error), Admit::Full(2_000));
+        assert_eq!(
+            table.admit(third, 0, 60, Overflow::Error),
+            Admit::Full(2_000)
+        );
         // Once the clock passes it, real time again.
-        assert_eq!(table.admit(other, 1, 2_500, Overflow::Wait), Admit::Issue(2_500));
+        assert_eq!(
+            table.admit(other, 1, 2_500, Overflow::Wait),
+            Admit::Issue(2_500)
+        );
         // A floor below what a sequence used changes nothing for it.
         table.raise_floor(10);
-        assert_eq!(table.admit(K, 4, 2_500, Overflow::Wait), Admit::Issue(2_500));
+        assert_eq!(
+            table.admit(K, 4, 2_500, Overflow::Wait),
+            Admit::Issue(2_500)
+        );
     }
 
     /// Simulated sessions over one table: any interleaving of sequence values

@@ -275,7 +275,9 @@ impl MarkFile {
             .write_all_at(&encode(mark), 0)
             .map_err(|e| MarkError::Io("write", e))?;
         if (self.fsync)() {
-            self.file.sync_data().map_err(|e| MarkError::Io("fsync", e))?;
+            self.file
+                .sync_data()
+                .map_err(|e| MarkError::Io("fsync", e))?;
             if first {
                 // A new file's directory entry must be durable too.
                 File::open(&self.dir)
@@ -299,7 +301,10 @@ mod tests {
         assert_eq!(need(1000, 1000 + RENEW_MS - 1), Need::Ahead(1000 + STEP_MS));
         assert_eq!(need(1000, 1000 + RENEW_MS), Need::Covered);
         // A fresh reservation covers the next STEP_MS - RENEW_MS ms.
-        assert_eq!(need(1000 + STEP_MS - RENEW_MS, 1000 + STEP_MS), Need::Covered);
+        assert_eq!(
+            need(1000 + STEP_MS - RENEW_MS, 1000 + STEP_MS),
+            Need::Covered
+        );
         assert_eq!(need(i64::MAX - 1, i64::MIN), Need::Now(i64::MAX));
     }
 
@@ -339,7 +344,10 @@ mod tests {
         assert_eq!(file.read().unwrap(), Some(5_000 + STEP_MS));
         // Running low: renewed ahead.
         state.cover(&file, 5_000 + STEP_MS - RENEW_MS + 1).unwrap();
-        assert_eq!(file.read().unwrap(), Some(5_000 + 2 * STEP_MS - RENEW_MS + 1));
+        assert_eq!(
+            file.read().unwrap(),
+            Some(5_000 + 2 * STEP_MS - RENEW_MS + 1)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
