@@ -87,17 +87,24 @@ faketime_env() { # NAME: the environment a server runs under with --faketime
 # process ("shm_open failed"). Cleared when a faked cluster stops.
 faketime_cleanup() { as_pg find /dev/shm -maxdepth 1 -user "$(as_pg id -un)" -name '*faketime_s*' -delete 2>/dev/null || true; }
 
+# cluster_ctl NAME pg_ctl-ARGS...: pg_ctl on that cluster, under libfaketime
+# when it has a clock file (cluster_start --faketime made one).
+cluster_ctl() {
+  local name=$1 run=(); shift
+  [ ! -f "$(clock_file "$name")" ] || read -ra run <<<"env $(faketime_env "$name")"
+  as_pg "${run[@]}" "$PGBIN/pg_ctl" -D "$(cluster_dir "$name")/data" -l "$(cluster_dir "$name")/server.log" -w "$@" >/dev/null
+}
+
 # cluster_start NAME [--preload] [--faketime] [--conf 'line']...: initdb if
 # needed, start.
 cluster_start() {
   local name=$1; shift
-  local preload='' extra='' base data run=()
+  local preload='' extra='' base data
   while [ $# -gt 0 ]; do
     case "$1" in
       --preload) preload=insta_id ;;
       --faketime)
-        [ -f "$(clock_file "$name")" ] || { mkdir -p "$(cluster_dir "$name")"; echo "+0" >"$(clock_file "$name")"; }
-        read -ra run <<<"env $(faketime_env "$name")" ;;
+        [ -f "$(clock_file "$name")" ] || { mkdir -p "$(cluster_dir "$name")"; echo "+0" >"$(clock_file "$name")"; } ;;
       --conf) extra+="$2"$'\n'; shift ;;
       *) echo "cluster_start: unknown option $1" >&2; return 2 ;;
     esac
@@ -133,10 +140,9 @@ shared_preload_libraries = '$preload'
 $extra
 CONF
   if as_pg "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    as_pg "${run[@]}" "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w restart >/dev/null
+    cluster_ctl "$name" restart
   else
-    as_pg "${run[@]}" "$PGBIN/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null \
-      || { cat "$base/server.log" >&2; return 1; }
+    cluster_ctl "$name" start || { cat "$base/server.log" >&2; return 1; }
   fi
 }
 

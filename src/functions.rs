@@ -129,15 +129,24 @@ fn relation_name(relid: pg_sys::Oid) -> String {
 /// statement spreading calls over many sequences still checks each once.
 const CHECKED_SLOTS: usize = 1024;
 
-static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = [const { BackendCell::new(0) }; CHECKED_SLOTS];
+/// Slot i starts at i + 1, an OID that maps to another slot, so no OID
+/// counts as checked before it was (a start of 0 let InvalidOid through to
+/// nextval: XX000, found by tests/pg_regress 08_boundaries).
+static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = {
+    let mut slots = [const { BackendCell::new(0) }; CHECKED_SLOTS];
+    let mut i = 0;
+    while i < CHECKED_SLOTS {
+        slots[i] = BackendCell::new(i as u32 + 1);
+        i += 1;
+    }
+    slots
+};
 
 #[inline]
 fn check_is_sequence_cached(relid: pg_sys::Oid) {
     let oid = relid.to_u32();
     let slot = &CHECKED[oid as usize % CHECKED_SLOTS];
-    // Slots start at 0, InvalidOid, which must still be refused: it used to
-    // reach nextval and fail with XX000 (tests/pg_regress 08_boundaries).
-    if slot.get() != oid || oid == 0 {
+    if slot.get() != oid {
         check_is_sequence(relid);
         slot.set(oid);
     }
@@ -222,21 +231,20 @@ pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Da
 
 /// The epoch argument of the explicit-epoch overloads, as ms since 1970.
 fn epoch_arg(ts: i64) -> i64 {
-    // infinity / -infinity are out of range, not fractional.
-    if ts != i64::MAX && ts != i64::MIN && ts.rem_euclid(1000) != 0 {
+    // The range first: infinity and -infinity are out of it, not fractional.
+    let Some(ms) = layout::check_epoch(clock::timestamptz_to_unix_ms(ts)) else {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "epoch must be between 1970-01-01 00:00 UTC and 9999-12-31 23:59:59.999 UTC",
+        );
+    };
+    if ts.rem_euclid(1000) != 0 {
         raise!(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "epoch must be a whole millisecond",
         );
     }
-    let ms = clock::timestamptz_to_unix_ms(ts);
-    match layout::check_epoch(ms) {
-        Some(ms) => ms,
-        None => raise!(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "epoch must be between 1970-01-01 00:00 UTC and 9999-12-31 23:59:59.999 UTC",
-        ),
-    }
+    ms
 }
 
 /// Decodes `id` into a record of (created_at, shard_id, seq_id, ms_since_epoch).

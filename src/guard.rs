@@ -170,9 +170,7 @@ impl Slots {
         self.states[victim] = SeqState::full_at(self.floor_ms);
         &mut self.states[victim]
     }
-}
 
-impl Slots {
     /// Counts every millisecond up to `ms` as used, for every sequence.
     fn raise_floor(&mut self, ms: i64) {
         self.floor_ms = self.floor_ms.max(ms);
@@ -211,25 +209,27 @@ impl<'a> Table<'a> {
 
     /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
     pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
-        let bucket = self.bucket_of(key);
-        let _guard = SpinGuard::lock(&bucket.lock);
-        // SAFETY: the bucket's spin lock is held, so no other process or
-        // thread touches this bucket's slots until `_guard` drops.
-        let slots = unsafe { &mut *bucket.slots.get() };
-        slots.state_for(key).admit(residue, now_ms, overflow)
+        locked(self.bucket_of(key), |slots| {
+            slots.state_for(key).admit(residue, now_ms, overflow)
+        })
     }
-}
 
-impl Table<'_> {
     /// Counts every millisecond up to `ms` as used by every sequence, known
     /// or not: after a restart, the durable high-water mark (see `mark`).
     pub fn raise_floor(&self, ms: i64) {
         for bucket in self.buckets {
-            let _guard = SpinGuard::lock(&bucket.lock);
-            // SAFETY: the bucket's spin lock is held.
-            unsafe { &mut *bucket.slots.get() }.raise_floor(ms);
+            locked(bucket, |slots| slots.raise_floor(ms));
         }
     }
+}
+
+/// Runs `f` on `bucket`'s slots under its spin lock.
+#[inline(always)]
+fn locked<R>(bucket: &Bucket, f: impl FnOnce(&mut Slots) -> R) -> R {
+    let _guard = SpinGuard::lock(&bucket.lock);
+    // SAFETY: the bucket's spin lock is held, so no other process or thread
+    // touches this bucket's slots until `_guard` drops.
+    f(unsafe { &mut *bucket.slots.get() })
 }
 
 /// A test-and-test-and-set spin lock on a word that may live in shared memory.

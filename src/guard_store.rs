@@ -238,7 +238,7 @@ impl Guard {
             // A scripted test clock must not move the real server's mark.
             return;
         }
-        if let Err(e) = self.mark.cover(mark_file(), ms) {
+        if let Err(e) = self.mark.cover(ms, mark_file) {
             mark_error(e)
         }
     }

@@ -152,13 +152,14 @@ impl MarkState {
     }
 
     /// Makes sure `ms` is covered by a mark on disk before an ID of it is
-    /// returned; renews ahead when the mark runs low.
+    /// returned; renews ahead when the mark runs low. `file` is only asked
+    /// for then: the usual call is one atomic load and a compare.
     #[inline]
-    pub fn cover(&self, file: &MarkFile, ms: i64) -> Result<(), MarkError> {
+    pub fn cover<'f>(&self, ms: i64, file: impl FnOnce() -> &'f MarkFile) -> Result<(), MarkError> {
         match need(ms, self.durable()) {
             Need::Covered => Ok(()),
-            Need::Ahead(want) => self.reserve(file, ms, want, false),
-            Need::Now(want) => self.reserve(file, ms, want, true),
+            Need::Ahead(want) => self.reserve(file(), ms, want, false),
+            Need::Now(want) => self.reserve(file(), ms, want, true),
         }
     }
 
@@ -169,12 +170,10 @@ impl MarkState {
         let Some(_lock) = file.lock(must)? else {
             return Ok(());
         };
-        let on_disk = file.read()?.unwrap_or(i64::MIN);
-        let mark = if need(ms, on_disk) == Need::Covered {
-            on_disk
-        } else {
-            file.write(want.max(on_disk))?;
-            want.max(on_disk)
+        let mark = match file.read()? {
+            Some(on_disk) if need(ms, on_disk) == Need::Covered => on_disk,
+            Some(on_disk) => file.write(want.max(on_disk), false)?,
+            None => file.write(want, true)?,
         };
         self.durable.fetch_max(mark, Ordering::AcqRel);
         Ok(())
@@ -264,13 +263,9 @@ impl MarkFile {
         decode(&buf[..len]).map_err(MarkError::Damaged)
     }
 
-    fn write(&self, mark: i64) -> Result<(), MarkError> {
-        let first = self
-            .file
-            .metadata()
-            .map_err(|e| MarkError::Io("stat", e))?
-            .len()
-            == 0;
+    /// Writes `mark` and returns it. `first`: the file was empty (new), so
+    /// its directory entry must be made durable too.
+    fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError> {
         self.file
             .write_all_at(&encode(mark), 0)
             .map_err(|e| MarkError::Io("write", e))?;
@@ -279,13 +274,12 @@ impl MarkFile {
                 .sync_data()
                 .map_err(|e| MarkError::Io("fsync", e))?;
             if first {
-                // A new file's directory entry must be durable too.
                 File::open(&self.dir)
                     .and_then(|d| d.sync_all())
                     .map_err(|e| MarkError::Io("fsync the directory of", e))?;
             }
         }
-        Ok(())
+        Ok(mark)
     }
 }
 
@@ -337,13 +331,15 @@ mod tests {
         let file = MarkFile::open(&dir, || true).unwrap();
         let state = MarkState::new();
         assert_eq!(state.load(&file, |_| panic!("no mark yet")).unwrap(), None);
-        state.cover(&file, 5_000).unwrap();
+        state.cover(5_000, || &file).unwrap();
         assert_eq!(file.read().unwrap(), Some(5_000 + STEP_MS));
         // Inside the reservation with room left: no write.
-        state.cover(&file, 5_000 + STEP_MS - RENEW_MS).unwrap();
+        state.cover(5_000 + STEP_MS - RENEW_MS, || &file).unwrap();
         assert_eq!(file.read().unwrap(), Some(5_000 + STEP_MS));
         // Running low: renewed ahead.
-        state.cover(&file, 5_000 + STEP_MS - RENEW_MS + 1).unwrap();
+        state
+            .cover(5_000 + STEP_MS - RENEW_MS + 1, || &file)
+            .unwrap();
         assert_eq!(
             file.read().unwrap(),
             Some(5_000 + 2 * STEP_MS - RENEW_MS + 1)
@@ -359,9 +355,9 @@ mod tests {
             MarkFile::open(&dir, || false).unwrap(),
         );
         let (sa, sb) = (MarkState::new(), MarkState::new());
-        sa.cover(&a, 9_000).unwrap();
+        sa.cover(9_000, || &a).unwrap();
         // b knows nothing of a's mark and covers an earlier ms.
-        sb.cover(&b, 1_000).unwrap();
+        sb.cover(1_000, || &b).unwrap();
         assert_eq!(b.read().unwrap(), Some(9_000 + STEP_MS));
         assert_eq!(sb.durable(), 9_000 + STEP_MS);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -56,11 +56,13 @@ echo "INSERT INTO ids (id, pid, at) SELECT insta_id.next_id(1, 's'), pg_backend_
 echo "SELECT burst_refusing(500);" >"$work/refusing.sql"
 n_now() { fq -c "SELECT last_value FROM ids_n_seq"; }
 
-# burst SCRIPT SECONDS [LOGPREFIX]: 4 clients in the background; pid in $burst_pid.
+# burst SCRIPT SECONDS [LOGPREFIX]: 4 clients in the background; pid in
+# $burst_pid, burst_wait waits for them.
 burst() {
   pgbench -n -c 4 -j 2 -T "$2" -f "$work/$1" ${3:+-l --log-prefix="$work/$3"} faults >"$work/pgbench.log" 2>&1 &
   burst_pid=$!
 }
+burst_wait() { wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }; }
 
 # step K LABEL OFFSET BACK_MS: move the clock, note where it happened.
 step() {
@@ -78,7 +80,7 @@ stepped_burst() { # $1: pgbench script
   step 2 "back 2 s" -2.2 2000
   step 3 "forward 3 s" +0.8 0
   step 4 "back 1 s" -0.2 1000
-  wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }
+  burst_wait
   settle
   echo "     $1: $(fq -c "SELECT count(*) || ' IDs from ' || count(DISTINCT pid) || ' sessions' FROM ids")"
 }
@@ -93,18 +95,15 @@ stepped_burst() { # $1: pgbench script
 settle() {
   fq -q <<'SQL'
 CREATE INDEX ON ids (n);
+-- min_id(at) >> 23: the session's clock in ms since the epoch, like id >> 23.
 CREATE TABLE regime AS
 WITH b AS (SELECT k, n_written, n_settled,
-                  coalesce(lead(n_written) OVER (ORDER BY k), (SELECT max(n) + 1 FROM ids)) AS n_next FROM steps),
-     e AS (SELECT (extract(epoch FROM insta_id.epoch()) * 1000)::bigint AS ms)
-SELECT b.k, i.n - b.n_written AS since, (i.id >> 23) AS ms,
-       floor(extract(epoch FROM i.at) * 1000)::bigint - e.ms AS clock_ms
-FROM b JOIN ids i ON i.n > b.n_settled AND i.n < b.n_next, e;
+                  coalesce(lead(n_written) OVER (ORDER BY k), (SELECT max(n) + 1 FROM ids)) AS n_next FROM steps)
+SELECT b.k, i.n - b.n_written AS since, (i.id >> 23) AS ms, insta_id.min_id(i.at) >> 23 AS clock_ms
+FROM b JOIN ids i ON i.n > b.n_settled AND i.n < b.n_next;
 ALTER TABLE steps ADD lead_ms bigint;
 UPDATE steps SET lead_ms = back_ms + (
-  SELECT greatest(0, max(id >> 23) - (max(floor(extract(epoch FROM at) * 1000))::bigint
-                                      - (extract(epoch FROM insta_id.epoch()) * 1000)::bigint))
-  FROM ids WHERE n <= steps.n_written);
+  SELECT greatest(0, max(id >> 23) - (insta_id.min_id(max(at)) >> 23)) FROM ids WHERE n <= steps.n_written);
 SQL
 }
 # ahead_over EXTRA: rows of settled regimes further ahead than lead + EXTRA.
@@ -113,7 +112,7 @@ ahead_over() {
 }
 
 check_common() { # $1: label
-  check "$1: zero duplicate IDs" "$(fq -c "SELECT count(*) - count(DISTINCT id) FROM ids")" 0
+  check "$1: zero duplicate IDs" "$(dups)" 0
   check "$1: per session, the time field never decreases" \
     "$(fq -c "SELECT count(*) FROM (SELECT id >> 23 AS ms, lag(id >> 23) OVER (PARTITION BY pid ORDER BY n) AS prev FROM ids) x WHERE ms < prev")" 0
   check "$1: at most 1024 IDs in any millisecond" "$(fq -c "SELECT max(c) <= 1024 FROM (SELECT count(*) c FROM ids GROUP BY id >> 23) m")" t
@@ -144,7 +143,7 @@ clock_steps() { # $1: configuration label
   fq -c "SELECT label || ': lead ' || lead_ms || ' ms; IDs at most ' || max(r.ms - r.clock_ms) || ' ms ahead of their clock, bound ' || max(lead_ms + 2 + since / 1024)
           FROM regime r JOIN steps s USING (k) GROUP BY k, label, lead_ms ORDER BY k" | sed 's/^/     /'
   check "$l: once settled after a step, no ID is further ahead of its session's clock than the step's lead + 1 ms per 1024 IDs since (+2)" \
-    "$(fq -c "SELECT count(*) FROM regime r JOIN steps s USING (k) WHERE r.ms - r.clock_ms > s.lead_ms + 2 + r.since / 1024")" 0
+    "$(ahead_over "2 + r.since / 1024")" 0
   check_true "$l: after the 2 s step back, IDs ran ahead of the clock" \
     "SELECT max(ms - clock_ms) >= 1000 FROM regime WHERE k = 2" -d faults
   check_back_on_clock "$l"
@@ -167,6 +166,14 @@ clock_steps() { # $1: configuration label
     "$(fq -c "SELECT count(*) FROM regime WHERE ms > clock_ms")" 0
 }
 
+# check_above LABEL N: every ID written after row N is in a later millisecond
+# than every ID up to it (the IDs of a restart against those before).
+check_above() {
+  check "$1: every ID after the restart is above every ID before it" \
+    "$(fq -c "SELECT count(*) FROM ids WHERE n > $2 AND (id >> 23) <= (SELECT max(id >> 23) FROM ids WHERE n <= $2)")" 0
+}
+dups() { fq -c "SELECT count(*) - count(DISTINCT id) FROM ids"; }
+
 # Rows of finished transactions according to pgbench's per-transaction logs.
 logged_rows() { cat "$work/$1".* 2>/dev/null | awk '$3 ~ /^[0-9]+$/' | wc -l | awk '{print $1 * 2000}'; }
 
@@ -181,12 +188,10 @@ crash_and_restart() { # $1: configuration label, $2: kill-backend | immediate
   if [ "$2" = kill-backend ]; then
     as_pg kill -9 "$(fq -c "SELECT pid FROM pg_stat_activity WHERE datname = 'faults' AND application_name = 'pgbench' LIMIT 1")"
   else
-    as_pg "$PGBIN/pg_ctl" -D "$(cluster_dir $C)/data" -m immediate -w stop >/dev/null
+    cluster_ctl $C -m immediate stop
   fi
   wait "$burst_pid" 2>/dev/null || true   # pgbench loses its connections
-  if [ "$2" = immediate ]; then
-    as_pg env $(faketime_env $C) "$PGBIN/pg_ctl" -D "$(cluster_dir $C)/data" -l "$(cluster_dir $C)/server.log" -w start >/dev/null
-  fi
+  [ "$2" != immediate ] || cluster_ctl $C start
   for _ in $(seq 1 60); do fq -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.5; done
   local before committed
   before=$(fq -c "SELECT count(*) FROM ids"); committed=$(logged_rows "log-$2")
@@ -197,10 +202,9 @@ crash_and_restart() { # $1: configuration label, $2: kill-backend | immediate
     "SELECT clock_timestamp() < insta_id.created_at(max(id)) FROM ids" -d faults
   local last; last=$(fq -c "SELECT coalesce(max(n), 0) FROM ids")
   burst burst.sql 3
-  wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }
-  check "$l: after the restart, zero duplicates among all IDs" "$(fq -c "SELECT count(*) - count(DISTINCT id) FROM ids")" 0
-  check "$l: every ID after the restart is above every ID before it" \
-    "$(fq -c "SELECT count(*) FROM ids WHERE n > $last AND (id >> 23) <= (SELECT max(id >> 23) FROM ids WHERE n <= $last)")" 0
+  burst_wait
+  check "$l: after the restart, zero duplicates among all IDs" "$(dups)" 0
+  check_above "$l" "$last"
   clock_offset $C +0
 }
 
@@ -213,19 +217,18 @@ mark_logged() {
 # restart takes under 4 s), start, burst again.
 restart_behind() {
   local l="$1, restart ($2 stop) with the clock 4 s back${3:+, mark file deleted}"
-  local data; data="$(cluster_dir $C)/data"
   setup_db wait
   clock_offset $C +0
   burst burst.sql 5
-  wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }
+  burst_wait
   local newest; newest=$(fq -c "SELECT max(id) FROM ids")
   check_true "$l: the high-water mark covers the newest ID" \
     "SELECT insta_id.high_water_mark() >= insta_id.created_at($newest)" -d faults
   local logged; logged=$(mark_logged)
-  as_pg "$PGBIN/pg_ctl" -D "$data" -m "$2" -w stop >/dev/null
-  [ -z "${3:-}" ] || as_pg rm -f "$data/insta_id.mark"
+  cluster_ctl $C -m "$2" stop
+  [ -z "${3:-}" ] || as_pg rm -f "$(cluster_dir $C)/data/insta_id.mark"
   echo "-4" >"$(clock_file $C)"
-  as_pg env $(faketime_env $C) "$PGBIN/pg_ctl" -D "$data" -l "$(cluster_dir $C)/server.log" -w start >/dev/null
+  cluster_ctl $C start
   check_true "$l: the clock is behind the newest ID" \
     "SELECT clock_timestamp() < insta_id.created_at($newest)" -d faults
   fq -c "SELECT insta_id.next_id(1, 's')" >/dev/null   # the first ID loads the mark
@@ -235,15 +238,14 @@ restart_behind() {
   fi
   local last; last=$(fq -c "SELECT max(n) FROM ids")
   burst burst.sql 3
-  wait "$burst_pid" || { cat "$work/pgbench.log"; check "pgbench ran" failed ok; }
-  local dups; dups=$(fq -c "SELECT count(*) - count(DISTINCT id) FROM ids")
+  burst_wait
+  local repeated; repeated=$(dups)
   if [ -z "${3:-}" ]; then
-    check "$l: zero duplicates among all IDs" "$dups" 0
-    check "$l: every new ID is above every ID issued before the restart" \
-      "$(fq -c "SELECT count(*) FROM ids WHERE n > $last AND (id >> 23) <= (SELECT max(id >> 23) FROM ids WHERE n <= $last)")" 0
+    check "$l: zero duplicates among all IDs" "$repeated" 0
+    check_above "$l" "$last"
   else
-    echo "     $l: $dups duplicate IDs"
-    check_true "$l: IDs repeat (what the mark prevents)" "SELECT $dups > 0"
+    echo "     $l: $repeated duplicate IDs"
+    check_true "$l: IDs repeat (what the mark prevents)" "SELECT $repeated > 0"
   fi
   clock_offset $C +0
 }
