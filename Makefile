@@ -10,6 +10,8 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 VERSIONS := $(shell scripts/harness.sh pg_supported)
 OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
+# make bench PG=NN measures that version only.
+BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
@@ -71,11 +73,13 @@ cluster-demo:
 	@PG=15 scripts/build.sh install
 	@PG=15 scripts/fleet_demo.sh
 
-## bench: benchmarks (release build, never part of make test); writes BENCHMARKS.md
+## bench: benchmarks (release build, never part of make test) on the oldest
+##        and newest version (or PG=NN alone); writes BENCHMARKS.md
 bench:
-	@scripts/setup.sh
-	@scripts/build.sh install
-	@bench/run.sh
+	@for v in $(BENCH_VERSIONS); do \
+	  scripts/setup.sh $$v && PG=$$v scripts/build.sh install && PG=$$v bench/run.sh || exit 1; \
+	done
+	@bench/report.sh $(BENCH_VERSIONS)
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads)
 test-rust:

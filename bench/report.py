@@ -1,237 +1,257 @@
 #!/usr/bin/env python3
 """Turns bench/run.sh's raw timings into BENCHMARKS.md, bench/per_call.png and
-the README's performance line. Usage: report.py OUT_DIR REPO_DIR"""
+the README's performance line. Usage: report.py REPO_DIR OUT_DIR...
+(one OUT_DIR per PostgreSQL version, target/bench/pgNN; the first one's
+figures are shown in detail, every one's in the targets table)."""
 
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-out, repo = Path(sys.argv[1]), Path(sys.argv[2])
+repo, outs = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
 N = 1_000_000
 FLOOR_S = N / 1024 / 1000  # the scheme's ceiling: 1024 IDs per ms per sequence
 
-runs = defaultdict(list)
-by_round = defaultdict(dict)
-for line in (out / "raw.tsv").read_text().splitlines():
-    rnd, name, value = line.split("\t")
-    if value:
-        runs[name].append(float(value))
-        by_round[rnd][name] = float(value)
-med = {name: statistics.median(values) for name, values in runs.items()}
-spread = {name: (min(v), max(v)) for name, v in runs.items()}
-statements = dict(line.split("\t", 1) for line in (out / "statements.tsv").read_text().splitlines())
-machine = (out / "machine.txt").read_text().strip().splitlines()
+
+class Run:
+    """The raw timings of one version."""
+
+    def __init__(self, out):
+        self.runs = defaultdict(list)
+        self.by_round = defaultdict(dict)
+        for line in (out / "raw.tsv").read_text().splitlines():
+            rnd, name, value = line.split("\t")
+            if value:
+                self.runs[name].append(float(value))
+                self.by_round[rnd][name] = float(value)
+        self.med = {n: statistics.median(v) for n, v in self.runs.items()}
+        self.statements = dict(l.split("\t", 1) for l in (out / "statements.tsv").read_text().splitlines())
+        self.machine = (out / "machine.txt").read_text().strip().splitlines()
+        self.version = self.machine[1].split()[2]
+
+    def has(self, name):
+        return name in self.med
+
+    def paired(self, a, b):
+        """Median over rounds of a/b, both measured in the same round: this
+        VM's noise moves whole rounds, so paired ratios are steadier than a
+        ratio of medians."""
+        return statistics.median(r[a] / r[b] for r in self.by_round.values() if a in r and b in r)
+
+    def fmt_s(self, name):
+        v = self.runs[name]
+        return f"{self.med[name]:.3f} s ({min(v):.3f}–{max(v):.3f})"
+
+    def ns(self, name):
+        """Per call, or per row for the 500,000-row INSERTs."""
+        calls = 500_000 if name.startswith("insert_500k/") else 300_000 if name.startswith("in_use/") else N
+        return self.med[name] / calls * 1e9
 
 
-def fmt_s(name):
-    lo, hi = spread[name]
-    return f"{med[name]:.3f} s ({lo:.3f}–{hi:.3f})"
+runs = [Run(o) for o in outs]
+main = runs[0]
+
+# (label, numerator, denominator, limit, lower is better)
+TARGETS = [
+    ("next_id on helper sequences (CACHE 32) / nextval() on a plain sequence, per call", "per_call/next_id_cached", "per_call/nextval", 1.00, True),
+    ("INSERT 500k, next_id default on a helper table / bigserial", "insert_500k/next_id_helper", "insert_500k/bigserial", 1.00, True),
+    ("next_id / nextval(), plain sequences, per call", "per_call/next_id", "per_call/nextval", 1.10, True),
+    ("INSERT 500k over 64 plain sequences, next_id / nextval", "insert_500k/next_id_spread", "insert_500k/nextval_spread", 1.05, True),
+    ("PL/pgSQL original / next_id, per call", "per_call/plpgsql_original", "per_call/next_id", 9.0, False),
+    ("decode: id_parts / the SQL expression", "decode/id_parts", "decode/sql_expression", 1.00, True),
+    ("decode: created_at+shard_id+seq_id / the SQL expression", "decode/scalar_decoders", "decode/sql_expression", 0.50, True),
+]
+DSM_TARGETS = [(l + " (DSM registry)", a + "_dsm", b + "_dsm", lim, low) for l, a, b, lim, low in TARGETS[:4]]
 
 
-def ns_per_call(name):
-    """Per call, or per row for the 500,000-row INSERTs."""
-    calls = 500_000 if name.startswith("insert_500k/") else N
-    return med[name] / calls * 1e9
+def verdict(value, limit, low):
+    return "met" if (value <= limit if low else value >= limit) else "**missed**"
 
 
-targets = []
-missed_why = []
-
-# Why a target can be missed on this machine kind; printed only for misses.
-WHY = {
-    "per_call": (
-        "next_id is a nextval() plus three things: one read of the wall clock (vDSO "
-        "gettimeofday, about 5% of a next_id call in `perf` samples), pgrx's sigsetjmp guard "
-        "around the call into PostgreSQL's nextval (about 1.5%) and the duplicate guard's table "
-        "lookup under its spin lock (about 1.5%). That is 10-15% of a call by `perf`, while "
-        "rounds on this virtual machine move by up to 15% (see the ranges below), so the "
-        "median ratio lands on either side of 1.15. The clock read cannot go: it is the ID."
-    ),
-    "plpgsql": (
-        "The same noise, on the other side of the ratio: the PL/pgSQL original's rounds spread "
-        "as widely as next_id's."
-    ),
-    "insert": (
-        "The per-row cost of next_id above, in a statement that spends about 2 us a row; the "
-        "rounds of each contender spread by more than the gap between them."
-    ),
-}
+def target_rows():
+    rows = []
+    for label, a, b, limit, low in TARGETS + DSM_TARGETS:
+        cells = []
+        for r in runs:
+            if r.has(a) and r.has(b):
+                v = r.paired(a, b)
+                cells.append(f"{v:.2f}x {verdict(v, limit, low)}")
+            else:
+                cells.append("–")
+        rows.append(f"| {label} | {'≤' if low else '≥'} {limit:.2f}x | " + " | ".join(cells) + " |")
+    ceiling = [f"{r.med['ceiling/next_id_one_sequence'] / FLOOR_S:.2f}x {verdict(r.med['ceiling/next_id_one_sequence'] / FLOOR_S, 1.10, True)}" for r in runs]
+    rows.append("| one sequence, 1M IDs / the floor (1M / 1024 ms) | ≤ 1.10x | " + " | ".join(ceiling) + " |")
+    return "\n".join(rows)
 
 
-def target(what, value, limit, better_low=True, fmt="{:.2f}x", why=None):
-    ok = value <= limit if better_low else value >= limit
-    sign = "≤" if better_low else "≥"
-    targets.append((what, fmt.format(value), f"{sign} {fmt.format(limit)}", "met" if ok else "**missed**"))
-    if not ok and why:
-        missed_why.append(f"- **{what}**: {WHY[why]}")
+def table(r, names, unit="per call"):
+    out = [f"| contender | time | {unit} |", "|---|---|---|"]
+    out += [f"| {n.split('/', 1)[1]} | {r.fmt_s(n)} | {r.ns(n):.0f} ns |" for n in names if r.has(n)]
+    return "\n".join(out)
 
 
-def paired(a, b):
-    """Median over rounds of a/b, both measured in the same round: this VM's
-    noise moves whole rounds, so paired ratios are steadier than a ratio of
-    medians."""
-    return statistics.median(r[a] / r[b] for r in by_round.values() if a in r and b in r)
+def scaling(r):
+    out = ["| rows | table | sessions | bigserial rows/s | next_id rows/s | next_id / bigserial |", "|---|---|---|---|---|---|"]
+    for size in ["row", "batch100"]:
+        for where in ["one", "own"]:
+            for clients in [1, 2, 4]:
+                k = f"scaling/{size}/{where}/{clients}"
+                if not r.has(k + "/next_id"):
+                    continue
+                out.append(
+                    f"| {'single' if size == 'row' else '100 per INSERT'} | {'one shared' if where == 'one' else 'one per session'} | {clients} "
+                    f"| {r.med[k + '/bigserial']:,.0f} | {r.med[k + '/next_id']:,.0f} | {r.paired(k + '/next_id', k + '/bigserial'):.2f}x |"
+                )
+    return "\n".join(out)
 
 
-r_nextval = paired("per_call/next_id", "per_call/nextval")
-r_plpgsql = paired("per_call/plpgsql_original", "per_call/next_id")
-r_ceiling = med["ceiling/next_id_one_sequence"] / FLOOR_S
-r_insert = paired("insert_500k/next_id", "insert_500k/bigserial")
-r_tps = paired("pgbench_tps/bigserial", "pgbench_tps/next_id")
-r_parts = paired("decode/id_parts", "decode/sql_bit_shifts")
-r_scalar = paired("decode/scalar_decoders", "decode/sql_bit_shifts")
-target("next_id / nextval(), per call", r_nextval, 1.15, why="per_call")
-target("PL/pgSQL original / next_id, per call", r_plpgsql, 8, better_low=False, why="plpgsql")
-target("one sequence, 1M IDs / floor (1M/1024 ms)", r_ceiling, 1.10)
-target("INSERT ... SELECT 500k: next_id / bigserial", r_insert, 1.05, why="insert")
-target("pgbench INSERT tps: bigserial / next_id", r_tps, 1.05)
-target("decode 1M: id_parts / SQL bit shifts", r_parts, 1.5)
+def in_use(r):
+    out = ["| sequences in use | nextval | next_id | next_id / nextval | guard evictions in 300,000 calls |", "|---|---|---|---|---|"]
+    for count in [10, 10000, 100000]:
+        k = f"in_use/{count}"
+        if r.has(k + "/next_id"):
+            out.append(
+                f"| {count:,} | {r.ns(k + '/nextval'):.0f} ns | {r.ns(k + '/next_id'):.0f} ns "
+                f"| {r.paired(k + '/next_id', k + '/nextval'):.2f}x | {r.med[k + '/evictions']:,.0f} |"
+            )
+    return "\n".join(out)
 
-# PostgreSQL 17+: the same contenders on a cluster without preloading, where
-# the guard lives in a DSM-registry segment.
-dsm = "per_call/next_id_dsm" in med
-if dsm:
-    r_dsm_nextval = paired("per_call/next_id_dsm", "per_call/nextval_dsm")
-    r_dsm_pre = paired("per_call/next_id_dsm", "per_call/next_id")
-    r_dsm_insert = paired("insert_500k/next_id_dsm", "insert_500k/bigserial_dsm")
-    dsm_section = f"""
-## Without preloading: the DSM-registry guard (PostgreSQL 17+)
 
-The same statements on a second cluster of the same server version with no
-`shared_preload_libraries`, where the duplicate guard lives in a segment of
-the DSM registry; its rounds are interleaved with the preloaded cluster's.
+def plot(r):
+    try:
+        import matplotlib
 
-| contender | time | per call or row |
-|---|---|---|
-{{rows}}
-
-next_id without preloading costs {r_dsm_nextval:.2f}x that cluster's bare nextval() and
-{r_dsm_pre:.2f}x next_id on the preloaded cluster (median of per-round ratios);
-its 500,000-row INSERT takes {r_dsm_insert:.2f}x bigserial's there.
-"""
-else:
-    dsm_section = ""
-
-# The plot: per-call cost of each generator.
-try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = ["per_call/nextval", "per_call/next_id", "per_call/gen_random_uuid", "per_call/plpgsql_original"]
-    labels = ["nextval()", "insta_id.next_id", "gen_random_uuid()", "PL/pgSQL original"]
-    values = [ns_per_call(n) for n in names]
-    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=120)
-    bars = ax.barh(labels, values, color=["#8c8c8c", "#2b7bb9", "#b0b0b0", "#d9822b"])
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "(matplotlib is missing, so no plot was drawn)"
+    names = ["per_call/nextval", "per_call/nextval_cached", "per_call/next_id", "per_call/next_id_cached",
+             "per_call/gen_random_uuid", "per_call/plpgsql_original"]
+    labels = ["nextval()", "nextval(), CACHE 32", "next_id", "next_id, CACHE 32", "gen_random_uuid()", "PL/pgSQL original"]
+    values = [r.ns(n) for n in names]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    bars = ax.barh(labels, values, color=["#8c8c8c", "#8c8c8c", "#2b7bb9", "#2b7bb9", "#b0b0b0", "#d9822b"])
     ax.bar_label(bars, labels=[f"{v:.0f} ns" for v in values], padding=3)
     ax.set_xlabel("ns per call (median of rounds, 1,000,000 calls over 64 sequences)")
     ax.set_xlim(0, max(values) * 1.18)
     ax.invert_yaxis()
-    ax.set_title("Cost of one ID, PostgreSQL " + machine[1].split()[2], fontsize=10)
+    ax.set_title("Cost of one ID, PostgreSQL " + r.version, fontsize=10)
     fig.tight_layout()
     fig.savefig(repo / "bench" / "per_call.png")
-    plot_note = "![per-call cost](bench/per_call.png)"
-except ImportError:
-    plot_note = "(matplotlib is missing, so no plot was drawn)"
+    return "![per-call cost](bench/per_call.png)"
 
-rows = lambda names: "\n".join(f"| {n.split('/', 1)[1]} | {fmt_s(n)} | {ns_per_call(n):.0f} ns |" for n in names)
-if dsm:
-    dsm_section = dsm_section.replace("{rows}", "\n".join(
-        f"| {n} | {fmt_s(n)} | {ns_per_call(n):.0f} ns |"
-        for n in ["per_call/nextval_dsm", "per_call/next_id_dsm", "insert_500k/bigserial_dsm", "insert_500k/next_id_dsm"]))
-tps_rows = "\n".join(
-    f"| {n.split('/', 1)[1]} | {med[n]:,.0f} ({spread[n][0]:,.0f}–{spread[n][1]:,.0f}) |"
-    for n in ["pgbench_tps/bigserial", "pgbench_tps/plpgsql_original", "pgbench_tps/next_id"]
-)
-commands = "\n".join(f"-- {n}\n{s};" for n, s in statements.items())
-target_rows = "\n".join(f"| {w} | {v} | {lim} | {st} |" for w, v, lim, st in targets)
-why_section = ("\n\nWhy the missed ones are missed:\n\n" + "\n".join(missed_why)) if missed_why else ""
 
+m = main
+dsm = m.has("per_call/next_id_dsm")
+notes = (repo / "bench" / "notes.md").read_text() if (repo / "bench" / "notes.md").exists() else ""
+commands = "\n".join(f"-- {n}\n{s};" for n, s in m.statements.items())
+versions = " | ".join(f"PostgreSQL {r.version}" for r in runs)
 md = f"""# Benchmarks
 
-Made by `make bench` (bench/run.sh, bench/setup.sql, bench/report.py): a
-throwaway cluster with `shared_preload_libraries = 'insta_id'` (and on
-PostgreSQL 17+ a second one without it), the
-contenders interleaved in a rotating order over several rounds; times are
-medians, with the range over rounds in brackets; ratios are medians of the
-ratios within each round (this virtual machine's noise moves whole rounds by
-up to ±15%, so a ratio of medians would mostly measure the noise). Rerun it to refresh this file, the plot
-and the README's performance line.
+Made by `make bench` (bench/run.sh per version, bench/setup.sql,
+bench/report.py): on each version a throwaway cluster with
+`shared_preload_libraries = 'insta_id'` and `fsync = on` (and on PostgreSQL
+17+ a second one without preloading: the DSM-registry guard), the contenders
+interleaved in a rotating order over several rounds; times are medians, with
+the range over rounds in brackets; ratios are medians of the ratios within
+each round (this virtual machine's noise moves whole rounds by up to ±30%, so a
+ratio of medians would mostly measure the noise). Rerun it to refresh this
+file, the plot and the README's performance line; `make bench PG=NN` measures
+one version.
 
-{chr(10).join('- ' + m for m in machine)}
+{chr(10).join('- ' + l for l in m.machine)}
+{chr(10).join('- also: ' + r.machine[1] + ' (' + r.machine[3].split(';')[-1].strip() + ')' for r in runs[1:])}
 
 ## Targets
 
-| measure | median of per-round ratios | target | |
-|---|---|---|---|
-{target_rows}{why_section}
+| measure (median of per-round ratios) | target | {versions} |
+|---|---|{'---|' * len(runs)}
+{target_rows()}
 
-## Per call: 1,000,000 calls spread over 64 sequences
+{notes}
+## Per call: 1,000,000 calls spread over 64 sequences (PostgreSQL {m.version})
 
 Spread so that no sequence gets near 1024 IDs per millisecond: this is the
 cost of a call, not of the duplicate guard waiting. Each statement also pays
-generate_series and an array subscript, alike for all.
+generate_series and an array subscript, alike for all. "cached" is over 64
+sequences made by `insta_id.add_id_column` (CACHE 32); the others over plain
+`CREATE SEQUENCE` ones.
 
-| generator | time | per call |
-|---|---|---|
-{rows(["per_call/nextval", "per_call/next_id", "per_call/gen_random_uuid", "per_call/plpgsql_original"])}
+{table(m, ["per_call/nextval", "per_call/next_id", "per_call/nextval_cached", "per_call/next_id_cached", "per_call/next_id_untracked", "per_call/next_id_pg_extern", "per_call/gen_random_uuid", "per_call/plpgsql_original"])}
 
-next_id costs {r_nextval:.2f}x a bare nextval() call and is {r_plpgsql:.1f}x faster than the
-PL/pgSQL original. What next_id adds to nextval's own work: one read of the
-wall clock (vDSO gettimeofday, about 5% of a call in `perf`), pgrx's error
-guard around the call into nextval (sigsetjmp), and the guard's table lookup.
+- next_id / nextval, plain: {m.paired("per_call/next_id", "per_call/nextval"):.2f}x; on the same cached sequences: {m.paired("per_call/next_id_cached", "per_call/nextval_cached"):.2f}x; cached next_id / plain nextval: {m.paired("per_call/next_id_cached", "per_call/nextval"):.2f}x.
+- The guard's statistics: next_id with `insta_id.track_guard_stats = off` / on: {m.paired("per_call/next_id_untracked", "per_call/next_id"):.2f}x.
+- `#[pg_extern]` next_id / the fmgr one: {m.paired("per_call/next_id_pg_extern", "per_call/next_id"):.2f}x.
 
-{plot_note}
+{plot(m)}
 
 ## The ceiling: 1,000,000 IDs from one sequence
 
 | | time |
 |---|---|
-| next_id, one sequence, one statement | {fmt_s("ceiling/next_id_one_sequence")} |
+| next_id, one sequence, one statement | {m.fmt_s("ceiling/next_id_one_sequence")} |
 | the scheme's floor, 1,000,000 / 1024 ms | {FLOOR_S:.3f} s |
 
-{r_ceiling:.2f}x the floor: the guard waits for the next millisecond instead
+{m.med["ceiling/next_id_one_sequence"] / FLOOR_S:.2f}x the floor: the guard waits for the next millisecond instead
 of wrapping, so one sequence gives 1024 IDs a millisecond and no more.
 
-## INSERT
+## INSERT 500,000 rows
 
-`INSERT INTO t (v) SELECT g FROM generate_series(1, 500000) g` into a table
-with a bigint primary key whose default is the contender (emptied before each
-run):
+`INSERT ... SELECT g FROM generate_series(1, 500000) g` into a table with a
+bigint primary key, emptied (and checkpointed) before each run: bigserial;
+a next_id default on a plain sequence; a next_id default made by
+add_id_column (CACHE 32); and explicit ids spread over the 64 plain
+sequences, `nextval(s) * 64 + i` against `next_id(1, s)`, so that the
+one-sequence ceiling is not what is measured.
 
-| id default | time | per row |
-|---|---|---|
-{rows(["insert_500k/bigserial", "insert_500k/plpgsql_original", "insert_500k/next_id"]).replace(" ns |", " ns |")}
+{table(m, ["insert_500k/bigserial", "insert_500k/next_id", "insert_500k/next_id_helper", "insert_500k/nextval_spread", "insert_500k/next_id_spread"], "per row")}
 
-Note: next_id's 500,000 rows come from one sequence in one statement, so
-they are bounded by the ceiling above (about 0.49 s), while bigserial is not.
+## Scaling with sessions (PostgreSQL {m.version})
 
-pgbench, 4 clients (2 threads), {machine[3].split(';')[1].split(':')[1].strip()} s per round, one single-row INSERT per transaction:
+pgbench, {m.machine[3].split('pgbench seconds: ')[1].split(';')[0]} s per run, each client inserting single rows or 100 rows per
+INSERT, all into one table (one sequence: the guard's hot case) or each into
+a table of its own shard; next_id tables made by add_id_column. Medians of
+rows per second over the rounds; this machine has 2 cores.
 
-| id default | transactions per second |
-|---|---|
-{tps_rows}
+{scaling(m)}
+
+## Sequences in use
+
+300,000 calls round-robin over 10, 10,000 and 100,000 plain sequences
+(timed the second time in a session, so that opening the sequences is not
+measured). The preloaded guard's table holds `insta_id.max_sequences` =
+16,384 sequences in buckets of 8; a sequence that is not in it takes the
+least recently used slot of its bucket (an eviction: the newcomer starts
+above the evicted one's last millisecond, which can cost a wait but never a
+duplicate).
+
+{in_use(m)}
 
 ## Decoding 1,000,000 IDs
 
-| decoder | time | per ID |
-|---|---|---|
-{rows(["decode/id_parts", "decode/scalar_decoders", "decode/sql_bit_shifts"])}
+{table(m, ["decode/id_parts", "decode/sql_expression", "decode/scalar_decoders", "decode/shard_id", "decode/shard_id_pg_extern"], "per ID")}
 
-id_parts is {r_parts:.2f}x the SQL expression; the scalar decoders
-(created_at, shard_id, seq_id) {r_scalar:.2f}x.
+id_parts is {m.paired("decode/id_parts", "decode/sql_expression"):.2f}x the SQL expression; the three scalar decoders together {m.paired("decode/scalar_decoders", "decode/sql_expression"):.2f}x;
+a `#[pg_extern]` shard_id costs {m.paired("decode/shard_id_pg_extern", "decode/shard_id"):.2f}x the fmgr one.
+"""
+if dsm:
+    md += f"""
+## Without preloading: the DSM-registry guard (PostgreSQL {m.version})
 
-{dsm_section}
+The same statements on a second cluster of the same server with no
+`shared_preload_libraries`, interleaved with the preloaded cluster's rounds.
+
+{table(m, [n + "_dsm" for n in ["per_call/nextval", "per_call/next_id", "per_call/next_id_cached", "insert_500k/bigserial", "insert_500k/next_id_helper", "insert_500k/nextval_spread", "insert_500k/next_id_spread"]], "per call or row")}
+
+next_id there costs {m.paired("per_call/next_id_dsm", "per_call/next_id"):.2f}x next_id on the preloaded cluster.
+"""
+md += f"""
 ## Creating logical shards
 
 `insta_id.create_shards(1, 1000, 'template')`, one call (one transaction), a
-template of 3 tables (next_id keys, a foreign key, a secondary index,
-tests/fixtures/shard_template.sql): {med["create_shards/1000_shards_3_tables"]:.1f} s, about
-{med["create_shards/1000_shards_3_tables"]:.0f} ms per shard. It holds locks on
-every relation it creates until commit, about 13 per shard here:
-`max_locks_per_transaction` must allow that (the throwaway clusters set 1024).
+template of 3 tables (tests/fixtures/shard_template.sql): {m.med["create_shards/1000_shards_3_tables"]:.1f} s, about
+{m.med["create_shards/1000_shards_3_tables"]:.0f} ms per shard.
 
 ## The statements
 
@@ -246,17 +266,17 @@ text = readme.read_text()
 start, end = "<!-- bench:start -->", "<!-- bench:end -->"
 if start in text and end in text:
     line = (
-        f"{start}\nPerformance (`make bench`, {machine[0].split(': ', 1)[1]}, "
-        f"{' '.join(machine[1].split()[1:3])}; details in [BENCHMARKS.md](BENCHMARKS.md)): "
-        f"in a loop of 1,000,000 calls next_id costs {ns_per_call('per_call/next_id'):.0f} ns a call and a bare nextval() "
-        f"{ns_per_call('per_call/nextval'):.0f} ns ({r_nextval:.2f}x), "
-        f"{r_plpgsql:.1f}x faster than the PL/pgSQL original; one sequence yields 1,000,000 IDs in "
-        f"{med['ceiling/next_id_one_sequence']:.2f} s (the scheme's floor is {FLOOR_S:.2f} s); "
-        f"single-row INSERTs with a next_id default run at {1 / r_tps:.2f}x the rate of bigserial; "
-        f"create_shards makes 1000 shards of 3 tables in {med['create_shards/1000_shards_3_tables']:.0f} s"
-        + (f"; without preloading (the DSM-registry guard) next_id costs {r_dsm_pre:.2f}x the preloaded one" if dsm else "")
-        + f".\n{end}"
+        f"{start}\nPerformance (`make bench`, {m.machine[0].split(': ', 1)[1]}, PostgreSQL {m.version}; "
+        f"details and PostgreSQL {', '.join(r.version for r in runs[1:]) or '–'} in [BENCHMARKS.md](BENCHMARKS.md)): "
+        f"next_id costs {m.ns('per_call/next_id_cached'):.0f} ns a call on the sequences insta_id's helpers make "
+        f"({m.paired('per_call/next_id_cached', 'per_call/nextval'):.2f}x a bare nextval() on a plain sequence, "
+        f"{m.ns('per_call/nextval'):.0f} ns) and {m.ns('per_call/next_id'):.0f} ns on a plain sequence "
+        f"({m.paired('per_call/next_id', 'per_call/nextval'):.2f}x), "
+        f"{m.paired('per_call/plpgsql_original', 'per_call/next_id'):.1f}x faster than the PL/pgSQL original; "
+        f"a 500,000-row INSERT with a helper-made next_id default takes "
+        f"{m.paired('insert_500k/next_id_helper', 'insert_500k/bigserial'):.2f}x bigserial's time; one sequence yields "
+        f"1,000,000 IDs in {m.med['ceiling/next_id_one_sequence']:.2f} s (the scheme's floor is {FLOOR_S:.2f} s).\n{end}"
     )
     text = text[: text.index(start)] + line + text[text.index(end) + len(end):]
     readme.write_text(text)
-print((repo / "BENCHMARKS.md").read_text().split("## Per call")[0])
+print(md.split("## Per call")[0])

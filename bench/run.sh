@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# `make bench`: every performance figure of the README and BENCHMARKS.md,
-# measured in one run on a throwaway cluster with insta_id preloaded and, on
-# PostgreSQL 17+, a second one without preloading (the DSM-registry guard:
-# contenders named *_dsm). Contenders are interleaved, in a rotating order, over
-# ROUNDS rounds; bench/report.py turns the raw timings into medians, ratios,
-# BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
-#   ROUNDS=7 PGBENCH_SECONDS=5 bench/run.sh
+# `make bench` on one PostgreSQL version (PG=NN): every figure of
+# BENCHMARKS.md for that version, measured in one run on a throwaway cluster
+# with insta_id preloaded and, on PostgreSQL 17+, a second one without
+# preloading (the DSM-registry guard: contenders named *_dsm). Contenders are
+# interleaved, in a rotating order, over ROUNDS rounds. Raw timings go to
+# target/bench/pgNN; bench/report.py turns those of one or more versions into
+# medians, ratios, BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
+#   ROUNDS=7 SCALING_ROUNDS=3 PGBENCH_SECONDS=3 IN_USE='10 10000 100000' PG=18 bench/run.sh
 source "$(dirname "$0")/../scripts/harness.sh"
 ROUNDS=${ROUNDS:-7}
-PGBENCH_SECONDS=${PGBENCH_SECONDS:-5}
-out="$repo/target/bench"; mkdir -p "$out"
+SCALING_ROUNDS=${SCALING_ROUNDS:-3}
+PGBENCH_SECONDS=${PGBENCH_SECONDS:-3}
+out="$repo/target/bench/pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "round $1  $2  $3"; }
 
 clusters=(bench)
 [ "$PG" -ge 17 ] && clusters+=(bench-dsm)
@@ -19,7 +22,11 @@ trap 'for c in "${clusters[@]}"; do stop_cluster "$c"; done' EXIT
 on() { ( eval "$(cluster_env "$1")"; shift; "$@" ); }
 for c in "${clusters[@]}"; do
   cluster_destroy "$c"
-  cluster_start "$c" $([ "$c" = bench ] && echo --preload)
+  # fsync on, as in production: the cost of the durable high-water mark's
+  # fdatasync is inside the figures. Locks and buffers: one statement below
+  # draws from 100,000 sequences, each locked until commit and each a page.
+  cluster_start "$c" $([ "$c" = bench ] && echo --preload) \
+    --conf 'fsync = on' --conf 'max_locks_per_transaction = 4096' --conf 'shared_buffers = 1GB'
   on "$c" q -d postgres -c "CREATE DATABASE bench"
   on "$c" q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
   # Keep generate_series' million rows in memory for every contender alike.
@@ -29,25 +36,40 @@ eval "$(cluster_env bench)"
 
 N=1000000
 spread="FROM generate_series(1, $N) g, seqs"
+cached="FROM generate_series(1, $N) g, hseqs"
 declare -A sql=(
   [per_call/nextval]="SELECT count(nextval(s[(g & 63) + 1])) $spread"
   [per_call/next_id]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $spread"
+  [per_call/next_id_untracked]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $spread"
+  [per_call/next_id_pg_extern]="SELECT count(next_id_pg_extern(1, s[(g & 63) + 1])) $spread"
+  [per_call/nextval_cached]="SELECT count(nextval(s[(g & 63) + 1])) $cached"
+  [per_call/next_id_cached]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $cached"
   [per_call/plpgsql_original]="SELECT count(plpgsql_next_id(1, s[(g & 63) + 1])) $spread"
   [per_call/gen_random_uuid]="SELECT count(gen_random_uuid()) $spread"
   [ceiling/next_id_one_sequence]="SELECT count(insta_id.next_id(1, 'single_seq')) FROM generate_series(1, $N) g"
   [insert_500k/bigserial]="INSERT INTO ins_bigserial (v) SELECT g FROM generate_series(1, 500000) g"
-  [insert_500k/plpgsql_original]="INSERT INTO ins_plpgsql_original (v) SELECT g FROM generate_series(1, 500000) g"
   [insert_500k/next_id]="INSERT INTO ins_next_id (v) SELECT g FROM generate_series(1, 500000) g"
+  [insert_500k/next_id_helper]="INSERT INTO ins_next_id_helper (v) SELECT g FROM generate_series(1, 500000) g"
+  [insert_500k/nextval_spread]="INSERT INTO ins_nextval_spread (id, v) SELECT nextval(s[(g & 63) + 1]) * 64 + (g & 63), g FROM generate_series(1, 500000) g, seqs"
+  [insert_500k/next_id_spread]="INSERT INTO ins_next_id_spread (id, v) SELECT insta_id.next_id((g & 63) + 1, s[(g & 63) + 1]), g FROM generate_series(1, 500000) g, seqs"
   [decode/id_parts]="SELECT count(*) FROM (SELECT insta_id.id_parts(id) AS p FROM decode_ids OFFSET 0) x WHERE (p).created_at IS NOT NULL AND (p).shard_id >= 0 AND (p).seq_id >= 0"
+  [decode/sql_expression]="SELECT count(*) FROM decode_ids WHERE to_timestamp((((id >> 23) & 2199023255551) + 1314220021721) / 1000.0) IS NOT NULL AND ((id >> 10) & 8191)::int >= 0 AND (id & 1023)::int >= 0"
   [decode/scalar_decoders]="SELECT count(*) FROM decode_ids WHERE insta_id.created_at(id) IS NOT NULL AND insta_id.shard_id(id) >= 0 AND insta_id.seq_id(id) >= 0"
-  [decode/sql_bit_shifts]="SELECT count(*) FROM decode_ids WHERE to_timestamp(((id >> 23) + 1314220021721) / 1000.0) IS NOT NULL AND ((id >> 10) & 8191)::int >= 0 AND (id & 1023)::int >= 0"
+  [decode/shard_id]="SELECT count(*) FROM decode_ids WHERE insta_id.shard_id(id) >= 0"
+  [decode/shard_id_pg_extern]="SELECT count(*) FROM decode_ids WHERE shard_id_pg_extern(id) >= 0"
 )
-names=(per_call/nextval per_call/next_id per_call/plpgsql_original per_call/gen_random_uuid
-       ceiling/next_id_one_sequence insert_500k/bigserial insert_500k/plpgsql_original insert_500k/next_id
-       decode/id_parts decode/scalar_decoders decode/sql_bit_shifts)
+# Statements run after a SET in the same session.
+declare -A pre=([per_call/next_id_untracked]="SET insta_id.track_guard_stats = off")
+names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/next_id_pg_extern
+       per_call/nextval_cached per_call/next_id_cached per_call/plpgsql_original per_call/gen_random_uuid
+       ceiling/next_id_one_sequence
+       insert_500k/bigserial insert_500k/next_id insert_500k/next_id_helper
+       insert_500k/nextval_spread insert_500k/next_id_spread
+       decode/id_parts decode/sql_expression decode/scalar_decoders decode/shard_id decode/shard_id_pg_extern)
 if [ "$PG" -ge 17 ]; then
   # The same statements on the cluster without preloading.
-  for n in per_call/nextval per_call/next_id insert_500k/bigserial insert_500k/next_id; do
+  for n in per_call/nextval per_call/next_id per_call/next_id_cached insert_500k/bigserial \
+           insert_500k/next_id_helper insert_500k/nextval_spread insert_500k/next_id_spread; do
     sql[${n}_dsm]=${sql[$n]}; names+=("${n}_dsm")
   done
 fi
@@ -57,24 +79,76 @@ for round in $(seq 1 "$ROUNDS"); do
   n=${#names[@]}
   for i in $(seq 0 $((n - 1))); do
     name=${names[$(( (i + round) % n ))]}
-    c=$(cluster_of "$name"); table=${name#insert_500k/}
-    case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE ins_${table%_dsm}" -c "CHECKPOINT" ;; esac
-    s=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
-    printf '%s\t%s\t%s\n' "$round" "$name" "$s" >>"$raw"
-    echo "round $round  $name  $s s"
+    c=$(cluster_of "$name"); base=${name%_dsm}
+    case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE ins_${base#insert_500k/}" -c "CHECKPOINT" ;; esac
+    s=$(on "$c" q -d bench ${pre[$name]:+-c "${pre[$name]}"} -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
+    record "$round" "$name" "$s"
+  done
+done
+for name in "${names[@]}"; do printf '%s\t%s%s\n' "$name" "${pre[$name]:+${pre[$name]}; }" "${sql[$name]}"; done >"$out/statements.tsv"
+
+# Sequences in use: 300,000 calls round-robin over 10, 10,000 and 100,000
+# sequences; the guard's table holds insta_id.max_sequences (16,384) of them,
+# so at 100,000 every call evicts one. The array is built per statement (a
+# CTE, the same for both contenders): a stored 100,000-element array would be
+# detoasted on every subscript.
+IN_USE=${IN_USE:-10 10000 100000}
+most=$(printf '%s\n' $IN_USE | sort -n | tail -n1)
+for start in $(seq 0 10000 $((most - 1))); do  # 10,000 per transaction
+  q -d bench -c "DO \$\$ BEGIN FOR i IN $start..$((start + 9999)) LOOP EXECUTE format('CREATE SEQUENCE u_%s', i); END LOOP; END \$\$"
+done
+in_use() { # COUNT CALL: CALL with @ for the sequence
+  local call=${2//@/"s[(g % $1) + 1]"}
+  echo "WITH a AS MATERIALIZED (SELECT array_agg(format('u_%s', i)::regclass ORDER BY i) AS s FROM generate_series(0, $(($1 - 1))) i) SELECT count($call) FROM generate_series(1, 300000) g, a"
+}
+declare -A call=([nextval]="nextval(@)" [next_id]="insta_id.next_id(1, @)")
+for round in $(seq 1 "$SCALING_ROUNDS"); do
+  for count in $IN_USE; do
+    for fn in nextval next_id; do
+      stmt=$(in_use "$count" "${call[$fn]}")
+      # Timed the second time in one session: the first opens every
+      # sequence (relcache), which costs both contenders alike and a lot.
+      t=$(q -d bench -c "SELECT time_of(\$q\$$stmt\$q\$)" -c "SELECT insta_id.guard_stats_reset()" \
+            -c "SELECT time_of(\$q\$$stmt\$q\$)" | tail -n1)
+      record "$round" "in_use/$count/$fn" "$t"
+      [ "$fn" = nextval ] || record "$round" "in_use/$count/evictions" \
+        "$(q -d bench -c "SELECT evictions FROM insta_id.guard_stats_total")"
+      [ "$round" != 1 ] || printf 'in_use/%s/%s\t%s\n' "$count" "$fn" "$stmt" >>"$out/statements.tsv"
+    done
   done
 done
 
-# INSERT throughput with pgbench: 4 clients, one row per transaction.
-for round in $(seq 1 "$ROUNDS"); do
-  for t in bigserial plpgsql_original next_id; do
-    q -d bench -c "TRUNCATE ins_$t"
-    echo "INSERT INTO ins_$t (v) VALUES (1);" >"$out/pgbench_$t.sql"
-    tps=$(pgbench -n -c 4 -j 2 -T "$PGBENCH_SECONDS" -f "$out/pgbench_$t.sql" bench 2>&1 \
-          | sed -nE 's/^tps = ([0-9.]+) .*/\1/p')
-    name="pgbench_tps/$t"
-    printf '%s\t%s\t%s\n' "$round" "$name" "$tps" >>"$raw"
-    echo "round $round  $name  $tps tps"
+# Scaling with sessions (pgbench): 1, 2 and 4 clients inserting single rows or
+# batches of 100, (a) all into one table (one sequence: the guard's hot
+# case), (b) each client into its own table (its own shard and sequence);
+# next_id tables made by add_id_column, against bigserial. Rows per second.
+pgb="$out/pgbench"; mkdir -p "$pgb"
+for gen in bigserial next_id; do
+  for size in row batch100; do
+    values="VALUES (1)"; [ "$size" = batch100 ] && values="SELECT g FROM generate_series(1, 100) g"
+    echo "INSERT INTO one_$gen (v) $values;" >"$pgb/${size}_one_$gen.sql"
+    {
+      for c in 0 1 2 3; do
+        [ "$c" = 0 ] && echo "\\if :client_id = 0" || echo "\\elif :client_id = $c"
+        echo "INSERT INTO own_${gen}_$c (v) $values;"
+      done
+      echo "\\endif"
+    } >"$pgb/${size}_own_$gen.sql"
+  done
+done
+for round in $(seq 1 "$SCALING_ROUNDS"); do
+  for clients in 1 2 4; do
+    for size in row batch100; do
+      for where in one own; do
+        for gen in bigserial next_id; do
+          q -d bench -c "TRUNCATE one_$gen, own_${gen}_0, own_${gen}_1, own_${gen}_2, own_${gen}_3"
+          tps=$(pgbench -n -c "$clients" -j "$((clients < 2 ? clients : 2))" -T "$PGBENCH_SECONDS" \
+                -f "$pgb/${size}_${where}_$gen.sql" bench 2>&1 | sed -nE 's/^tps = ([0-9.]+) .*/\1/p')
+          rows=$(awk -v t="$tps" -v s="$size" 'BEGIN { printf "%.0f", t * (s == "row" ? 1 : 100) }')
+          record "$round" "scaling/$size/$where/$clients/$gen" "$rows"
+        done
+      done
+    done
   done
 done
 
@@ -83,20 +157,13 @@ done
 q -d postgres -c "CREATE DATABASE shards"
 q -d shards -c "CREATE EXTENSION insta_id" -f "$repo/bench/time_of.sql" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
 s=$(q -d shards -c "SELECT time_of('SELECT insta_id.create_shards(1, 1000, ''template'')')")
-printf '1\tcreate_shards/1000_shards_3_tables\t%s\n' "$s" >>"$raw"
-echo "create_shards 1000 shards x 3 tables  $s s"
+record 1 create_shards/1000_shards_3_tables "$s"
+printf 'create_shards/1000_shards_3_tables\tSELECT insta_id.create_shards(1, 1000, %s)\n' "'template'" >>"$out/statements.tsv"
 
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d bench -c 'SELECT version()')"
   echo "insta_id: $(q -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'"), guard $(q -d bench -c 'SELECT insta_id.guard_mode()')"
-  echo "rounds: $ROUNDS; pgbench seconds: $PGBENCH_SECONDS; date: $(date -u +%Y-%m-%d)"
+  echo "rounds: $ROUNDS (scaling and sequences in use: $SCALING_ROUNDS); pgbench seconds: $PGBENCH_SECONDS; date: $(date -u +%Y-%m-%d)"
 } >"$out/machine.txt"
-for name in "${names[@]}"; do printf '%s\t%s\n' "$name" "${sql[$name]}"; done >"$out/statements.tsv"
-printf 'create_shards/1000_shards_3_tables\tSELECT insta_id.create_shards(1, 1000, %s)\n' "'template'" >>"$out/statements.tsv"
-# The plot needs matplotlib: a private virtualenv, made once (from PyPI).
-venv="$repo/target/bench-venv"
-if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q matplotlib
-fi
-"$venv/bin/python" "$repo/bench/report.py" "$out" "$repo"
+say "bench: raw timings of PostgreSQL $PG in $out"

@@ -17,20 +17,59 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
--- 64 sequences: 1,000,000 calls spread over them stay far below 1024 IDs per
--- millisecond per sequence, so per-call cost is what gets measured.
+-- next_id and shard_id written with #[pg_extern] (src/pg_extern_bench.rs),
+-- same bodies as the extension's hand-written fmgr functions.
+CREATE FUNCTION next_id_pg_extern(int, regclass) RETURNS bigint
+LANGUAGE c VOLATILE STRICT AS '$libdir/insta_id', 'bench_next_id_wrapper';
+CREATE FUNCTION shard_id_pg_extern(bigint) RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS '$libdir/insta_id', 'bench_shard_id_wrapper';
+
+-- 64 plain sequences (CREATE SEQUENCE): 1,000,000 calls spread over them
+-- stay far below 1024 IDs per millisecond per sequence, so per-call cost is
+-- what gets measured.
 DO $$ BEGIN
   FOR i IN 0..63 LOOP EXECUTE format('CREATE SEQUENCE bs_%s', i); END LOOP;
 END $$;
 CREATE TABLE seqs AS SELECT array_agg(format('bs_%s', i)::regclass ORDER BY i) AS s FROM generate_series(0, 63) i;
 CREATE SEQUENCE single_seq;
 
--- Tables for INSERT throughput, one per id default.
+-- 64 sequences as insta_id's helpers make them (add_id_column: CACHE 32
+-- with the shared guard), on tables h_0 .. h_63.
+DO $$ BEGIN
+  FOR i IN 0..63 LOOP
+    EXECUTE format('CREATE TABLE h_%s (v int)', i);
+    PERFORM insta_id.add_id_column(format('h_%s', i)::regclass, 'id', 1);
+  END LOOP;
+END $$;
+CREATE TABLE hseqs AS
+  SELECT array_agg(pg_get_serial_sequence(format('h_%s', i), 'id')::regclass ORDER BY i) AS s
+  FROM generate_series(0, 63) i;
+
+-- Tables for INSERT, one per id default.
 CREATE TABLE ins_bigserial (id bigserial PRIMARY KEY, v int);
-CREATE SEQUENCE ins_plpgsql_original_seq;
-CREATE TABLE ins_plpgsql_original (id bigint PRIMARY KEY DEFAULT plpgsql_next_id(1, 'ins_plpgsql_original_seq'), v int);
 CREATE SEQUENCE ins_next_id_seq;
 CREATE TABLE ins_next_id (id bigint PRIMARY KEY DEFAULT insta_id.next_id(1, 'ins_next_id_seq'), v int);
+CREATE TABLE ins_next_id_helper (v int);
+SELECT insta_id.add_id_column('ins_next_id_helper', 'id', 1);
+ALTER TABLE ins_next_id_helper ADD PRIMARY KEY (id);
+-- Rows spread over the 64 plain sequences, by explicit id.
+CREATE TABLE ins_nextval_spread (id bigint PRIMARY KEY, v int);
+CREATE TABLE ins_next_id_spread (id bigint PRIMARY KEY, v int);
+
+-- Tables for pgbench (bench/run.sh scaling): one shared by every client,
+-- and one per client (clients 0-3), each as bigserial and as next_id.
+CREATE TABLE one_bigserial (id bigserial PRIMARY KEY, v int);
+CREATE TABLE one_next_id (v int);
+SELECT insta_id.add_id_column('one_next_id', 'id', 1);
+ALTER TABLE one_next_id ADD PRIMARY KEY (id);
+DO $$ BEGIN
+  FOR c IN 0..3 LOOP
+    EXECUTE format('CREATE TABLE own_bigserial_%s (id bigserial PRIMARY KEY, v int)', c);
+    EXECUTE format('CREATE TABLE own_next_id_%s (v int)', c);
+    PERFORM insta_id.add_id_column(format('own_next_id_%s', c)::regclass, 'id', c + 1);
+    EXECUTE format('ALTER TABLE own_next_id_%s ADD PRIMARY KEY (id)', c);
+  END LOOP;
+END $$;
 
 -- A million IDs to decode.
 CREATE TABLE decode_ids AS

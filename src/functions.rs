@@ -11,7 +11,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::clock;
-use crate::guard::{Admit, Overflow, SeqKey};
+use crate::guard::{Admit, Overflow, SeqKey, Stats};
 use crate::guard_store::{self, Guard};
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
@@ -152,12 +152,15 @@ fn check_is_sequence_cached(relid: pg_sys::Oid) {
     }
 }
 
-/// Spins until the clock passes `ms`, staying cancellable.
-fn wait_past(ms: i64) -> i64 {
+/// Spins until the clock passes `ms`, staying cancellable. Returns the
+/// clock reading and the microseconds waited (by the monotonic clock).
+#[cold]
+fn wait_past(ms: i64) -> (i64, u64) {
+    let start = std::time::Instant::now();
     loop {
         let now = clock::now_unix_ms();
         if now > ms {
-            return now;
+            return (now, start.elapsed().as_micros() as u64);
         }
         pgrx::check_for_interrupts!();
         std::hint::spin_loop();
@@ -184,11 +187,20 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     let mut now = clock::now_unix_ms();
     // Refuse a clock outside the time field before the guard remembers it.
     ok_or_raise(layout::check_ms(now - epoch), epoch);
+    let track = settings::track_guard_stats();
+    let mut waited_us = 0;
     let ms = loop {
         // The guard works in ms since 1970; the epoch only matters for packing.
-        match guard.table.admit(key, residue as u16, now, overflow) {
+        let outcome = if track {
+            guard
+                .table
+                .admit_counted(key, residue as u16, now, overflow, waited_us)
+        } else {
+            guard.table.admit(key, residue as u16, now, overflow)
+        };
+        match outcome {
             Admit::Issue(ms) => break ms,
-            Admit::WaitPast(ms) => now = wait_past(ms),
+            Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
             Admit::Full(ms) => raise!(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!(
@@ -208,6 +220,19 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     layout::pack(since_epoch, shard, residue)
 }
 
+/// next_id's body: the ID for `shard` from sequence `relid`.
+#[inline(always)]
+pub(crate) fn next_id(shard: i32, relid: pg_sys::Oid) -> i64 {
+    // Check the shard before nextval so a bad call consumes no value.
+    let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
+    check_is_sequence_cached(relid);
+    // Before nextval too: the guard may refuse (insta_id.require_shared_guard).
+    let guard = guard_store::guard();
+    // SAFETY: a plain C call; nothing with a destructor is live across it.
+    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
+    mint(guard, shard, relid, value)
+}
+
 v1!(pg_finfo_insta_id_next_id);
 /// `insta_id.next_id(schema_shard int, seq regclass) RETURNS bigint`
 #[unsafe(no_mangle)]
@@ -219,14 +244,7 @@ pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Da
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
         )
     };
-    // Check the shard before nextval so a bad call consumes no value.
-    let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
-    check_is_sequence_cached(relid);
-    // Before nextval too: the guard may refuse (insta_id.require_shared_guard).
-    let guard = guard_store::guard();
-    // SAFETY: a plain C call; nothing with a destructor is live across it.
-    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
-    Datum::from(mint(guard, shard, relid, value))
+    Datum::from(next_id(shard, relid))
 }
 
 /// The epoch argument of the explicit-epoch overloads, as ms since 1970.
@@ -247,19 +265,12 @@ fn epoch_arg(ts: i64) -> i64 {
     ms
 }
 
-/// Decodes `id` into a record of (created_at, shard_id, seq_id, ms_since_epoch).
-unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> Datum {
-    let parts = layout::decompose(id);
-    let created_at = clock::unix_ms_to_timestamptz(epoch_ms + parts.ms);
-    let mut values = [
-        Datum::from(created_at),
-        Datum::from(parts.shard),
-        Datum::from(parts.seq),
-        Datum::from(parts.ms),
-    ];
-    let mut nulls = [false; 4];
-    // SAFETY: standard fmgr idiom; the blessed tuple descriptor is cached in
-    // fn_extra (allocated in fn_mcxt) so it is built once per call site.
+/// Returns `values` as the function's composite result. The blessed tuple
+/// descriptor is cached in fn_extra (allocated in fn_mcxt), so it is built
+/// once per call site.
+unsafe fn composite_result(fcinfo: FunctionCallInfo, values: &mut [Datum], nulls: &mut [bool]) -> Datum {
+    // SAFETY: standard fmgr idiom on a valid fcinfo; values and nulls match
+    // the declared OUT parameters.
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         let mut tupdesc = (*flinfo).fn_extra as pg_sys::TupleDesc;
@@ -270,7 +281,7 @@ unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> D
             {
                 raise!(
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                    "insta_id.id_parts must be called where a record is expected",
+                    "function returning a record called where a record is not expected",
                 );
             }
             let old = pg_sys::MemoryContextSwitchTo((*flinfo).fn_mcxt);
@@ -281,6 +292,19 @@ unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> D
         let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
     }
+}
+
+/// Decodes `id` into a record of (created_at, shard_id, seq_id, ms_since_epoch).
+unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> Datum {
+    let parts = layout::decompose(id);
+    let created_at = clock::unix_ms_to_timestamptz(epoch_ms + parts.ms);
+    let mut values = [
+        Datum::from(created_at),
+        Datum::from(parts.shard),
+        Datum::from(parts.seq),
+        Datum::from(parts.ms),
+    ];
+    unsafe { composite_result(fcinfo, &mut values, &mut [false; 4]) }
 }
 
 v1!(pg_finfo_insta_id_id_parts);
@@ -433,11 +457,7 @@ v1!(pg_finfo_insta_id_guard_mode);
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_guard_mode(_fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: cstring_to_text copies into a palloc'd text.
-    unsafe {
-        let s = std::ffi::CString::new(guard_store::mode().as_str()).unwrap();
-        Datum::from(pg_sys::cstring_to_text(s.as_ptr()))
-    }
+    text(guard_store::mode().as_str())
 }
 
 v1!(pg_finfo_insta_id_high_water_mark);
@@ -454,4 +474,97 @@ pub unsafe extern "C-unwind" fn insta_id_high_water_mark(fcinfo: FunctionCallInf
             Datum::from(0)
         }
     }
+}
+
+/// A double precision Datum (passed by value on 64-bit platforms).
+fn float8(x: f64) -> Datum {
+    Datum::from(x.to_bits())
+}
+
+fn text(s: &str) -> Datum {
+    let s = std::ffi::CString::new(s).expect("no NUL in the text");
+    // SAFETY: cstring_to_text copies into a palloc'd text.
+    Datum::from(unsafe { pg_sys::cstring_to_text(s.as_ptr()) })
+}
+
+/// The counts' columns shared by both stats functions: issued, waits,
+/// wait_time (ms), borrowed_ms, refused.
+fn stats_columns(s: &Stats) -> [Datum; 5] {
+    [
+        Datum::from(s.issued as i64),
+        Datum::from(s.waits as i64),
+        float8(s.wait_us as f64 / 1000.0),
+        Datum::from(s.borrowed_ms as i64),
+        Datum::from(s.refused as i64),
+    ]
+}
+
+v1!(pg_finfo_insta_id_guard_stats_sequences);
+/// `insta_id._guard_stats()`: one row per sequence in the guard's table
+/// (database, sequence_oid, last_ms_at, issued, waits, wait_time,
+/// borrowed_ms, refused), for the view insta_id.guard_stats.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_guard_stats_sequences(fcinfo: FunctionCallInfo) -> Datum {
+    let rows = guard_store::sequences();
+    // SAFETY: materialize-mode SRF protocol; InitMaterializedSRF checks the
+    // caller accepts a set and raises otherwise.
+    unsafe {
+        pg_sys::InitMaterializedSRF(fcinfo, 0);
+        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+        for r in rows {
+            let [issued, waits, wait_time, borrowed, refused] = stats_columns(&r.stats);
+            let mut values = [
+                Datum::from(r.key.database),
+                Datum::from(r.key.relation),
+                Datum::from(clock::unix_ms_to_timestamptz(r.last_ms)),
+                issued,
+                waits,
+                wait_time,
+                borrowed,
+                refused,
+            ];
+            let mut nulls = [false; 8];
+            pg_sys::tuplestore_putvalues(
+                (*rsinfo).setResult,
+                (*rsinfo).setDesc,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+        }
+    }
+    Datum::from(0)
+}
+
+v1!(pg_finfo_insta_id_guard_stats_total);
+/// `insta_id._guard_stats_total()`: the guard as a whole (guard_mode,
+/// capacity, sequences, issued, waits, wait_time, borrowed_ms, refused,
+/// evictions, stats_reset), for the view insta_id.guard_stats_total.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_guard_stats_total(fcinfo: FunctionCallInfo) -> Datum {
+    let r = guard_store::report();
+    let [issued, waits, wait_time, borrowed, refused] = stats_columns(&r.totals);
+    let mut values = [
+        text(r.mode.as_str()),
+        Datum::from(r.capacity as i64),
+        Datum::from(r.tracked as i64),
+        issued,
+        waits,
+        wait_time,
+        borrowed,
+        refused,
+        Datum::from(r.totals.evictions as i64),
+        Datum::from(r.stats_reset),
+    ];
+    unsafe { composite_result(fcinfo, &mut values, &mut [false; 10]) }
+}
+
+v1!(pg_finfo_insta_id_guard_stats_reset);
+/// `insta_id.guard_stats_reset()`: zeroes the guard's counts.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_guard_stats_reset(_fcinfo: FunctionCallInfo) -> Datum {
+    guard_store::reset_stats();
+    Datum::from(0)
 }

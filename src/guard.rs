@@ -12,6 +12,11 @@
 //! bucket's floor; a sequence that comes back starts above the floor, so
 //! eviction can cost waiting, never a duplicate. The same table serves the
 //! server-wide guard (in shared memory) and the per-session fallback.
+//!
+//! Each slot also counts what the guard did for its sequence (`Stats`),
+//! updated under the bucket's lock that admitting takes anyway; an evicted
+//! slot's counts move to its bucket's `retired` sum, so server totals
+//! survive eviction.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -98,6 +103,71 @@ impl SeqState {
     }
 }
 
+/// What the guard did for one sequence, or summed over several.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Stats {
+    /// IDs admitted.
+    pub issued: u64,
+    /// Times a call found its residue used and waited for the next millisecond.
+    pub waits: u64,
+    /// Microseconds spent in those waits.
+    pub wait_us: u64,
+    /// Milliseconds moved ahead of a clock that stepped back (borrowed).
+    pub borrowed_ms: u64,
+    /// Calls refused with 54000 (insta_id.on_overflow = 'error').
+    pub refused: u64,
+    /// Slots evicted to make room for another sequence (bucket sums only).
+    pub evictions: u64,
+}
+
+impl Stats {
+    pub const ZERO: Stats = Stats {
+        issued: 0,
+        waits: 0,
+        wait_us: 0,
+        borrowed_ms: 0,
+        refused: 0,
+        evictions: 0,
+    };
+
+    fn add(&mut self, o: &Stats) {
+        self.issued += o.issued;
+        self.waits += o.waits;
+        self.wait_us += o.wait_us;
+        self.borrowed_ms += o.borrowed_ms;
+        self.refused += o.refused;
+        self.evictions += o.evictions;
+    }
+
+    /// Counts the outcome of one admit: `before` was the state's last
+    /// millisecond, `now_ms` the clock reading, `waited_us` the wait that
+    /// preceded this call (0 if none).
+    #[inline(always)]
+    fn count(&mut self, outcome: Admit, before: i64, now_ms: i64, waited_us: u64) {
+        self.wait_us += waited_us;
+        match outcome {
+            // Above both the clock and the last millisecond: only a borrow
+            // moves there.
+            Admit::Issue(ms) => {
+                self.issued += 1;
+                self.borrowed_ms += (ms > before.max(now_ms)) as u64;
+            }
+            Admit::WaitPast(_) => self.waits += 1,
+            Admit::Full(_) => self.refused += 1,
+        }
+    }
+}
+
+/// One slot's sequence and what the guard knows and counted of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqStats {
+    pub key: SeqKey,
+    /// The last millisecond (since 1970) the sequence issued in.
+    pub last_ms: i64,
+    pub stats: Stats,
+}
+
 /// Identifies a sequence server-wide: database OID and relation OID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(C)]
@@ -129,6 +199,9 @@ struct Slots {
     // Keys apart from states: a lookup reads one cache line of keys.
     keys: [SeqKey; WAYS],
     states: [SeqState; WAYS],
+    stats: [Stats; WAYS],
+    /// The counts of evicted slots, and the number of evictions.
+    retired: Stats,
 }
 
 impl Bucket {
@@ -142,17 +215,19 @@ impl Bucket {
                     relation: 0,
                 }; WAYS],
                 states: [SeqState::full_at(i64::MIN); WAYS],
+                stats: [Stats::ZERO; WAYS],
+                retired: Stats::ZERO,
             }),
         }
     }
 }
 
 impl Slots {
-    /// The state of `key`, claiming a slot (empty, or else the oldest) for it.
+    /// The slot of `key`, claiming one (empty, or else the oldest) for it.
     #[inline]
-    fn state_for(&mut self, key: SeqKey) -> &mut SeqState {
+    fn slot_for(&mut self, key: SeqKey) -> usize {
         if let Some(i) = self.keys.iter().position(|k| *k == key) {
-            return &mut self.states[i];
+            return i;
         }
         let victim = match self.keys.iter().position(SeqKey::is_empty) {
             Some(i) => i,
@@ -161,6 +236,9 @@ impl Slots {
                     .min_by_key(|&i| self.states[i].last_ms)
                     .unwrap_or(0);
                 self.floor_ms = self.floor_ms.max(self.states[i].last_ms);
+                let evicted = std::mem::take(&mut self.stats[i]);
+                self.retired.add(&evicted);
+                self.retired.evictions += 1;
                 i
             }
         };
@@ -168,7 +246,7 @@ impl Slots {
         // evicted before can never reissue what it issued then.
         self.keys[victim] = key;
         self.states[victim] = SeqState::full_at(self.floor_ms);
-        &mut self.states[victim]
+        victim
     }
 
     /// Counts every millisecond up to `ms` as used, for every sequence.
@@ -210,8 +288,81 @@ impl<'a> Table<'a> {
     /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
     pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
         locked(self.bucket_of(key), |slots| {
-            slots.state_for(key).admit(residue, now_ms, overflow)
+            let i = slots.slot_for(key);
+            slots.states[i].admit(residue, now_ms, overflow)
         })
+    }
+
+    /// `admit`, also counting the outcome in the sequence's `Stats`, with
+    /// `waited_us` spent waiting before this call.
+    pub fn admit_counted(
+        &self,
+        key: SeqKey,
+        residue: u16,
+        now_ms: i64,
+        overflow: Overflow,
+        waited_us: u64,
+    ) -> Admit {
+        locked(self.bucket_of(key), |slots| {
+            let i = slots.slot_for(key);
+            let before = slots.states[i].last_ms;
+            let outcome = slots.states[i].admit(residue, now_ms, overflow);
+            slots.stats[i].count(outcome, before, now_ms, waited_us);
+            outcome
+        })
+    }
+
+    /// Every sequence in the table with its counts, in bucket order.
+    pub fn sequences(&self) -> Vec<SeqStats> {
+        let mut out = Vec::new();
+        for bucket in self.buckets {
+            locked(bucket, |slots| {
+                for i in 0..WAYS {
+                    if !slots.keys[i].is_empty() {
+                        out.push(SeqStats {
+                            key: slots.keys[i],
+                            last_ms: slots.states[i].last_ms,
+                            stats: slots.stats[i],
+                        });
+                    }
+                }
+            });
+        }
+        out
+    }
+
+    /// The counts summed over the whole table, evicted sequences included,
+    /// and the number of sequences in it now.
+    pub fn totals(&self) -> (Stats, usize) {
+        let (mut sum, mut tracked) = (Stats::default(), 0);
+        for bucket in self.buckets {
+            locked(bucket, |slots| {
+                sum.add(&slots.retired);
+                for i in 0..WAYS {
+                    if !slots.keys[i].is_empty() {
+                        sum.add(&slots.stats[i]);
+                        tracked += 1;
+                    }
+                }
+            });
+        }
+        (sum, tracked)
+    }
+
+    /// Zeroes every count; what the guard remembers to prevent duplicates
+    /// stays.
+    pub fn reset_stats(&self) {
+        for bucket in self.buckets {
+            locked(bucket, |slots| {
+                slots.stats = [Stats::ZERO; WAYS];
+                slots.retired = Stats::ZERO;
+            });
+        }
+    }
+
+    /// The number of sequences the table holds at most.
+    pub fn capacity(&self) -> usize {
+        self.buckets.len() * WAYS
     }
 
     /// Counts every millisecond up to `ms` as used by every sequence, known
@@ -389,6 +540,93 @@ mod tests {
         assert_eq!(
             table.admit(K, 4, 2_500, Overflow::Wait),
             Admit::Issue(2_500)
+        );
+    }
+
+    #[test]
+    fn counts_what_the_guard_did() {
+        let buckets = [Bucket::new()];
+        let table = Table::new(&buckets);
+        for v in 0..1024u16 {
+            table.admit_counted(K, v, 100, Overflow::Wait, 0);
+        }
+        // The 1025th waits, then is issued after a 700 µs wait.
+        assert_eq!(
+            table.admit_counted(K, 0, 100, Overflow::Wait, 0),
+            Admit::WaitPast(100)
+        );
+        assert_eq!(
+            table.admit_counted(K, 0, 101, Overflow::Wait, 700),
+            Admit::Issue(101)
+        );
+        // Error mode refuses and counts it.
+        assert_eq!(
+            table.admit_counted(K, 0, 101, Overflow::Error, 0),
+            Admit::Full(101)
+        );
+        // The clock steps back 5 s: the repeated residue borrows ms 102, the
+        // new one stays on 102 without borrowing again.
+        assert_eq!(
+            table.admit_counted(K, 0, -4_000, Overflow::Wait, 0),
+            Admit::Issue(102)
+        );
+        assert_eq!(
+            table.admit_counted(K, 1, -4_000, Overflow::Wait, 0),
+            Admit::Issue(102)
+        );
+        // Uncounted admits leave the counts alone.
+        table.admit(K, 2, 102, Overflow::Wait);
+        let expect = Stats {
+            issued: 1027,
+            waits: 1,
+            wait_us: 700,
+            borrowed_ms: 1,
+            refused: 1,
+            evictions: 0,
+        };
+        let seqs = table.sequences();
+        assert_eq!(
+            seqs,
+            vec![SeqStats {
+                key: K,
+                last_ms: 102,
+                stats: expect
+            }]
+        );
+        assert_eq!(table.totals(), (expect, 1));
+        assert_eq!(table.capacity(), WAYS);
+    }
+
+    #[test]
+    fn totals_survive_eviction_and_reset_keeps_the_guard() {
+        let buckets = [Bucket::new()];
+        let table = Table::new(&buckets);
+        let key = |r: u32| SeqKey {
+            database: 1,
+            relation: 20_000 + r,
+        };
+        // WAYS + 3 sequences, 2 IDs each, in one bucket: 3 evictions.
+        for r in 0..WAYS as u32 + 3 {
+            for v in 0..2 {
+                table.admit_counted(key(r), v, 10 + r as i64, Overflow::Wait, 0);
+            }
+        }
+        let (totals, tracked) = table.totals();
+        assert_eq!(
+            (totals.issued, totals.evictions, tracked),
+            (2 * (WAYS as u64 + 3), 3, WAYS)
+        );
+        let live: u64 = table.sequences().iter().map(|s| s.stats.issued).sum();
+        assert_eq!(live, 2 * WAYS as u64);
+        table.reset_stats();
+        assert_eq!(table.totals(), (Stats::ZERO, WAYS));
+        // The guard itself is untouched: the last sequence's residue 1 in
+        // its millisecond is still taken.
+        let last = key(WAYS as u32 + 2);
+        let ms = 10 + WAYS as i64 + 2;
+        assert_eq!(
+            table.admit_counted(last, 1, ms, Overflow::Error, 0),
+            Admit::Full(ms)
         );
     }
 

@@ -12,12 +12,13 @@
 //!
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
-use crate::guard::{Bucket, Table, WAYS};
+use crate::guard::{Bucket, SeqStats, Stats, Table, WAYS};
 use crate::mark::{MarkError, MarkFile, MarkState};
 use crate::settings;
 use crate::BackendCell;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 
 /// Buckets of a session-local table (2048 sequences, about 300 kB).
@@ -27,15 +28,21 @@ const SESSION_BUCKETS: usize = 256;
 /// The registry segment's name carries the guard table's layout: change the
 /// name whenever `Bucket` or the header changes, so that a library never maps
 /// a segment laid out by another (`layout_is_pinned` fails until you do).
-pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 2";
+pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 3";
 /// Sequences the registry segment tracks (fixed: without preloading there is
-/// no server-start setting to size it). About 2.3 MiB.
+/// no server-start setting to size it). About 3.1 MiB.
 pub const REGISTRY_SEQUENCES: usize = 16_384;
 
-/// Shared memory (startup or registry) starts with the high-water mark's
-/// state, then the buckets.
+/// Shared memory (startup or registry) starts with this header, then the
+/// buckets.
+#[repr(C)]
+struct Header {
+    mark: MarkState,
+    /// When the guard's counts were last zeroed (timestamptz).
+    stats_reset: AtomicI64,
+}
 const HEADER: usize = 64;
-const _: () = assert!(std::mem::size_of::<MarkState>() <= HEADER);
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
 
 // Set in the postmaster by the shmem startup hook; children inherit it.
 static mut SHARED: *mut u8 = std::ptr::null_mut();
@@ -45,7 +52,7 @@ static mut SHARED: *mut u8 = std::ptr::null_mut();
 #[derive(Clone, Copy)]
 pub struct Store {
     pub(crate) buckets: &'static [Bucket],
-    mark: &'static MarkState,
+    header: &'static Header,
     mode: GuardMode,
 }
 
@@ -90,7 +97,7 @@ fn store() -> Store {
 unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
     unsafe {
         Store {
-            mark: &*(ptr as *const MarkState),
+            header: &*(ptr as *const Header),
             buckets: std::slice::from_raw_parts(ptr.add(HEADER) as *const Bucket, buckets),
             mode,
         }
@@ -103,7 +110,10 @@ unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
 /// `ptr` points at writable memory of that size nobody else uses yet.
 unsafe fn initialise(ptr: *mut u8, buckets: usize) {
     unsafe {
-        (ptr as *mut MarkState).write(MarkState::new());
+        (ptr as *mut Header).write(Header {
+            mark: MarkState::new(),
+            stats_reset: AtomicI64::new(pg_sys::GetCurrentTimestamp()),
+        });
         let first = ptr.add(HEADER) as *mut Bucket;
         for i in 0..buckets {
             first.add(i).write(Bucket::new());
@@ -187,7 +197,7 @@ fn mark_error(e: MarkError) -> ! {
 #[cold]
 fn load_mark(store: &Store) {
     let table = Table::new(store.buckets);
-    match store.mark.load(mark_file(), |mark| table.raise_floor(mark)) {
+    match store.header.mark.load(mark_file(), |mark| table.raise_floor(mark)) {
         Ok(Some(mark)) => {
             let ahead = mark - crate::clock::now_unix_ms();
             if ahead > 0 {
@@ -220,7 +230,7 @@ pub fn guard() -> Guard {
     }
     Guard {
         table: Table::new(store.buckets),
-        mark: store.mark,
+        mark: &store.header.mark,
     }
 }
 
@@ -242,6 +252,44 @@ impl Guard {
             mark_error(e)
         }
     }
+}
+
+/// The guard's counts for insta_id.guard_stats and guard_stats_total.
+pub struct Report {
+    pub mode: GuardMode,
+    pub capacity: usize,
+    pub tracked: usize,
+    pub totals: Stats,
+    /// When the counts were last zeroed (timestamptz).
+    pub stats_reset: i64,
+}
+
+/// Every sequence in the guard's table with its counts.
+pub fn sequences() -> Vec<SeqStats> {
+    Table::new(store().buckets).sequences()
+}
+
+/// The counts for the server (this session, with the per-session guard).
+pub fn report() -> Report {
+    let store = store();
+    let table = Table::new(store.buckets);
+    let (totals, tracked) = table.totals();
+    Report {
+        mode: store.mode,
+        capacity: table.capacity(),
+        tracked,
+        totals,
+        stats_reset: store.header.stats_reset.load(Ordering::Relaxed),
+    }
+}
+
+/// Zeroes the counts (not what the guard remembers against duplicates).
+pub fn reset_stats() {
+    let store = store();
+    Table::new(store.buckets).reset_stats();
+    // SAFETY: GetCurrentTimestamp only reads the system clock.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    store.header.stats_reset.store(now, Ordering::Relaxed);
 }
 
 /// The mark on disk (ms since 1970), for insta_id.high_water_mark().
@@ -372,9 +420,9 @@ mod tests {
         // an older library must never be read as the new one.
         assert_eq!(
             (REGISTRY_NAME, std::mem::size_of::<Bucket>(), HEADER),
-            (c"insta_id duplicate guard, layout 2", 1168, 64)
+            (c"insta_id duplicate guard, layout 3", 1600, 64)
         );
         // The registry segment's documented size.
-        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 2_392_128);
+        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_276_864);
     }
 }

@@ -125,10 +125,58 @@ AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
 COMMENT ON FUNCTION insta_id.high_water_mark() IS
 'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
 
+-- What the duplicate guard did: per sequence in its table, and in total.
+-- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
+-- server with the per-session guard would read its own empty table).
+CREATE FUNCTION insta_id._guard_stats(
+    OUT database oid, OUT sequence_oid oid, OUT last_ms_at timestamptz,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED ROWS 100
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_sequences';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of the view insta_id.guard_stats';
+
+CREATE FUNCTION insta_id._guard_stats_total(
+    OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
+COMMENT ON FUNCTION insta_id._guard_stats_total() IS 'The row of the view insta_id.guard_stats_total';
+
+CREATE FUNCTION insta_id.guard_stats_reset()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats and guard_stats_total (not what the guard remembers against duplicates); superuser unless granted';
+
+-- A sequence of another database shows its OID only: its name is in that
+-- database's catalog (and the same OID here may name another relation).
+CREATE VIEW insta_id.guard_stats AS
+SELECT d.datname AS database,
+       CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END AS sequence,
+       s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+FROM insta_id._guard_stats() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+COMMENT ON VIEW insta_id.guard_stats IS
+'Per sequence in the duplicate guard''s table (server-wide; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE VIEW insta_id.guard_stats_total AS
+SELECT * FROM insta_id._guard_stats_total();
+COMMENT ON VIEW insta_id.guard_stats_total IS
+'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
+
 -- Application roles need no grants of their own: an id DEFAULT works for any
 -- role that may INSERT into the table and use its sequence.
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA insta_id TO PUBLIC;
+GRANT SELECT ON insta_id.guard_stats, insta_id.guard_stats_total TO PUBLIC;
+-- Like pg_stat_reset(): superuser, or whom the superuser grants it to.
+REVOKE EXECUTE ON FUNCTION insta_id.guard_stats_reset() FROM PUBLIC;
 
 -- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
 -- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.

@@ -10,6 +10,7 @@
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
 //! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
+//! - `pg_extern_bench`: #[pg_extern] twins of two of them, for `make bench`;
 //! - `src/shards.sql`: the logical-shard registry and DDL helpers (PL/pgSQL).
 
 use pgrx::prelude::*;
@@ -79,6 +80,7 @@ pub mod guard;
 pub mod guard_store;
 pub mod layout;
 pub mod mark;
+mod pg_extern_bench;
 pub mod settings;
 
 #[cfg(feature = "pg_test")]

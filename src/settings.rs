@@ -7,6 +7,8 @@
 //! - `insta_id.on_overflow` (superuser): `wait`, `error` or `legacy`.
 //! - `insta_id.require_shared_guard` (superuser): refuse to mint IDs with a
 //!   per-session guard (not preloaded, PostgreSQL older than 17).
+//! - `insta_id.track_guard_stats` (superuser): count what the guard does
+//!   (insta_id.guard_stats); on by default.
 //! - `insta_id.max_sequences` (server start): slots of the preloaded guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
@@ -42,6 +44,15 @@ static REQUIRE_SHARED_GUARD: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub fn require_shared_guard() -> bool {
     // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
     unsafe { *REQUIRE_SHARED_GUARD.as_ptr() }
+}
+
+static TRACK_GUARD_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+/// Whether next_id counts into insta_id.guard_stats (every call).
+#[inline]
+pub fn track_guard_stats() -> bool {
+    // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
+    unsafe { *TRACK_GUARD_STATS.as_ptr() }
 }
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
@@ -143,13 +154,21 @@ pub fn define(at_server_start: bool) {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"insta_id.track_guard_stats",
+        c"Counts what the duplicate guard does for each sequence (insta_id.guard_stats).",
+        c"IDs issued, waits for the next millisecond and their time, milliseconds borrowed after the clock stepped back, 54000 errors. The counts are kept under the lock next_id takes anyway.",
+        &TRACK_GUARD_STATS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     if !at_server_start {
         return;
     }
     GucRegistry::define_int_guc(
         c"insta_id.max_sequences",
         c"Sequences the preloaded duplicate guard tracks at once (needs shared_preload_libraries; without it, PostgreSQL 17+ tracks 16384).",
-        c"Each takes about 150 bytes of shared memory. When more sequences are in use, the least recently used one is evicted; it then cannot reuse its last millisecond, which can cost a wait but never a duplicate.",
+        c"Each takes about 200 bytes of shared memory. When more sequences are in use, the least recently used one is evicted; it then cannot reuse its last millisecond, which can cost a wait but never a duplicate.",
         &MAX_SEQUENCES,
         64,
         1 << 24,

@@ -149,7 +149,13 @@ BEGIN
                       WHERE n.nspname = nsp AND c.relname = seq_name) LOOP
             seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
         END LOOP;
-        EXECUTE format('CREATE SEQUENCE %I.%I', nsp, seq_name);
+        -- CACHE: with the shared guard, each session takes 32 values at a
+        -- time instead of touching the sequence's page (and WAL) per ID; the
+        -- guard keeps IDs unique whatever order the values come in. With the
+        -- per-session guard a session holding old cached values could
+        -- repeat another session's ID, so not there (README, "Sequences").
+        EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name,
+                       CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
         seq := format('%I.%I', nsp, seq_name)::regclass;
     END IF;
 

@@ -14,7 +14,7 @@ CREATE TABLE "Shard Three"."Photos; x" (caption text);
 INSERT INTO "Shard Three"."Photos; x" VALUES ('existing row');
 SELECT insta_id.add_id_column('"Shard Three"."Photos; x"');
 \d "Shard Three"."Photos; x"
-INSERT INTO "Shard Three"."Photos; x" (caption) VALUES ('new') RETURNING insta_id.shard_id(id), insta_id.seq_id(id);
+INSERT INTO "Shard Three"."Photos; x" (caption) VALUES ('new') RETURNING insta_id.shard_id(id), insta_id.seq_id(id) > 1 AS after_existing_row;
 SELECT caption, insta_id.shard_id(id) AS shard FROM "Shard Three"."Photos; x" ORDER BY id;
 -- Idempotent.
 SELECT insta_id.add_id_column('"Shard Three"."Photos; x"');

@@ -1,0 +1,56 @@
+-- insta_id.guard_stats / guard_stats_total: what the duplicate guard did.
+-- A sequence with INCREMENT 1024 gives every value the residue 0, so every
+-- ID after the first in a millisecond must wait for the next one (or, with
+-- on_overflow = 'error', is refused).
+CREATE SEQUENCE stat_seq INCREMENT 1024;
+SELECT insta_id.guard_stats_reset();
+SELECT count(DISTINCT insta_id.next_id(1, 'stat_seq')) FROM generate_series(1, 50);
+SELECT sequence, database = current_database() AS this_db, last_ms_at <= clock_timestamp() AS last_ms_past,
+       issued, waits BETWEEN 1 AND 49 AS waited, wait_time > 0 AS wait_time, borrowed_ms, refused
+FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
+-- Refused calls are counted (in shared memory: a rolled-back subtransaction
+-- keeps the count).
+SET insta_id.on_overflow = 'error';
+DO $$
+DECLARE ok int := 0;
+BEGIN
+  LOOP
+    BEGIN
+      PERFORM insta_id.next_id(1, 'stat_seq');
+      ok := ok + 1;
+    EXCEPTION WHEN program_limit_exceeded THEN EXIT;
+    END;
+  END LOOP;
+  PERFORM set_config('regress.ok', ok::text, false);
+END $$;
+RESET insta_id.on_overflow;
+SELECT issued = 50 + current_setting('regress.ok')::int AS issued_counted, refused
+FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
+-- The server as a whole (other sessions may add to it).
+SELECT guard_mode = insta_id.guard_mode() AS mode, capacity >= sequences AS fits, sequences >= 1 AS tracked,
+       issued >= 50 AS issued, waits >= 1 AS waits, refused >= 1 AS refused, evictions >= 0 AS evictions,
+       stats_reset <= now() AS reset_before
+FROM insta_id.guard_stats_total;
+-- Not counting: insta_id.track_guard_stats = off.
+SELECT insta_id.guard_stats_reset();
+SET insta_id.track_guard_stats = off;
+SELECT count(*) FROM (SELECT insta_id.next_id(1, 'stat_seq') FROM generate_series(1, 5)) x;
+RESET insta_id.track_guard_stats;
+SELECT issued, waits, refused FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
+SELECT stats_reset > now() - interval '1 minute' AS just_reset FROM insta_id.guard_stats_total;
+-- Anyone may read the counts; only a superuser (or whom it grants) may reset them.
+CREATE ROLE insta_id_regress_reader;
+SET ROLE insta_id_regress_reader;
+SELECT count(*) >= 1 AS readable FROM insta_id.guard_stats;
+SELECT insta_id.guard_stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+SET insta_id.track_guard_stats = off;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE insta_id_regress_reader;
+-- Sequences add_id_column makes: CACHE 32 with the shared guard, none with
+-- the per-session one (where cached values could repeat other sessions' IDs).
+CREATE TABLE stat_t (v int);
+SELECT insta_id.add_id_column('stat_t', 'id', 3) IS NOT NULL AS made;
+SELECT seqcache = CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END AS cache_by_guard
+FROM pg_sequence WHERE seqrelid = pg_get_serial_sequence('stat_t', 'id')::regclass;
