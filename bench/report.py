@@ -34,9 +34,12 @@ class Run:
         return name in self.med
 
     def paired(self, a, b):
-        """Median over rounds of a/b, both measured in the same round: this
-        VM's noise moves whole rounds, so paired ratios are steadier than a
-        ratio of medians."""
+        """Median of a/b over the adjacent pairs run.sh measured for it
+        (pair/a/b), else over rounds (both measured in the same round): this
+        VM's speed drifts over seconds, so a ratio of medians would mostly
+        measure the drift."""
+        if f"pair/{a}/{b}" in self.runs:
+            return statistics.median(self.runs[f"pair/{a}/{b}"])
         return statistics.median(r[a] / r[b] for r in self.by_round.values() if a in r and b in r)
 
     def fmt_s(self, name):
@@ -154,9 +157,12 @@ bench/report.py): on each version a throwaway cluster with
 `shared_preload_libraries = 'insta_id'` and `fsync = on` (and on PostgreSQL
 17+ a second one without preloading: the DSM-registry guard), the contenders
 interleaved in a rotating order over several rounds; times are medians, with
-the range over rounds in brackets; ratios are medians of the ratios within
-each round (this virtual machine's noise moves whole rounds by up to ±30%, so a
-ratio of medians would mostly measure the noise). Rerun it to refresh this
+the range over rounds in brackets. This virtual machine's speed drifts by up
+to ±30% over seconds, so a ratio of two medians would mostly measure the
+drift: every ratio below is the median of the ratios of adjacent pairs of
+runs, A then B, B then A, ... in one session (`paired()` in
+bench/time_of.sql, 15 pairs), or for the scaling tables of runs in the same
+round. Rerun it to refresh this
 file, the plot and the README's performance line; `make bench PG=NN` measures
 one version.
 
@@ -165,7 +171,7 @@ one version.
 
 ## Targets
 
-| measure (median of per-round ratios) | target | {versions} |
+| measure (median of paired ratios) | target | {versions} |
 |---|---|{'---|' * len(runs)}
 {target_rows()}
 

@@ -40,7 +40,7 @@ cached="FROM generate_series(1, $N) g, hseqs"
 declare -A sql=(
   [per_call/nextval]="SELECT count(nextval(s[(g & 63) + 1])) $spread"
   [per_call/next_id]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $spread"
-  [per_call/next_id_untracked]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $spread"
+  [per_call/next_id_untracked]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $spread, (SELECT set_config('insta_id.track_guard_stats', 'off', false)) untracked"
   [per_call/next_id_pg_extern]="SELECT count(next_id_pg_extern(1, s[(g & 63) + 1])) $spread"
   [per_call/nextval_cached]="SELECT count(nextval(s[(g & 63) + 1])) $cached"
   [per_call/next_id_cached]="SELECT count(insta_id.next_id(1, s[(g & 63) + 1])) $cached"
@@ -58,8 +58,6 @@ declare -A sql=(
   [decode/shard_id]="SELECT count(*) FROM decode_ids WHERE insta_id.shard_id(id) >= 0"
   [decode/shard_id_pg_extern]="SELECT count(*) FROM decode_ids WHERE shard_id_pg_extern(id) >= 0"
 )
-# Statements run after a SET in the same session.
-declare -A pre=([per_call/next_id_untracked]="SET insta_id.track_guard_stats = off")
 names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/next_id_pg_extern
        per_call/nextval_cached per_call/next_id_cached per_call/plpgsql_original per_call/gen_random_uuid
        ceiling/next_id_one_sequence
@@ -81,11 +79,48 @@ for round in $(seq 1 "$ROUNDS"); do
     name=${names[$(( (i + round) % n ))]}
     c=$(cluster_of "$name"); base=${name%_dsm}
     case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE ins_${base#insert_500k/}" -c "CHECKPOINT" ;; esac
-    s=$(on "$c" q -d bench ${pre[$name]:+-c "${pre[$name]}"} -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
+    s=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
     record "$round" "$name" "$s"
   done
 done
-for name in "${names[@]}"; do printf '%s\t%s%s\n' "$name" "${pre[$name]:+${pre[$name]}; }" "${sql[$name]}"; done >"$out/statements.tsv"
+for name in "${names[@]}"; do printf '%s\t%s\n' "$name" "${sql[$name]}"; done >"$out/statements.tsv"
+
+# The ratios of the targets, as adjacent pairs in one session (see paired()
+# in bench/time_of.sql): PAIRS pairs each, recorded as pair/<a>/<b>.
+PAIRS=${PAIRS:-15}
+pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextval
+       per_call/next_id_cached:per_call/nextval_cached per_call/next_id_untracked:per_call/next_id
+       per_call/next_id_pg_extern:per_call/next_id per_call/plpgsql_original:per_call/next_id
+       insert_500k/next_id_helper:insert_500k/bigserial insert_500k/next_id_spread:insert_500k/nextval_spread
+       insert_500k/next_id:insert_500k/bigserial
+       decode/id_parts:decode/sql_expression decode/scalar_decoders:decode/sql_expression
+       decode/shard_id_pg_extern:decode/shard_id)
+[ "$PG" -ge 17 ] && pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm
+                            insert_500k/next_id_helper_dsm:insert_500k/bigserial_dsm
+                            insert_500k/next_id_spread_dsm:insert_500k/nextval_spread_dsm
+                            per_call/next_id_dsm:per_call/next_id)
+for pair in "${pairs[@]}"; do
+  a=${pair%%:*}; b=${pair#*:}; c=$(cluster_of "$a")
+  if [ "$(cluster_of "$b")" != "$c" ]; then
+    # Across the two clusters: alternate statements from two sessions.
+    for i in $(seq 1 "$PAIRS"); do
+      ta=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$a]}\$q\$)")
+      tb=$(on "$(cluster_of "$b")" q -d bench -c "SELECT time_of(\$q\$${sql[$b]}\$q\$)")
+      record "$i" "pair/$a/$b" "$(awk -v a="$ta" -v b="$tb" 'BEGIN { print a / b }')"
+    done
+    continue
+  fi
+  prep="\$p\$RESET insta_id.track_guard_stats\$p\$"
+  case "$a" in insert_500k/*)
+    ta=${a#insert_500k/}; tb=${b#insert_500k/}
+    prep="\$p\$TRUNCATE ins_${ta%_dsm}, ins_${tb%_dsm}\$p\$" ;;
+  esac
+  qa=${sql[$a]}; qb=${sql[$b]}
+  i=0
+  while read -r r; do
+    i=$((i + 1)); record "$i" "pair/$a/$b" "$r"
+  done < <(on "$c" q -d bench -c "SELECT paired(\$a\$$qa\$a\$, \$b\$$qb\$b\$, $PAIRS, $prep)")
+done
 
 # Sequences in use: 300,000 calls round-robin over 10, 10,000 and 100,000
 # sequences; the guard's table holds insta_id.max_sequences (16,384) of them,

@@ -57,6 +57,10 @@ SELECT insta_id.guard_mode() AS duplicate_guard;
 SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) AS mark_covers_every_id,
        insta_id.high_water_mark() - max(insta_id.created_at(id)) AS reserved_ahead
 FROM insta4.photos;
+\echo '== What the guard did (insta_id.guard_stats): 20,000 IDs from one sequence in one statement hit the ceiling of 1024 a millisecond, and waited'
+SELECT count(insta_id.next_id(4, 'insta4.photos_id_seq')) AS burst FROM generate_series(1, 20000);
+SELECT sequence, issued, waits, round(wait_time::numeric, 1) AS wait_ms, borrowed_ms, refused
+FROM insta_id.guard_stats WHERE database = current_database() ORDER BY issued DESC;
 SQL
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then
