@@ -146,6 +146,9 @@ clock_steps() { # $1: configuration label
     "$(ahead_over "2 + r.since / 1024")" 0
   check_true "$l: after the 2 s step back, IDs ran ahead of the clock" \
     "SELECT max(ms - clock_ms) >= 1000 FROM regime WHERE k = 2" -d faults
+  check_true "$l: insta_id.guard_stats counted every ID, the waits and the borrowed milliseconds" \
+    "SELECT issued = (SELECT count(*) FROM ids) AND waits > 0 AND borrowed_ms > 0 AND refused = 0
+     FROM insta_id.guard_stats WHERE database = current_database() AND sequence = 's'::regclass" -d faults
   check_back_on_clock "$l"
 
   l="$1, clock steps, error"
@@ -154,6 +157,9 @@ clock_steps() { # $1: configuration label
   check_common "$l"
   check_true "$l: 54000 was raised (and caught) while the clock was behind" "SELECT sum(refused) > 0 FROM refusals" -d faults
   echo "     $l: $(fq -c "SELECT sum(refused) FROM refusals") calls refused with 54000"
+  check_true "$l: insta_id.guard_stats counted each refusal, and no borrowed millisecond" \
+    "SELECT g.refused = (SELECT sum(refused) FROM refusals) AND g.borrowed_ms = 0
+     FROM insta_id.guard_stats g WHERE database = current_database() AND sequence = 's'::regclass" -d faults
   check "$l: no millisecond was borrowed: no ID further ahead of its session's clock than the step's lead (+2)" "$(ahead_over 2)" 0
   check_back_on_clock "$l"
 
