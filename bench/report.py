@@ -95,7 +95,7 @@ def table(r, names, unit="per call"):
 
 
 def scaling(r):
-    out = ["| rows | table | sessions | bigserial rows/s | next_id rows/s | next_id / bigserial |", "|---|---|---|---|---|---|"]
+    out = ["| rows | table | sessions | bigserial rows/s | next_id rows/s | next_id / bigserial (rows/s) |", "|---|---|---|---|---|---|"]
     for size in ["row", "batch100"]:
         for where in ["one", "own"]:
             for clients in [1, 2, 4]:
