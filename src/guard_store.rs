@@ -21,7 +21,7 @@ use pgrx::PgSqlErrorCode;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 
-/// Buckets of a session-local table (2048 sequences, about 300 kB).
+/// Buckets of a session-local table (2048 sequences, about 400 kB).
 #[cfg(not(any(feature = "pg17", feature = "pg18")))]
 const SESSION_BUCKETS: usize = 256;
 
