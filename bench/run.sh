@@ -72,13 +72,15 @@ if [ "$PG" -ge 17 ]; then
   done
 fi
 cluster_of() { case "$1" in *_dsm) echo bench-dsm ;; *) echo bench ;; esac; }
+# ins_table NAME: the table an insert_500k/* contender fills.
+ins_table() { local t=${1#insert_500k/}; echo "ins_${t%_dsm}"; }
 
 for round in $(seq 1 "$ROUNDS"); do
   n=${#names[@]}
   for i in $(seq 0 $((n - 1))); do
     name=${names[$(( (i + round) % n ))]}
-    c=$(cluster_of "$name"); base=${name%_dsm}
-    case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE ins_${base#insert_500k/}" -c "CHECKPOINT" ;; esac
+    c=$(cluster_of "$name")
+    case "$name" in insert_500k/*) on "$c" q -d bench -c "TRUNCATE $(ins_table "$name")" -c "CHECKPOINT" ;; esac
     s=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$name]}\$q\$)")
     record "$round" "$name" "$s"
   done
@@ -111,15 +113,11 @@ for pair in "${pairs[@]}"; do
     continue
   fi
   prep="\$p\$RESET insta_id.track_guard_stats\$p\$"
-  case "$a" in insert_500k/*)
-    ta=${a#insert_500k/}; tb=${b#insert_500k/}
-    prep="\$p\$TRUNCATE ins_${ta%_dsm}, ins_${tb%_dsm}\$p\$" ;;
-  esac
-  qa=${sql[$a]}; qb=${sql[$b]}
+  case "$a" in insert_500k/*) prep="\$p\$TRUNCATE $(ins_table "$a"), $(ins_table "$b")\$p\$" ;; esac
   i=0
   while read -r r; do
     i=$((i + 1)); record "$i" "pair/$a/$b" "$r"
-  done < <(on "$c" q -d bench -c "SELECT paired(\$a\$$qa\$a\$, \$b\$$qb\$b\$, $PAIRS, $prep)")
+  done < <(on "$c" q -d bench -c "SELECT paired(\$a\$${sql[$a]}\$a\$, \$b\$${sql[$b]}\$b\$, $PAIRS, $prep)")
 done
 
 # Sequences in use: 300,000 calls round-robin over 10, 10,000 and 100,000

@@ -191,14 +191,11 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     let mut waited_us = 0;
     let ms = loop {
         // The guard works in ms since 1970; the epoch only matters for packing.
-        let outcome = if track {
-            guard
-                .table
-                .admit_counted(key, residue as u16, now, overflow, waited_us)
-        } else {
-            guard.table.admit(key, residue as u16, now, overflow)
-        };
-        match outcome {
+        let counted = track.then_some(waited_us);
+        match guard
+            .table
+            .admit_counted(key, residue as u16, now, overflow, counted)
+        {
             Admit::Issue(ms) => break ms,
             Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
             Admit::Full(ms) => raise!(
@@ -268,7 +265,11 @@ fn epoch_arg(ts: i64) -> i64 {
 /// Returns `values` as the function's composite result. The blessed tuple
 /// descriptor is cached in fn_extra (allocated in fn_mcxt), so it is built
 /// once per call site.
-unsafe fn composite_result(fcinfo: FunctionCallInfo, values: &mut [Datum], nulls: &mut [bool]) -> Datum {
+unsafe fn composite_result(
+    fcinfo: FunctionCallInfo,
+    values: &mut [Datum],
+    nulls: &mut [bool],
+) -> Datum {
     // SAFETY: standard fmgr idiom on a valid fcinfo; values and nulls match
     // the declared OUT parameters.
     unsafe {

@@ -249,6 +249,17 @@ impl Slots {
         victim
     }
 
+    /// The sequences in this bucket with what the guard knows of them.
+    fn live(&self) -> impl Iterator<Item = SeqStats> + '_ {
+        (0..WAYS)
+            .filter(|&i| !self.keys[i].is_empty())
+            .map(|i| SeqStats {
+                key: self.keys[i],
+                last_ms: self.states[i].last_ms,
+                stats: self.stats[i],
+            })
+    }
+
     /// Counts every millisecond up to `ms` as used, for every sequence.
     fn raise_floor(&mut self, ms: i64) {
         self.floor_ms = self.floor_ms.max(ms);
@@ -287,27 +298,27 @@ impl<'a> Table<'a> {
 
     /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
     pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
-        locked(self.bucket_of(key), |slots| {
-            let i = slots.slot_for(key);
-            slots.states[i].admit(residue, now_ms, overflow)
-        })
+        self.admit_counted(key, residue, now_ms, overflow, None)
     }
 
-    /// `admit`, also counting the outcome in the sequence's `Stats`, with
-    /// `waited_us` spent waiting before this call.
+    /// `admit`, also counting the outcome in the sequence's `Stats` when
+    /// `waited_us` (the wait before this call, 0 if none) is given.
+    #[inline]
     pub fn admit_counted(
         &self,
         key: SeqKey,
         residue: u16,
         now_ms: i64,
         overflow: Overflow,
-        waited_us: u64,
+        waited_us: Option<u64>,
     ) -> Admit {
         locked(self.bucket_of(key), |slots| {
             let i = slots.slot_for(key);
             let before = slots.states[i].last_ms;
             let outcome = slots.states[i].admit(residue, now_ms, overflow);
-            slots.stats[i].count(outcome, before, now_ms, waited_us);
+            if let Some(waited_us) = waited_us {
+                slots.stats[i].count(outcome, before, now_ms, waited_us);
+            }
             outcome
         })
     }
@@ -316,17 +327,7 @@ impl<'a> Table<'a> {
     pub fn sequences(&self) -> Vec<SeqStats> {
         let mut out = Vec::new();
         for bucket in self.buckets {
-            locked(bucket, |slots| {
-                for i in 0..WAYS {
-                    if !slots.keys[i].is_empty() {
-                        out.push(SeqStats {
-                            key: slots.keys[i],
-                            last_ms: slots.states[i].last_ms,
-                            stats: slots.stats[i],
-                        });
-                    }
-                }
-            });
+            locked(bucket, |slots| out.extend(slots.live()));
         }
         out
     }
@@ -334,15 +335,13 @@ impl<'a> Table<'a> {
     /// The counts summed over the whole table, evicted sequences included,
     /// and the number of sequences in it now.
     pub fn totals(&self) -> (Stats, usize) {
-        let (mut sum, mut tracked) = (Stats::default(), 0);
+        let (mut sum, mut tracked) = (Stats::ZERO, 0);
         for bucket in self.buckets {
             locked(bucket, |slots| {
                 sum.add(&slots.retired);
-                for i in 0..WAYS {
-                    if !slots.keys[i].is_empty() {
-                        sum.add(&slots.stats[i]);
-                        tracked += 1;
-                    }
+                for seq in slots.live() {
+                    sum.add(&seq.stats);
+                    tracked += 1;
                 }
             });
         }
@@ -548,30 +547,30 @@ mod tests {
         let buckets = [Bucket::new()];
         let table = Table::new(&buckets);
         for v in 0..1024u16 {
-            table.admit_counted(K, v, 100, Overflow::Wait, 0);
+            table.admit_counted(K, v, 100, Overflow::Wait, Some(0));
         }
         // The 1025th waits, then is issued after a 700 µs wait.
         assert_eq!(
-            table.admit_counted(K, 0, 100, Overflow::Wait, 0),
+            table.admit_counted(K, 0, 100, Overflow::Wait, Some(0)),
             Admit::WaitPast(100)
         );
         assert_eq!(
-            table.admit_counted(K, 0, 101, Overflow::Wait, 700),
+            table.admit_counted(K, 0, 101, Overflow::Wait, Some(700)),
             Admit::Issue(101)
         );
         // Error mode refuses and counts it.
         assert_eq!(
-            table.admit_counted(K, 0, 101, Overflow::Error, 0),
+            table.admit_counted(K, 0, 101, Overflow::Error, Some(0)),
             Admit::Full(101)
         );
         // The clock steps back 5 s: the repeated residue borrows ms 102, the
         // new one stays on 102 without borrowing again.
         assert_eq!(
-            table.admit_counted(K, 0, -4_000, Overflow::Wait, 0),
+            table.admit_counted(K, 0, -4_000, Overflow::Wait, Some(0)),
             Admit::Issue(102)
         );
         assert_eq!(
-            table.admit_counted(K, 1, -4_000, Overflow::Wait, 0),
+            table.admit_counted(K, 1, -4_000, Overflow::Wait, Some(0)),
             Admit::Issue(102)
         );
         // Uncounted admits leave the counts alone.
@@ -608,7 +607,7 @@ mod tests {
         // WAYS + 3 sequences, 2 IDs each, in one bucket: 3 evictions.
         for r in 0..WAYS as u32 + 3 {
             for v in 0..2 {
-                table.admit_counted(key(r), v, 10 + r as i64, Overflow::Wait, 0);
+                table.admit_counted(key(r), v, 10 + r as i64, Overflow::Wait, Some(0));
             }
         }
         let (totals, tracked) = table.totals();
@@ -625,7 +624,7 @@ mod tests {
         let last = key(WAYS as u32 + 2);
         let ms = 10 + WAYS as i64 + 2;
         assert_eq!(
-            table.admit_counted(last, 1, ms, Overflow::Error, 0),
+            table.admit_counted(last, 1, ms, Overflow::Error, Some(0)),
             Admit::Full(ms)
         );
     }

@@ -197,7 +197,11 @@ fn mark_error(e: MarkError) -> ! {
 #[cold]
 fn load_mark(store: &Store) {
     let table = Table::new(store.buckets);
-    match store.header.mark.load(mark_file(), |mark| table.raise_floor(mark)) {
+    match store
+        .header
+        .mark
+        .load(mark_file(), |mark| table.raise_floor(mark))
+    {
         Ok(Some(mark)) => {
             let ahead = mark - crate::clock::now_unix_ms();
             if ahead > 0 {
