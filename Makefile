@@ -15,7 +15,7 @@ BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(N
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
-        test-faults test-sqlsmith fuzz
+        test-faults test-sqlsmith test-clients fuzz
 
 ## help: this list
 help:
@@ -35,6 +35,7 @@ test:
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-pg PG=$$v || exit 1; done
 	@$(MAKE) -s test-shards test-fleet PG=15
 	@$(MAKE) -s test-faults PG=$(NEWEST)
+	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-clients PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
 	@$(MAKE) -s test-pg-upgrade
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
@@ -106,6 +107,13 @@ test-sqlsmith:
 	@scripts/setup.sh faults
 	@scripts/build.sh install ci
 	@tests/sqlsmith.sh
+
+## test-clients: psycopg, SQLAlchemy, Django and node-postgres examples/ against a
+##        real server; the docs' code blocks are those examples
+test-clients:
+	@scripts/setup.sh clients
+	@scripts/build.sh install ci
+	@tests/clients.sh
 
 ## fuzz: the same, 50,000 queries (not part of make test)
 fuzz:

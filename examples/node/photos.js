@@ -1,0 +1,51 @@
+// insta_id from node-postgres (pg). Every insta_id ID is larger than 2^53, the
+// largest integer a JavaScript number holds exactly, so an id must never
+// become a Number. The README's recipes are copied from the regions marked
+// below; photos.test.js runs them against a real server.
+'use strict';
+const pg = require('pg');
+
+const NUM_SHARDS = 4;
+
+// docs:start default
+// By default pg returns bigint (int8) columns as strings: exact, and ready for
+// JSON. Keep them strings end to end; pass them back as parameters as they are.
+async function addPhoto(client, userId, caption) {
+  const shard = userId % NUM_SHARDS + 1;
+  const { rows } = await client.query(
+    `INSERT INTO insta${shard}.photos (user_id, caption) VALUES ($1, $2) RETURNING id`,
+    [userId, caption]);
+  return rows[0].id; // '4036372462433207297', a string
+}
+// docs:end default
+
+// docs:start bigint
+// To compute with ids (e.g. the shard bits), parse int8 as BigInt, for one
+// query with its own type parser, or for every query with
+// pg.types.setTypeParser(20, BigInt).
+const bigintTypes = {
+  getTypeParser: (oid, format) => (oid === 20 ? BigInt : pg.types.getTypeParser(oid, format)),
+};
+
+async function photosOfUser(client, userId) {
+  const shard = userId % NUM_SHARDS + 1;
+  const { rows } = await client.query({
+    text: `SELECT id, caption FROM insta${shard}.photos WHERE user_id = $1 ORDER BY id`,
+    values: [userId],
+    types: bigintTypes,
+  });
+  return rows; // [{ id: 4036372462433207297n, caption: 'sunset' }, ...]
+}
+
+const shardOfId = (id) => Number((BigInt(id) >> 10n) & 0x1fffn); // as insta_id.shard_id(id)
+// docs:end bigint
+
+// docs:start json
+// In JSON APIs send ids as strings, as large public APIs do: a JavaScript
+// client parsing a number would round it. JSON.stringify throws on a BigInt,
+// so turn BigInts into strings on the way out.
+const toJson = (value) =>
+  JSON.stringify(value, (key, v) => (typeof v === 'bigint' ? v.toString() : v));
+// docs:end json
+
+module.exports = { NUM_SHARDS, addPhoto, photosOfUser, shardOfId, toJson, bigintTypes };

@@ -1,0 +1,46 @@
+// Runs photos.js against the database libpq's environment names (PGHOST,
+// PGPORT, PGUSER, PGDATABASE; pg reads the same), loaded with examples/schema.sql.
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const pg = require('pg');
+const { addPhoto, photosOfUser, shardOfId, toJson } = require('./photos');
+
+// pg reads PGHOST etc.; a directory in PGHOST is a Unix socket, as for libpq.
+const client = new pg.Client();
+test.before(() => client.connect());
+test.after(() => client.end());
+
+test('RETURNING id gives an exact string by default', async () => {
+  const id = await addPhoto(client, 6, 'sunset');
+  assert.equal(typeof id, 'string');
+  assert.match(id, /^[1-9][0-9]{18}$/);
+  assert.ok(BigInt(id) > BigInt(Number.MAX_SAFE_INTEGER), 'larger than 2^53');
+  assert.notEqual(String(Number(id)), id, 'a Number would have rounded it');
+  const { rows } = await client.query(
+    'SELECT insta_id.shard_id($1)::int AS shard, caption FROM insta3.photos WHERE id = $1', [id]);
+  assert.deepEqual(rows, [{ shard: 3, caption: 'sunset' }]);
+  assert.equal(shardOfId(id), 3);
+});
+
+test('BigInt parsing keeps ids exact and comparable', async () => {
+  const made = [];
+  for (const caption of ['a', 'b', 'c']) made.push(await addPhoto(client, 9, caption));
+  const rows = await photosOfUser(client, 9);
+  assert.deepEqual(rows.map((r) => typeof r.id), ['bigint', 'bigint', 'bigint']);
+  assert.deepEqual(rows.map((r) => r.id.toString()).sort(), [...made].sort());
+  assert.deepEqual(rows.map((r) => shardOfId(r.id)), [2, 2, 2]);
+  // Other queries on the client are unchanged: the parser was for that query only.
+  const { rows: [other] } = await client.query('SELECT $1::bigint AS id', [made[0]]);
+  assert.equal(other.id, made[0]);
+});
+
+test('ids in JSON are strings, never numbers', async () => {
+  const [photo] = await photosOfUser(client, 9);
+  const json = toJson({ photo });
+  assert.equal(json, `{"photo":{"id":"${photo.id}","caption":"${photo.caption}"}}`);
+  assert.throws(() => JSON.stringify({ id: photo.id }), TypeError);
+  // What a JavaScript client gets if the id were a JSON number:
+  assert.notEqual(BigInt(JSON.parse(`{"id":${photo.id}}`).id), photo.id);
+  assert.equal(BigInt(JSON.parse(json).photo.id), photo.id);
+});

@@ -1,0 +1,60 @@
+"""insta_id from SQLAlchemy 2 (ORM): one mapped class for every logical shard.
+
+Each shard is a schema (insta1..insta4) holding a copy of the template's
+table, whose id DEFAULT is that shard's insta_id.next_id(...). The class is
+mapped without a schema; schema_translate_map picks the shard per session.
+The README's SQLAlchemy recipes are copied from the regions marked below;
+test_photos.py runs them against a real server.
+"""
+from sqlalchemy import BigInteger, Engine, FetchedValue, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, orm_insert_sentinel
+
+NUM_SHARDS = 4
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+# docs:start model
+class Photo(Base):
+    __tablename__ = "photos"  # no schema: the shard's, from schema_translate_map
+
+    # The database mints the id (the shard table's DEFAULT insta_id.next_id(...)):
+    # FetchedValue says so without putting a DEFAULT of its own in the DDL, and
+    # the ORM reads the id back with RETURNING.
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, server_default=FetchedValue())
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    caption: Mapped[str] = mapped_column(Text, default="")
+
+    # Lets the ORM insert many new objects in one INSERT ... RETURNING and
+    # match each returned id to its object: a nullable integer column that
+    # SQLAlchemy fills with the row's position in the batch. Without it a
+    # flush of N new objects is N INSERT statements (correct, but slow).
+    _sentinel: Mapped[int] = orm_insert_sentinel()
+# docs:end model
+
+
+# docs:start schema
+def create_shards(engine: Engine, first: int, last: int) -> None:
+    """The template schema from the metadata, then the shards through insta_id."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE SCHEMA template")
+        Base.metadata.create_all(conn.execution_options(schema_translate_map={None: "template"}))
+        conn.exec_driver_sql("SELECT insta_id.add_id_column('template.photos', 'id', 0)")
+        conn.exec_driver_sql("SELECT insta_id.create_shards(%s, %s, 'template')", (first, last))
+# docs:end schema
+
+
+# docs:start session
+def shard_for_user(user_id: int) -> int:
+    return user_id % NUM_SHARDS + 1  # Instagram: user id modulo the shard count
+
+
+def shard_of_id(photo_id: int) -> int:
+    return (photo_id >> 10) & 0x1FFF  # bits 10..22, as insta_id.shard_id(id)
+
+
+def shard_session(engine: Engine, shard: int) -> Session:
+    return Session(engine.execution_options(schema_translate_map={None: f"insta{shard}"}))
+# docs:end session

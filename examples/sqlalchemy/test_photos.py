@@ -1,0 +1,100 @@
+"""Runs photos.py against the database libpq's environment names (PGHOST,
+PGPORT, PGUSER, PGDATABASE): an empty database with insta_id available."""
+import unittest
+
+from sqlalchemy import create_engine, event, select, text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.orm import Session
+
+import photos
+from photos import Photo
+
+engine = create_engine("postgresql+psycopg://")
+
+
+def setUpModule():
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS insta_id")
+    photos.create_shards(engine, 1, photos.NUM_SHARDS)
+
+
+class Statements:
+    """Counts the INSERT statements the engine sends."""
+
+    def __init__(self):
+        self.inserts = 0
+        event.listen(engine, "before_cursor_execute", self.seen)
+
+    def seen(self, conn, cursor, statement, *args):
+        self.inserts += statement.startswith("INSERT")
+
+    def close(self):
+        event.remove(engine, "before_cursor_execute", self.seen)
+
+
+class Photos(unittest.TestCase):
+    def assert_minted_for(self, ids, shard):
+        self.assertTrue(all(type(i) is int and i > 2**53 for i in ids), ids)
+        self.assertEqual(len(set(ids)), len(ids), "an ID repeated")
+        self.assertEqual({photos.shard_of_id(i) for i in ids}, {shard})
+
+    def test_schema_is_the_shards(self):
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT shard_id, schema_name::text FROM insta_id.shards ORDER BY 1")).all()
+            self.assertEqual(rows, [(n, f"insta{n}") for n in range(1, 5)])
+            default = conn.execute(text("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                                        "WHERE adrelid = 'insta3.photos'::regclass")).scalar_one()
+            self.assertIn("insta_id.next_id(3, 'insta3.photos_id_seq'::regclass)", default)
+
+    def test_add_returns_the_database_id(self):
+        user = 10  # shard 3
+        with photos.shard_session(engine, photos.shard_for_user(user)) as session:
+            photo = Photo(user_id=user, caption="sunset")
+            session.add(photo)
+            session.commit()
+            self.assert_minted_for([photo.id], 3)
+            with engine.connect() as conn:
+                self.assertEqual(conn.execute(text("SELECT insta_id.shard_id(:id), caption FROM insta3.photos "
+                                                   "WHERE id = :id"), {"id": photo.id}).one(), (3, "sunset"))
+
+    def test_bulk_flush_is_batched_and_matches_each_object(self):
+        user = 8  # shard 1
+        # Start the sequence just below a multiple of 1024, so the batch's low
+        # 10 bits wrap: most of it shares a millisecond, where the IDs after the
+        # wrap sort before those before it.
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT setval('insta1.photos_id_seq', 1024 * 50 - 100)")
+        statements = Statements()
+        self.addCleanup(statements.close)
+        with photos.shard_session(engine, photos.shard_for_user(user)) as session:
+            batch = [Photo(user_id=user, caption=f"photo {n}") for n in range(1000)]
+            session.add_all(batch)
+            session.commit()
+            ids = [p.id for p in batch]
+        self.assertEqual(statements.inserts, 1, "one INSERT ... RETURNING for the flush")
+        self.assert_minted_for(ids, 1)
+        with engine.connect() as conn:
+            stored = dict(conn.execute(text("SELECT id, caption FROM insta1.photos WHERE id = ANY(:ids)"),
+                                       {"ids": ids}).all())
+        self.assertEqual([stored[p] for p in ids], [f"photo {n}" for n in range(1000)],
+                         "every object got the id of its own row")
+
+    def test_read_back_routed_by_the_id(self):
+        with photos.shard_session(engine, photos.shard_for_user(7)) as session:
+            photo = Photo(user_id=7, caption="dog")
+            session.add(photo)
+            session.commit()
+            photo_id = photo.id
+        with photos.shard_session(engine, photos.shard_of_id(photo_id)) as session:
+            self.assertEqual(session.get(Photo, photo_id).caption, "dog")
+            self.assertEqual(session.scalars(select(Photo.user_id).where(Photo.id == photo_id)).one(), 7)
+
+    def test_without_a_shard_there_is_no_table(self):
+        # Never a silent write to the template or to public.
+        with self.assertRaises(ProgrammingError) as raised, Session(engine) as session:
+            session.add(Photo(user_id=1))
+            session.commit()
+        self.assertEqual(raised.exception.orig.sqlstate, "42P01")
+
+if __name__ == "__main__":
+    unittest.main()
