@@ -12,10 +12,11 @@ OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
 # make bench PG=NN measures that version only.
 BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
+PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
-        test-faults test-sqlsmith test-clients fuzz
+        test-faults test-sqlsmith test-clients test-packages dist fuzz
 
 ## help: this list
 help:
@@ -38,6 +39,7 @@ test:
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-clients PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
 	@$(MAKE) -s test-pg-upgrade
+	@$(MAKE) -s test-packages
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
@@ -59,10 +61,15 @@ install:
 	@scripts/setup.sh $(if $(PG_CONFIG),--build-only)
 	@scripts/build.sh install
 
-## package: a directory tree to copy onto a server (target/release/insta_id-pgNN)
+## package: Debian packages (release), one per supported version or PG=NN:
+##        target/packages/postgresql-NN-insta-id_<version>_amd64.deb
 package:
-	@scripts/setup.sh $(if $(PG_CONFIG),--build-only)
-	@scripts/build.sh package
+	@scripts/setup.sh $(PACKAGE_VERSIONS)
+	@scripts/package.sh $(PACKAGE_VERSIONS)
+
+## dist: the PGXN source archive with META.json, target/packages/insta_id-<version>.zip
+dist:
+	@scripts/dist.sh
 
 ## stop: stop the demo cluster left running by DEMO_KEEP=1
 stop:
@@ -114,6 +121,12 @@ test-clients:
 	@scripts/setup.sh clients
 	@scripts/build.sh install ci
 	@tests/clients.sh
+
+## test-packages: the .deb of every version (paths, dependency); the one for 15
+##        through dpkg -i, CREATE/ALTER EXTENSION, dpkg -r; META.json and make dist
+test-packages:
+	@scripts/setup.sh $(VERSIONS)
+	@tests/packages.sh
 
 ## fuzz: the same, 50,000 queries (not part of make test)
 fuzz:

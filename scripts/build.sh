@@ -6,7 +6,10 @@
 #                                        PG_CONFIG (sudo when its directories
 #                                        need it); PROFILE release (default) or
 #                                        ci (the tests': no LTO, quicker build)
-#   scripts/build.sh package             target/release/insta_id-pgNN, ready to copy
+#   scripts/build.sh package [PROFILE]   the files install would install, under
+#                                        target/packages/pgNN/tree (their paths
+#                                        on PG_CONFIG's server); scripts/package.sh
+#                                        makes the .deb of them
 #   scripts/build.sh test-rust           pure Rust unit and property tests
 #   scripts/build.sh test-pg             #[pg_test]s inside PostgreSQL
 #   scripts/build.sh lint                rustfmt and clippy -D warnings
@@ -42,8 +45,9 @@ case "${1:-}" in
     say "installed insta_id $version ($profile build) into PostgreSQL $PG at $extdir"
     ;;
   package)
-    cargo pgrx package --pg-config "$PG_CONFIG"
-    dest="target/release/insta_id-pg$PG$extdir"; mkdir -p "$dest"; copy_frozen "$dest"
+    tree="target/packages/pg$PG/tree"; rm -rf "$tree"
+    cargo pgrx package --profile "${2:-release}" --pg-config "$PG_CONFIG" --out-dir "$tree"
+    mkdir -p "$tree$extdir"; copy_frozen "$tree$extdir"
     ;;
   test-rust)
     cargo test --lib "${features[@]}"

