@@ -9,7 +9,9 @@
 # 2. For every earlier frozen version: CREATE EXTENSION at that version,
 #    ALTER EXTENSION insta_id UPDATE, and the result must match a fresh
 #    install object for object (signatures, volatility, strictness, parallel
-#    safety, comments, privileges), and must mint IDs.
+#    safety, comments, privileges), and must mint IDs. Before the UPDATE the
+#    old SQL must already work with this library (a newer package installed
+#    under a running server serves every database until each is updated).
 source "$(dirname "$0")/../scripts/harness.sh"
 cd "$repo"
 version=$(insta_id_version)
@@ -38,6 +40,8 @@ for f in sql/insta_id--*.sql; do
   db="from_${old//./_}"
   q -d postgres -c "CREATE DATABASE $db"
   q -d "$db" -c "CREATE EXTENSION insta_id VERSION '$old'"
+  check_true "$old SQL with the $version library: mints and decodes IDs" \
+    "SELECT (insta_id.id_parts(insta_id.next_id(9, 'before_update'))).shard_id = 9" -d "$db" -c "CREATE SEQUENCE before_update"
   q -d "$db" -c "ALTER EXTENSION insta_id UPDATE"
   check "$old -> $version: version after UPDATE" "$(q -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'")" "$version"
   check "$old -> $version: same objects as a fresh install" "$(q -d "$db" -c "$describe")" "$fresh"
