@@ -12,7 +12,7 @@ on the line before its opening fence:
 and the region in the file lies between `docs:start model` and
 `docs:end model` comment lines (# or //). The block must equal the region,
 dedented. Exit status 1 and a diff for every block that differs.
-Usage: doc_examples.py REPO
+Usage: doc_examples.py REPO [--sync]   (--sync rewrites the blocks from the examples)
 """
 import difflib
 import pathlib
@@ -32,10 +32,20 @@ def region(path: pathlib.Path, name: str) -> str:
     return textwrap.dedent("".join(lines[starts[0] + 1:ends[0]]))
 
 
-def main(repo: pathlib.Path) -> int:
+def sync(doc: pathlib.Path, repo: pathlib.Path) -> None:
+    def copy(m):
+        source, name = m.group(1), m.group(2)
+        lang = m.group(0).split("\n")[1]
+        return f"<!-- from {source}: {name} -->\n{lang}\n{region(repo / source, name)}```"
+    doc.write_text(TIE.sub(copy, doc.read_text()))
+
+
+def main(repo: pathlib.Path, write: bool) -> int:
     docs = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
     checked = failed = 0
     for doc in docs:
+        if write:
+            sync(doc, repo)
         for m in TIE.finditer(doc.read_text()):
             source, name, block = m.groups()
             checked += 1
@@ -60,4 +70,4 @@ def main(repo: pathlib.Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(pathlib.Path(sys.argv[1])))
+    sys.exit(main(pathlib.Path(sys.argv[1]), "--sync" in sys.argv[2:]))
