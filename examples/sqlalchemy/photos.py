@@ -9,9 +9,6 @@ test_photos.py runs them against a real server.
 from sqlalchemy import BigInteger, Engine, FetchedValue, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, orm_insert_sentinel
 
-NUM_SHARDS = 4
-
-
 class Base(DeclarativeBase):
     pass
 
@@ -47,6 +44,9 @@ def create_shards(engine: Engine, first: int, last: int) -> None:
 
 
 # docs:start session
+NUM_SHARDS = 4
+
+
 def shard_for_user(user_id: int) -> int:
     return user_id % NUM_SHARDS + 1  # Instagram: user id modulo the shard count
 

@@ -19,5 +19,7 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Logical shards 1..INSTA_ID_SHARDS, schemas insta1.. (migration 0002).
+# docs:start settings
+# Logical shards 1..INSTA_ID_SHARDS: schemas insta1.. made by migration 0002.
 INSTA_ID_SHARDS = 4
+# docs:end settings
