@@ -97,10 +97,17 @@ test-rust:
 test-pg:
 	@scripts/build.sh test-pg
 
-test-regress test-upgrade test-concurrency test-shards test-fleet: test-%:
+test-regress test-upgrade test-concurrency test-fleet: test-%:
 	@scripts/setup.sh
 	@scripts/build.sh install ci
 	@tests/$*.sh
+
+## test-shards: 64 shards through pg_dump/pg_restore, a shard moved between servers,
+##        all 8192 shards on a stock server (cancelled and resumed; from psql and psycopg)
+test-shards:
+	@scripts/setup.sh clients
+	@scripts/build.sh install ci
+	@tests/shards.sh
 
 ## test-faults: libfaketime steps the clock of running servers under load;
 ##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind

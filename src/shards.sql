@@ -86,6 +86,36 @@ $$;
 COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
 'Creates the schema of a logical shard (default name insta<N>) and registers it';
 
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with _sequence_cache()'s CACHE.
+-- The CACHE of the sequences the helpers make. With the shared guard, each
+-- session takes 32 values at a time instead of touching the sequence's page
+-- (and WAL) per ID; the guard keeps IDs unique whatever order the values come
+-- in. With the per-session guard a session holding old cached values could
+-- repeat another session's ID, so not there (docs/shards.md).
+CREATE FUNCTION insta_id._sequence_cache()
+RETURNS int
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END $$;
+
+CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+BEGIN
+    WHILE EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = nsp AND c.relname = seq_name) LOOP
+        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+    END LOOP;
+    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
+    RETURN format('%I.%I', nsp, seq_name)::regclass;
+END
+$$;
+
 CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -98,7 +128,6 @@ DECLARE
     col_type regtype;
     has_default boolean;
     existing_shard int;
-    seq_name text;
     seq regclass;
 BEGIN
     SELECT n.nspname, c.relname INTO nsp, tblname
@@ -144,19 +173,7 @@ BEGIN
         seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
     END IF;
     IF seq IS NULL THEN
-        seq_name := left(tblname || '_' || col, 59) || '_seq';
-        WHILE EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                      WHERE n.nspname = nsp AND c.relname = seq_name) LOOP
-            seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
-        END LOOP;
-        -- CACHE: with the shared guard, each session takes 32 values at a
-        -- time instead of touching the sequence's page (and WAL) per ID; the
-        -- guard keeps IDs unique whatever order the values come in. With the
-        -- per-session guard a session holding old cached values could
-        -- repeat another session's ID, so not there (README, "Sequences").
-        EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name,
-                       CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
-        seq := format('%I.%I', nsp, seq_name)::regclass;
+        seq := insta_id._new_sequence(nsp, tblname, col, insta_id._sequence_cache());
     END IF;
 
     IF col_type IS NULL THEN
@@ -213,49 +230,94 @@ BEGIN
 END
 $$;
 
--- Copies every table of template into schema target, with shard's next_id columns. The template
--- was checked by _check_template.
-CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
+-- What copying template takes, read from the catalogs once however many
+-- shards are made from it (finding a schema's tables scans all of pg_class,
+-- which grows with every shard): its tables in name order, each with its
+-- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
+-- and a default of its own), the foreign keys, and the CACHE for sequences.
+-- The template was checked by _check_template.
+CREATE FUNCTION insta_id._template_plan(template name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH t AS (SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = template AND c.relkind = 'r')
+    SELECT jsonb_build_object(
+        'template', template,
+        'cache', insta_id._sequence_cache(),
+        'tables', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
+                       SELECT jsonb_agg(jsonb_build_object('col', a.attname,
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull) ORDER BY a.attnum)
+                       FROM pg_attribute a
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'))
+                   ORDER BY t.relname)
+            FROM t), '[]'),
+        'foreign_keys', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
+                   ORDER BY t.relname, k.conname)
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f'), '[]'))
+$$;
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    src record;
-    col record;
-    fk record;
+    template name := plan->>'template';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    tbl regclass;
+    seq regclass;
 BEGIN
-    FOR src IN SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = template AND c.relkind = 'r' ORDER BY c.relname LOOP
-        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src.relname, template, src.relname);
-        FOR col IN SELECT a.attname FROM pg_attribute a
-                 WHERE a.attrelid = src.oid AND a.attnum > 0 AND NOT a.attisdropped
-                   AND insta_id._next_id_default_shard(src.oid, a.attname) IS NOT NULL
-                 ORDER BY a.attnum LOOP
-            EXECUTE format('ALTER TABLE %I.%I ALTER COLUMN %I DROP DEFAULT', target, src.relname, col.attname);
-            PERFORM insta_id.add_id_column(format('%I.%I', target, src.relname)::regclass, col.attname, shard);
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src->>'rel', template, src->>'rel');
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                PERFORM insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
         END LOOP;
     END LOOP;
-    -- Foreign keys, pointed at the copies when they point into the template.
-    FOR fk IN SELECT k.conname, c.relname, pg_get_constraintdef(k.oid) AS def
-              FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
-              JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = template AND k.contype = 'f' AND c.relkind = 'r'
-              ORDER BY c.relname, k.conname LOOP
-        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk.relname, fk.conname,
-                       replace(fk.def, 'REFERENCES ' || quote_ident(template) || '.',
-                                       'REFERENCES ' || quote_ident(target) || '.'));
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
     END LOOP;
 END
 $$;
 
-CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
-RETURNS int
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+-- Copies every table of template into schema target, with shard's next_id
+-- columns. The template was checked by _check_template.
+CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT insta_id._copy_planned(insta_id._template_plan(template), target, shard) $$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    nsp name;
 BEGIN
     IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -267,15 +329,151 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    -- The shared lock table has max_locks_per_transaction entries per server process.
+    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
+    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
     FOR shard IN first_shard..last_shard LOOP
-        nsp := insta_id.create_shard(shard);
-        PERFORM insta_id._copy_template(template_schema, nsp, shard);
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
     END LOOP;
     RETURN last_shard - first_shard + 1;
 END
 $$;
 COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
 'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+-- One batch of create_shards_in_batches: shards lo..hi that are not
+-- registered yet, in the caller's transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing int[];
+    plan jsonb := insta_id._template_plan(template_schema);
+    shard int;
+BEGIN
+    SELECT coalesce(array_agg(s ORDER BY s), '{}') INTO missing
+    FROM generate_series(lo, hi) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF cardinality(missing) > 0 THEN
+        PERFORM insta_id._check_lock_budget(plan, missing[1], cardinality(missing),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    FOREACH shard IN ARRAY missing LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN cardinality(missing);
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    lo int;
+    hi int;
+    made int;
+    created int := 0;
+    started timestamptz;
+    reported timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        made := insta_id._create_shard_batch(lo, hi, template_schema);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
 
 CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
 RETURNS void
@@ -353,8 +551,11 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 'Registers an existing schema (for example restored from another server) as a logical shard';
 
 -- DDL helpers are for administrators: superusers, and roles granted EXECUTE.
+-- The internal functions they call stay executable: each does only what its
+-- caller's own privileges allow (CREATE on the schema, EXECUTE on create_shard).
 REVOKE EXECUTE ON FUNCTION
     insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
     insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
     insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int)
 FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) FROM PUBLIC;

@@ -4,7 +4,12 @@
 #   the registry comes along, inserts continue, no ID repeats;
 # - one shard moves to another server with the README's procedure
 #   (lock out writers, pg_dump -n, pg_restore, adopt_shard, drop_shard) and
-#   writes resume there without repeating an ID.
+#   writes resume there without repeating an ID;
+# - all 8192 shards on a server with PostgreSQL's default lock table:
+#   create_shards refuses the range up front (54000) and makes nothing;
+#   create_shards_in_batches, cancelled part-way, leaves only complete,
+#   registered shards, and called again finishes the job; from psycopg it
+#   runs in autocommit mode and fails with 2D000 inside a transaction.
 source "$(dirname "$0")/../scripts/harness.sh"
 dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$dump"
@@ -83,4 +88,64 @@ q -d app -c "SET client_min_messages = warning" -c "SELECT insta_id.drop_shard(7
 check "A: shard 7 is gone" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = 7")" 0
 stop_cluster shards-a
 stop_cluster shards-b
+# All 8192 shards on a stock server: max_connections and max_locks_per_transaction
+# at PostgreSQL's defaults (the harness raises them for its other clusters).
+start_cluster shards-stock --conf 'max_connections = 100' --conf 'max_locks_per_transaction = 64'
+eval "$(cluster_env shards-stock)"
+q -d postgres -c "CREATE DATABASE big"
+q -d big -c "SET client_min_messages = error" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
+out=$(q -d big -c "SELECT insta_id.create_shards(0, 8191, 'template')" 2>&1 || true)
+check "stock server: create_shards(0, 8191) is refused up front with a hint" \
+  "$(echo "$out" | grep -cE '^(ERROR:  creating 8192 shards in one transaction needs|HINT:  CALL insta_id.create_shards_in_batches\(0, 8191)')" 2
+check "stock server: and made nothing" "$(q -d big -c "SELECT count(*) FROM insta_id.shards")" 0
+
+# The procedure, cancelled once a thousand shards exist.
+log=$dump/create.log
+psql -X -d big -c "CALL insta_id.create_shards_in_batches(0, 8191, 'template')" >"$log" 2>&1 &
+bg=$!
+for _ in $(seq 600); do
+  [ "$(q -d big -c "SELECT count(*) >= 1000 FROM insta_id.shard_registry")" = t ] && break
+  sleep 0.5
+done
+q -d big -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+             WHERE query LIKE 'CALL insta_id.create_shards_in_batches%' AND pid <> pg_backend_pid()" >/dev/null
+rc=0; wait $bg || rc=$?
+check "cancelled: the CALL ended with the cancel" "$rc $(grep -c 'canceling statement due to user request' "$log")" "1 1"
+made=$(q -d big -c "SELECT count(*) FROM insta_id.shards")
+echo "     cancelled after $made shards"
+check_true "cancelled: at least 1000 shards were committed, and not all" "SELECT $made >= 1000 AND $made < 8192"
+check "cancelled: every registered shard is complete (3 tables)" \
+  "$(q -d big -c "SELECT count(*) FROM insta_id.shards WHERE tables <> 3")" 0
+check "cancelled: no shard schema is left unregistered" \
+  "$(q -d big -c "SELECT count(*) FROM pg_namespace n WHERE n.nspname ~ '^insta[0-9]+\$'
+                  AND NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = n.nspname)")" 0
+started=$(date +%s.%N)
+psql -X -d big -c "CALL insta_id.create_shards_in_batches(0, 8191, 'template')" >"$log" 2>&1
+echo "     resumed: $(tail -n 2 "$log" | head -n 1) ($(echo "$(date +%s.%N) - $started" | bc | cut -c1-5) s)"
+check "resumed: it made the rest and skipped the shards that existed" \
+  "$(grep -o 'shards 0..8191: .*' "$log")" "shards 0..8191: $((8192 - made)) created, $made existed already"
+check "resumed: it reported progress on the way" "$(grep -c 'done of 0..8191' "$log" | sed 's/^[1-9][0-9]*$/yes/')" yes
+check "8192 shards, each with its 3 tables" \
+  "$(q -d big -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 3" -F ' ')" "8192 0 8191"
+check "shards 0 and 8191 mint their own IDs" \
+  "$(q -d big -c "INSERT INTO insta0.users (name) VALUES ('a') RETURNING insta_id.shard_id(id)")$(
+     q -d big -c "INSERT INTO insta8191.users (name) VALUES ('b') RETURNING insta_id.shard_id(id)")" 08191
+
+# From the client side: psycopg (pinned in examples/requirements.txt).
+python=$repo/target/clients-venv/bin/python
+check "psycopg: CALL in autocommit mode; inside a transaction 2D000" "$(PGDATABASE=big "$python" - <<'PY'
+import psycopg
+with psycopg.connect(autocommit=True) as conn:
+    conn.execute("CALL insta_id.create_shards_in_batches(8190, 8191, 'template')")
+    print("autocommit ok")
+with psycopg.connect() as conn:  # psycopg's default: statements run in a transaction
+    try:
+        conn.execute("CALL insta_id.create_shards_in_batches(8190, 8191, 'template')")
+    except psycopg.errors.InvalidTransactionTermination as e:
+        print(e.sqlstate)
+PY
+)" "autocommit ok
+2D000"
+stop_cluster shards-stock
+
 finish

@@ -85,6 +85,41 @@ SELECT insta_id.create_shards(20, 21, 'bad_template');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS shards_20_and_up FROM insta_id.shards WHERE shard_id >= 20;
 
+-- create_shards_in_batches: commits every shards_per_commit shards, so any
+-- number of shards fits a stock lock table; calling it again skips the shards
+-- that exist (a registered shard counts as complete: it was registered in
+-- the transaction that made its tables).
+SET client_min_messages = notice;
+CALL insta_id.create_shards_in_batches(50, 54, 'template', shards_per_commit => 2);
+SELECT insta_id.create_shard(56);
+CALL insta_id.create_shards_in_batches(50, 57, 'template');
+SET client_min_messages = warning;
+SELECT shard_id, tables FROM insta_id.shards WHERE shard_id BETWEEN 50 AND 57 ORDER BY 1;
+INSERT INTO insta57.users (name) VALUES ('bo') RETURNING insta_id.shard_id(id);
+SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'insta57.photos'::regclass;
+-- Not inside a transaction block: PostgreSQL forbids its COMMIT there (2D000); nothing is made.
+BEGIN;
+CALL insta_id.create_shards_in_batches(60, 61, 'template');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS shards_60_61 FROM insta_id.shards WHERE shard_id IN (60, 61);
+CALL insta_id.create_shards_in_batches(60, 61, 'template', shards_per_commit => 0);
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(60, 61, 'no_such_schema');
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(60, 8192, 'template');
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(NULL, 61, 'template');
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(61, 60, 'template');
+\echo :LAST_ERROR_SQLSTATE
+-- create_shards refuses, before making anything, a range whose locks would not
+-- fit in the server's lock table (the message has the numbers: sqlstate only here).
+\set VERBOSITY sqlstate
+SELECT insta_id.create_shards(100, 8191, 'template');
+\set VERBOSITY default
+SELECT count(*) AS shards_from_100 FROM insta_id.shards WHERE shard_id >= 100;
+
 -- drop_shard refuses while the shard has rows, unless forced.
 SELECT insta_id.drop_shard(11);
 \echo :LAST_ERROR_SQLSTATE
@@ -108,6 +143,8 @@ SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
 CREATE ROLE insta_id_regress_user;
 SET ROLE insta_id_regress_user;
 SELECT insta_id.create_shard(40);
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(40, 41, 'template');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.drop_shard(1, true);
 \echo :LAST_ERROR_SQLSTATE

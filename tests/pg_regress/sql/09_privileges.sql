@@ -9,6 +9,7 @@ CREATE ROLE insta_id_regress_other;
 GRANT EXECUTE ON FUNCTION insta_id.create_shard(int, text), insta_id.create_shards(int, int, text),
       insta_id.add_id_column(regclass, name, int), insta_id.drop_shard(int, boolean),
       insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int) TO insta_id_regress_admin;
+GRANT EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) TO insta_id_regress_admin;
 GRANT INSERT, DELETE ON insta_id.shard_registry TO insta_id_regress_admin;
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_admin', current_database()) \gexec
 -- Another role's schema, with a next_id column minting shard 77.
@@ -31,6 +32,8 @@ SELECT insta_id.adopt_shard('theirs', 77);
 SELECT insta_id.drop_shard(70);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id._copy_template('theirs', 'x', 70);
+\echo :LAST_ERROR_SQLSTATE
+CALL insta_id.create_shards_in_batches(70, 71, 'theirs');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO insta_id.shard_registry VALUES (70, 'x');
 \echo :LAST_ERROR_SQLSTATE
@@ -68,7 +71,15 @@ CREATE TABLE "tem""plate'"."ta""ble" (v text);
 SELECT insta_id.add_id_column('"tem""plate''"."ta""ble"', 'id', 0);
 SELECT insta_id.create_shards(73, 74, $$tem"plate'$$);
 INSERT INTO insta73."ta""ble" (v) VALUES ('b') RETURNING insta_id.shard_id(id);
-SELECT insta_id.drop_shard(71, true), insta_id.drop_shard(72), insta_id.drop_shard(73, true), insta_id.drop_shard(74);
+-- The procedure, by the delegated administrator (who may read the template).
+GRANT USAGE ON SCHEMA "tem""plate'" TO insta_id_regress_admin;
+GRANT SELECT ON ALL TABLES IN SCHEMA "tem""plate'" TO insta_id_regress_admin;
+SET ROLE insta_id_regress_admin;
+CALL insta_id.create_shards_in_batches(75, 76, $$tem"plate'$$);
+RESET ROLE;
+INSERT INTO insta76."ta""ble" (v) VALUES ('c') RETURNING insta_id.shard_id(id);
+SELECT insta_id.drop_shard(71, true), insta_id.drop_shard(72), insta_id.drop_shard(73, true), insta_id.drop_shard(74),
+       insta_id.drop_shard(75), insta_id.drop_shard(76, true);
 SELECT insta_id.adopt_shard($$tem"plate'$$, 0);
 SELECT schema_name FROM insta_id.shards WHERE shard_id = 0;
 SELECT insta_id.drop_shard(0);

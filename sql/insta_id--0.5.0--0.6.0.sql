@@ -1,0 +1,357 @@
+\echo Use "ALTER EXTENSION insta_id UPDATE TO '0.6.0'" to load this file. \quit
+-- 0.6.0: thousands of shards on a stock server. create_shards_in_batches
+-- (a procedure committing as it goes, resumable, with progress); create_shards
+-- refuses up front a range whose locks would not fit in the lock table; the
+-- template's catalog read once per call rather than once per shard.
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with _sequence_cache()'s CACHE.
+-- The CACHE of the sequences the helpers make. With the shared guard, each
+-- session takes 32 values at a time instead of touching the sequence's page
+-- (and WAL) per ID; the guard keeps IDs unique whatever order the values come
+-- in. With the per-session guard a session holding old cached values could
+-- repeat another session's ID, so not there (docs/shards.md).
+CREATE FUNCTION insta_id._sequence_cache()
+RETURNS int
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END $$;
+
+CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+BEGIN
+    WHILE EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = nsp AND c.relname = seq_name) LOOP
+        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+    END LOOP;
+    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
+    RETURN format('%I.%I', nsp, seq_name)::regclass;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+BEGIN
+    SELECT n.nspname, c.relname INTO nsp, tblname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF shard IS NULL THEN
+        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table % is not in a logical shard', tbl
+                USING ERRCODE = 'undefined_object',
+                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
+        END IF;
+    END IF;
+    PERFORM insta_id._check_shard_id(shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq := insta_id._new_sequence(nsp, tblname, col, insta_id._sequence_cache());
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+        EXECUTE format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col);
+    RETURN seq;
+END
+$$;
+
+-- What copying template takes, read from the catalogs once however many
+-- shards are made from it (finding a schema's tables scans all of pg_class,
+-- which grows with every shard): its tables in name order, each with its
+-- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
+-- and a default of its own), the foreign keys, and the CACHE for sequences.
+-- The template was checked by _check_template.
+CREATE FUNCTION insta_id._template_plan(template name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH t AS (SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = template AND c.relkind = 'r')
+    SELECT jsonb_build_object(
+        'template', template,
+        'cache', insta_id._sequence_cache(),
+        'tables', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
+                       SELECT jsonb_agg(jsonb_build_object('col', a.attname,
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull) ORDER BY a.attnum)
+                       FROM pg_attribute a
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'))
+                   ORDER BY t.relname)
+            FROM t), '[]'),
+        'foreign_keys', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
+                   ORDER BY t.relname, k.conname)
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f'), '[]'))
+$$;
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    template name := plan->>'template';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    tbl regclass;
+    seq regclass;
+BEGIN
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src->>'rel', template, src->>'rel');
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                PERFORM insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
+    END LOOP;
+END
+$$;
+
+-- Copies every table of template into schema target, with shard's next_id
+-- columns. The template was checked by _check_template.
+CREATE OR REPLACE FUNCTION insta_id._copy_template(template name, target name, shard int)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT insta_id._copy_planned(insta_id._template_plan(template), target, shard) $$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    -- The shared lock table has max_locks_per_transaction entries per server process.
+    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
+    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
+    FOR shard IN first_shard..last_shard LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN last_shard - first_shard + 1;
+END
+$$;
+
+-- One batch of create_shards_in_batches: shards lo..hi that are not
+-- registered yet, in the caller's transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing int[];
+    plan jsonb := insta_id._template_plan(template_schema);
+    shard int;
+BEGIN
+    SELECT coalesce(array_agg(s ORDER BY s), '{}') INTO missing
+    FROM generate_series(lo, hi) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF cardinality(missing) > 0 THEN
+        PERFORM insta_id._check_lock_budget(plan, missing[1], cardinality(missing),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    FOREACH shard IN ARRAY missing LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN cardinality(missing);
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    lo int;
+    hi int;
+    made int;
+    created int := 0;
+    started timestamptz;
+    reported timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        made := insta_id._create_shard_batch(lo, hi, template_schema);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
+
+REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) FROM PUBLIC;
