@@ -82,11 +82,13 @@ cluster-demo:
 	@PG=15 scripts/fleet_demo.sh
 
 ## bench: benchmarks (release build, never part of make test) on the oldest
-##        and newest version (or PG=NN alone); writes BENCHMARKS.md
+##        and newest version (or PG=NN alone), shards at scale on the first;
+##        writes BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
 	  scripts/setup.sh $$v && PG=$$v scripts/build.sh install && PG=$$v bench/run.sh || exit 1; \
 	done
+	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads)

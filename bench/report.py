@@ -54,6 +54,51 @@ class Run:
 
 runs = [Run(o) for o in outs]
 
+
+def shards_section():
+    """bench/shards.sh's figures (target/bench/shards-pgNN), if it ran."""
+    out = next((repo / "target/bench" / f"shards-{o.name}" for o in outs
+                if (repo / "target/bench" / f"shards-{o.name}" / "raw.tsv").exists()), None)
+    if out is None:
+        return ""
+    v = defaultdict(list)
+    for line in (out / "raw.tsv").read_text().splitlines():
+        _, name, value = line.split("\t")
+        v[name].append(float(value))
+    med = {n: statistics.median(x) for n, x in v.items()}
+    ms = {n: med[f"create/{n}"] / n * 1000 for n in (100, 1000, 8192)}
+    machine = (out / "machine.txt").read_text().strip().splitlines()
+    err = (out / "dump_default.txt").read_text().strip()
+    rows = "\n".join(f"| {n} | {med[f'create/{n}']:.1f} s | {ms[n]:.1f} ms | {ms[n] / ms[100]:.2f}x |" for n in (100, 1000, 8192))
+    return f"""
+## Creating logical shards (bench/shards.sh)
+
+On a server with PostgreSQL's default `max_connections` (100) and
+`max_locks_per_transaction` (64), fsync and synchronous_commit on
+({machine[1].split(",")[0].replace("postgres: ", "")}; {machine[2]}). `CALL
+insta_id.create_shards_in_batches(0, N - 1, 'template')` into a fresh
+database, template of 3 tables (tests/fixtures/shard_template.sql), 50
+shards per commit; median of {len(v["create/100"])} rounds:
+
+| shards | time | per shard | per shard / at 100 |
+|---|---|---|---|
+{rows}
+
+The floor, the same shards as plain DDL (bench/shards.sh writes it out), one
+transaction per shard: {med["raw_ddl/100"] / 100 * 1000:.1f} ms a shard into an empty database,
+{med["raw_ddl_at_8192/100"] / 100 * 1000:.1f} ms a shard into the database that holds 8192 shards.
+
+**pg_dump** locks every table it dumps until it ends, in one transaction, so
+the lock table must hold them all: {med["dump/tables"]:.0f} tables of 8192 shards need
+`max_locks_per_transaction` of at least tables / server processes
+({med["dump/tables"]:.0f} / {med["dump/processes"]:.0f} here). With the default 64, pg_dump failed
+(`{err}`); with {med["dump/max_locks"]:.0f} it dumped the database in {med["dump/seconds"]:.1f} s
+({med["dump/bytes"] / 1e6:.0f} MB, custom format, empty tables). `pg_upgrade` runs
+pg_dump on the old server, so it needs the same setting there.
+"""
+
+
+
 # (label, numerator, denominator, limit, lower is better)
 TARGETS = [
     ("next_id on helper sequences (CACHE 32) / nextval() on a plain sequence, per call", "per_call/next_id_cached", "per_call/nextval", 1.00, True),
@@ -251,13 +296,8 @@ The same statements on a second cluster of the same server with no
 
 next_id there costs {m.paired("per_call/next_id_dsm", "per_call/next_id"):.2f}x next_id on the preloaded cluster.
 """
+md += shards_section()
 md += f"""
-## Creating logical shards
-
-`insta_id.create_shards(1, 1000, 'template')`, one call (one transaction), a
-template of 3 tables (tests/fixtures/shard_template.sql): {m.med["create_shards/1000_shards_3_tables"]:.1f} s, about
-{m.med["create_shards/1000_shards_3_tables"]:.0f} ms per shard.
-
 ## The statements
 
 ```sql

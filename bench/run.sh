@@ -185,14 +185,6 @@ for round in $(seq 1 "$SCALING_ROUNDS"); do
   done
 done
 
-# create_shards: 1000 logical shards from a template of 3 tables, in one call
-# (one transaction), once.
-q -d postgres -c "CREATE DATABASE shards"
-q -d shards -c "CREATE EXTENSION insta_id" -f "$repo/bench/time_of.sql" -f "$repo/tests/fixtures/shard_template.sql" >/dev/null
-s=$(q -d shards -c "SELECT time_of('SELECT insta_id.create_shards(1, 1000, ''template'')')")
-record 1 create_shards/1000_shards_3_tables "$s"
-printf 'create_shards/1000_shards_3_tables\tSELECT insta_id.create_shards(1, 1000, %s)\n' "'template'" >>"$out/statements.tsv"
-
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d bench -c 'SELECT version()')"

@@ -2,9 +2,18 @@
 -- 0.6.0: thousands of shards on a stock server. create_shards_in_batches
 -- (a procedure committing as it goes, resumable, with progress); create_shards
 -- refuses up front a range whose locks would not fit in the lock table; the
--- template's catalog read once per call rather than once per shard.
--- A new sequence for column col of table nsp.tblname, named like serial's
--- (<table>_<col>_seq, made unique if taken), with _sequence_cache()'s CACHE.
+-- template's catalog read once per call rather than once per shard, and
+-- lookups that walked every shard's relations (the shards view's table
+-- counts, a new sequence's name check) made direct.
+-- tables: one pass over pg_class for all shards (pg_class has no index on
+-- the schema alone, so a count per shard would scan it once per shard).
+CREATE OR REPLACE VIEW insta_id.shards AS
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables
+FROM insta_id.shard_registry r
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+
 -- The CACHE of the sequences the helpers make. With the shared guard, each
 -- session takes 32 values at a time instead of touching the sequence's page
 -- (and WAL) per ID; the guard keeps IDs unique whatever order the values come
@@ -16,6 +25,8 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END $$;
 
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with _sequence_cache()'s CACHE.
 CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
@@ -24,8 +35,9 @@ AS $$
 DECLARE
     seq_name text := left(tblname || '_' || col, 59) || '_seq';
 BEGIN
-    WHILE EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                  WHERE n.nspname = nsp AND c.relname = seq_name) LOOP
+    -- to_regclass looks the name up in its schema; a join on pg_class by name
+    -- alone would walk every shard's relation of that name.
+    WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
         seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
     EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
