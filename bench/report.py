@@ -89,7 +89,8 @@ transaction per shard: {med["raw_ddl/100"] / 100 * 1000:.1f} ms a shard into an 
 {med["raw_ddl_at_8192/100"] / 100 * 1000:.1f} ms a shard into the database that holds 8192 shards.
 
 **pg_dump** locks every table it dumps until it ends, in one transaction, so
-the lock table must hold them all: {med["dump/tables"]:.0f} tables of 8192 shards need
+the lock table must hold them all: the {med["dump/tables"]:,.0f} tables of that database (the 8192
+shards' and the floor's 100 shards') need
 `max_locks_per_transaction` of at least tables / server processes
 ({med["dump/tables"]:.0f} / {med["dump/processes"]:.0f} here). With the default 64, pg_dump failed
 (`{err}`); with {med["dump/max_locks"]:.0f} it dumped the database in {med["dump/seconds"]:.1f} s
