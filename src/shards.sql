@@ -553,6 +553,108 @@ $$;
 COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 'Registers an existing schema (for example restored from another server) as a logical shard';
 
+-- What schemas hold, as (object, detail) pairs comparable across shards: the
+-- schema's own name, and next_id's shard number and sequence in a default,
+-- written as placeholders. Tables, views, their columns (type, NOT NULL,
+-- identity, generated, default, collation), indexes, constraints, triggers,
+-- policies and row-level security, replica identity, storage options, and
+-- grants on the schema and its tables. For many schemas at once: one pass
+-- over each catalog (pg_class has no index on the schema alone).
+CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
+RETURNS TABLE (nsp oid, object text, detail text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH s AS (SELECT n.oid, quote_ident(n.nspname) || '.' AS prefix FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity,
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
+            FROM pg_class c JOIN s ON s.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+    raw (nsp, prefix, object, detail) AS (
+        SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
+        FROM s
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                   WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
+               concat_ws('; ', CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
+                         CASE WHEN r.relrowsecurity THEN 'row level security' END,
+                         CASE WHEN r.relforcerowsecurity THEN 'forced' END,
+                         'replica identity ' || r.relreplident::text,
+                         'options ' || array_to_string(r.reloptions, ','),
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || pg_get_viewdef(r.oid) END)
+        FROM rel r
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
+               concat_ws(' ', format_type(a.atttypid, a.atttypmod),
+                         CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                         CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
+                         CASE WHEN a.attgenerated <> '' THEN 'generated' END,
+                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                                        '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
+                         'COLLATE ' || nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text)
+        FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
+        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
+        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
+    SELECT nsp, object, replace(detail, prefix, '<schema>.') FROM raw
+$$;
+
+-- Which registered shards differ from a template, and how: one row per
+-- difference (missing, extra, or the shard's detail beside the template's).
+-- Empty right after create_shards and after a change applied to the template
+-- and every shard alike.
+CREATE FUNCTION insta_id.shard_drift(template_schema text)
+RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+BEGIN
+    IF tmpl IS NULL THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    RETURN QUERY
+    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                ELSE format('%s, template: %s', a.detail, e.detail) END
+    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+    WHERE a.detail IS DISTINCT FROM e.detail
+    UNION ALL
+    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+    ORDER BY 1, 3;
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_drift(text) IS
+'Which registered shards differ from the template schema, and how (one row per difference)';
+
 -- DDL helpers are for administrators: superusers, and roles granted EXECUTE.
 -- The internal functions they call stay executable: each does only what its
 -- caller's own privileges allow (CREATE on the schema, EXECUTE on create_shard).

@@ -120,6 +120,33 @@ SELECT insta_id.create_shards(100, 8191, 'template');
 \set VERBOSITY default
 SELECT count(*) AS shards_from_100 FROM insta_id.shards WHERE shard_id >= 100;
 
+-- shard_drift: how shards differ from their template. None right after
+-- create_shards (shards 10-12; the others here were made empty on purpose).
+SELECT * FROM insta_id.shard_drift('template') WHERE shard_id BETWEEN 10 AND 12;
+-- A change made to the template and every shard alike is no drift either.
+ALTER TABLE template.photos ADD COLUMN taken_at timestamptz DEFAULT now();
+DO $$ BEGIN FOR s IN 10..12 LOOP
+  EXECUTE format('ALTER TABLE insta%s.photos ADD COLUMN taken_at timestamptz DEFAULT now()', s);
+END LOOP; END $$;
+SELECT count(*) AS drift FROM insta_id.shard_drift('template') WHERE shard_id BETWEEN 10 AND 12;
+-- Each kind of difference.
+ALTER TABLE insta10.photos ADD COLUMN extra int;
+ALTER TABLE insta10.users ALTER COLUMN name DROP NOT NULL;
+DROP INDEX insta11.photos_user_id_idx;
+ALTER TABLE insta11.photos DROP CONSTRAINT photos_caption_check;
+GRANT SELECT ON insta12.users TO PUBLIC;
+ALTER TABLE insta12.photos ALTER COLUMN taken_at SET DEFAULT clock_timestamp();
+ALTER TABLE insta12.users ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own ON insta12.users USING (name = current_user);
+SELECT * FROM insta_id.shard_drift('template') WHERE shard_id BETWEEN 10 AND 12;
+SELECT shard_id, object, difference FROM insta_id.shard_drift('template') WHERE shard_id = 1 ORDER BY object LIMIT 2;
+SELECT insta_id.shard_drift('no_such_schema');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE template.photos DROP COLUMN taken_at;
+DO $$ BEGIN FOR s IN 10..12 LOOP
+  EXECUTE format('ALTER TABLE insta%s.photos DROP COLUMN taken_at', s);
+END LOOP; END $$;
+
 -- drop_shard refuses while the shard has rows, unless forced.
 SELECT insta_id.drop_shard(11);
 \echo :LAST_ERROR_SQLSTATE
