@@ -207,6 +207,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bad name;
+    uncopyable text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
@@ -230,6 +231,70 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
     END IF;
+    -- Objects a copy would leave out: refused by name, never skipped.
+    SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                      WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type'
+                      WHEN 'S' THEN 'sequence' END, template, c.relname) AS what
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relkind IN ('v', 'm', 'p', 'f', 'c') OR c.relispartition
+              -- a sequence not made for a column (next_id's, identity's)
+              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+        UNION ALL
+        SELECT format('function %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = template
+        UNION ALL
+        SELECT format('type %I.%I', template, y.typname) FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        WHERE n.nspname = template AND y.typtype IN ('e', 'd', 'r', 'm')
+           OR (n.nspname = template AND y.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = y.typrelid AND c.relkind <> 'c'))
+        UNION ALL
+        SELECT format('trigger %I on %I.%I', g.tgname, template, c.relname)
+        FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND NOT g.tgisinternal
+        UNION ALL
+        SELECT format('row-level security on %I.%I', template, c.relname)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relrowsecurity OR c.relforcerowsecurity
+              OR EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid))) o;
+    IF uncopyable IS NOT NULL THEN
+        RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Not copied: %s.', uncopyable),
+                  HINT = 'A copy holds tables (with their columns, defaults, constraints, indexes, comments, storage, foreign keys, replica identity and grants). Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+    END IF;
+END
+$$;
+
+-- An ACL as a list of grants ({"privilege", "grantee" (quoted, or PUBLIC),
+-- "grantable"}), the owner's own left out (a copy's owner has them).
+CREATE FUNCTION insta_id._grants(acl aclitem[], owner oid)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('privilege', a.privilege_type,
+                                  'grantee', CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE quote_ident(g.rolname) END,
+                                  'grantable', a.is_grantable)
+                              ORDER BY a.grantee, a.privilege_type), '[]')
+    FROM aclexplode(acl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+    WHERE a.grantee <> owner
+$$;
+
+-- Grants what _grants listed on an object ("TABLE insta7.users", "SCHEMA
+-- insta7", ...), to columns when given ("(name)").
+CREATE FUNCTION insta_id._grant(grants jsonb, object text, columns text DEFAULT '')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g jsonb;
+BEGIN
+    FOR g IN SELECT jsonb_array_elements(coalesce(grants, '[]')) LOOP
+        EXECUTE format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
+                       CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
 END
 $$;
 
@@ -237,14 +302,17 @@ $$;
 -- shards are made from it (finding a schema's tables scans all of pg_class,
 -- which grows with every shard): its tables in name order, each with its
 -- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
--- and a default of its own), the foreign keys, and the CACHE for sequences.
+-- and a default of its own) and the grants on their sequences, its grants,
+-- column grants and replica identity; the schema's grants, the foreign keys,
+-- and the CACHE for sequences.
 -- The template was checked by _check_template.
 CREATE FUNCTION insta_id._template_plan(template name)
 RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH t AS (SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = template AND c.relkind = 'r')
     SELECT jsonb_build_object(
         'template', template,
@@ -252,12 +320,23 @@ AS $$
         'tables', coalesce((
             SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
                        SELECT jsonb_agg(jsonb_build_object('col', a.attname,
-                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull) ORDER BY a.attnum)
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
+                                  'sequence_grants', insta_id._grants(s.relacl, s.relowner)) ORDER BY a.attnum)
                        FROM pg_attribute a
+                       LEFT JOIN pg_class s ON s.oid = pg_get_serial_sequence(format('%I.%I', template, t.relname), a.attname)::regclass
                        WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
-                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'))
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'),
+                   'grants', insta_id._grants(t.relacl, t.relowner),
+                   'column_grants', coalesce((SELECT jsonb_agg(jsonb_build_object('col', a.attname, 'grants',
+                                                  insta_id._grants(a.attacl, t.relowner)) ORDER BY a.attnum)
+                                              FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attacl IS NOT NULL), '[]'),
+                   'replica_identity', CASE t.relreplident WHEN 'f' THEN 'FULL' WHEN 'n' THEN 'NOTHING'
+                                       WHEN 'i' THEN (SELECT format('USING INDEX %I', i.relname) FROM pg_index x
+                                                      JOIN pg_class i ON i.oid = x.indexrelid
+                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END)
                    ORDER BY t.relname)
             FROM t), '[]'),
+        'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
         'foreign_keys', coalesce((
             SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
                    ORDER BY t.relname, k.conname)
@@ -281,6 +360,7 @@ DECLARE
     tbl regclass;
     seq regclass;
 BEGIN
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src->>'rel', template, src->>'rel');
         tbl := format('%I.%I', target, src->>'rel')::regclass;
@@ -294,9 +374,18 @@ BEGIN
                                tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
             ELSE
                 EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
-                PERFORM insta_id.add_id_column(tbl, col->>'col', shard);
+                seq := insta_id.add_id_column(tbl, col->>'col', shard);
             END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
         END LOOP;
+        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
+        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
+            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
+        END LOOP;
+        IF src->>'replica_identity' IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY %s', tbl, src->>'replica_identity');
+        END IF;
     END LOOP;
     FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
         EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',

@@ -147,6 +147,43 @@ DO $$ BEGIN FOR s IN 10..12 LOOP
   EXECUTE format('ALTER TABLE insta%s.photos DROP COLUMN taken_at', s);
 END LOOP; END $$;
 
+-- A copy carries the template's grants (schema, tables, columns, next_id
+-- sequences) and replica identity: the application role that may write to
+-- the template may write to every shard.
+CREATE ROLE insta_id_regress_app;
+GRANT USAGE ON SCHEMA template TO insta_id_regress_app;
+GRANT SELECT, INSERT ON template.users TO insta_id_regress_app;
+GRANT UPDATE (name) ON template.users TO insta_id_regress_app;
+SELECT format('GRANT USAGE ON SEQUENCE %s TO insta_id_regress_app', pg_get_serial_sequence('template.users', 'id')) \gexec
+ALTER TABLE template.photos REPLICA IDENTITY FULL;
+SELECT insta_id.create_shards(90, 90, 'template');
+SELECT has_schema_privilege('insta_id_regress_app', 'insta90', 'USAGE') AS schema_usage,
+       has_table_privilege('insta_id_regress_app', 'insta90.users', 'INSERT') AS users_insert,
+       has_column_privilege('insta_id_regress_app', 'insta90.users', 'name', 'UPDATE') AS name_update,
+       has_sequence_privilege('insta_id_regress_app', pg_get_serial_sequence('insta90.users', 'id'), 'USAGE') AS seq_usage,
+       (SELECT relreplident FROM pg_class WHERE oid = 'insta90.photos'::regclass) AS photos_replica_identity;
+SELECT count(*) AS drift FROM insta_id.shard_drift('template') WHERE shard_id = 90;
+SET ROLE insta_id_regress_app;
+INSERT INTO insta90.users (name) VALUES ('app') RETURNING insta_id.shard_id(id);
+RESET ROLE;
+-- A template holding what a copy would leave out is refused, naming it (0A000).
+CREATE VIEW template.v AS SELECT name FROM template.users;
+CREATE FUNCTION template.f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER t BEFORE INSERT ON template.users FOR EACH ROW EXECUTE FUNCTION template.f();
+CREATE TYPE template.mood AS ENUM ('ok');
+SELECT insta_id.create_shards(91, 91, 'template');
+\echo :LAST_ERROR_SQLSTATE
+DROP VIEW template.v;
+DROP TRIGGER t ON template.users;
+DROP FUNCTION template.f();
+DROP TYPE template.mood;
+SELECT insta_id.drop_shard(90, true);
+REVOKE ALL ON SCHEMA template FROM insta_id_regress_app;
+REVOKE ALL ON template.users FROM insta_id_regress_app;
+SELECT format('REVOKE ALL ON SEQUENCE %s FROM insta_id_regress_app', pg_get_serial_sequence('template.users', 'id')) \gexec
+DROP ROLE insta_id_regress_app;
+ALTER TABLE template.photos REPLICA IDENTITY DEFAULT;
+
 -- drop_shard refuses while the shard has rows, unless forced.
 SELECT insta_id.drop_shard(11);
 \echo :LAST_ERROR_SQLSTATE
