@@ -17,19 +17,13 @@ LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
 LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
            WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
 
--- The CACHE of the sequences the helpers make. With the shared guard, each
--- session takes 32 values at a time instead of touching the sequence's page
--- (and WAL) per ID; the guard keeps IDs unique whatever order the values come
--- in. With the per-session guard a session holding old cached values could
--- repeat another session's ID, so not there (docs/shards.md).
-CREATE FUNCTION insta_id._sequence_cache()
-RETURNS int
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END $$;
-
 -- A new sequence for column col of table nsp.tblname, named like serial's
--- (<table>_<col>_seq, made unique if taken), with _sequence_cache()'s CACHE.
+-- (<table>_<col>_seq, made unique if taken), with the given CACHE: 32 with
+-- the shared guard, so each session takes 32 values at a time instead of
+-- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
+-- whatever order the values come in. With the per-session guard a session
+-- holding old cached values could repeat another session's ID, so 1 there
+-- (docs/shards.md).
 CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
@@ -105,7 +99,7 @@ BEGIN
         seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
     END IF;
     IF seq IS NULL THEN
-        seq := insta_id._new_sequence(nsp, tblname, col, insta_id._sequence_cache());
+        seq := insta_id._new_sequence(nsp, tblname, col, CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
     END IF;
 
     IF col_type IS NULL THEN
@@ -243,7 +237,7 @@ AS $$
                WHERE n.nspname = template AND c.relkind = 'r')
     SELECT jsonb_build_object(
         'template', template,
-        'cache', insta_id._sequence_cache(),
+        'cache', CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END,
         'tables', coalesce((
             SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
                        SELECT jsonb_agg(jsonb_build_object('col', a.attname,
