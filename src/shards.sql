@@ -487,28 +487,22 @@ COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
 'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
 
 -- One batch of create_shards_in_batches: shards lo..hi that are not
--- registered yet, in the caller's transaction. Returns how many it made.
-CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, template_schema text)
+-- registered yet, copied from the template's plan, in the caller's
+-- transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
 RETURNS int
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    missing int[];
-    plan jsonb := insta_id._template_plan(template_schema);
-    shard int;
+    made int := 0;
 BEGIN
-    SELECT coalesce(array_agg(s ORDER BY s), '{}') INTO missing
-    FROM generate_series(lo, hi) s
-    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
-    IF cardinality(missing) > 0 THEN
-        PERFORM insta_id._check_lock_budget(plan, missing[1], cardinality(missing),
-            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
-    END IF;
-    FOREACH shard IN ARRAY missing LOOP
+    FOR shard IN lo..hi LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = shard);
         PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+        made := made + 1;
     END LOOP;
-    RETURN cardinality(missing);
+    RETURN made;
 END
 $$;
 
@@ -525,6 +519,8 @@ CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard i
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    plan jsonb;
+    first_missing int;
     lo int;
     hi int;
     made int;
@@ -537,12 +533,20 @@ BEGIN
     IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
         RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
     started := clock_timestamp();
     reported := started;
     lo := first_shard;
     WHILE lo <= last_shard LOOP
         hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
-        made := insta_id._create_shard_batch(lo, hi, template_schema);
+        made := insta_id._create_shard_batch(lo, hi, plan);
         created := created + made;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
