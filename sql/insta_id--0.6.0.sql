@@ -1,0 +1,943 @@
+-- The SQL surface of insta_id. Every object lives in schema insta_id, which
+-- the control file fixes (schema = insta_id, relocatable = false).
+-- Each function states its volatility, strictness and parallel safety:
+--   next_id reads the clock and calls nextval: VOLATILE, PARALLEL UNSAFE.
+--   Decoders and range bounds depend only on their arguments and on the
+--   epoch, which is fixed per database before the first ID (see README):
+--   IMMUTABLE, so they work in indexes and generated columns.
+-- None of these functions runs SQL, so none needs a search_path.
+
+CREATE FUNCTION insta_id.next_id(schema_shard int, seq regclass)
+RETURNS bigint
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_next_id';
+COMMENT ON FUNCTION insta_id.next_id(int, regclass) IS
+'New ID: (ms since epoch << 23) | (schema_shard << 10) | (nextval(seq) % 1024); never repeats for a sequence (see insta_id.on_overflow)';
+
+CREATE FUNCTION insta_id.id_parts(id bigint,
+    OUT created_at timestamptz, OUT shard_id int, OUT seq_id int, OUT ms_since_epoch bigint)
+RETURNS record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_id_parts';
+COMMENT ON FUNCTION insta_id.id_parts(bigint) IS
+'Decodes an ID with the epoch in force (insta_id.epoch)';
+
+CREATE FUNCTION insta_id.id_parts(id bigint, epoch timestamptz,
+    OUT created_at timestamptz, OUT shard_id int, OUT seq_id int, OUT ms_since_epoch bigint)
+RETURNS record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_id_parts_epoch';
+COMMENT ON FUNCTION insta_id.id_parts(bigint, timestamptz) IS
+'Decodes an ID made with the given epoch';
+
+CREATE FUNCTION insta_id.created_at(id bigint)
+RETURNS timestamptz
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_created_at';
+COMMENT ON FUNCTION insta_id.created_at(bigint) IS
+'The millisecond an ID was made in (epoch in force)';
+
+CREATE FUNCTION insta_id.shard_id(id bigint)
+RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_shard_id';
+COMMENT ON FUNCTION insta_id.shard_id(bigint) IS 'The 13-bit logical shard of an ID';
+
+CREATE FUNCTION insta_id.seq_id(id bigint)
+RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_seq_id';
+COMMENT ON FUNCTION insta_id.seq_id(bigint) IS 'The 10-bit sequence field of an ID (nextval % 1024)';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz) IS
+'Smallest ID any shard can have in the millisecond of ts';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz) IS
+'Largest ID any shard can have in the millisecond of ts';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, shard_id int)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_shard';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, int) IS
+'Smallest ID of one shard in the millisecond of ts';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, shard_id int)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_shard';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, int) IS
+'Largest ID of one shard in the millisecond of ts';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_epoch';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, timestamptz) IS
+'Smallest ID any shard can have in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_epoch';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, timestamptz) IS
+'Largest ID any shard can have in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, shard_id int, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_shard_epoch';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, int, timestamptz) IS
+'Smallest ID of one shard in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, shard_id int, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_shard_epoch';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, int, timestamptz) IS
+'Largest ID of one shard in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.epoch()
+RETURNS timestamptz
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_epoch';
+COMMENT ON FUNCTION insta_id.epoch() IS 'The epoch in force (setting insta_id.epoch)';
+
+CREATE FUNCTION insta_id.guard_mode()
+RETURNS text
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
+COMMENT ON FUNCTION insta_id.guard_mode() IS
+'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
+
+CREATE FUNCTION insta_id.high_water_mark()
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
+COMMENT ON FUNCTION insta_id.high_water_mark() IS
+'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
+
+-- What the duplicate guard did: per sequence in its table, and in total.
+-- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
+-- server with the per-session guard would read its own empty table).
+CREATE FUNCTION insta_id._guard_stats(
+    OUT database oid, OUT sequence_oid oid, OUT last_ms_at timestamptz,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED ROWS 100
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_sequences';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of the view insta_id.guard_stats';
+
+CREATE FUNCTION insta_id._guard_stats_total(
+    OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
+COMMENT ON FUNCTION insta_id._guard_stats_total() IS 'The row of the view insta_id.guard_stats_total';
+
+CREATE FUNCTION insta_id.guard_stats_reset()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats and guard_stats_total (not what the guard remembers against duplicates); superuser unless granted';
+
+-- A sequence of another database shows its OID only: its name is in that
+-- database's catalog (and the same OID here may name another relation).
+CREATE VIEW insta_id.guard_stats AS
+SELECT d.datname AS database,
+       CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END AS sequence,
+       s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+FROM insta_id._guard_stats() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+COMMENT ON VIEW insta_id.guard_stats IS
+'Per sequence in the duplicate guard''s table (server-wide; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE VIEW insta_id.guard_stats_total AS
+SELECT * FROM insta_id._guard_stats_total();
+COMMENT ON VIEW insta_id.guard_stats_total IS
+'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
+
+-- Application roles need no grants of their own: an id DEFAULT works for any
+-- role that may INSERT into the table and use its sequence.
+GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA insta_id TO PUBLIC;
+GRANT SELECT ON insta_id.guard_stats, insta_id.guard_stats_total TO PUBLIC;
+-- Like pg_stat_reset(): superuser, or whom the superuser grants it to.
+REVOKE EXECUTE ON FUNCTION insta_id.guard_stats_reset() FROM PUBLIC;
+
+-- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
+-- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.
+DO $$
+BEGIN
+  IF insta_id.guard_mode() = 'session' THEN
+    RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
+      USING HINT = 'Add insta_id to shared_preload_libraries and restart (or use PostgreSQL 17 or later) to guard across sessions. insta_id.require_shared_guard = on makes next_id refuse to run until then. See insta_id.guard_mode() and the README.';
+  END IF;
+END
+$$;
+-- Logical shards: a registry of shard schemas and the DDL helpers for their
+-- whole life. The helpers are PL/pgSQL with a fixed search_path, quote every
+-- identifier they are given (format %I / %L), run in the caller's
+-- transaction (all or nothing) with the caller's rights (SECURITY INVOKER),
+-- and are not executable by PUBLIC: superusers may call them, other roles
+-- only once granted (see README, "Logical shards").
+
+CREATE TABLE insta_id.shard_registry (
+    shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
+    schema_name name NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE insta_id.shard_registry IS
+'Logical shards of this database: shard id and schema. Dumped by pg_dump with the database.';
+-- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
+SELECT pg_catalog.pg_extension_config_dump('insta_id.shard_registry', '');
+
+-- tables: one pass over pg_class for all shards (pg_class has no index on
+-- the schema alone, so a count per shard would scan it once per shard).
+CREATE VIEW insta_id.shards AS
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables
+FROM insta_id.shard_registry r
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+COMMENT ON VIEW insta_id.shards IS 'Logical shards of this database, with how many tables each has';
+GRANT SELECT ON insta_id.shard_registry, insta_id.shards TO PUBLIC;
+
+-- The shard id of the next_id DEFAULT of a column, or NULL when the column
+-- has no such default (found through the dependency of the default on next_id).
+CREATE FUNCTION insta_id._next_id_default_shard(tbl regclass, col name)
+RETURNS int
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (regexp_match(pg_get_expr(d.adbin, d.adrelid), '^insta_id\.next_id\((\d+),'))[1]::int
+    FROM pg_attrdef d
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    JOIN pg_depend dep ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+         AND dep.refclassid = 'pg_proc'::regclass
+         AND dep.refobjid = 'insta_id.next_id(int, regclass)'::regprocedure
+    WHERE d.adrelid = tbl AND a.attname = col
+$$;
+
+CREATE FUNCTION insta_id._check_shard_id(shard_id int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF shard_id NOT BETWEEN 0 AND 8191 THEN
+        RAISE EXCEPTION 'shard id % is out of range', shard_id
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  DETAIL = 'A shard id must be between 0 and 8191.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    taken name;
+BEGIN
+    IF create_shard.shard_id IS NULL THEN
+        RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+            USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+       OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
+    END IF;
+    EXECUTE format('CREATE SCHEMA %I', nsp);
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with the given CACHE: 32 with
+-- the shared guard, so each session takes 32 values at a time instead of
+-- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
+-- whatever order the values come in. With the per-session guard a session
+-- holding old cached values could repeat another session's ID, so 1 there
+-- (docs/shards.md).
+CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+BEGIN
+    -- to_regclass looks the name up in its schema; a join on pg_class by name
+    -- alone would walk every shard's relation of that name.
+    WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
+        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+    END LOOP;
+    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
+    RETURN format('%I.%I', nsp, seq_name)::regclass;
+END
+$$;
+
+CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+BEGIN
+    SELECT n.nspname, c.relname INTO nsp, tblname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF shard IS NULL THEN
+        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table % is not in a logical shard', tbl
+                USING ERRCODE = 'undefined_object',
+                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
+        END IF;
+    END IF;
+    PERFORM insta_id._check_shard_id(shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq := insta_id._new_sequence(nsp, tblname, col, CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+        EXECUTE format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col);
+    RETURN seq;
+END
+$$;
+COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
+'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
+
+-- Checks once, before any shard is made, that template can be copied.
+CREATE FUNCTION insta_id._check_template(template name)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad name;
+    uncopyable text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A default that depends on a sequence but is not next_id's (nextval(),
+    -- serial) would keep drawing from the template's sequence in every copy.
+    SELECT c.relname INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attrdef d ON d.adrelid = c.oid
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE n.nspname = template AND c.relkind = 'r'
+      AND EXISTS (SELECT FROM pg_depend dep
+                  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                    AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+    ORDER BY c.relname
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'template table %.% has a default that uses a sequence', quote_ident(template), quote_ident(bad)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
+    END IF;
+    -- Objects a copy would leave out: refused by name, never skipped.
+    SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                      WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type'
+                      WHEN 'S' THEN 'sequence' END, template, c.relname) AS what
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relkind IN ('v', 'm', 'p', 'f', 'c') OR c.relispartition
+              -- a sequence not made for a column (next_id's, identity's)
+              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+        UNION ALL
+        SELECT format('function %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = template
+        UNION ALL
+        SELECT format('type %I.%I', template, y.typname) FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        WHERE n.nspname = template AND y.typtype IN ('e', 'd', 'r', 'm')
+           OR (n.nspname = template AND y.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = y.typrelid AND c.relkind <> 'c'))
+        UNION ALL
+        SELECT format('trigger %I on %I.%I', g.tgname, template, c.relname)
+        FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND NOT g.tgisinternal
+        UNION ALL
+        SELECT format('row-level security on %I.%I', template, c.relname)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relrowsecurity OR c.relforcerowsecurity
+              OR EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid))) o;
+    IF uncopyable IS NOT NULL THEN
+        RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Not copied: %s.', uncopyable),
+                  HINT = 'A copy holds tables (with their columns, defaults, constraints, indexes, comments, storage, foreign keys, replica identity and grants). Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+    END IF;
+END
+$$;
+
+-- An ACL as a list of grants ({"privilege", "grantee" (quoted, or PUBLIC),
+-- "grantable"}), the owner's own left out (a copy's owner has them).
+CREATE FUNCTION insta_id._grants(acl aclitem[], owner oid)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('privilege', a.privilege_type,
+                                  'grantee', CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE quote_ident(g.rolname) END,
+                                  'grantable', a.is_grantable)
+                              ORDER BY a.grantee, a.privilege_type), '[]')
+    FROM aclexplode(acl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+    WHERE a.grantee <> owner
+$$;
+
+-- Grants what _grants listed on an object ("TABLE insta7.users", "SCHEMA
+-- insta7", ...), to columns when given ("(name)").
+CREATE FUNCTION insta_id._grant(grants jsonb, object text, columns text DEFAULT '')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g jsonb;
+BEGIN
+    FOR g IN SELECT jsonb_array_elements(coalesce(grants, '[]')) LOOP
+        EXECUTE format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
+                       CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+-- What copying template takes, read from the catalogs once however many
+-- shards are made from it (finding a schema's tables scans all of pg_class,
+-- which grows with every shard): its tables in name order, each with its
+-- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
+-- and a default of its own) and the grants on their sequences, its grants,
+-- column grants and replica identity; the schema's grants, the foreign keys,
+-- and the CACHE for sequences.
+-- The template was checked by _check_template.
+CREATE FUNCTION insta_id._template_plan(template name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = template AND c.relkind = 'r')
+    SELECT jsonb_build_object(
+        'template', template,
+        'cache', CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END,
+        'tables', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
+                       SELECT jsonb_agg(jsonb_build_object('col', a.attname,
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
+                                  'sequence_grants', insta_id._grants(s.relacl, s.relowner)) ORDER BY a.attnum)
+                       FROM pg_attribute a
+                       LEFT JOIN pg_class s ON s.oid = pg_get_serial_sequence(format('%I.%I', template, t.relname), a.attname)::regclass
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'),
+                   'grants', insta_id._grants(t.relacl, t.relowner),
+                   'column_grants', coalesce((SELECT jsonb_agg(jsonb_build_object('col', a.attname, 'grants',
+                                                  insta_id._grants(a.attacl, t.relowner)) ORDER BY a.attnum)
+                                              FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attacl IS NOT NULL), '[]'),
+                   'replica_identity', CASE t.relreplident WHEN 'f' THEN 'FULL' WHEN 'n' THEN 'NOTHING'
+                                       WHEN 'i' THEN (SELECT format('USING INDEX %I', i.relname) FROM pg_index x
+                                                      JOIN pg_class i ON i.oid = x.indexrelid
+                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END)
+                   ORDER BY t.relname)
+            FROM t), '[]'),
+        'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
+        'foreign_keys', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
+                   ORDER BY t.relname, k.conname)
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f'), '[]'))
+$$;
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    template name := plan->>'template';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    tbl regclass;
+    seq regclass;
+BEGIN
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src->>'rel', template, src->>'rel');
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+        END LOOP;
+        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
+        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
+            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
+        END LOOP;
+        IF src->>'replica_identity' IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY %s', tbl, src->>'replica_identity');
+        END IF;
+    END LOOP;
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
+    END LOOP;
+END
+$$;
+
+-- Copies every table of template into schema target, with shard's next_id
+-- columns. The template was checked by _check_template.
+CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT insta_id._copy_planned(insta_id._template_plan(template), target, shard) $$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    -- The shared lock table has max_locks_per_transaction entries per server process.
+    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
+    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
+    FOR shard IN first_shard..last_shard LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN last_shard - first_shard + 1;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
+'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+-- One batch of create_shards_in_batches: shards lo..hi that are not
+-- registered yet, copied from the template's plan, in the caller's
+-- transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    made int := 0;
+BEGIN
+    FOR shard IN lo..hi LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = shard);
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    plan jsonb;
+    first_missing int;
+    lo int;
+    hi int;
+    made int;
+    created int := 0;
+    started timestamptz;
+    reported timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        made := insta_id._create_shard_batch(lo, hi, plan);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
+
+CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    rel record;
+    has_rows boolean;
+BEGIN
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT coalesce(force, false) THEN
+        FOR rel IN SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+            EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel.oid::regclass) INTO has_rows;
+            IF has_rows THEN
+                RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel.oid::regclass
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+            END IF;
+        END LOOP;
+    END IF;
+    EXECUTE format('DROP SCHEMA IF EXISTS %I CASCADE', nsp);
+    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+END
+$$;
+COMMENT ON FUNCTION insta_id.drop_shard(int, boolean) IS
+'Drops a logical shard: its schema and registry row; refuses while it has rows unless force';
+
+CREATE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+        RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- Every next_id column of the schema must mint this shard's IDs.
+    SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE n.nspname = adopt_shard.schema_name AND c.relkind IN ('r', 'p')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
+'Registers an existing schema (for example restored from another server) as a logical shard';
+
+-- What schemas hold, as (object, detail) pairs comparable across shards: the
+-- schema's own name, and next_id's shard number and sequence in a default,
+-- written as placeholders. Tables, views, their columns (type, NOT NULL,
+-- identity, generated, default, collation), indexes, constraints, triggers,
+-- policies and row-level security, replica identity, storage options, and
+-- grants on the schema and its tables. For many schemas at once: one pass
+-- over each catalog (pg_class has no index on the schema alone).
+CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
+RETURNS TABLE (nsp oid, object text, detail text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH s AS (SELECT n.oid, quote_ident(n.nspname) || '.' AS prefix FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity,
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
+            FROM pg_class c JOIN s ON s.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+    raw (nsp, prefix, object, detail) AS (
+        SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
+        FROM s
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                   WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
+               concat_ws('; ', CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
+                         CASE WHEN r.relrowsecurity THEN 'row level security' END,
+                         CASE WHEN r.relforcerowsecurity THEN 'forced' END,
+                         'replica identity ' || r.relreplident::text,
+                         'options ' || array_to_string(r.reloptions, ','),
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || pg_get_viewdef(r.oid) END)
+        FROM rel r
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
+               concat_ws(' ', format_type(a.atttypid, a.atttypmod),
+                         CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                         CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
+                         CASE WHEN a.attgenerated <> '' THEN 'generated' END,
+                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                                        '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
+                         'COLLATE ' || nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text)
+        FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
+        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
+        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
+    SELECT nsp, object, replace(detail, prefix, '<schema>.') FROM raw
+$$;
+
+-- Which registered shards differ from a template, and how: one row per
+-- difference (missing, extra, or the shard's detail beside the template's).
+-- Empty right after create_shards and after a change applied to the template
+-- and every shard alike.
+CREATE FUNCTION insta_id.shard_drift(template_schema text)
+RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+BEGIN
+    IF tmpl IS NULL THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    RETURN QUERY
+    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                ELSE format('%s, template: %s', a.detail, e.detail) END
+    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+    WHERE a.detail IS DISTINCT FROM e.detail
+    UNION ALL
+    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+    ORDER BY 1, 3;
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_drift(text) IS
+'Which registered shards differ from the template schema, and how (one row per difference)';
+
+-- DDL helpers are for administrators: superusers, and roles granted EXECUTE.
+-- The internal functions they call stay executable: each does only what its
+-- caller's own privileges allow (CREATE on the schema, EXECUTE on create_shard).
+REVOKE EXECUTE ON FUNCTION
+    insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
+    insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
+    insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int)
+FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) FROM PUBLIC;
