@@ -9,7 +9,12 @@
 #   create_shards refuses the range up front (54000) and makes nothing;
 #   create_shards_in_batches, cancelled part-way, leaves only complete,
 #   registered shards, and called again finishes the job; from psycopg it
-#   runs in autocommit mode and fails with 2D000 inside a transaction.
+#   runs in autocommit mode and fails with 2D000 inside a transaction;
+# - migrations (insta_id.migrate) on the 64 shards: history through
+#   pg_dump/pg_restore and a shard move; against a long transaction, the
+#   runner retries under lock_timeout while writers go on; a second runner
+#   is refused; out of retries it stops at the busy shard; killed (kill -9)
+#   it leaves no shard half-migrated; called again it goes on.
 source "$(dirname "$0")/../scripts/harness.sh"
 dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$dump"
@@ -35,6 +40,11 @@ BEGIN
 END $$;
 SQL
 check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 3")" 64
+# A migration of the template and all 64 shards, recorded per schema.
+q -d app -c "SET client_min_messages = warning" \
+  -c "CALL insta_id.migrate('0001_photos_likes', 'template', \$\$ALTER TABLE photos ADD COLUMN likes int NOT NULL DEFAULT 0; CREATE INDEX photos_likes_idx ON photos (likes)\$\$)"
+check "migrated: the template and 64 shards have it, none differs from the template" \
+  "$(q -d app -F ' ' -c "SELECT count(*), (SELECT count(*) FROM insta_id.shard_drift('template')) FROM insta_id.applied_migrations")" "65 0"
 
 pg_dump -Fc -f "$dump/app.dump" app
 q -d postgres -c "CREATE DATABASE restored"
@@ -49,6 +59,11 @@ check "restored: no ID repeats, before or after the dump" \
   "$(q -d restored -c "SELECT count(*) - count(DISTINCT id) FROM all_photo_ids()")" 0
 check "restored: every ID decodes to the shard that holds it" \
   "$(q -d restored -c "SELECT count(*) FROM all_photo_ids() WHERE insta_id.shard_id(id) <> shard")" 0
+check "restored: the migration history came with the dump" \
+  "$(q -d restored -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.migrations), count(*), (SELECT count(*) FROM insta_id.pending_migrations) FROM insta_id.applied_migrations")" "1 65 0"
+q -d restored -c "SELECT insta_id.create_shards(65, 65, 'template')" >/dev/null
+check "restored: a new shard has the template's migrations and its columns" \
+  "$(q -d restored -F ' ' -c "SELECT count(*), (SELECT count(*) FROM insta_id.shard_drift('template')) FROM insta_id.applied_migrations WHERE schema_name = 'insta65'")" "1 0"
 
 # Move shard 7 from server A to server B.
 start_cluster shards-b --preload
@@ -69,9 +84,13 @@ check "A: writers are locked out of shard 7 during the move" \
 # 2. Dump the shard's schema, 3. restore it on B, 4. register it there and
 #    give writers back the schema privilege revoked in step 1.
 pg_dump -Fc -n insta7 -f "$dump/insta7.dump" app
+q -d app -c "\\copy (SELECT * FROM insta_id.applied_migrations WHERE schema_name = 'insta7') TO '$dump/insta7.migrations'"
 eval "$b_env"
 pg_restore -d app "$dump/insta7.dump"
-q -d app -c "SELECT insta_id.adopt_shard('insta7', 7)" -c "GRANT USAGE ON SCHEMA insta7 TO app_writer"
+q -d app -c "SELECT insta_id.adopt_shard('insta7', 7)" -c "GRANT USAGE ON SCHEMA insta7 TO app_writer" \
+  -c "\\copy insta_id.applied_migrations FROM '$dump/insta7.migrations'"
+check "B: shard 7's migration history came along" \
+  "$(q -d app -c "SELECT string_agg(migration, ',') FROM insta_id.applied_migrations WHERE schema_name = 'insta7'")" 0001_photos_likes
 check "B: shard 7 registered after adopt_shard" "$(q -d app -c "SELECT schema_name FROM insta_id.shards WHERE shard_id = 7")" insta7
 check "B: the application writes to shard 7 again" \
   "$(q -d app -U app_writer -c "INSERT INTO insta7.users (name) VALUES ('after move') RETURNING insta_id.shard_id(id)")" 7
@@ -86,6 +105,59 @@ check "B has A's 100 photos and 102 new ones, their seq fields continuing A's se
   "$(eval "$b_env"; q -d app -F ' ' -c "SELECT count(*), count(*) FILTER (WHERE caption = 'on B' AND insta_id.seq_id(id) > 100) FROM insta7.photos")" "202 102"
 q -d app -c "SET client_min_messages = warning" -c "SELECT insta_id.drop_shard(7, force => true)"
 check "A: shard 7 is gone" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = 7")" 0
+check "A: and so is its migration history" "$(q -d app -c "SELECT count(*) FROM insta_id.applied_migrations WHERE schema_name = 'insta7'")" 0
+
+# Migrations against real sessions. A long transaction reads shard 10's photos;
+# the runner's ALTER TABLE there needs a lock that waits for it. With
+# lock_timeout it gives up after 100 ms and retries later, so the shard's
+# writers never queue behind it for longer than that.
+blocker() {  # blocker SHARD: a transaction holding a read lock until terminated
+  psql -X -d app -c "BEGIN" -c "SELECT count(*) FROM insta$1.photos" -c "SELECT pg_sleep(300)" >/dev/null 2>&1 &
+  for _ in $(seq 200); do
+    [ "$(q -d app -c "SELECT count(*) FROM pg_locks WHERE relation = 'insta$1.photos'::regclass AND mode = 'AccessShareLock' AND granted AND pid <> pg_backend_pid()")" = 1 ] && return
+    sleep 0.1
+  done
+  echo "blocker on shard $1 did not start" >&2; return 1
+}
+unblock() { q -d app -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(300)'" >/dev/null; }
+runner_log=$dump/runner.log
+blocker 10
+psql -X -d app -c "CALL insta_id.migrate('0002_photos_flag', 'template', 'ALTER TABLE photos ADD COLUMN flag boolean', lock_timeout => '100ms', lock_retries => 1000)" >"$runner_log" 2>&1 &
+runner=$!
+for _ in $(seq 600); do grep -q 'schema insta10 busy, retry' "$runner_log" && break; sleep 0.1; done
+check "runner: shard 10 is busy, the runner retries (NOTICE)" "$(grep -c 'schema insta10 busy, retry 1 of 1000' "$runner_log")" 1
+# 20 s for a writer: 200 times what lock_timeout lets the runner make it wait.
+check "runner: meanwhile shard 10's writers are not held up" \
+  "$(q -d app -c "SET lock_timeout = '20s'" -c "INSERT INTO insta10.users (name) VALUES ('during') RETURNING insta_id.shard_id(id)")" 10
+out=$(q -d app -c "CALL insta_id.migrate('0003_other', 'template', 'SELECT 1')" 2>&1 || true)
+check "a second runner is refused while the first runs (55006)" \
+  "$(echo "$out" | grep -c '^ERROR:  another insta_id.migrate is running')" 1
+unblock
+rc=0; wait $runner || rc=$?
+check "runner: once the long transaction ends, it finishes every shard" \
+  "$rc $(grep -o 'migration 0002_photos_flag: .* shards migrated.*' "$runner_log")" "0 migration 0002_photos_flag: 63 shards migrated, 0 had it already"
+check "runner: no shard lacks it, none differs" \
+  "$(q -d app -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.pending_migrations), (SELECT count(*) FROM insta_id.shard_drift('template'))")" "0 0"
+# Out of retries: it stops at the busy shard, naming it; called again, it goes on.
+blocker 20
+out=$(q -d app -c "CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text', lock_timeout => '50ms', lock_retries => 2)" 2>&1 || true)
+check "out of retries: stopped at shard 20 with 55P03's message" \
+  "$(echo "$out" | grep -o '^ERROR:  migration .0004_photos_note. could not lock what it changes in schema insta20 within lock_timeout (50ms), 3 times')" \
+  "ERROR:  migration '0004_photos_note' could not lock what it changes in schema insta20 within lock_timeout (50ms), 3 times"
+check "out of retries: shards 20..64 are pending, the ones before have it" \
+  "$(q -d app -F ' ' -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.pending_migrations WHERE migration = '0004_photos_note'")" "45 20 64"
+# Killed (kill -9 of its backend: the server restarts) while it retries shard 20.
+psql -X -d app -c "CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text', lock_timeout => '100ms', lock_retries => 1000)" >"$runner_log" 2>&1 &
+runner=$!
+for _ in $(seq 600); do grep -q 'schema insta20 busy' "$runner_log" && break; sleep 0.1; done
+kill -9 "$(q -d app -c "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CALL insta_id.migrate(%'")"
+wait $runner || true
+for _ in $(seq 300); do q -d app -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
+check "killed: after the restart shards 20..64 are still pending, shard 20 unchanged" \
+  "$(q -d app -F ' ' -c "SELECT count(*), min(shard_id), (SELECT count(*) FROM pg_attribute WHERE attrelid = 'insta20.photos'::regclass AND attname = 'note') FROM insta_id.pending_migrations")" "45 20 0"
+q -d app -c "SET client_min_messages = warning" -c "CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text')"
+check "called again: every shard has it, none differs" \
+  "$(q -d app -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.pending_migrations), (SELECT count(*) FROM insta_id.shard_drift('template'))")" "0 0"
 stop_cluster shards-a
 stop_cluster shards-b
 # All 8192 shards on a stock server: max_connections and max_locks_per_transaction
