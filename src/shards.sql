@@ -261,37 +261,64 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
     END IF;
-    -- Objects a copy would leave out: refused by name, never skipped.
+    -- Objects a copy would leave out, or that would still use the
+    -- template's objects in every copy: refused by name, never skipped.
     SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
-        SELECT format('%s %I.%I', CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                      WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type'
-                      WHEN 'S' THEN 'sequence' END, template, c.relname) AS what
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table'
+                      WHEN 'c' THEN 'type' WHEN 'S' THEN 'sequence' ELSE 'partition' END, template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND (c.relkind IN ('v', 'm', 'p', 'f', 'c') OR c.relispartition
+        WHERE n.nspname = template AND (c.relkind IN ('p', 'f', 'c') OR c.relispartition
               -- a sequence not made for a column (next_id's, identity's)
               OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                       AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
         UNION ALL
-        SELECT format('function %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = template
+        SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = template AND p.prokind = 'a'
+        UNION ALL
+        -- A body is text: a name qualified with the template's schema in it
+        -- would be the template's object in every copy.
+        SELECT format('function %s (its body names schema %I)', p.oid::regprocedure, template)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+        WHERE n.nspname = template AND l.lanname NOT IN ('c', 'internal')
+          AND (p.prosrc ~ ('(^|[^[:alnum:]_$".])' || regexp_replace(template, '([^[:alnum:]_])', '\\\1', 'g') || '\s*\.')
+               OR strpos(p.prosrc, quote_ident(template) || '.') > 0)
         UNION ALL
         SELECT format('type %I.%I', template, y.typname) FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
         WHERE n.nspname = template AND y.typtype IN ('e', 'd', 'r', 'm')
            OR (n.nspname = template AND y.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = y.typrelid AND c.relkind <> 'c'))
         UNION ALL
-        SELECT format('trigger %I on %I.%I', g.tgname, template, c.relname)
-        FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND NOT g.tgisinternal
+        SELECT format('rule %I on %I.%I', r.rulename, template, c.relname)
+        FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND r.rulename <> '_RETURN'
         UNION ALL
-        SELECT format('row-level security on %I.%I', template, c.relname)
+        -- LIKE copies these as they are: they would use the template's function or row type.
+        SELECT DISTINCT format('%s of %I.%I (uses %s)', CASE d.classid WHEN 'pg_attrdef'::regclass THEN 'a default'
+                   WHEN 'pg_constraint'::regclass THEN 'a constraint' WHEN 'pg_statistic_ext'::regclass THEN 'extended statistics'
+                   ELSE 'an index' END, template, c.relname,
+                   CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
+                        ELSE format('type %s', d.refobjid::regtype) END)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND (c.relrowsecurity OR c.relforcerowsecurity
-              OR EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid))) o;
+        JOIN pg_depend d ON (d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT a.oid FROM pg_attrdef a WHERE a.adrelid = c.oid))
+                         OR (d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.conrelid = c.oid))
+                         OR (d.classid = 'pg_statistic_ext'::regclass AND d.objid IN (SELECT x.oid FROM pg_statistic_ext x WHERE x.stxrelid = c.oid))
+                         OR (d.classid = 'pg_class'::regclass AND d.objid IN (SELECT x.indexrelid FROM pg_index x WHERE x.indrelid = c.oid))
+        WHERE n.nspname = template AND c.relkind = 'r'
+          AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
+            OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
+        UNION ALL
+        SELECT format('column %I.%I.%I (of type %s)', template, c.relname, a.attname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        JOIN pg_type y ON y.oid = a.atttypid
+        LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+        WHERE n.nspname = template AND c.relkind = 'r'
+          AND (y.typnamespace = n.oid OR e.typnamespace = n.oid)
+          AND y.typtype NOT IN ('e', 'd', 'r', 'm')) o;
     IF uncopyable IS NOT NULL THEN
         RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = format('Not copied: %s.', uncopyable),
-                  HINT = 'A copy holds tables (with their columns, defaults, constraints, indexes, comments, storage, foreign keys, replica identity and grants). Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+                  HINT = 'A copy holds tables (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
     END IF;
 END
 $$;
@@ -325,6 +352,146 @@ BEGIN
         EXECUTE format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
                        CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
+END
+$$;
+
+-- GRANT statements giving again what an ACL grants (the owner's own left
+-- out), after a REVOKE from PUBLIC when the ACL is not the default one;
+-- object as in GRANT ("FUNCTION f(integer)", "TABLE v").
+CREATE FUNCTION insta_id._grant_statements(acl aclitem[], owner oid, object text)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN acl IS NULL THEN '[]'::jsonb ELSE
+        jsonb_build_array(format('REVOKE ALL ON %s FROM PUBLIC', object))
+        || coalesce((SELECT jsonb_agg(format('GRANT %s ON %s TO %s%s', g->>'privilege', object, g->>'grantee',
+                                             CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END))
+                     FROM jsonb_array_elements(insta_id._grants(acl, owner)) g), '[]') END
+$$;
+
+-- What a copy of template holds besides its tables: its functions and
+-- procedures, views and materialized views (each created after what it
+-- uses), their indexes, grants and comments; then triggers, row-level
+-- security and policies on its tables and views; then ownership as in the
+-- template (tables, all of these; the schema's as "schema_owner"). As statements with every name
+-- unqualified, run with the copy's schema first on search_path: they are
+-- deparsed with the template first on search_path, so a reference to one of
+-- the template's objects comes out unqualified and, run in a copy, names the
+-- copy's own. A function's SET search_path naming the template is given the
+-- copy's schema instead ({"function": ..., "search_path": [...]}, "@" for the
+-- copy's schema).
+CREATE FUNCTION insta_id._template_objects(template name)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
+    pending jsonb;
+    ready jsonb;
+    placed text[] := '{}';
+    out jsonb := '[]';
+BEGIN
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', template), true);
+    -- Routines and views, keyed p<oid> / c<oid>, with what each uses among them.
+    WITH obj AS (
+        SELECT 'p' || p.oid AS key, p.oid AS sort,
+               format('%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)) AS sig,
+               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind,
+               -- CREATE OR REPLACE FUNCTION <template>.f(...) ... as CREATE FUNCTION f(...) ...
+               jsonb_build_array(format('CREATE %s %s', CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
+                   substr(pg_get_functiondef(p.oid), length(format('CREATE OR REPLACE %s %I.', CASE p.prokind WHEN 'p'
+                          THEN 'PROCEDURE' ELSE 'FUNCTION' END, template)) + 1))) AS ddl,
+               p.proacl AS acl, p.proowner AS owner, obj_description(p.oid, 'pg_proc') AS comment,
+               (SELECT jsonb_agg(CASE WHEN e = quote_ident(template) THEN '@' ELSE e END)
+                FROM unnest(string_to_array(substr(c, 13), ', ')) e) AS path,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid
+                                              WHEN 'pg_class'::regclass THEN 'c' || d.refobjid
+                                              ELSE 'c' || (SELECT y.typrelid FROM pg_type y WHERE y.oid = d.refobjid) END
+                     FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid) AS uses
+        FROM pg_proc p LEFT JOIN LATERAL unnest(p.proconfig) c ON c LIKE 'search_path=%'
+        WHERE p.pronamespace = tmpl
+        UNION ALL
+        SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
+               CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+               jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+                   c.relname, ' WITH (' || array_to_string(c.reloptions, ', ') || ')', rtrim(pg_get_viewdef(c.oid), ';'),
+                   CASE WHEN c.relkind = 'm' AND NOT c.relispopulated THEN ' WITH NO DATA' ELSE '' END))
+               || coalesce((SELECT jsonb_agg(pg_get_indexdef(x.indexrelid, 0, true) ORDER BY x.indexrelid)
+                            FROM pg_index x WHERE x.indrelid = c.oid), '[]')
+               || coalesce((SELECT jsonb_agg(format('COMMENT ON COLUMN %I.%I IS %L', c.relname, a.attname, d.description))
+                            FROM pg_attribute a JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass
+                                 AND d.objsubid = a.attnum
+                            WHERE a.attrelid = c.oid AND a.attnum > 0), '[]'),
+               c.relacl, c.relowner, obj_description(c.oid, 'pg_class'), NULL,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid ELSE 'c' || d.refobjid END
+                     FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                     WHERE r.ev_class = c.oid AND d.refobjid <> c.oid
+                       AND d.refclassid IN ('pg_proc'::regclass, 'pg_class'::regclass))
+        FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm'))
+    SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('key', o.key, 'sort', o.sort,
+               'uses', to_jsonb(ARRAY(SELECT u FROM unnest(o.uses) u WHERE u IN (SELECT key FROM obj) AND u <> o.key)),
+               'sql', o.ddl
+                      || insta_id._grant_statements(o.acl, o.owner, CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig)
+                      || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
+                              ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
+               'path', CASE WHEN o.path @> '["@"]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
+    INTO pending FROM obj o;
+    -- Each after what it uses: rounds of those whose uses are all placed.
+    WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
+        SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) INTO ready FROM jsonb_array_elements(pending) e
+        WHERE ARRAY(SELECT jsonb_array_elements_text(e->'uses')) <@ placed;
+        IF ready IS NULL THEN  -- cannot happen (views and routines form no cycles); creation order then
+            ready := (SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) FROM jsonb_array_elements(pending) e);
+        END IF;
+        SELECT out || coalesce(jsonb_agg(e - 'uses' - 'sort' - 'key'), '[]'), placed || array_agg(e->>'key')
+        INTO out, placed FROM jsonb_array_elements(ready) e;
+        SELECT jsonb_agg(e) INTO pending FROM jsonb_array_elements(pending) e WHERE NOT (e->>'key' = ANY (placed));
+    END LOOP;
+    -- Triggers, row-level security and policies of tables and views, and ownership.
+    RETURN jsonb_build_object('objects', out, 'after', coalesce((
+        SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
+            SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, pg_get_triggerdef(t.oid, true) AS stmt
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = tmpl AND NOT t.tgisinternal
+            UNION ALL
+            SELECT 2, c.relname, t.tgname, format('ALTER TABLE %I %s TRIGGER %I', c.relname,
+                       CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgenabled <> 'O'
+            UNION ALL
+            SELECT 3, c.relname, t.tgname, format('COMMENT ON TRIGGER %I ON %I IS %L', t.tgname, c.relname, d.description)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_description d ON d.objoid = t.oid AND d.classoid = 'pg_trigger'::regclass
+            WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relrowsecurity
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relforcerowsecurity
+            UNION ALL
+            SELECT 5, c.relname, p.polname,
+                   format('CREATE POLICY %I ON %I AS %s FOR %s TO %s%s%s', p.polname, c.relname,
+                          CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+                          CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                                        WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
+                          (SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE r::regrole::text END, ', ')
+                           FROM unnest(p.polroles) r),
+                          ' USING (' || pg_get_expr(p.polqual, p.polrelid, true) || ')',
+                          ' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid, true) || ')')
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND c.relowner <> current_user::regrole) s), '[]'),
+        'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
+                         WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
+        'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
+                       SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
+                       UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
+                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl) x
+                   WHERE o <> current_user::regrole));
 END
 $$;
 
@@ -379,6 +546,7 @@ AS $$
             FROM t), '[]'),
         'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
         'migrations', insta_id._migrations_of(template),
+        'extra', insta_id._template_objects(template),
         'foreign_keys', coalesce((
             SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
                    ORDER BY t.relname, k.conname)
@@ -393,12 +561,17 @@ CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+-- Function bodies may use tables made later in the copy (pg_dump does the same).
+SET check_function_bodies = off
 AS $$
 DECLARE
     template name := plan->>'template';
+    extra jsonb := plan->'extra';
     src jsonb;
     col jsonb;
     fk jsonb;
+    obj jsonb;
+    stmt text;
     tbl regclass;
     seq regclass;
 BEGIN
@@ -434,6 +607,31 @@ BEGIN
                        replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
                                            'REFERENCES ' || quote_ident(target) || '.'));
     END LOOP;
+    -- Functions, views, triggers, policies, owners: statements naming the
+    -- copy's objects unqualified, run with the copy's schema first.
+    IF extra->'objects' <> '[]' OR extra->'after' <> '[]' OR extra->>'schema_owner' IS NOT NULL THEN
+        PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+        FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
+            FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
+                EXECUTE stmt;
+            END LOOP;
+            IF obj->'path' IS NOT NULL THEN
+                EXECUTE format('ALTER %s SET search_path = %s', obj->'path'->>'function',
+                               (SELECT string_agg(CASE WHEN e = '@' THEN quote_ident(target) ELSE e END, ', ')
+                                FROM jsonb_array_elements_text(obj->'path'->'search_path') e));
+            END IF;
+        END LOOP;
+        FOR stmt IN SELECT jsonb_array_elements_text(extra->'after') LOOP
+            EXECUTE stmt;
+        END LOOP;
+        FOR stmt IN SELECT e->>'owner' FROM jsonb_array_elements(extra->'objects') e WHERE e->>'owner' IS NOT NULL LOOP
+            EXECUTE stmt;
+        END LOOP;
+        IF extra->>'schema_owner' IS NOT NULL THEN
+            EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+        END IF;
+        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    END IF;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
@@ -469,6 +667,28 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- A copy's objects are owned as in the template: refuses, before making
+-- anything, a caller who may not give objects to those owners.
+CREATE FUNCTION insta_id._check_owners(plan jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    refused text := (SELECT string_agg(r, ', ' ORDER BY r) FROM jsonb_array_elements_text(plan->'extra'->'owners') r
+                     WHERE NOT pg_has_role(current_user, r::regrole,
+                                           CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END));
+BEGIN
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'copies of template % would be owned by %, and role % may not give objects to them',
+                        quote_ident(plan->>'template'), refused, current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s schema and objects are owned as the template''s are.',
+                  HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
+    END IF;
 END
 $$;
 
@@ -541,6 +761,7 @@ BEGIN
     -- No migration changes the template between reading it and the commit.
     PERFORM insta_id._lock_template_shared();
     plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
     PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
         format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
                first_shard, last_shard, template_schema));
@@ -602,6 +823,7 @@ BEGIN
     END IF;
     -- The template is read, and one batch's locks measured, once for the whole run.
     plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
     SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
     WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
     IF first_missing IS NOT NULL THEN
@@ -869,8 +1091,9 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 -- schema's own name, and next_id's shard number and sequence in a default,
 -- written as placeholders. Tables, views, their columns (type, NOT NULL,
 -- identity, generated, default, collation), indexes, constraints, triggers,
--- policies and row-level security, replica identity, storage options, and
--- grants on the schema and its tables. For many schemas at once: one pass
+-- policies and row-level security, replica identity, storage options,
+-- functions and procedures, owners, and grants on the schema, its tables and
+-- functions. For many schemas at once: one pass
 -- over each catalog (pg_class has no index on the schema alone).
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
@@ -878,7 +1101,7 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH s AS (SELECT n.oid, quote_ident(n.nspname) || '.' AS prefix FROM pg_namespace n WHERE n.oid = ANY (nsps)),
-    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity,
+    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
                    c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
             FROM pg_class c JOIN s ON s.oid = c.relnamespace
             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
@@ -890,7 +1113,7 @@ AS $$
         UNION ALL
         SELECT r.relnamespace, r.prefix, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
                    WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
-               concat_ws('; ', CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
+               concat_ws('; ', 'owner ' || r.relowner::regrole::text, CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
                          CASE WHEN r.relrowsecurity THEN 'row level security' END,
                          CASE WHEN r.relforcerowsecurity THEN 'forced' END,
                          'replica identity ' || r.relreplident::text,
@@ -922,12 +1145,24 @@ AS $$
         SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
         FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
         UNION ALL
+        -- (its search_path setting, if it names the schema, as the placeholder too)
+        SELECT p.pronamespace, s.prefix, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
+                   p.proname, pg_get_function_identity_arguments(p.oid)),
+               concat_ws('; ', 'owner ' || p.proowner::regrole::text,
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> p.proowner),
+                         replace(pg_get_functiondef(p.oid), 'search_path TO ' || quote_literal(quote_ident(n.nspname)),
+                                 'search_path TO ''<schema>'''))
+        FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE p.prokind <> 'a'
+        UNION ALL
         SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
                concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
-    SELECT nsp, object, replace(detail, prefix, '<schema>.') FROM raw
+    SELECT nsp, replace(object, prefix, '<schema>.'), replace(detail, prefix, '<schema>.') FROM raw
 $$;
 
 -- Which registered shards differ from a template, and how: one row per

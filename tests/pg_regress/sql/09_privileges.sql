@@ -74,6 +74,13 @@ INSERT INTO insta73."ta""ble" (v) VALUES ('b') RETURNING insta_id.shard_id(id);
 -- The procedure, by the delegated administrator (who may read the template).
 GRANT USAGE ON SCHEMA "tem""plate'" TO insta_id_regress_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA "tem""plate'" TO insta_id_regress_admin;
+-- A copy is owned as the template is: not by a role the administrator may not act as.
+SET ROLE insta_id_regress_admin;
+CALL insta_id.create_shards_in_batches(75, 76, $$tem"plate'$$);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+ALTER SCHEMA "tem""plate'" OWNER TO insta_id_regress_admin;
+ALTER TABLE "tem""plate'"."ta""ble" OWNER TO insta_id_regress_admin;
 SET ROLE insta_id_regress_admin;
 CALL insta_id.create_shards_in_batches(75, 76, $$tem"plate'$$);
 RESET ROLE;
