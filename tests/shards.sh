@@ -23,7 +23,7 @@ start_cluster shards-a --preload
 a_env=$(cluster_env shards-a)
 q -d postgres -c "CREATE DATABASE app" -c "CREATE ROLE app_writer LOGIN"
 q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -f "$repo/tests/fixtures/shard_template.sql" \
-  -f "$repo/tests/fixtures/fill_shards.sql" >/dev/null
+  -f "$repo/tests/fixtures/template_extras.sql" -f "$repo/tests/fixtures/fill_shards.sql" >/dev/null
 q -d app <<'SQL'
 SELECT insta_id.create_shards(1, 64, 'template');
 -- 100 users and 100 photos in every shard.
@@ -40,6 +40,13 @@ BEGIN
 END $$;
 SQL
 check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 3")" 64
+# schema_ddl DB SCHEMA SHARD: pg_dump -s of one schema, its name and next_id's shard number as placeholders.
+schema_ddl() {
+  pg_dump -s -n "$2" "$1" | grep -v '^\\\(un\)\?restrict ' | sed -E "s/\b$2\b/<schema>/g; s/insta_id\.next_id\($3, /insta_id.next_id(<shard>, /g"
+}
+check "a shard's pg_dump -s is the template's, object for object (functions, trigger, views, policy, grants, owners)" \
+  "$(diff <(schema_ddl app template 0) <(schema_ddl app insta1 1) && echo same)" same
+check "the copy has them all" "$(schema_ddl app insta1 1 | grep -cE '^CREATE (FUNCTION|TRIGGER|VIEW|MATERIALIZED VIEW|POLICY|UNIQUE INDEX photo_counts)|^ALTER TABLE <schema>.likes ENABLE ROW|OWNER TO app_writer|^GRANT SELECT ON TABLE <schema>.photo_captions TO app_writer')" 10
 # A migration of the template and all 64 shards, recorded per schema.
 q -d app -c "SET client_min_messages = warning" \
   -c "CALL insta_id.migrate('0001_photos_likes', 'template', \$\$ALTER TABLE photos ADD COLUMN likes int NOT NULL DEFAULT 0; CREATE INDEX photos_likes_idx ON photos (likes)\$\$)"
@@ -59,6 +66,13 @@ check "restored: no ID repeats, before or after the dump" \
   "$(q -d restored -c "SELECT count(*) - count(DISTINCT id) FROM all_photo_ids()")" 0
 check "restored: every ID decodes to the shard that holds it" \
   "$(q -d restored -c "SELECT count(*) FROM all_photo_ids() WHERE insta_id.shard_id(id) <> shard")" 0
+check "restored: each shard holds every object it had" \
+  "$(diff <(schema_ddl app insta5 5) <(schema_ddl restored insta5 5) && echo same)" same
+check "restored: the trigger, view and materialized view work" \
+  "$(q -d restored -F ' ' -c "INSERT INTO insta5.photos (user_id) SELECT min(id) FROM insta5.users RETURNING caption" \
+       -c "REFRESH MATERIALIZED VIEW CONCURRENTLY insta5.photo_counts" \
+       -c "SELECT max(photos), (SELECT max(caption_length) FROM insta5.photo_captions) FROM insta5.photo_counts")" "untitled
+3 8"
 check "restored: the migration history came with the dump" \
   "$(q -d restored -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.migrations), count(*), (SELECT count(*) FROM insta_id.pending_migrations) FROM insta_id.applied_migrations")" "1 65 0"
 q -d restored -c "SELECT insta_id.create_shards(65, 65, 'template')" >/dev/null
@@ -87,8 +101,10 @@ pg_dump -Fc -n insta7 -f "$dump/insta7.dump" app
 q -d app -c "\\copy (SELECT * FROM insta_id.applied_migrations WHERE schema_name = 'insta7') TO '$dump/insta7.migrations'"
 eval "$b_env"
 pg_restore -d app "$dump/insta7.dump"
-q -d app -c "SELECT insta_id.adopt_shard('insta7', 7)" -c "GRANT USAGE ON SCHEMA insta7 TO app_writer" \
-  -c "\\copy insta_id.applied_migrations FROM '$dump/insta7.migrations'"
+q -d app -c "SELECT insta_id.adopt_shard('insta7', 7)" -c "\\copy insta_id.applied_migrations FROM '$dump/insta7.migrations'"
+check "B: shard 7 holds every object it had on A" \
+  "$(diff <(eval "$a_env"; schema_ddl app insta7 7) <(schema_ddl app insta7 7) && echo same)" same
+q -d app -c "GRANT USAGE ON SCHEMA insta7 TO app_writer"
 check "B: shard 7's migration history came along" \
   "$(q -d app -c "SELECT string_agg(migration, ',') FROM insta_id.applied_migrations WHERE schema_name = 'insta7'")" 0001_photos_likes
 check "B: shard 7 registered after adopt_shard" "$(q -d app -c "SELECT schema_name FROM insta_id.shards WHERE shard_id = 7")" insta7
