@@ -485,6 +485,39 @@ BEGIN
             UNION ALL
             SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
             FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND c.relowner <> current_user::regrole) s), '[]'),
+        'indexes', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
+                SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
+                       CASE WHEN k.oid IS NULL THEN pg_get_indexdef(x.indexrelid, 0, true)
+                            ELSE format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true)) END AS stmt
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
+                LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON INDEX %I IS %L', i.relname, d.description)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                JOIN pg_description d ON d.objoid = i.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                UNION ALL
+                SELECT c.relname, 3, x.indexrelid, format('ALTER TABLE %I CLUSTER ON %I', c.relname, i.relname)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND x.indisclustered
+                UNION ALL
+                -- CREATE STATISTICS <its schema>.name ON ... as CREATE STATISTICS name ON ...
+                SELECT c.relname, 4, x.oid, 'CREATE STATISTICS ' || substr(pg_get_statisticsobjdef(x.oid),
+                           length(format('CREATE STATISTICS %I.', x.stxnamespace::regnamespace::name)) + 1)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                UNION ALL
+                SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r') s), '[]'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
         'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
@@ -577,7 +610,10 @@ DECLARE
 BEGIN
     PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
-        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)', target, src->>'rel', template, src->>'rel');
+        -- Indexes and statistics objects are made below under the template's
+        -- names (LIKE would name them afresh: my_pk would become t_pkey).
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS)',
+                       target, src->>'rel', template, src->>'rel');
         tbl := format('%I.%I', target, src->>'rel')::regclass;
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
@@ -598,9 +634,16 @@ BEGIN
         FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
             PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
         END LOOP;
-        IF src->>'replica_identity' IS NOT NULL THEN
-            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY %s', tbl, src->>'replica_identity');
-        END IF;
+    END LOOP;
+    -- Indexes, primary key, unique and exclusion constraints, statistics
+    -- objects, their comments: deparsed like the objects below.
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'indexes') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
+        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
     END LOOP;
     FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
         EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
@@ -1092,8 +1135,8 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 -- written as placeholders. Tables, views, their columns (type, NOT NULL,
 -- identity, generated, default, collation), indexes, constraints, triggers,
 -- policies and row-level security, replica identity, storage options,
--- functions and procedures, owners, and grants on the schema, its tables and
--- functions. For many schemas at once: one pass
+-- statistics objects, functions and procedures, owners, and grants on the
+-- schema, its tables and functions. For many schemas at once: one pass
 -- over each catalog (pg_class has no index on the schema alone).
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
@@ -1144,6 +1187,10 @@ AS $$
         UNION ALL
         SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
         FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('statistics %I on %I', x.stxname, r.relname),
+               regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
+        FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
         UNION ALL
         -- (its search_path setting, if it names the schema, as the placeholder too)
         SELECT p.pronamespace, s.prefix, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
