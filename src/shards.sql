@@ -265,9 +265,9 @@ BEGIN
     -- template's objects in every copy: refused by name, never skipped.
     SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
         SELECT format('%s %I.%I', CASE c.relkind WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table'
-                      WHEN 'c' THEN 'type' WHEN 'S' THEN 'sequence' ELSE 'partition' END, template, c.relname) AS what
+                      WHEN 'S' THEN 'sequence' ELSE 'partition' END, template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND (c.relkind IN ('p', 'f', 'c') OR c.relispartition
+        WHERE n.nspname = template AND (c.relkind IN ('p', 'f') OR c.relispartition
               -- a sequence not made for a column (next_id's, identity's)
               OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                       AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
@@ -283,42 +283,49 @@ BEGIN
           AND (p.prosrc ~ ('(^|[^[:alnum:]_$".])' || regexp_replace(template, '([^[:alnum:]_])', '\\\1', 'g') || '\s*\.')
                OR strpos(p.prosrc, quote_ident(template) || '.') > 0)
         UNION ALL
-        SELECT format('type %I.%I', template, y.typname) FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
-        WHERE n.nspname = template AND y.typtype IN ('e', 'd', 'r', 'm')
-           OR (n.nspname = template AND y.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = y.typrelid AND c.relkind <> 'c'))
+        SELECT format('%s type %I.%I', CASE y.typtype WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange' ELSE 'base' END,
+                      template, y.typname)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        WHERE n.nspname = template AND (y.typtype IN ('r', 'm') OR (y.typtype = 'b' AND y.typcategory <> 'A'))
         UNION ALL
         SELECT format('rule %I on %I.%I', r.rulename, template, c.relname)
         FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = template AND r.rulename <> '_RETURN'
         UNION ALL
-        -- LIKE copies these as they are: they would use the template's function or row type.
-        SELECT DISTINCT format('%s of %I.%I (uses %s)', CASE d.classid WHEN 'pg_attrdef'::regclass THEN 'a default'
-                   WHEN 'pg_constraint'::regclass THEN 'a constraint' WHEN 'pg_statistic_ext'::regclass THEN 'extended statistics'
-                   ELSE 'an index' END, template, c.relname,
+        -- A generation expression is copied as it is (it cannot be set anew).
+        SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
                    CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
                         ELSE format('type %s', d.refobjid::regtype) END)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        JOIN pg_depend d ON (d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT a.oid FROM pg_attrdef a WHERE a.adrelid = c.oid))
-                         OR (d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.conrelid = c.oid))
-                         OR (d.classid = 'pg_statistic_ext'::regclass AND d.objid IN (SELECT x.oid FROM pg_statistic_ext x WHERE x.stxrelid = c.oid))
-                         OR (d.classid = 'pg_class'::regclass AND d.objid IN (SELECT x.indexrelid FROM pg_index x WHERE x.indrelid = c.oid))
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
+        JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
+        JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
         WHERE n.nspname = template AND c.relkind = 'r'
           AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
             OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
         UNION ALL
+        -- Types are made before functions.
+        SELECT DISTINCT format('domain %I.%I (its constraint or default uses function %s)', template, y.typname, d.refobjid::regprocedure)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        JOIN pg_depend d ON d.refclassid = 'pg_proc'::regclass
+             AND ((d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.contypid = y.oid))
+               OR (d.classid = 'pg_type'::regclass AND d.objid = y.oid))
+        WHERE n.nspname = template AND y.typtype = 'd'
+          AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        -- A table's row type as a column type.
         SELECT format('column %I.%I.%I (of type %s)', template, c.relname, a.attname, a.atttypid::regtype)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         JOIN pg_type y ON y.oid = a.atttypid
         LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
-        WHERE n.nspname = template AND c.relkind = 'r'
-          AND (y.typnamespace = n.oid OR e.typnamespace = n.oid)
-          AND y.typtype NOT IN ('e', 'd', 'r', 'm')) o;
+        JOIN pg_class r ON r.oid IN (y.typrelid, e.typrelid) AND r.relkind <> 'c'
+        WHERE n.nspname = template AND c.relkind = 'r' AND r.relnamespace = n.oid) o;
     IF uncopyable IS NOT NULL THEN
         RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = format('Not copied: %s.', uncopyable),
-                  HINT = 'A copy holds tables (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+                  HINT = 'A copy holds tables (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
     END IF;
 END
 $$;
@@ -353,6 +360,26 @@ BEGIN
                        CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END
+$$;
+
+-- Whether LIKE would leave a copy of table tbl tied to the table's schema:
+-- a column of one of the schema's types (or an array of one), or a default
+-- or CHECK using one of its types or functions.
+CREATE FUNCTION insta_id._tied_to_schema(tbl oid)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH nsp AS (SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = tbl)
+    SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
+                   LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
+                   WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
+        OR EXISTS (SELECT FROM pg_depend d, nsp
+                   WHERE ((d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT ad.oid FROM pg_attrdef ad WHERE ad.adrelid = tbl))
+                       OR (d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k
+                                                                                 WHERE k.conrelid = tbl AND k.contype = 'c')))
+                     AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = nsp.oid))
+                       OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = nsp.oid))))
 $$;
 
 -- GRANT statements giving again what an ACL grants (the owner's own left
@@ -485,6 +512,75 @@ BEGIN
             UNION ALL
             SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
             FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND c.relowner <> current_user::regrole) s), '[]'),
+        -- Enum, composite and domain types, in creation order, with their
+        -- constraints, grants and comments; then what they are owned by.
+        'types', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
+                SELECT y.oid AS o, 1 AS ord, CASE y.typtype
+                       WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s)', y.typname,
+                                            (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                             FROM pg_enum e WHERE e.enumtypid = y.oid))
+                       WHEN 'c' THEN format('CREATE TYPE %I AS (%s)', y.typname,
+                                            (SELECT string_agg(format('%I %s%s', a.attname, format_type(a.atttypid, a.atttypmod),
+                                                        ' COLLATE ' || nullif(a.attcollation, t.typcollation)::regcollation::text), ', ' ORDER BY a.attnum)
+                                             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                                             WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
+                       ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, format_type(y.typbasetype, y.typtypmod),
+                                   ' COLLATE ' || nullif(y.typcollation, b.typcollation)::regcollation::text,
+                                   ' DEFAULT ' || pg_get_expr(y.typdefaultbin, 0, true),
+                                   CASE WHEN y.typnotnull THEN ' NOT NULL' ELSE '' END) END AS stmt
+                FROM pg_type y LEFT JOIN pg_type b ON b.oid = y.typbasetype
+                WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
+                      OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
+                UNION ALL
+                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, pg_get_constraintdef(k.oid, true))
+                FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid AND k.contype = 'c'
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd'
+                UNION ALL
+                SELECT y.oid, 3, g
+                FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(y.typacl, y.typowner,
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname))) g
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
+                UNION ALL
+                SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
+                FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
+        'type_owners', coalesce((
+            SELECT jsonb_agg(format('ALTER %s %I OWNER TO %s', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                                    y.typname, y.typowner::regrole) ORDER BY y.oid)
+            FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
+              AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
+        -- Tables LIKE would leave tied to the template: a column of one of its
+        -- types, a default or CHECK using one of its types or functions.
+        -- Their copies are made without defaults and CHECKs, the columns
+        -- given the copy's types ('retype'), and once the copy's functions
+        -- exist, the defaults and CHECKs deparsed ('late').
+        'deparsed_tables', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.relname) FROM pg_class c
+                                     WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)), '[]'),
+        'retype', coalesce((
+            SELECT jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
+                                    format_type(a.atttypid, a.atttypmod),
+                                    ' COLLATE ' || nullif(a.attcollation, y.typcollation)::regcollation::text) ORDER BY c.relname, a.attnum)
+            FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+            JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+            WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND tmpl IN (y.typnamespace, e.typnamespace)), '[]'),
+        'late', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
+                SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
+                       format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid, true)) AS stmt
+                FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+                JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)
+                  AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+                UNION ALL
+                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)
+                UNION ALL
+                SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)) s), '[]'),
         'indexes', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
                 SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
@@ -523,7 +619,8 @@ BEGIN
         'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
                        SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
                        UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
-                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl) x
+                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
+                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd')) x
                    WHERE o <> current_user::regrole));
 END
 $$;
@@ -609,11 +706,19 @@ DECLARE
     seq regclass;
 BEGIN
     PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    -- Deparsed statements (types here, more below) name the copy's objects
+    -- unqualified: they run with the copy's schema first on search_path.
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'types') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
-        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS)',
-                       target, src->>'rel', template, src->>'rel');
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)',
+                       target, src->>'rel', template, src->>'rel',
+                       CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END);
         tbl := format('%I.%I', target, src->>'rel')::regclass;
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
@@ -635,13 +740,28 @@ BEGIN
             PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
         END LOOP;
     END LOOP;
-    -- Indexes, primary key, unique and exclusion constraints, statistics
-    -- objects, their comments: deparsed like the objects below.
     PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-    FOR stmt IN SELECT jsonb_array_elements_text(extra->'indexes') LOOP
+    -- Columns of the template's types get the copy's.
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'retype') LOOP
         EXECUTE stmt;
     END LOOP;
-    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Functions, procedures and views, each after what it uses.
+    FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
+        FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
+            EXECUTE stmt;
+        END LOOP;
+        IF obj->'path' IS NOT NULL THEN
+            EXECUTE format('ALTER %s SET search_path = %s', obj->'path'->>'function',
+                           (SELECT string_agg(CASE WHEN e = '@' THEN quote_ident(target) ELSE e END, ', ')
+                            FROM jsonb_array_elements_text(obj->'path'->'search_path') e));
+        END IF;
+    END LOOP;
+    -- Defaults and CHECKs of the tables made without them (they may use the
+    -- functions); indexes, primary key, unique and exclusion constraints,
+    -- statistics objects, their comments.
+    FOR stmt IN SELECT jsonb_array_elements_text((extra->'late') || (extra->'indexes')) LOOP
+        EXECUTE stmt;
+    END LOOP;
     FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
         EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
     END LOOP;
@@ -650,31 +770,19 @@ BEGIN
                        replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
                                            'REFERENCES ' || quote_ident(target) || '.'));
     END LOOP;
-    -- Functions, views, triggers, policies, owners: statements naming the
-    -- copy's objects unqualified, run with the copy's schema first.
-    IF extra->'objects' <> '[]' OR extra->'after' <> '[]' OR extra->>'schema_owner' IS NOT NULL THEN
-        PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-        FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
-            FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
-                EXECUTE stmt;
-            END LOOP;
-            IF obj->'path' IS NOT NULL THEN
-                EXECUTE format('ALTER %s SET search_path = %s', obj->'path'->>'function',
-                               (SELECT string_agg(CASE WHEN e = '@' THEN quote_ident(target) ELSE e END, ', ')
-                                FROM jsonb_array_elements_text(obj->'path'->'search_path') e));
-            END IF;
-        END LOOP;
-        FOR stmt IN SELECT jsonb_array_elements_text(extra->'after') LOOP
-            EXECUTE stmt;
-        END LOOP;
-        FOR stmt IN SELECT e->>'owner' FROM jsonb_array_elements(extra->'objects') e WHERE e->>'owner' IS NOT NULL LOOP
-            EXECUTE stmt;
-        END LOOP;
-        IF extra->>'schema_owner' IS NOT NULL THEN
-            EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
-        END IF;
-        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Triggers, row-level security, policies; then owners, last (the caller
+    -- may lose rights on what it gives away).
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'after') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    FOR stmt IN SELECT e->>'owner' FROM jsonb_array_elements(extra->'objects') e WHERE e->>'owner' IS NOT NULL
+                UNION ALL SELECT jsonb_array_elements_text(extra->'type_owners') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
     END IF;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
@@ -1135,8 +1243,8 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 -- written as placeholders. Tables, views, their columns (type, NOT NULL,
 -- identity, generated, default, collation), indexes, constraints, triggers,
 -- policies and row-level security, replica identity, storage options,
--- statistics objects, functions and procedures, owners, and grants on the
--- schema, its tables and functions. For many schemas at once: one pass
+-- statistics objects, functions and procedures, enum, domain and composite
+-- types, owners, and grants on the schema, its tables, functions and types. For many schemas at once: one pass
 -- over each catalog (pg_class has no index on the schema alone).
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
@@ -1191,6 +1299,22 @@ AS $$
         SELECT r.relnamespace, r.prefix, format('statistics %I on %I', x.stxname, r.relname),
                regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
         FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
+        UNION ALL
+        SELECT y.typnamespace, s.prefix, format('type %I', y.typname),
+               concat_ws('; ', 'owner ' || y.typowner::regrole::text, CASE y.typtype
+                   WHEN 'e' THEN 'enum (' || (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                              FROM pg_enum e WHERE e.enumtypid = y.oid) || ')'
+                   WHEN 'd' THEN concat_ws(' ', 'domain over ' || format_type(y.typbasetype, y.typtypmod),
+                                           'COLLATE ' || y.typcollation::regcollation::text, CASE WHEN y.typnotnull THEN 'NOT NULL' END,
+                                           'DEFAULT ' || pg_get_expr(y.typdefaultbin, 0),
+                                           (SELECT string_agg(pg_get_constraintdef(k.oid), ' ' ORDER BY k.conname)
+                                            FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
+                   ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+                                          FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                 FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
+        FROM s JOIN pg_type y ON y.typnamespace = s.oid
+        WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
         UNION ALL
         -- (its search_path setting, if it names the schema, as the placeholder too)
         SELECT p.pronamespace, s.prefix, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,

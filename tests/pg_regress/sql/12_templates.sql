@@ -14,9 +14,21 @@ CREATE ROLE insta_id_regress_owner;
 CREATE ROLE insta_id_regress_writer;
 CREATE ROLE insta_id_regress_reader;
 CREATE SCHEMA full_tmpl;
-CREATE TABLE full_tmpl.users (name text NOT NULL, tenant text NOT NULL DEFAULT 'a', updated_at timestamptz);
+CREATE TYPE full_tmpl.status AS ENUM ('new', 'active', 'gone');
+COMMENT ON TYPE full_tmpl.status IS 'lifecycle';
+CREATE DOMAIN full_tmpl.handle AS text COLLATE "C" NOT NULL CONSTRAINT handle_length CHECK (length(VALUE) BETWEEN 1 AND 30);
+CREATE TYPE full_tmpl.place AS (lat float8, lon float8);
+CREATE FUNCTION full_tmpl.normalize(s text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT lower(trim(s)) $$;
+CREATE TABLE full_tmpl.users (name full_tmpl.handle, tenant text NOT NULL DEFAULT 'a', updated_at timestamptz,
+                              status full_tmpl.status NOT NULL DEFAULT 'new', past full_tmpl.status[], home full_tmpl.place,
+                              CONSTRAINT not_gone CHECK (status <> 'gone'::full_tmpl.status),
+                              CONSTRAINT normal_tenant CHECK (tenant = full_tmpl.normalize(tenant)));
 SELECT insta_id.add_id_column('full_tmpl.users', 'id', 0);
-ALTER TABLE full_tmpl.users ADD PRIMARY KEY (id);
+-- Names of its own, which a copy keeps: key, index, statistics object.
+ALTER TABLE full_tmpl.users ADD CONSTRAINT users_key PRIMARY KEY (id);
+CREATE UNIQUE INDEX users_tenant_name ON full_tmpl.users (tenant, full_tmpl.normalize(name)) WITH (fillfactor = 80);
+COMMENT ON INDEX full_tmpl.users_tenant_name IS 'one name per tenant';
+CREATE STATISTICS full_tmpl.users_stats ON tenant, status FROM full_tmpl.users;
 CREATE TABLE full_tmpl.photos (user_id bigint NOT NULL REFERENCES full_tmpl.users (id), caption text);
 SELECT insta_id.add_id_column('full_tmpl.photos', 'id', 0);
 CREATE FUNCTION full_tmpl.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
@@ -68,9 +80,18 @@ SELECT count(*) AS objects_after FROM insta_id._describe_schemas(ARRAY['insta201
 -- procedure, the materialized view.
 SET ROLE insta_id_regress_writer;
 SET app.tenant = 'a';
-INSERT INTO insta201.users (name) VALUES ('ann') RETURNING insta_id.shard_id(id), updated_at IS NOT NULL AS touched;
+INSERT INTO insta201.users (name) VALUES ('ann') RETURNING insta_id.shard_id(id), updated_at IS NOT NULL AS touched, status;
 INSERT INTO insta201.users (name, tenant) VALUES ('bob', 'b');
 \echo :LAST_ERROR_SQLSTATE
+-- the types, their constraints and the CHECKs, the shard's own
+INSERT INTO insta201.users (name, status) VALUES ('cy', 'gone');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO insta201.users (name) VALUES ('');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO insta201.users (name) VALUES ('ANN');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS typed_columns_in_shard FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
+WHERE a.attrelid = 'insta201.users'::regclass AND y.typnamespace = 'insta201'::regnamespace;
 INSERT INTO insta201.photos (user_id, caption) SELECT id, c FROM insta201.users, unnest(ARRAY['x', 'y']) c;
 RESET ROLE;
 SELECT id AS ann FROM insta201.users \gset
@@ -88,13 +109,14 @@ RESET app.tenant;
 -- What a copy cannot hold, or would still tie to the template, is refused
 -- before any shard is made, each object named (0A000).
 CREATE SCHEMA bad_tmpl;
-CREATE TYPE bad_tmpl.mood AS ENUM ('ok');
+CREATE TYPE bad_tmpl.span AS RANGE (subtype = int4);
 CREATE TABLE bad_tmpl.events (at date NOT NULL) PARTITION BY RANGE (at);
 CREATE AGGREGATE bad_tmpl.total(int) (sfunc = int4pl, stype = int);
 CREATE TABLE bad_tmpl.t (a int);
 CREATE FUNCTION bad_tmpl.pick() RETURNS int LANGUAGE sql AS $$ SELECT a FROM bad_tmpl.t LIMIT 1 $$;
 CREATE FUNCTION bad_tmpl.one() RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
-CREATE TABLE bad_tmpl.u (a int DEFAULT bad_tmpl.one(), r bad_tmpl.t);
+CREATE TABLE bad_tmpl.u (a int GENERATED ALWAYS AS (bad_tmpl.one()) STORED, r bad_tmpl.t);
+CREATE DOMAIN bad_tmpl.positive AS int CHECK (VALUE > bad_tmpl.one());
 CREATE RULE no_delete AS ON DELETE TO bad_tmpl.t DO INSTEAD NOTHING;
 SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
 \echo :LAST_ERROR_SQLSTATE
