@@ -413,7 +413,8 @@ BEGIN
                        SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
                        UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
                        UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
-                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd')) x
+                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl
+                                     AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))) x
                    WHERE o <> current_user::regrole));
 END
 $$;
