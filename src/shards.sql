@@ -249,7 +249,7 @@ BEGIN
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     JOIN pg_attrdef d ON d.adrelid = c.oid
     JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-    WHERE n.nspname = template AND c.relkind = 'r'
+    WHERE n.nspname = template AND c.relkind IN ('r', 'p')
       AND EXISTS (SELECT FROM pg_depend dep
                   WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
                     AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
@@ -264,13 +264,35 @@ BEGIN
     -- Objects a copy would leave out, or that would still use the
     -- template's objects in every copy: refused by name, never skipped.
     SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
-        SELECT format('%s %I.%I', CASE c.relkind WHEN 'p' THEN 'partitioned table' WHEN 'f' THEN 'foreign table'
-                      WHEN 'S' THEN 'sequence' ELSE 'partition' END, template, c.relname) AS what
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'f' THEN 'foreign table' WHEN 'S' THEN 'sequence' END,
+                      template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND (c.relkind IN ('p', 'f') OR c.relispartition
+        WHERE n.nspname = template AND (c.relkind = 'f'
               -- a sequence not made for a column (next_id's, identity's)
               OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                       AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+        UNION ALL
+        -- A partition and its partitioned table are copied together.
+        SELECT format('partition %s of %s (one of them outside the template)', h.inhrelid::regclass, h.inhparent::regclass)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
+        JOIN pg_namespace n ON n.nspname = template
+        WHERE c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = n.oid) <> (p.relnamespace = n.oid)
+        UNION ALL
+        SELECT format('inheritance of %I.%I', template, c.relname)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND c.relkind = 'r' AND NOT c.relispartition
+        UNION ALL
+        -- (the key is made with the table, before the copy's functions and its types' columns)
+        SELECT DISTINCT format('partitioned table %I.%I (its partition key uses function %s)', template, c.relname, d.refobjid::regprocedure)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_proc'::regclass
+        WHERE n.nspname = template AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        SELECT format('partitioned table %I.%I (its partition key uses type %s)', template, c.relname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (pt.partattrs::int2[])
+        JOIN pg_type y ON y.oid = a.atttypid
+        WHERE n.nspname = template AND y.typnamespace = n.oid
         UNION ALL
         SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = template AND p.prokind = 'a'
@@ -300,7 +322,7 @@ BEGIN
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
         JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
         JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-        WHERE n.nspname = template AND c.relkind = 'r'
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p')
           AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
             OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
         UNION ALL
@@ -320,12 +342,12 @@ BEGIN
         JOIN pg_type y ON y.oid = a.atttypid
         LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
         JOIN pg_class r ON r.oid IN (y.typrelid, e.typrelid) AND r.relkind <> 'c'
-        WHERE n.nspname = template AND c.relkind = 'r' AND r.relnamespace = n.oid) o;
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p') AND r.relnamespace = n.oid) o;
     IF uncopyable IS NOT NULL THEN
         RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = format('Not copied: %s.', uncopyable),
-                  HINT = 'A copy holds tables (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+                  HINT = 'A copy holds tables, partitioned tables with their partitions (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
     END IF;
 END
 $$;
@@ -480,8 +502,10 @@ BEGIN
     -- Triggers, row-level security and policies of tables and views, and ownership.
     RETURN jsonb_build_object('objects', out, 'after', coalesce((
         SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
+            -- (a partitioned table's trigger is cloned onto its partitions)
             SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, pg_get_triggerdef(t.oid, true) AS stmt
-            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = tmpl AND NOT t.tgisinternal
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgparentid = 0
             UNION ALL
             SELECT 2, c.relname, t.tgname, format('ALTER TABLE %I %s TRIGGER %I', c.relname,
                        CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
@@ -511,7 +535,7 @@ BEGIN
             FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
             UNION ALL
             SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
-            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND c.relowner <> current_user::regrole) s), '[]'),
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.relowner <> current_user::regrole) s), '[]'),
         -- Enum, composite and domain types, in creation order, with their
         -- constraints, grants and comments; then what they are owned by.
         'types', coalesce((
@@ -556,49 +580,64 @@ BEGIN
         -- given the copy's types ('retype'), and once the copy's functions
         -- exist, the defaults and CHECKs deparsed ('late').
         'deparsed_tables', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.relname) FROM pg_class c
-                                     WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)), '[]'),
+                                     WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND insta_id._tied_to_schema(c.oid)), '[]'),
         'retype', coalesce((
-            SELECT jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
+            SELECT jsonb_object_agg(relname, stmts) FROM (
+            SELECT c.relname, jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
                                     format_type(a.atttypid, a.atttypmod),
-                                    ' COLLATE ' || nullif(a.attcollation, y.typcollation)::regcollation::text) ORDER BY c.relname, a.attnum)
+                                    ' COLLATE ' || nullif(a.attcollation, y.typcollation)::regcollation::text) ORDER BY a.attnum) AS stmts
             FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
             JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
-            WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND tmpl IN (y.typnamespace, e.typnamespace)), '[]'),
+            -- (a partition's follow its parent's)
+            WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
+            GROUP BY c.relname) r), '{}'),
         'late', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
                 SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
                        format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid, true)) AS stmt
                 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
                 JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
                   AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
                 UNION ALL
                 SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
-                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                UNION ALL
+                -- A partition is made without LIKE: its own comments.
+                SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
+                FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relispartition
                 UNION ALL
                 SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
                 JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND insta_id._tied_to_schema(c.oid)) s), '[]'),
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                  AND k.conislocal) s), '[]'),
         'indexes', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
+                -- A partitioned table's index (made ON ONLY it, for pg_dump)
+                -- is made for its partitions too; theirs are not made again.
                 SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
-                       CASE WHEN k.oid IS NULL THEN pg_get_indexdef(x.indexrelid, 0, true)
-                            ELSE format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true)) END AS stmt
+                       CASE WHEN k.oid IS NOT NULL
+                            THEN format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                            WHEN c.relkind = 'p'
+                            THEN regexp_replace(pg_get_indexdef(x.indexrelid, 0, true), ' ON ONLY ', ' ON ')
+                            ELSE pg_get_indexdef(x.indexrelid, 0, true) END AS stmt
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
                 LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                  AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = x.indexrelid)
                 UNION ALL
                 SELECT c.relname, 2, d.objoid, format('COMMENT ON INDEX %I IS %L', i.relname, d.description)
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
                 JOIN pg_description d ON d.objoid = i.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT c.relname, 2, d.objoid, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
                 JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND k.conparentid = 0
                 UNION ALL
                 SELECT c.relname, 3, x.indexrelid, format('ALTER TABLE %I CLUSTER ON %I', c.relname, i.relname)
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
@@ -608,12 +647,12 @@ BEGIN
                 SELECT c.relname, 4, x.oid, 'CREATE STATISTICS ' || substr(pg_get_statisticsobjdef(x.oid),
                            length(format('CREATE STATISTICS %I.', x.stxnamespace::regnamespace::name)) + 1)
                 FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r'
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
                 FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
                 JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r') s), '[]'),
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')) s), '[]'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
         'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
@@ -650,20 +689,29 @@ RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident
+    -- Partitioned tables before their partitions (which inherit the columns,
+    -- defaults, next_id's included, and get the parent's indexes).
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident, c.relispartition,
+                      CASE WHEN c.relispartition THEN (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent
+                                                       WHERE h.inhrelid = c.oid) END AS parent,
+                      CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END AS bound,
+                      CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END AS partition_by,
+                      (SELECT count(*) FROM pg_partition_ancestors(c.oid)) AS depth
                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = template AND c.relkind = 'r')
+               WHERE n.nspname = template AND c.relkind IN ('r', 'p'))
     SELECT jsonb_build_object(
         'template', template,
         'cache', CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END,
         'tables', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'id_columns', coalesce((
+            SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('rel', t.relname,
+                   'partition_of', t.parent, 'bound', t.bound, 'partition_by', t.partition_by,
+                   'id_columns', coalesce((
                        SELECT jsonb_agg(jsonb_build_object('col', a.attname,
                                   'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
                                   'sequence_grants', insta_id._grants(s.relacl, s.relowner)) ORDER BY a.attnum)
                        FROM pg_attribute a
                        LEFT JOIN pg_class s ON s.oid = pg_get_serial_sequence(format('%I.%I', template, t.relname), a.attname)::regclass
-                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped AND NOT t.relispartition
                          AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'),
                    'grants', insta_id._grants(t.relacl, t.relowner),
                    'column_grants', coalesce((SELECT jsonb_agg(jsonb_build_object('col', a.attname, 'grants',
@@ -672,8 +720,8 @@ AS $$
                    'replica_identity', CASE t.relreplident WHEN 'f' THEN 'FULL' WHEN 'n' THEN 'NOTHING'
                                        WHEN 'i' THEN (SELECT format('USING INDEX %I', i.relname) FROM pg_index x
                                                       JOIN pg_class i ON i.oid = x.indexrelid
-                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END)
-                   ORDER BY t.relname)
+                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END))
+                   ORDER BY t.depth, t.relname)
             FROM t), '[]'),
         'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
         'migrations', insta_id._migrations_of(template),
@@ -681,7 +729,7 @@ AS $$
         'foreign_keys', coalesce((
             SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
                    ORDER BY t.relname, k.conname)
-            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f'), '[]'))
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f' AND k.conparentid = 0), '[]'))
 $$;
 
 -- Copies every table of a template into schema target, from the template's
@@ -717,10 +765,24 @@ BEGIN
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
-        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)',
-                       target, src->>'rel', template, src->>'rel',
-                       CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END);
+        IF src ? 'partition_of' THEN
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
+                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
+        ELSE
+            EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                           target, src->>'rel', template, src->>'rel',
+                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                           ' PARTITION BY ' || (src->>'partition_by'));
+        END IF;
         tbl := format('%I.%I', target, src->>'rel')::regclass;
+        -- Columns of the template's types get the copy's (before any partition exists).
+        IF extra->'retype' ? (src->>'rel') THEN
+            PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+            FOR stmt IN SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel')) LOOP
+                EXECUTE stmt;
+            END LOOP;
+            PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        END IF;
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
                 -- What add_id_column would do to the copy (bigint NOT NULL,
@@ -742,10 +804,6 @@ BEGIN
         END LOOP;
     END LOOP;
     PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-    -- Columns of the template's types get the copy's.
-    FOR stmt IN SELECT jsonb_array_elements_text(extra->'retype') LOOP
-        EXECUTE stmt;
-    END LOOP;
     -- Functions, procedures and views, each after what it uses.
     FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
         FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
@@ -1334,7 +1392,10 @@ AS $$
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
-    SELECT nsp, replace(object, prefix, '<schema>.'), replace(detail, prefix, '<schema>.') FROM raw
+    -- (the schema's name only where a name starts: schema t must not turn
+    -- events_rest.at into events_res<schema>.at)
+    SELECT nsp, regexp_replace(object, pattern, '\1<schema>.', 'g'), regexp_replace(detail, pattern, '\1<schema>.', 'g')
+    FROM (SELECT raw.*, '(^|[^[:alnum:]_$"])' || regexp_replace(prefix, '([^[:alnum:]_])', '\\\1', 'g') AS pattern FROM raw) r
 $$;
 
 -- Which registered shards differ from a template, and how: one row per

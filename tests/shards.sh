@@ -39,14 +39,14 @@ BEGIN
   END LOOP;
 END $$;
 SQL
-check "64 shards registered" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 3")" 64
+check "64 shards registered, each with the template's 6 tables" "$(q -d app -c "SELECT count(*) FROM insta_id.shards WHERE tables = 6")" 64
 # schema_ddl DB SCHEMA SHARD: pg_dump -s of one schema, its name and next_id's shard number as placeholders.
 schema_ddl() {
   pg_dump -s -n "$2" "$1" | grep -v '^\\\(un\)\?restrict ' | sed -E "s/\b$2\b/<schema>/g; s/insta_id\.next_id\($3, /insta_id.next_id(<shard>, /g"
 }
 check "a shard's pg_dump -s is the template's, object for object (functions, trigger, views, policy, grants, owners)" \
   "$(diff <(schema_ddl app template 0) <(schema_ddl app insta1 1) && echo same)" same
-check "the copy has them all" "$(schema_ddl app insta1 1 | grep -cE '^CREATE (FUNCTION|TRIGGER|VIEW|MATERIALIZED VIEW|POLICY|UNIQUE INDEX photo_counts)|^ALTER TABLE <schema>.likes ENABLE ROW|OWNER TO app_writer|^GRANT SELECT ON TABLE <schema>.photo_captions TO app_writer')" 10
+check "the copy has them all" "$(schema_ddl app insta1 1 | grep -cE '^CREATE (FUNCTION|TRIGGER|VIEW|MATERIALIZED VIEW|POLICY|UNIQUE INDEX photo_counts|TYPE <schema>.visibility)|^ALTER TABLE <schema>.likes ENABLE ROW|OWNER TO app_writer|^GRANT SELECT ON TABLE <schema>.photo_captions TO app_writer|^ALTER TABLE ONLY <schema>.events ATTACH PARTITION')" 13
 # A migration of the template and all 64 shards, recorded per schema.
 q -d app -c "SET client_min_messages = warning" \
   -c "CALL insta_id.migrate('0001_photos_likes', 'template', \$\$ALTER TABLE photos ADD COLUMN likes int NOT NULL DEFAULT 0; CREATE INDEX photos_likes_idx ON photos (likes)\$\$)"
@@ -57,7 +57,7 @@ pg_dump -Fc -f "$dump/app.dump" app
 q -d postgres -c "CREATE DATABASE restored"
 pg_restore -d restored "$dump/app.dump"
 check "restored: the registry came with the dump" \
-  "$(q -d restored -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 3" -F ' ')" "64 1 64"
+  "$(q -d restored -c "SELECT count(*), min(shard_id), max(shard_id) FROM insta_id.shards WHERE tables = 6" -F ' ')" "64 1 64"
 q -d restored -c "DO \$\$ BEGIN FOR s IN 1..64 LOOP
     EXECUTE format('INSERT INTO insta%1\$s.photos (user_id, caption) SELECT id, ''after'' FROM insta%1\$s.users', s);
   END LOOP; END \$\$"
@@ -68,6 +68,8 @@ check "restored: every ID decodes to the shard that holds it" \
   "$(q -d restored -c "SELECT count(*) FROM all_photo_ids() WHERE insta_id.shard_id(id) <> shard")" 0
 check "restored: each shard holds every object it had" \
   "$(diff <(schema_ddl app insta5 5) <(schema_ddl restored insta5 5) && echo same)" same
+check "restored: the partitioned table routes rows and mints the shard's IDs" \
+  "$(q -d restored -F ' ' -c "INSERT INTO insta5.events (user_id, at) SELECT min(id), '2026-06-01' FROM insta5.users RETURNING tableoid::regclass, insta_id.shard_id(id)")" "insta5.events_2026 5"
 check "restored: the trigger, view and materialized view work" \
   "$(q -d restored -F ' ' -c "INSERT INTO insta5.photos (user_id) SELECT min(id) FROM insta5.users RETURNING caption" \
        -c "REFRESH MATERIALIZED VIEW CONCURRENTLY insta5.photo_counts" \

@@ -1,5 +1,7 @@
--- A complete template: functions (plpgsql, SQL-standard bodies, a row-type
--- argument, a SET search_path naming the template), a trigger, views on
+-- A complete template: enum, domain and composite types, tables using them,
+-- a partitioned table with partitions, functions (plpgsql, SQL-standard
+-- bodies, a row-type argument, a SET search_path naming the template),
+-- triggers, views on
 -- views, a materialized view with an index, row-level security and a policy
 -- calling a template function, grants on all of them and owners. A shard
 -- copy must hold each object as the template has it (shard_drift, and
@@ -31,6 +33,19 @@ COMMENT ON INDEX full_tmpl.users_tenant_name IS 'one name per tenant';
 CREATE STATISTICS full_tmpl.users_stats ON tenant, status FROM full_tmpl.users;
 CREATE TABLE full_tmpl.photos (user_id bigint NOT NULL REFERENCES full_tmpl.users (id), caption text);
 SELECT insta_id.add_id_column('full_tmpl.photos', 'id', 0);
+-- A partitioned table, partitions of two levels, one with an index and a CHECK of its own.
+CREATE TABLE full_tmpl.events (at date NOT NULL, region text NOT NULL, what text, user_id bigint REFERENCES full_tmpl.users (id))
+    PARTITION BY RANGE (at);
+SELECT insta_id.add_id_column('full_tmpl.events', 'id', 0);
+ALTER TABLE full_tmpl.events ADD PRIMARY KEY (id, at, region);
+CREATE INDEX events_what ON full_tmpl.events (what);
+CREATE TABLE full_tmpl.events_2025 PARTITION OF full_tmpl.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+CREATE TABLE full_tmpl.events_2026 PARTITION OF full_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')
+    PARTITION BY LIST (region);
+CREATE TABLE full_tmpl.events_2026_eu PARTITION OF full_tmpl.events_2026 FOR VALUES IN ('eu');
+CREATE TABLE full_tmpl.events_2026_other PARTITION OF full_tmpl.events_2026 DEFAULT;
+CREATE INDEX events_2025_at ON full_tmpl.events_2025 (at);
+ALTER TABLE full_tmpl.events_2025 ADD CONSTRAINT events_2025_what CHECK (what <> '');
 CREATE FUNCTION full_tmpl.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
 COMMENT ON FUNCTION full_tmpl.touch() IS 'sets updated_at';
 CREATE FUNCTION full_tmpl.photo_count(uid bigint) RETURNS bigint LANGUAGE sql STABLE
@@ -43,6 +58,9 @@ CREATE PROCEDURE full_tmpl.rename_user(uid bigint, new_name text) LANGUAGE sql
 REVOKE ALL ON FUNCTION full_tmpl.tenant_ok(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION full_tmpl.tenant_ok(text) TO insta_id_regress_writer;
 CREATE TRIGGER users_touch BEFORE INSERT OR UPDATE ON full_tmpl.users FOR EACH ROW EXECUTE FUNCTION full_tmpl.touch();
+CREATE FUNCTION full_tmpl.default_what() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN NEW.what := coalesce(NEW.what, 'something'); RETURN NEW; END $$;
+CREATE TRIGGER events_what BEFORE INSERT ON full_tmpl.events FOR EACH ROW EXECUTE FUNCTION full_tmpl.default_what();
 CREATE VIEW full_tmpl.user_stats WITH (security_barrier) AS
     SELECT u.id, full_tmpl.user_label(u) AS label, full_tmpl.photo_count(u.id) AS photos FROM full_tmpl.users u;
 COMMENT ON VIEW full_tmpl.user_stats IS 'per user';
@@ -94,6 +112,14 @@ SELECT count(*) AS typed_columns_in_shard FROM pg_attribute a JOIN pg_type y ON 
 WHERE a.attrelid = 'insta201.users'::regclass AND y.typnamespace = 'insta201'::regnamespace;
 INSERT INTO insta201.photos (user_id, caption) SELECT id, c FROM insta201.users, unnest(ARRAY['x', 'y']) c;
 RESET ROLE;
+-- rows routed to the shard's partitions, with the shard's IDs and the parent's trigger
+INSERT INTO insta201.events (at, region, user_id) SELECT d, r, u.id FROM insta201.users u,
+    (VALUES ('2025-03-01'::date, 'eu'), ('2026-03-01', 'eu'), ('2026-03-01', 'us')) v (d, r)
+RETURNING tableoid::regclass, insta_id.shard_id(id), what;
+\set VERBOSITY terse
+INSERT INTO insta201.events (at, region, what) VALUES ('2025-03-01', 'eu', '');
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
 SELECT id AS ann FROM insta201.users \gset
 CALL insta201.rename_user(:ann, 'anne');
 REFRESH MATERIALIZED VIEW CONCURRENTLY insta201.caption_counts;
@@ -110,7 +136,10 @@ RESET app.tenant;
 -- before any shard is made, each object named (0A000).
 CREATE SCHEMA bad_tmpl;
 CREATE TYPE bad_tmpl.span AS RANGE (subtype = int4);
-CREATE TABLE bad_tmpl.events (at date NOT NULL) PARTITION BY RANGE (at);
+CREATE TYPE bad_tmpl.kind AS ENUM ('a');
+CREATE TABLE bad_tmpl.events (at date NOT NULL, k bad_tmpl.kind) PARTITION BY LIST (k);
+CREATE TABLE bad_tmpl.logs (at date NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE public.stray_logs PARTITION OF bad_tmpl.logs DEFAULT;
 CREATE AGGREGATE bad_tmpl.total(int) (sfunc = int4pl, stype = int);
 CREATE TABLE bad_tmpl.t (a int);
 CREATE FUNCTION bad_tmpl.pick() RETURNS int LANGUAGE sql AS $$ SELECT a FROM bad_tmpl.t LIMIT 1 $$;
@@ -122,6 +151,7 @@ SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS made FROM insta_id.shards WHERE shard_id = 203;
 DROP SCHEMA bad_tmpl CASCADE;
+DROP TABLE IF EXISTS public.stray_logs;
 
 -- Ownership is given as in the template: a caller who may not do that fails whole.
 CREATE SCHEMA owned_tmpl AUTHORIZATION insta_id_regress_owner;
