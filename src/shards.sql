@@ -604,6 +604,10 @@ BEGIN
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
                 UNION ALL
+                -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
+                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, array_to_string(c.reloptions, ', '))
+                FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
+                UNION ALL
                 -- A partition is made without LIKE: its own comments.
                 SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
                 FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
@@ -653,6 +657,7 @@ BEGIN
                 FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
                 JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')) s), '[]'),
+        'schema_comment', obj_description(tmpl, 'pg_namespace'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
         'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
@@ -691,7 +696,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- Partitioned tables before their partitions (which inherit the columns,
     -- defaults, next_id's included, and get the parent's indexes).
-    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident, c.relispartition,
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident, c.relispartition, c.relpersistence,
                       CASE WHEN c.relispartition THEN (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent
                                                        WHERE h.inhrelid = c.oid) END AS parent,
                       CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END AS bound,
@@ -705,6 +710,7 @@ AS $$
         'tables', coalesce((
             SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('rel', t.relname,
                    'partition_of', t.parent, 'bound', t.bound, 'partition_by', t.partition_by,
+                   'unlogged', CASE WHEN t.relpersistence = 'u' THEN true END,
                    'id_columns', coalesce((
                        SELECT jsonb_agg(jsonb_build_object('col', a.attname,
                                   'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
@@ -769,8 +775,8 @@ BEGIN
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
                            src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
         ELSE
-            EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
-                           target, src->>'rel', template, src->>'rel',
+            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
                            CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
                            ' PARTITION BY ' || (src->>'partition_by'));
         END IF;
@@ -838,6 +844,9 @@ BEGIN
                 UNION ALL SELECT jsonb_array_elements_text(extra->'type_owners') LOOP
         EXECUTE stmt;
     END LOOP;
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
     IF extra->>'schema_owner' IS NOT NULL THEN
         EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
     END IF;

@@ -31,6 +31,13 @@ ALTER TABLE full_tmpl.users ADD CONSTRAINT users_key PRIMARY KEY (id);
 CREATE UNIQUE INDEX users_tenant_name ON full_tmpl.users (tenant, full_tmpl.normalize(name)) WITH (fillfactor = 80);
 COMMENT ON INDEX full_tmpl.users_tenant_name IS 'one name per tenant';
 CREATE STATISTICS full_tmpl.users_stats ON tenant, status FROM full_tmpl.users;
+ALTER TABLE full_tmpl.users SET (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
+COMMENT ON SCHEMA full_tmpl IS 'one shard''s tables';
+-- Names that need quoting, in every kind of object; an unlogged table.
+CREATE TYPE full_tmpl."Mood; --" AS ENUM ('o''k');
+CREATE UNLOGGED TABLE full_tmpl."Scratch ""pad""" (m full_tmpl."Mood; --" DEFAULT 'o''k', note text);
+CREATE VIEW full_tmpl."a view; DROP SCHEMA x" AS SELECT m AS "the ""mood""" FROM full_tmpl."Scratch ""pad""";
+CREATE FUNCTION full_tmpl."f(x)"("a b" int) RETURNS int LANGUAGE sql IMMUTABLE RETURN "a b" + 1;
 CREATE TABLE full_tmpl.photos (user_id bigint NOT NULL REFERENCES full_tmpl.users (id), caption text);
 SELECT insta_id.add_id_column('full_tmpl.photos', 'id', 0);
 -- A partitioned table, partitions of two levels, one with an index and a CHECK of its own.
