@@ -14,7 +14,8 @@
 #   pg_dump/pg_restore and a shard move; against a long transaction, the
 #   runner retries under lock_timeout while writers go on; a second runner
 #   is refused; out of retries it stops at the busy shard; killed (kill -9)
-#   it leaves no shard half-migrated; called again it goes on.
+#   it leaves no shard half-migrated; called again it goes on; run while
+#   create_shards_in_batches copies the template, every shard ends migrated.
 source "$(dirname "$0")/../scripts/harness.sh"
 dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$dump"
@@ -176,6 +177,24 @@ check "killed: after the restart shards 20..64 are still pending, shard 20 uncha
 q -d app -c "SET client_min_messages = warning" -c "CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text')"
 check "called again: every shard has it, none differs" \
   "$(q -d app -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.pending_migrations), (SELECT count(*) FROM insta_id.shard_drift('template'))")" "0 0"
+# A migration while shards are being created from the template: every shard
+# ends with it, made before the migration (the runner migrates it) or after
+# (copied from the migrated template, with its record), none half-way.
+psql -X -d app -c "CALL insta_id.create_shards_in_batches(100, 399, 'template', 5)" >"$runner_log" 2>&1 &
+creator=$!
+for _ in $(seq 600); do
+  [ "$(q -d app -c "SELECT count(*) >= 40 FROM insta_id.shard_registry WHERE shard_id >= 100")" = t ] && break
+  sleep 0.1
+done
+q -d app -c "SET client_min_messages = warning" -c "CALL insta_id.migrate('0005_photos_rating', 'template', 'ALTER TABLE photos ADD COLUMN rating int')"
+rc=0; wait $creator || rc=$?
+# (how it interleaved: a record made with the shard came with the copy, a later one from the runner)
+echo "     $(q -d app -c "SELECT format('%s shards copied with the migration, %s migrated by the runner',
+    count(*) FILTER (WHERE a.applied_at = r.created_at), count(*) FILTER (WHERE a.applied_at > r.created_at))
+  FROM insta_id.shard_registry r JOIN insta_id.applied_migrations a ON a.schema_name = r.schema_name
+  WHERE r.shard_id >= 100 AND a.migration = '0005_photos_rating'")"
+check "concurrent: all 300 shards made, none lacks the migration, none differs" \
+  "$rc $(q -d app -F ' ' -c "SELECT (SELECT count(*) FROM insta_id.shard_registry WHERE shard_id >= 100), (SELECT count(*) FROM insta_id.pending_migrations), (SELECT count(*) FROM insta_id.shard_drift('template'))")" "0 300 0 0"
 stop_cluster shards-a
 stop_cluster shards-b
 # All 8192 shards on a stock server: max_connections and max_locks_per_transaction
