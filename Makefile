@@ -16,7 +16,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
-        test-faults test-sqlsmith test-clients test-packages dist fuzz
+        test-faults test-sqlsmith test-clients test-packages test-move dist fuzz
 
 ## help: this list
 help:
@@ -39,6 +39,7 @@ test:
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-clients PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
 	@$(MAKE) -s test-pg-upgrade
+	@$(MAKE) -s test-move
 	@$(MAKE) -s test-packages
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
@@ -142,6 +143,13 @@ fuzz:
 	@scripts/setup.sh faults
 	@scripts/build.sh install ci
 	@tests/sqlsmith.sh 50000
+
+## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes
+test-move:
+	@scripts/setup.sh $(NEWEST) upgrade-source
+	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
+	@PG=$(NEWEST) scripts/build.sh install ci
+	@tests/move.sh
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
