@@ -7,7 +7,7 @@
 # run inside a transaction block (so not in a function), the cutover needs one
 # session holding locks on the old server while another waits on the new one,
 # and an operator runs it from where both servers are reachable.
-# Steps (each printed with its duration):
+# Steps (each printed with its duration; MOVE_COPY_SECONDS bounds the copy, default 3600):
 #  1. checks: wal_level = logical on FROM; the shard registered there; its
 #     schema absent on TO; every table has a primary key or replica identity
 #  2. DDL: pg_dump -s -n <schema> FROM | psql TO
@@ -50,7 +50,16 @@ qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"$schema\""
 qt -c "CREATE SUBSCRIPTION $name CONNECTION '$from' PUBLICATION $name"
 
 step "waiting for the copy"
-until [ "$(qt -c "SELECT count(*) FILTER (WHERE srsubstate <> 'r') FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = '$name'")" = 0 ]; do sleep 0.2; done
+# wait_for SECONDS WHAT COMMAND...: until COMMAND prints t, at most SECONDS.
+wait_for() {
+  local until=$((SECONDS + $1)) what=$2; shift 2
+  until [ "$("$@")" = t ]; do
+    [ $SECONDS -lt $until ] || die "gave up waiting for $what"
+    sleep 0.05
+  done
+}
+wait_for "${MOVE_COPY_SECONDS:-3600}" "the initial copy" qt -c "SELECT count(*) FILTER (WHERE srsubstate <> 'r') = 0 FROM pg_subscription_rel r
+                                         JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = '$name'"
 
 step "cutover"
 tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '$schema' AND c.relkind IN ('r', 'p')")
@@ -58,7 +67,8 @@ seqs=$(qf -c "SELECT format('%I.%I', schemaname, sequencename) FROM pg_sequences
 coproc CUT { psql -X -qtA -v ON_ERROR_STOP=1 "$from" 2>&1; }
 echo "BEGIN; LOCK TABLE $tables IN EXCLUSIVE MODE; SELECT pg_current_wal_insert_lsn();" >&"${CUT[1]}"
 read -r lsn <&"${CUT[0]}"
-until [ "$(qf -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = '$name'")" = t ]; do sleep 0.05; done
+[[ "$lsn" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] || die "cutover on the old server: $lsn"
+wait_for 60 "the subscription to apply $lsn" qf -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = '$name'"
 # Sequences: logical replication does not carry them; read them under the lock.
 while read -r seq; do
   [ -n "$seq" ] || continue

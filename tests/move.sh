@@ -31,7 +31,7 @@ psql -X -q -v ON_ERROR_STOP=1 "$old" -f "$repo/tests/fixtures/shard_template.sql
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
   -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null 2>&1
 q() { psql -X -qtA "$@"; }
-move() { "$repo/scripts/move_shard.sh" "$@" 2>&1; }
+move() { MOVE_COPY_SECONDS=120 "$repo/scripts/move_shard.sh" "$@" 2>&1; }
 
 check "refused: a shard not registered on the old server" "$(move 99 "$old" "$new" | tail -n1)" \
   "move_shard: shard 99 is not registered on the old server"
