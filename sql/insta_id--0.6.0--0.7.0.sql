@@ -177,6 +177,37 @@ BEGIN
 END
 $$;
 
+-- GRANT statements giving what _grants listed on an object ("TABLE
+-- insta7.users", "FUNCTION f(integer)", ...), to columns when given
+-- ("(name)"); first a REVOKE from PUBLIC when revoke_public (an ACL other
+-- than the default one, which may have taken PUBLIC's rights away).
+CREATE FUNCTION insta_id._grant_statements(grants jsonb, object text, columns text DEFAULT '',
+                                           revoke_public boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN revoke_public THEN jsonb_build_array(format('REVOKE ALL ON %s FROM PUBLIC', object)) ELSE '[]' END
+        || coalesce((SELECT jsonb_agg(format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
+                                             CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END))
+                     FROM jsonb_array_elements(coalesce(grants, '[]')) g), '[]')
+$$;
+
+-- Grants what _grants listed (see _grant_statements).
+CREATE OR REPLACE FUNCTION insta_id._grant(grants jsonb, object text, columns text DEFAULT '')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    stmt text;
+BEGIN
+    FOR stmt IN SELECT jsonb_array_elements_text(insta_id._grant_statements(grants, object, columns)) LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$$;
+
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
 -- a column of one of the schema's types (or an array of one), or a default
 -- or CHECK using one of its types or functions.
@@ -195,21 +226,6 @@ AS $$
                                                                                  WHERE k.conrelid = tbl AND k.contype = 'c')))
                      AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = nsp.oid))
                        OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = nsp.oid))))
-$$;
-
--- GRANT statements giving again what an ACL grants (the owner's own left
--- out), after a REVOKE from PUBLIC when the ACL is not the default one;
--- object as in GRANT ("FUNCTION f(integer)", "TABLE v").
-CREATE FUNCTION insta_id._grant_statements(acl aclitem[], owner oid, object text)
-RETURNS jsonb
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT CASE WHEN acl IS NULL THEN '[]'::jsonb ELSE
-        jsonb_build_array(format('REVOKE ALL ON %s FROM PUBLIC', object))
-        || coalesce((SELECT jsonb_agg(format('GRANT %s ON %s TO %s%s', g->>'privilege', object, g->>'grantee',
-                                             CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END))
-                     FROM jsonb_array_elements(insta_id._grants(acl, owner)) g), '[]') END
 $$;
 
 -- What a copy of template holds besides its tables: its functions and
@@ -275,7 +291,8 @@ BEGIN
     SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('key', o.key, 'sort', o.sort,
                'uses', to_jsonb(ARRAY(SELECT u FROM unnest(o.uses) u WHERE u IN (SELECT key FROM obj) AND u <> o.key)),
                'sql', o.ddl
-                      || insta_id._grant_statements(o.acl, o.owner, CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig)
+                      || insta_id._grant_statements(insta_id._grants(o.acl, o.owner),
+                             CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
                'path', CASE WHEN o.path @> '["@"]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
@@ -355,8 +372,8 @@ BEGIN
                 WHERE y.typnamespace = tmpl AND y.typtype = 'd'
                 UNION ALL
                 SELECT y.oid, 3, g
-                FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(y.typacl, y.typowner,
-                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname))) g
+                FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) g
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
                 UNION ALL
                 SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
@@ -969,7 +986,10 @@ RETURNS TABLE (nsp oid, object text, detail text)
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH s AS (SELECT n.oid, quote_ident(n.nspname) || '.' AS prefix FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    -- The schema's name, as a pattern matching it only where a name starts
+    -- (schema t must not turn events_rest.at into events_res<schema>.at).
+    WITH s AS (SELECT n.oid, '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g') AS prefix
+               FROM pg_namespace n WHERE n.oid = ANY (nsps)),
     rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
                    c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
             FROM pg_class c JOIN s ON s.oid = c.relnamespace
@@ -1051,10 +1071,7 @@ AS $$
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
-    -- (the schema's name only where a name starts: schema t must not turn
-    -- events_rest.at into events_res<schema>.at)
-    SELECT nsp, regexp_replace(object, pattern, '\1<schema>.', 'g'), regexp_replace(detail, pattern, '\1<schema>.', 'g')
-    FROM (SELECT raw.*, '(^|[^[:alnum:]_$"])' || regexp_replace(prefix, '([^[:alnum:]_])', '\\\1', 'g') AS pattern FROM raw) r
+    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g') FROM raw
 $$;
 
 REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
