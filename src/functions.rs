@@ -477,6 +477,27 @@ pub unsafe extern "C-unwind" fn insta_id_high_water_mark(fcinfo: FunctionCallInf
     }
 }
 
+v1!(pg_finfo_insta_id_raise_high_water_mark);
+/// `insta_id.raise_high_water_mark(at timestamptz) RETURNS timestamptz`: no
+/// ID of this server is made in a millisecond up to `at` from now on (a shard
+/// moved in from a server whose clock is ahead). Returns the mark on disk.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_raise_high_water_mark(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one timestamptz argument.
+    let ms = clock::timestamptz_to_unix_ms(unsafe { arg_i64(fcinfo, 0) });
+    let epoch = settings::epoch_ms();
+    ok_or_raise(layout::check_ms(ms - epoch), epoch);
+    if !crate::mark::may_raise_to(ms, clock::now_unix_ms()) {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "the high-water mark may be raised to at most one hour ahead of this server's clock",
+            "Every ID of this server would be made in a later millisecond than its clock until the clock got there.",
+        );
+    }
+    Datum::from(clock::unix_ms_to_timestamptz(guard_store::raise_mark(ms)))
+}
+
 /// A double precision Datum (passed by value on 64-bit platforms).
 fn float8(x: f64) -> Datum {
     Datum::from(x.to_bits())

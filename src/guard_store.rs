@@ -296,6 +296,18 @@ pub fn reset_stats() {
     store.header.stats_reset.store(now, Ordering::Relaxed);
 }
 
+/// Counts every millisecond up to `ms` as used, durably: the mark on disk
+/// first, then every sequence in the guard's table (with the per-session
+/// guard, this session's; later sessions read the mark). Returns the mark.
+pub fn raise_mark(ms: i64) -> i64 {
+    let store = store();
+    if let Err(e) = store.header.mark.cover(ms, mark_file) {
+        mark_error(e)
+    }
+    Table::new(store.buckets).raise_floor(ms);
+    mark_on_disk().unwrap_or(ms)
+}
+
 /// The mark on disk (ms since 1970), for insta_id.high_water_mark().
 pub fn mark_on_disk() -> Option<i64> {
     mark_file().read().unwrap_or_else(|e| mark_error(e))

@@ -125,6 +125,17 @@ AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
 COMMENT ON FUNCTION insta_id.high_water_mark() IS
 'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
 
+-- A shard moved in from a server whose clock is ahead of this one's: every
+-- millisecond up to the old server's mark counts as used here too (docs/shards.md,
+-- "Moving a logical shard online"). Superuser only: it moves every sequence's
+-- IDs ahead of the clock until the clock passes the mark.
+CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz)
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_raise_high_water_mark';
+COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
+'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this server, durably; returns the mark';
+
 -- What the duplicate guard did: per sequence in its table, and in total.
 -- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
 -- server with the per-session guard would read its own empty table).
@@ -177,6 +188,7 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA insta_id TO PUBLIC;
 GRANT SELECT ON insta_id.guard_stats, insta_id.guard_stats_total TO PUBLIC;
 -- Like pg_stat_reset(): superuser, or whom the superuser grants it to.
 REVOKE EXECUTE ON FUNCTION insta_id.guard_stats_reset() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION insta_id.raise_high_water_mark(timestamptz) FROM PUBLIC;
 
 -- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
 -- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.

@@ -58,6 +58,18 @@ pub fn need(ms: i64, durable: i64) -> Need {
     }
 }
 
+/// How far ahead of the server's clock `raise_high_water_mark` may put the
+/// mark. Carrying a moved shard's last millisecond needs the clock difference
+/// of two servers (seconds); a mark further ahead is a typo that would hold
+/// every sequence of the server ahead of its clock until the clock got there.
+pub const MAX_RAISE_AHEAD_MS: i64 = 3_600_000;
+
+/// Whether the mark may be raised to `ms` on a server whose clock reads `now`.
+#[inline]
+pub fn may_raise_to(ms: i64, now: i64) -> bool {
+    ms <= now.saturating_add(MAX_RAISE_AHEAD_MS)
+}
+
 /// The file's content: a magic, the mark, and a checksum of both, 24 bytes
 /// written in one `pwrite` at offset 0 (a sector write, atomic as
 /// pg_control's own writes are assumed to be).
@@ -381,5 +393,13 @@ mod tests {
         ));
         assert!(!fresh.is_loaded());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_raise_may_go_up_to_an_hour_ahead_of_the_clock() {
+        assert!(may_raise_to(1_000, 5_000)); // behind the clock: a no-op, allowed
+        assert!(may_raise_to(5_000 + MAX_RAISE_AHEAD_MS, 5_000));
+        assert!(!may_raise_to(5_001 + MAX_RAISE_AHEAD_MS, 5_000));
+        assert!(!may_raise_to(i64::MAX, 5_000));
     }
 }

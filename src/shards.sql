@@ -1105,6 +1105,7 @@ DECLARE
     started timestamptz := pg_catalog.clock_timestamp();
     reported timestamptz := started;
     holder int;
+    moving int[] := '{}';
     err_state text;
     err_message text;
     err_detail text;
@@ -1169,6 +1170,14 @@ BEGIN
             last_shard := target_shard;
         END IF;
 
+        -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
+        -- is not replicated, so it would miss the copy on the new server.
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
         attempt := 0;
         LOOP
             BEGIN
@@ -1221,6 +1230,14 @@ BEGIN
             reported := clock_timestamp();
         END IF;
     END LOOP;
+    COMMIT;
+    IF moving <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
+                        array_to_string(moving, ', ')
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
+    END IF;
     RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
         (SELECT count(*) FROM insta_id.shard_registry) - shards_done;
 END
@@ -1262,6 +1279,37 @@ END
 $$;
 COMMENT ON FUNCTION insta_id.drop_shard(int, boolean) IS
 'Drops a logical shard: its schema and registry row; refuses while it has rows unless force';
+
+-- A shard being moved to another server (scripts/move_shard.sh): the mover
+-- holds this lock, for its session, from its checks until the shard has left;
+-- insta_id.migrate skips the shard meanwhile. Two movers of one shard, or a
+-- mover and a migration running on it, exclude each other.
+CREATE FUNCTION insta_id.lock_shard_for_move(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    holder int;
+BEGIN
+    PERFORM insta_id._check_shard_id(lock_shard_for_move.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = lock_shard_for_move.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_try_advisory_lock(1768515634, lock_shard_for_move.shard_id) THEN
+        SELECT l.pid INTO holder FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.classid = 1768515634 AND l.objid = lock_shard_for_move.shard_id
+          AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() LIMIT 1;
+        RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
+            USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);
+    END IF;
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.lock_shard_for_move(int) IS
+'Marks a shard as being moved for the rest of the session (insta_id.migrate skips it); returns its schema';
 
 CREATE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
 RETURNS void
@@ -1450,7 +1498,8 @@ COMMENT ON FUNCTION insta_id.shard_drift(text) IS
 REVOKE EXECUTE ON FUNCTION
     insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
     insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
-    insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int)
+    insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int),
+    insta_id.lock_shard_for_move(int)
 FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
     insta_id.migrate(text, text, text, text, int) FROM PUBLIC;

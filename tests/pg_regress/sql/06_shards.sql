@@ -198,6 +198,18 @@ SELECT insta_id.adopt_shard('moved', 31);
 SELECT insta_id.adopt_shard('moved', 30);
 SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
 
+-- lock_shard_for_move marks a shard as being moved for the session (what
+-- insta_id.migrate does then: tests/move.sh, with real sessions); it names
+-- the shard's schema, and refuses a shard that is not here.
+SELECT insta_id.lock_shard_for_move(30) AS schema_name,
+       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 30
+          AND pid = pg_backend_pid()) AS locks_held;
+SELECT pg_advisory_unlock(1768515634, 30) AS released;
+SELECT insta_id.lock_shard_for_move(31);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.lock_shard_for_move(8192);
+\echo :LAST_ERROR_SQLSTATE
+
 -- Only superusers, and roles granted EXECUTE, may create or drop shards.
 CREATE ROLE insta_id_regress_user;
 SET ROLE insta_id_regress_user;

@@ -94,6 +94,21 @@ SELECT insta_id.next_id(1, 0::oid::regclass);
 \echo :LAST_ERROR_SQLSTATE
 -- The high-water mark is past every ID the server issued.
 SELECT insta_id.high_water_mark() >= insta_id.created_at(insta_id.next_id(1, 'b')) AS mark_covers_the_newest_id;
+-- Raising it (a shard moved in from a server whose clock is ahead): the
+-- mark on disk covers it and the next ID of every sequence is later.
+SELECT clock_timestamp() + interval '300 ms' AS raise_to \gset
+SELECT insta_id.raise_high_water_mark(:'raise_to') >= :'raise_to' AS mark_raised,
+       insta_id.high_water_mark() >= :'raise_to' AS on_disk;
+SELECT insta_id.created_at(insta_id.next_id(1, 'b')) > :'raise_to' AS next_id_after_it,
+       insta_id.created_at(insta_id.next_id(2, 'tmp_seq')) > :'raise_to' AS other_sequence_too;
+-- A mark in the past changes nothing; never lowered.
+SELECT insta_id.raise_high_water_mark('2020-01-01') >= :'raise_to' AS never_lowered;
+-- At most an hour ahead of the clock (22023); inside the time field (22008).
+SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '61 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark('1960-01-01');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(NULL) IS NULL AS strict;
 DROP TABLE ident, plain;
 DROP VIEW v;
 DROP SEQUENCE b, cyc, maxed, huge, down, crosses_zero, tmp_seq, unlogged_seq;

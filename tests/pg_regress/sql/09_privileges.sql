@@ -37,6 +37,10 @@ CALL insta_id.create_shards_in_batches(70, 71, 'theirs');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO insta_id.shard_registry VALUES (70, 'x');
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(now());
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.lock_shard_for_move(70);
+\echo :LAST_ERROR_SQLSTATE
 -- What everyone may do: decode, read the registry and the mark.
 SELECT insta_id.shard_id(11637205501278089), count(*) >= 0 AS reads_registry,
        insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards;
