@@ -1,55 +1,71 @@
 #!/usr/bin/env bash
 # Moves one logical shard to another server while it takes writes, with
-# PostgreSQL's logical replication (15+). A first version for issue #14:
-# what it does not do yet is listed at the end of this header.
-#   scripts/move_shard.sh SHARD 'FROM conninfo' 'TO conninfo'
-# A script rather than SQL functions over dblink: CREATE SUBSCRIPTION cannot
-# run inside a transaction block (so not in a function), the cutover needs one
-# session holding locks on the old server while another waits on the new one,
-# and an operator runs it from where both servers are reachable.
-# Steps (each printed with its duration; MOVE_COPY_SECONDS bounds the copy, default 3600):
-#  1. checks: wal_level = logical on FROM; the shard registered there; its
-#     schema absent on TO; every table has a primary key or replica identity
-#  2. DDL: pg_dump -s -n <schema> FROM | psql TO
-#  3. publication on FROM for the schema; subscription on TO (slot + copy)
-#  4. wait until every table is copied and streaming ("r")
-#  5. cutover, in one transaction on FROM: LOCK every table of the shard IN
-#     EXCLUSIVE MODE (writers wait; reads go on), note the WAL position, wait
-#     on TO until the subscription has applied it, set TO's sequences past
-#     FROM's, adopt the shard on TO, then drop the old tables in the same
-#     transaction, so writers that were waiting fail (and retry on TO through
-#     the router) instead of committing on the old copy; the shard's migration
-#     history is copied
-#  6. drop subscription (and with it the slot), publication, registry row
-# Not done yet: re-run after an interruption at each step, the router's map
-# switch, carrying each sequence's last millisecond for a clock behind.
+# PostgreSQL's logical replication (15+; both servers need insta_id 0.8.0+).
+#
+#   scripts/move_shard.sh [--router CONNINFO] SHARD 'FROM conninfo' 'TO conninfo'
+#   scripts/move_shard.sh --undo SHARD 'FROM conninfo' 'TO conninfo'
+#
+# Run it again after an interruption at any step (a kill, a lost connection, a
+# failed wait): it finishes the move, or, if the old server still holds the
+# shard, rolls the partial copy back and moves it afresh. --undo only rolls a
+# move back while the old server still holds the shard. --router names the
+# fleet's router database (scripts/fleet_router.sql): its map is re-pointed.
+#
+# A script rather than SQL functions over dblink: CREATE SUBSCRIPTION with a
+# slot cannot run in a transaction block (so not in a function), the cutover
+# needs one session holding locks on the old server while another acts on the
+# new one, and an operator runs it from where both servers are reachable.
+#
+# Steps (each printed with its duration):
+#  1. checks: wal_level = logical on FROM; insta_id 0.8.0+ on both; the shard
+#     registered on FROM and its schema absent on TO; every table with a
+#     primary key or replica identity. A session on FROM takes
+#     insta_id.lock_shard_for_move for the whole move: insta_id.migrate skips
+#     the shard (DDL is not replicated), and a second mover is refused.
+#  2. on FROM: publication insta_move_<shard> FOR TABLES IN SCHEMA <schema>
+#  3. on TO, in one transaction: the schema (pg_dump -s -n) and a subscription
+#     insta_move_<shard>, disabled, without a slot. So a schema on TO is ours
+#     exactly when that subscription exists: what a re-run undoes.
+#     Then on FROM the slot insta_move_<shard>; on TO enable: the copy.
+#  4. wait until every table is copied and streaming (MOVE_COPY_SECONDS, 3600)
+#  5. cutover, in the session on FROM: LOCK the shard's tables IN EXCLUSIVE
+#     MODE (writers wait, readers go on; MOVE_LOCK_TIMEOUT, 5s); wait until TO
+#     has applied everything; on TO set the sequences past FROM's, raise the
+#     high-water mark to FROM's (IDs stay unique if TO's clock is behind), copy
+#     the migration history; then on FROM drop the shard in the same
+#     transaction and COMMIT: the point of no return. Writers that waited fail
+#     and retry (through the router: on TO).
+#  6. on TO adopt the shard; re-point the router's map
+#  7. drop the subscription, the slots and the publication
+# MOVE_STOP_AFTER=<step> kills the script after that step (slot, copy,
+# blocked, sequences, cutover, adopted, map): how tests/move.sh interrupts it.
 set -euo pipefail
+router="" undo=0
+while [ $# -gt 3 ]; do
+  case "$1" in
+    --router) router=$2; shift 2 ;;
+    --undo) undo=1; shift ;;
+    *) break ;;
+  esac
+done
+[ $# = 3 ] || { sed -n '5,6p' "$0" | sed 's/^# *//' >&2; exit 2; }
 shard=$1 from=$2 to=$3
+[[ "$shard" =~ ^[0-9]+$ ]] || { echo "move_shard: shard must be a number, not '$shard'" >&2; exit 2; }
+name="insta_move_$shard"
 step_started=0
-step() { local now; now=$(date +%s.%N); [ "$step_started" = 0 ] || printf '   (%.2f s)\n' "$(echo "$now - $step_started" | bc)"; step_started=$now; echo "== $*"; }
+step() {
+  local now; now=$(date +%s.%N)
+  [ "$step_started" = 0 ] || printf '   (%.2f s)\n' "$(echo "$now - $step_started" | bc)"
+  step_started=$now; echo "== $*"
+}
 qf() { psql -X -v ON_ERROR_STOP=1 -qtA "$from" "$@"; }
 qt() { psql -X -v ON_ERROR_STOP=1 -qtA "$to" "$@"; }
+qr() { psql -X -v ON_ERROR_STOP=1 -qtA "$router" "$@"; }
 die() { echo "move_shard: $*" >&2; exit 1; }
-
-step "checks"
-[ "$(qf -c "SHOW wal_level")" = logical ] || die "wal_level on the old server is not logical"
-schema=$(qf -c "SELECT schema_name FROM insta_id.shard_registry WHERE shard_id = $shard")
-[ -n "$schema" ] || die "shard $shard is not registered on the old server"
-[ "$(qt -c "SELECT count(*) FROM pg_namespace WHERE nspname = '$schema'")" = 0 ] || die "schema $schema exists on the new server"
-nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '$schema' AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
-                 AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary))")
-[ -z "$nokey" ] || die "tables without a primary key or replica identity: $nokey"
-name="insta_move_$shard"
-
-step "DDL of $schema onto the new server"
-pg_dump -s -n "$schema" "$from" | qt >/dev/null
-
-step "publication and subscription (initial copy)"
-qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"$schema\""
-qt -c "CREATE SUBSCRIPTION $name CONNECTION '$from' PUBLICATION $name"
-
-step "waiting for the copy"
+lit() { printf "'%s'" "${1//\'/\'\'}"; }   # an SQL string literal
+stop_after() {
+  if [ "${MOVE_STOP_AFTER:-}" = "$1" ]; then echo "   (killed after step '$1': MOVE_STOP_AFTER)"; kill -KILL $$; fi
+}
 # wait_for SECONDS WHAT COMMAND...: until COMMAND prints t, at most SECONDS.
 wait_for() {
   local until=$((SECONDS + $1)) what=$2; shift 2
@@ -58,35 +74,157 @@ wait_for() {
     sleep 0.05
   done
 }
+
+# The session on FROM that holds the move lock and, later, the cutover.
+hold_open() {
+  coproc HOLD { psql -X -qtA -v ON_ERROR_STOP=1 "$from" 2>&1; }
+}
+# hold SQL: runs SQL in that session; what it printed is left in HELD (the
+# coprocess is not reachable from subshells: no $(hold ...), no pipes). If
+# the session ends (an error: ON_ERROR_STOP), its transaction is rolled
+# back: die.
+hold() {
+  local line
+  HELD=""
+  printf '%s\n\\echo __insta_move__\n' "$1" >&"${HOLD[1]}"
+  while IFS= read -r line <&"${HOLD[0]}"; do
+    if [ "$line" = __insta_move__ ]; then return 0; fi
+    HELD+="$line"$'\n'
+  done
+  die "on the old server: ${HELD:-the session ended}"
+}
+
+# Where the move stands: the registries, and our subscription on TO.
+registered() { "$1" -c "SELECT schema_name FROM insta_id.shard_registry WHERE shard_id = $shard"; }
+on_from=$(registered qf) on_to=$(registered qt)
+sub_schema=$(qt -c "SELECT coalesce((SELECT min(n.nspname) FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
+                              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.srsubid = s.oid), '')
+                           || '|' || s.oid FROM pg_subscription s WHERE s.subname = '$name'")
+has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
+subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
+
+# Drops what the move made for replication, each part only if it is there.
+# On TO in one transaction: the subscription, detached from its slot, and
+# when undoing (drop_replication undo) the schema and its history with it,
+# so that a schema of ours is on TO exactly while the subscription is. Then
+# on FROM the slots (the subscription's and its table copies') and the
+# publication.
+drop_replication() {
+  local slots="slot_name = '$name'" undo_sql=()
+  if [ "${1:-}" = undo ]; then
+    undo_sql=(-c "DROP SCHEMA IF EXISTS \"${schema//\"/\"\"}\" CASCADE"
+              -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")")
+  fi
+  if [ "$has_sub" = 1 ]; then
+    qt -1 -c "SET client_min_messages = warning" -c "ALTER SUBSCRIPTION $name DISABLE" \
+      -c "ALTER SUBSCRIPTION $name SET (slot_name = NONE)" -c "DROP SUBSCRIPTION $name" "${undo_sql[@]}"
+    slots+=" OR slot_name LIKE 'pg\\_${subid}\\_sync\\_%'"
+  fi
+  wait_for 30 "the slots of the move to be released" qf -c "SELECT count(*) = 0 FROM pg_replication_slots WHERE ($slots) AND active"
+  qf -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE $slots" >/dev/null
+  qf -c "SET client_min_messages = warning" -c "DROP PUBLICATION IF EXISTS $name"
+}
+
+# After the cutover committed: the shard is TO's; finish what is left.
+finish_move() {
+  local schema=$1
+  step "adopt $schema on the new server"
+  [ -n "$on_to" ] || qt -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard)" >/dev/null
+  stop_after adopted
+  if [ -n "$router" ]; then
+    step "re-point the router's map"
+    echo "   map version $(qr -c "SELECT repoint_shard($shard, $(lit "$to"))")"
+    stop_after map
+  fi
+  step "cleanup: subscription, slots, publication"
+  drop_replication
+  step "moved shard $shard ($schema)"
+}
+
+if [ -n "$on_from" ] && [ -n "$on_to" ]; then
+  die "shard $shard is registered on both servers: not a state this script leaves; compare them and drop one by hand"
+fi
+if [ -z "$on_from" ]; then
+  [ "$undo" = 0 ] || die "shard $shard is not on the old server: nothing to undo (a move past its cutover is only finished)"
+  if [ -n "$on_to" ] || [ "$has_sub" = 1 ]; then
+    step "shard $shard left the old server: finishing the move"
+    finish_move "${on_to:-$sub_schema}"
+    exit 0
+  fi
+  die "shard $shard is not registered on the old server"
+fi
+schema=$on_from
+if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name'")" ]; then
+  step "undo an interrupted move: the old server still holds shard $shard"
+  drop_replication undo
+  has_sub=0 subid=""
+fi
+if [ "$undo" = 1 ]; then step "shard $shard is on the old server only"; exit 0; fi
+
+step "checks"
+[ "$(qf -c "SHOW wal_level")" = logical ] || die "wal_level on the old server is not logical"
+for side in qf qt; do
+  [ "$($side -c "SELECT to_regprocedure('insta_id.lock_shard_for_move(int)') IS NOT NULL")" = t ] ||
+    die "insta_id 0.8.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
+done
+[ "$(qt -c "SELECT count(*) FROM pg_namespace WHERE nspname = $(lit "$schema")")" = 0 ] || die "schema $schema exists on the new server"
+nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = $(lit "$schema") AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
+                 AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary))")
+[ -z "$nokey" ] || die "tables without a primary key or replica identity: $nokey"
+hold_open
+hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning;
+      SELECT insta_id.lock_shard_for_move($shard);"
+
+step "publication on the old server"
+qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""
+
+step "schema and subscription on the new server (one transaction)"
+{ pg_dump -s -n "$schema" "$from"
+  echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
+        WITH (enabled = false, create_slot = false, slot_name = '$name');"
+} | qt -1 >/dev/null
+has_sub=1 subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name'")
+
+step "slot on the old server; copy"
+qf -c "SELECT pg_create_logical_replication_slot('$name', 'pgoutput')" >/dev/null
+qt -c "ALTER SUBSCRIPTION $name ENABLE"
+stop_after slot
+
+step "waiting for the copy"
 wait_for "${MOVE_COPY_SECONDS:-3600}" "the initial copy" qt -c "SELECT count(*) FILTER (WHERE srsubstate <> 'r') = 0 FROM pg_subscription_rel r
                                          JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = '$name'"
+stop_after copy
 
 step "cutover"
-tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '$schema' AND c.relkind IN ('r', 'p')")
-seqs=$(qf -c "SELECT format('%I.%I', schemaname, sequencename) FROM pg_sequences WHERE schemaname = '$schema'")
-coproc CUT { psql -X -qtA -v ON_ERROR_STOP=1 "$from" 2>&1; }
-echo "BEGIN; LOCK TABLE $tables IN EXCLUSIVE MODE; SELECT pg_current_wal_insert_lsn();" >&"${CUT[1]}"
-read -r lsn <&"${CUT[0]}"
-[[ "$lsn" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] || die "cutover on the old server: $lsn"
+tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")
+hold "BEGIN; LOCK TABLE $tables IN EXCLUSIVE MODE; SELECT pg_current_wal_insert_lsn();"
+lsn=${HELD%$'\n'}
 wait_for 60 "the subscription to apply $lsn" qf -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = '$name'"
-# Sequences: logical replication does not carry them; read them under the lock.
-while read -r seq; do
-  [ -n "$seq" ] || continue
-  last=$(qf -c "SELECT last_value FROM $seq")
-  qt -c "SELECT setval('$seq', $last + 1)" >/dev/null
-  echo "   sequence $seq continues after $last"
-done <<<"$seqs"
-qt -c "SELECT insta_id.adopt_shard('$schema', $shard)" >/dev/null
-# Its migration history comes along.
-qf -c "\\copy (SELECT * FROM insta_id.applied_migrations WHERE schema_name = '$schema') TO STDOUT" |
-  qt -c "\\copy insta_id.applied_migrations FROM STDIN"
-echo "DROP TABLE $tables CASCADE; COMMIT; SELECT 'done';" >&"${CUT[1]}"
-read -r done_ <&"${CUT[0]}"
-[ "$done_" = done ] || die "cutover on the old server: $done_"
-exec {CUT[1]}>&-
-
-step "cleanup"
-qt -c "DROP SUBSCRIPTION $name"   # drops its slot on the old server too
-qf -c "DROP PUBLICATION $name" >/dev/null
-qf -c "SET client_min_messages = warning" -c "SELECT insta_id.drop_shard($shard, force => true)" >/dev/null
-step "moved shard $shard ($schema)"
+stop_after blocked
+# Logical replication carries neither sequences nor the time of the last ID.
+# Read under the lock: no writer can move them now.
+hold "SELECT format('SELECT setval(%L, %s);', format('%I.%I', schemaname, sequencename), last_value)
+      FROM pg_sequences WHERE schemaname = $(lit "$schema") AND last_value IS NOT NULL;"
+printf '%s' "$HELD" | qt >/dev/null
+hold "SELECT string_agg(format('%s %s', sequencename, last_value), ', ') FROM pg_sequences WHERE schemaname = $(lit "$schema");"
+echo "   sequences continue after the old server's: ${HELD%$'\n'}"
+hold "SELECT insta_id.high_water_mark();"
+mark=${HELD%$'\n'}
+if [ -n "$mark" ]; then
+  echo "   high-water mark carried over: $mark (new server's: $(qt -c "SELECT insta_id.raise_high_water_mark($(lit "$mark"))"))"
+  if [ "$(qt -c "SELECT insta_id.guard_mode()")" = session ]; then
+    # The per-session guard (15/16 not preloaded): open sessions do not see a
+    # raised mark, so wait until the new server's clock is past it.
+    wait_for 60 "the new server's clock to pass $mark" qt -c "SELECT clock_timestamp() > $(lit "$mark")"
+  fi
+fi
+hold "COPY (SELECT * FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")) TO STDOUT;"
+printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")" \
+        -c "\\copy insta_id.applied_migrations FROM STDIN"
+stop_after sequences
+hold "SELECT insta_id.drop_shard($shard, force => true); COMMIT;"
+exec {HOLD[1]}>&-
+stop_after cutover
+finish_move "$schema"

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Moving a logical shard online (scripts/move_shard.sh), from PostgreSQL 15
-# to 18 (the zero-downtime upgrade path), while a writer keeps inserting into
-# it: like a client behind a router, it writes to the old server and, when
-# that fails, to the new one, and counts its failures.
+# Moving a logical shard online (scripts/move_shard.sh) from PostgreSQL 15 to
+# 18 (the zero-downtime upgrade path), the new server's clock 2 s behind the
+# old one's (libfaketime):
 # - refusals before anything is made: an unregistered shard, a table without
-#   a key or replica identity, the schema already on the new server;
-# - every committed row is on the new server, no ID repeats, the shard and
-#   its migration history are registered there and gone from the old one,
-#   the new sequences continue past the old ones, no slot, publication or
-#   subscription is left; the longest gap between two committed writes is
-#   printed (and bounded generously: this is not a timing test).
+#   a key or replica identity, the schema already on the new server,
+#   wal_level, a shard another session is moving;
+# - insta_id.migrate skips a shard being moved and says so (55006);
+# - a move while a writer keeps inserting (to the old server, else the new
+#   one, like a client behind a router): every committed row on the new
+#   server, no ID repeated, the new server's first IDs later than the old
+#   one's last although its clock is behind, history and registry moved,
+#   nothing of the replication left; the longest gap between two committed
+#   writes is printed (and bounded generously: this is not a timing test);
+# - a move killed after each of its steps, then run again: the shard lives on
+#   exactly one server after the kill, and the re-run finishes the move with
+#   every row and nothing left behind. (After the router's map switch: tests/fleet.sh.)
 source "$(dirname "$0")/../scripts/harness.sh"
 work=$(mktemp -d); trap 'touch "$work/stop"; wait; rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
@@ -18,37 +23,73 @@ use_pg 15 "$(pg_binaries_config 15)"   # (Debian's 15.20 marks every column with
 start_cluster move-old --preload --conf 'wal_level = logical' >/dev/null
 old="host=$(cluster_dir move-old) port=$(cluster_port move-old) user=postgres dbname=app"
 use_pg 18
-start_cluster move-new --conf 'wal_level = logical' >/dev/null
+start_cluster move-new --faketime >/dev/null   # a subscriber needs no wal_level = logical
 new="host=$(cluster_dir move-new) port=$(cluster_port move-new) user=postgres dbname=app"
 for c in "$old" "$new"; do
   psql -X -q "${c/dbname=app/dbname=postgres}" -c "CREATE DATABASE app"
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
-psql -X -q -v ON_ERROR_STOP=1 "$old" -f "$repo/tests/fixtures/shard_template.sql" \
+q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
   -c "ALTER TABLE template.likes REPLICA IDENTITY USING INDEX likes_photo_id_user_id_key" \
   -c "SELECT insta_id.create_shards(1, 8, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
-  -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null 2>&1
+  -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null
+for s in 1 2 3 4 5 6; do
+  q "$old" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 100) g" \
+    -c "INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users"
+done
 move() { MOVE_COPY_SECONDS=120 "$repo/scripts/move_shard.sh" "$@" 2>&1; }
+nothing_left() { # publications, slots, subscriptions of a move, on both servers
+  echo "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT count(*) FROM pg_subscription")"
+}
 
 check "refused: a shard not registered on the old server" "$(move 99 "$old" "$new" | tail -n1)" \
   "move_shard: shard 99 is not registered on the old server"
 check "refused: a table without a key or replica identity" "$(move 9 "$old" "$new" | tail -n1)" \
   "move_shard: tables without a primary key or replica identity: nokey.t"
+q "$old" -c "SELECT insta_id.drop_shard(9, force => true)" >/dev/null
 q "$new" -c "CREATE SCHEMA insta8"
 check "refused: the schema already exists on the new server" "$(move 8 "$old" "$new" | tail -n1)" \
   "move_shard: schema insta8 exists on the new server"
-check "refused moves made nothing: no publication, no slot" \
-  "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")" 0
+q "$new" -c "CREATE TABLE insta8.t (id bigint PRIMARY KEY)" -c "SELECT insta_id.adopt_shard('insta8', 8)" >/dev/null
+check "refused: registered on both servers" "$(move 8 "$old" "$new" | tail -n1)" \
+  "move_shard: shard 8 is registered on both servers: not a state this script leaves; compare them and drop one by hand"
+q "$new" -c "SELECT insta_id.drop_shard(8, force => true)" \
+  -c "CREATE SCHEMA s50" -c "CREATE TABLE s50.t (id bigint PRIMARY KEY)" -c "SELECT insta_id.adopt_shard('s50', 50)" >/dev/null
+check "refused: wal_level is not logical on the old server" "$(move 50 "$new" "$old" | tail -n1)" \
+  "move_shard: wal_level on the old server is not logical"
 
+# Another session marks shard 5 as being moved (what the script's session does).
+q "$old" -c "SELECT insta_id.lock_shard_for_move(5)" -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+holder=$!
+until [ "$(q "$old" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 5")" = 1 ]; do sleep 0.1; done
+move 5 "$old" "$new" >"$work/locked.log" || true
+check "refused: a shard another session is moving" "$(grep -c "ERROR:  shard 5 is being moved or migrated" "$work/locked.log")" 1
+out=$(q "$old" -c "CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')" 2>&1 || true)
+check "migrate skips a shard being moved and fails naming it (55006)" \
+  "$(echo "$out" | grep -c 'shard 5 (schema insta5) is being moved to another server, skipped')|$(echo "$out" | grep -o 'ERROR:  migration .* skipped shards being moved to another server: 5')" \
+  "1|ERROR:  migration '0002_users_bio_index' skipped shards being moved to another server: 5"
+check "every other shard has the migration" \
+  "$(q "$old" -c "SELECT string_agg(schema_name, ',') FROM insta_id.pending_migrations WHERE migration = '0002_users_bio_index'")" "insta5"
+q "$old" -c "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 5" >/dev/null
+wait "$holder" 2>/dev/null || true
+check "once the move is over, migrate finishes the skipped shard" \
+  "$(q "$old" -c "SET client_min_messages = warning" -c "CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')" \
+       -c "SELECT count(*) FROM insta_id.pending_migrations")" 0
+check "refused moves made nothing: no publication, slot or subscription" "$(nothing_left)" "0|0"
+
+# The new server's clock 2 s behind the old one's, for the rest of the test.
+clock_offset move-new -2
+check_true "the new server's clock is behind the old one's" \
+  "SELECT clock_timestamp() < '$(q "$old" -c "SELECT clock_timestamp()")'::timestamptz - interval '1 s'" "$new"
 # The writer: one INSERT per connection, to the old server, else the new one.
 writer() {
   local ok=0 failed=0 i=0 until=$((SECONDS + 300))
   while [ ! -e "$work/stop" ] && [ -d "$work" ] && [ $SECONDS -lt $until ]; do
     i=$((i + 1))
-    if q "$old" -c "INSERT INTO insta7.users (name) VALUES ('w$i') RETURNING id, clock_timestamp()" >>"$work/ids" 2>/dev/null \
-       || q "$new" -c "INSERT INTO insta7.users (name) VALUES ('w$i') RETURNING id, clock_timestamp()" >>"$work/ids" 2>/dev/null; then
+    if q "$old" -c "INSERT INTO insta7.users (name) VALUES ('w$i') RETURNING id, clock_timestamp(), 'old'" >>"$work/ids" 2>/dev/null \
+       || q "$new" -c "INSERT INTO insta7.users (name) VALUES ('w$i') RETURNING id, clock_timestamp(), 'new'" >>"$work/ids" 2>/dev/null; then
       ok=$((ok + 1))
     else
       failed=$((failed + 1))
@@ -62,28 +103,48 @@ sleep 1
 rc=0; move 7 "$old" "$new" >"$work/move.log" || rc=$?
 sleep 1; touch "$work/stop"; wait $wpid
 sed 's/^/     /' "$work/move.log"
-read -r ok failed <"$work/writer"
-echo "     writer: $ok rows committed, $failed attempts failed on both servers"
+read -r ok wfailed <"$work/writer"
+echo "     writer: $ok rows committed, $wfailed attempts failed on both servers"
 check "the move succeeded" "$rc" 0
 check "every committed row is on the new server, the 20,000 copied ones too" \
   "$(q "$new" -c "SELECT count(*) FILTER (WHERE name LIKE 'w%'), count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users")" "$ok|20000"
 check "no ID repeats, old server's or new" \
   "$(q "$new" -c "SELECT count(*) - count(DISTINCT id) FROM insta7.users")|$(cut -d'|' -f1 "$work/ids" | sort | uniq -d | wc -l)" "0|0"
+# Uniqueness with the new clock behind rests on this: the new server's IDs
+# start after every millisecond the old one used (its high-water mark).
+ids() { q "$new" -c "SELECT insta_id.created_at($1(split_part(l, '|', 1)::bigint)) FROM unnest(string_to_array(pg_read_file('$work/ids'), E'\n')) l
+                      WHERE split_part(l, '|', 3) = '$2'"; }
+check_true "the new server's first ID is later than the old server's last ($(ids max old) < $(ids min new))" \
+  "SELECT '$(ids min new)'::timestamptz > '$(ids max old)'" "$new"
 gap=$(q "$new" -c "SELECT extract(epoch FROM max(t - p)) FROM (SELECT t, lag(t) OVER (ORDER BY t) p
-      FROM (SELECT split_part(l, '|', 2)::timestamptz t FROM unnest(string_to_array(pg_read_file('$work/ids'), E'\n')) l WHERE l <> '') x) y")
+      FROM (SELECT split_part(l, '|', 2)::timestamptz + CASE split_part(l, '|', 3) WHEN 'new' THEN interval '2 s' ELSE interval '0' END t
+            FROM unnest(string_to_array(pg_read_file('$work/ids'), E'\n')) l WHERE l <> '') x) y")
 echo "     longest gap between two committed writes: $gap s"
 check_true "the longest gap is under 30 s (a bound, not a measurement)" "SELECT $gap < 30" "$new"
 check "the shard and its migration history are on the new server" \
-  "$(q "$new" -c "SELECT (SELECT schema_name FROM insta_id.shards WHERE shard_id = 7), (SELECT string_agg(migration, ',') FROM insta_id.applied_migrations WHERE schema_name = 'insta7')")" "insta7|0001_users_bio"
+  "$(q "$new" -c "SELECT (SELECT schema_name FROM insta_id.shards WHERE shard_id = 7), (SELECT string_agg(migration, ',' ORDER BY migration) FROM insta_id.applied_migrations WHERE schema_name = 'insta7')")" \
+  "insta7|0001_users_bio,0002_users_bio_index"
 check "and gone from the old server" \
   "$(q "$old" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = 7")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta7'")" "0|0"
-check "nothing of the move is left: publication, slot, subscription" \
-  "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT count(*) FROM pg_subscription")" "0|0"
-carried=$(sed -nE 's/.*sequence insta7.users_id_seq continues after ([0-9]+).*/\1/p' "$work/move.log")
-check_true "the new server's sequence continues past the old one's ($carried)" \
-  "SELECT last_value > ${carried:-NULL} FROM insta7.users_id_seq" "$new"
+check "nothing of the move is left: publication, slot, subscription" "$(nothing_left)" "0|0"
 check "the shard takes writes on the new server, with its own shard number" \
   "$(q "$new" -c "INSERT INTO insta7.users (name) VALUES ('after') RETURNING insta_id.shard_id(id)")" 7
+
+# Killed after each step, then run again.
+n=0
+for at in slot copy blocked sequences cutover adopted; do
+  n=$((n + 1))   # shard n
+  rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+  rc=0; MOVE_STOP_AFTER=$at move $n "$old" "$new" >"$work/kill.log" || rc=$?
+  where=$(q "$old" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")$(q "$new" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
+  if [ "$where" = 10 ]; then   # still the old server's: it takes writes there
+    q "$old" -c "INSERT INTO insta$n.users (name) VALUES ('after the kill')" && rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+  fi
+  move $n "$old" "$new" >"$work/rerun.log" || { cat "$work/kill.log" "$work/rerun.log"; }
+  check "killed after '$at' (exit $rc), the shard on one server ($where: old new), a re-run finishes: $(grep -o '^== \(undo\|shard [0-9]* left\)' "$work/rerun.log" | head -n1 | cut -c4-)" \
+    "$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'")|$(nothing_left)" \
+    "$rows|0|0|0"
+done
 use_pg 15 "$(pg_binaries_config 15)"; stop_cluster move-old
 use_pg 18; stop_cluster move-new
 finish
