@@ -12,7 +12,7 @@ CREATE TABLE shard_map (
 CREATE TABLE map_version (v int NOT NULL);
 INSERT INTO map_version VALUES (1);
 CREATE FUNCTION bump_map_version() RETURNS int LANGUAGE sql
-AS $$ UPDATE map_version SET v = v + 1 RETURNING v $$;
+AS $$ UPDATE public.map_version SET v = v + 1 RETURNING v $$;
 
 -- PL/Proxy's configuration functions. PL/Proxy wants a power-of-two number of
 -- partitions; RUN ON <shard id> picks partition (shard id & (n - 1)), so with
@@ -35,3 +35,20 @@ CREATE FUNCTION insert_user(shard int, name text) RETURNS bigint
 LANGUAGE plproxy AS $$ CLUSTER 'fleet'; RUN ON shard; $$;
 CREATE FUNCTION get_user(id bigint) RETURNS text
 LANGUAGE plproxy AS $$ CLUSTER 'fleet'; RUN ON insta_id.shard_id(id); $$;
+
+-- Re-points one logical shard at another server and bumps the map's version
+-- in one transaction (scripts/move_shard.sh --router, after the cutover);
+-- returns the new version. A server new to the map gets the next number.
+CREATE FUNCTION repoint_shard(shard int, new_connstr text) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE public.shard_map
+  SET connstr = new_connstr,
+      server = coalesce((SELECT max(m.server) FROM public.shard_map m WHERE m.connstr = new_connstr),
+                        (SELECT max(m.server) + 1 FROM public.shard_map m))
+  WHERE shard_id = shard;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'logical shard % is not in the map', shard USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN public.bump_map_version();
+END $$;

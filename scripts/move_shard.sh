@@ -29,7 +29,8 @@
 #     Then on FROM the slot insta_move_<shard>; on TO enable: the copy.
 #  4. wait until every table is copied and streaming (MOVE_COPY_SECONDS, 3600)
 #  5. cutover, in the session on FROM: LOCK the shard's tables IN EXCLUSIVE
-#     MODE (writers wait, readers go on; MOVE_LOCK_TIMEOUT, 5s); wait until TO
+#     MODE and its sequences (writers and next_id wait, readers go on;
+#     MOVE_LOCK_TIMEOUT, 5s); wait until TO
 #     has applied everything; on TO set the sequences past FROM's, raise the
 #     high-water mark to FROM's (IDs stay unique if TO's clock is behind), copy
 #     the migration history; then on FROM drop the shard in the same
@@ -133,7 +134,8 @@ finish_move() {
   stop_after adopted
   if [ -n "$router" ]; then
     step "re-point the router's map"
-    echo "   map version $(qr -c "SELECT repoint_shard($shard, $(lit "$to"))")"
+    version=$(qr -c "SELECT repoint_shard($shard, $(lit "$to"))")
+    echo "   map version $version"
     stop_after map
   fi
   step "cleanup: subscription, slots, publication"
@@ -199,8 +201,17 @@ stop_after copy
 step "cutover"
 tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")
+# An ALTER SEQUENCE that changes nothing locks out nextval() too: next_id
+# called without an INSERT into the shard's tables.
+seqlocks=$(qf -c "SELECT string_agg(format('ALTER SEQUENCE %I.%I INCREMENT BY %s;', schemaname, sequencename, increment_by), ' ')
+                  FROM pg_sequences WHERE schemaname = $(lit "$schema")")
 hold "BEGIN; LOCK TABLE $tables IN EXCLUSIVE MODE; SELECT pg_current_wal_insert_lsn();"
 lsn=${HELD%$'\n'}
+hold "$seqlocks"
+# Everything committed before the lock is before $lsn. A transaction that
+# commits with synchronous_commit on flushes the WAL past it at once, so the
+# walsender need not wait for the WAL writer to send it.
+qf -c "SET synchronous_commit = on" -c "SELECT pg_current_xact_id()" >/dev/null
 wait_for 60 "the subscription to apply $lsn" qf -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = '$name'"
 stop_after blocked
 # Logical replication carries neither sequences nor the time of the last ID.

@@ -82,6 +82,39 @@ check "after the move, still no ID repeats anywhere" "$(on 1 -d collect -c "SELE
 check "shard 150 lives on server 3 only, with its old rows and 201 new ones" \
   "$(on 1 -d collect -F ' ' -c "SELECT string_agg(DISTINCT server::text, ','), count(*) FILTER (WHERE written_at > now() - interval '1 minute' AND id > 0) >= 201 FROM users WHERE shard = 150")" "3 t"
 
+# Online moves (scripts/move_shard.sh, through `fleet.sh move`): a fourth
+# server, and logical shards 25, 125 and 225 (one from each server) moved onto
+# it while a client keeps inserting into them through the router, retrying
+# what fails; the third move is killed after the router's map switch and run
+# again.
+fleet add 4 >/dev/null
+fleet writer "$work/stop" "$work/routed" 25 125 225 &
+wpid=$!
+sleep 1
+rcs=""
+for s in 25 125; do rc=0; fleet move $s 4 >"$work/move-$s.log" 2>&1 || rc=$?; rcs+="$rc "; done
+rc=0; MOVE_STOP_AFTER=map fleet move 225 4 >"$work/move-225.log" 2>&1 || rc=$?; rcs+="$rc "
+rc=0; fleet move 225 4 >>"$work/move-225.log" 2>&1 || rc=$?; rcs+="$rc"
+sleep 1; touch "$work/stop"; wait $wpid
+sed 's/^/     /' "$work/move-125.log" "$work/move-225.log"
+read -r routed_ok routed_failed <"$work/routed.summary"
+echo "     routed writer: $routed_ok rows committed, $routed_failed attempts failed and were retried"
+check "the moves succeeded; the one killed after the map switch finished when run again" "$rcs" "0 0 137 0"
+check "the map sends the three shards to server 4" \
+  "$(on 1 -d router -c "SELECT string_agg(server::text, ',' ORDER BY shard_id) FROM shard_map WHERE shard_id IN (25, 125, 225)")" "4,4,4"
+check "every row the client committed through the router is on server 4, once" \
+  "$(on 4 -d app -c "SELECT sum(n) FROM (SELECT count(*) n FROM insta25.users WHERE name = 'writer' UNION ALL
+                                        SELECT count(*) FROM insta125.users WHERE name = 'writer' UNION ALL
+                                        SELECT count(*) FROM insta225.users WHERE name = 'writer') x")" "$routed_ok"
+check "no ID repeats among them" "$(cut -d'|' -f2 "$work/routed" | sort | uniq -d | wc -l)|$(wc -l <"$work/routed")" "0|$routed_ok"
+check "the old servers hold none of them, and no publication, slot or subscription is left" \
+  "$(for n in 1 2 3; do on "$n" -d app -c "SELECT (SELECT count(*) FROM insta_id.shards WHERE shard_id IN (25, 125, 225))
+     + (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)"; done | tr '\n' ' ')$(on 4 -d app -c "SELECT count(*) FROM pg_subscription")" "0 0 0 0"
+gap=$(on 1 -d router -c "SELECT extract(epoch FROM max(t - p)) FROM (SELECT t, lag(t) OVER (ORDER BY t) p
+      FROM (SELECT split_part(l, '|', 3)::timestamptz t FROM unnest(string_to_array(pg_read_file('$work/routed'), E'\n')) l WHERE l <> '') x) y")
+echo "     longest gap between two routed writes: $gap s"
+check "the longest gap is under 30 s (a bound, not a measurement)" "$(on 1 -d router -c "SELECT $gap < 30")" t
+
 # A streaming standby of server 3, then a failover.
 eval "$(fleet env 3)"
 standby="$(cluster_dir fleet-3-standby)"

@@ -30,7 +30,6 @@ for c in "$old" "$new"; do
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
 q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "ALTER TABLE template.likes REPLICA IDENTITY USING INDEX likes_photo_id_user_id_key" \
   -c "SELECT insta_id.create_shards(1, 8, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
