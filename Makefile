@@ -76,7 +76,8 @@ dist:
 stop:
 	@scripts/cluster.sh stop --name demo
 
-## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing (PostgreSQL 15)
+## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing; then a 4th server
+##               and 75 shards moved onto it online under routed writes (PostgreSQL 15)
 cluster-demo:
 	@scripts/setup.sh 15
 	@PG=15 scripts/build.sh install
@@ -144,7 +145,8 @@ fuzz:
 	@scripts/build.sh install ci
 	@tests/sqlsmith.sh 50000
 
-## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes
+## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
+##            the new clock behind; moves killed after each step and run again
 test-move:
 	@scripts/setup.sh $(NEWEST) upgrade-source
 	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
