@@ -148,14 +148,14 @@ fuzz:
 ## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again
 test-move:
-	@scripts/setup.sh $(NEWEST) upgrade-source
+	@scripts/setup.sh $(NEWEST) upgrade-source faults
 	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
 	@PG=$(NEWEST) scripts/build.sh install ci
 	@tests/move.sh
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
-	@scripts/setup.sh $(NEWEST) upgrade-source
+	@scripts/setup.sh $(NEWEST) upgrade-source faults
 	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
 	@PG=$(NEWEST) scripts/build.sh install ci
 	@tests/pg_upgrade.sh $(OLDEST) $(NEWEST)
