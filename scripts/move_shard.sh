@@ -17,11 +17,12 @@
 # new one, and an operator runs it from where both servers are reachable.
 #
 # Steps (each printed with its duration):
-#  1. checks: wal_level = logical on FROM; insta_id 0.8.0+ on both; the shard
-#     registered on FROM and its schema absent on TO; every table with a
-#     primary key or replica identity. A session on FROM takes
-#     insta_id.lock_shard_for_move for the whole move: insta_id.migrate skips
-#     the shard (DDL is not replicated), and a second mover is refused.
+#  1. checks: insta_id 0.8.0+ on both; the shard registered on FROM only; a
+#     session on FROM takes insta_id.lock_shard_for_move and keeps it for the
+#     whole move (insta_id.migrate skips the shard: DDL is not replicated; a
+#     second mover is refused; what an interrupted move left is undone only
+#     under it); wal_level = logical on FROM; the schema absent on TO; every
+#     table with a primary key or replica identity.
 #  2. on FROM: publication insta_move_<shard> FOR TABLES IN SCHEMA <schema>
 #  3. on TO, in one transaction: the schema (pg_dump -s -n) and a subscription
 #     insta_move_<shard>, disabled, without a slot. So a schema on TO is ours
@@ -156,6 +157,14 @@ if [ -z "$on_from" ]; then
   die "shard $shard is not registered on the old server"
 fi
 schema=$on_from
+for side in qf qt; do
+  [ "$($side -c "SELECT to_regprocedure('insta_id.lock_shard_for_move(int)') IS NOT NULL")" = t ] ||
+    die "insta_id 0.8.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
+done
+# The move's lock first: a mover still running elsewhere is never undone.
+hold_open
+hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning;
+      SELECT insta_id.lock_shard_for_move($shard);"
 if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name'")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
   drop_replication undo
@@ -165,18 +174,11 @@ if [ "$undo" = 1 ]; then step "shard $shard is on the old server only"; exit 0; 
 
 step "checks"
 [ "$(qf -c "SHOW wal_level")" = logical ] || die "wal_level on the old server is not logical"
-for side in qf qt; do
-  [ "$($side -c "SELECT to_regprocedure('insta_id.lock_shard_for_move(int)') IS NOT NULL")" = t ] ||
-    die "insta_id 0.8.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
-done
 [ "$(qt -c "SELECT count(*) FROM pg_namespace WHERE nspname = $(lit "$schema")")" = 0 ] || die "schema $schema exists on the new server"
 nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $(lit "$schema") AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
                  AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary))")
 [ -z "$nokey" ] || die "tables without a primary key or replica identity: $nokey"
-hold_open
-hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning;
-      SELECT insta_id.lock_shard_for_move($shard);"
 
 step "publication on the old server"
 qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""

@@ -296,7 +296,7 @@ mod tests {
             "_guard_stats:vrtrue _guard_stats_total:vrtrue created_at:istrue epoch:sstrue guard_mode:sstrue guard_stats_reset:vrtrue \
              high_water_mark:vstrue id_parts:istrue id_parts:istrue max_id:istrue max_id:istrue \
              max_id:istrue max_id:istrue min_id:istrue min_id:istrue min_id:istrue min_id:istrue \
-             next_id:vutrue seq_id:istrue shard_id:istrue"
+             next_id:vutrue raise_high_water_mark:vutrue seq_id:istrue shard_id:istrue"
         );
     }
 
