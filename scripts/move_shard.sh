@@ -221,7 +221,8 @@ stop_after blocked
 hold "SELECT format('SELECT setval(%L, %s);', format('%I.%I', schemaname, sequencename), last_value)
       FROM pg_sequences WHERE schemaname = $(lit "$schema") AND last_value IS NOT NULL;"
 printf '%s' "$HELD" | qt >/dev/null
-hold "SELECT string_agg(format('%s %s', sequencename, last_value), ', ') FROM pg_sequences WHERE schemaname = $(lit "$schema");"
+hold "SELECT string_agg(format('%s %s', sequencename, coalesce(last_value::text, '(unused)')), ', ')
+      FROM pg_sequences WHERE schemaname = $(lit "$schema");"
 echo "   sequences continue after the old server's: ${HELD%$'\n'}"
 hold "SELECT insta_id.high_water_mark();"
 mark=${HELD%$'\n'}
