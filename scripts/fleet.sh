@@ -70,8 +70,10 @@ case "$cmd" in
     for d in "$(cluster_dir fleet-)"*; do
       n=${d##*fleet-}
       [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" != "$to" ] || continue
-      [ "$(on "$n" -d app -c "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)
-                                  OR EXISTS (SELECT FROM pg_publication WHERE pubname = 'insta_move_$shard')")" = f ] || from=$(connstr "$n")
+      # (a server that does not answer stops this: it might be the one)
+      holds=$(on "$n" -d app -c "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)
+                                 OR EXISTS (SELECT FROM pg_publication WHERE pubname = 'insta_move_$shard')")
+      [ "$holds" = f ] || from=$(connstr "$n")
     done
     [ -n "$from" ] || from=$(on 1 -d router -c "SELECT connstr FROM shard_map WHERE shard_id = $shard")
     router=$(connstr 1); router=${router/dbname=app/dbname=router}

@@ -98,10 +98,12 @@ hold() {
 
 # Where the move stands: the registries, and our subscription on TO.
 registered() { "$1" -c "SELECT schema_name FROM insta_id.shard_registry WHERE shard_id = $shard"; }
-on_from=$(registered qf) on_to=$(registered qt)
+on_from=$(registered qf)
+on_to=$(registered qt)
 sub_schema=$(qt -c "SELECT coalesce((SELECT min(n.nspname) FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
                               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.srsubid = s.oid), '')
-                           || '|' || s.oid FROM pg_subscription s WHERE s.subname = '$name'")
+                           || '|' || s.oid FROM pg_subscription s
+                         WHERE s.subname = '$name' AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
 has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
 subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
 
@@ -112,7 +114,7 @@ subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
 # on FROM the slots (the subscription's and its table copies') and the
 # publication.
 drop_replication() {
-  local slots="slot_name = '$name'" undo_sql=()
+  local slots="slot_name = '$name'" undo_sql=() mine="database = current_database()"
   if [ "${1:-}" = undo ]; then
     undo_sql=(-c "DROP SCHEMA IF EXISTS \"${schema//\"/\"\"}\" CASCADE"
               -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")")
@@ -122,8 +124,8 @@ drop_replication() {
       -c "ALTER SUBSCRIPTION $name SET (slot_name = NONE)" -c "DROP SUBSCRIPTION $name" "${undo_sql[@]}"
     slots+=" OR slot_name LIKE 'pg\\_${subid}\\_sync\\_%'"
   fi
-  wait_for 30 "the slots of the move to be released" qf -c "SELECT count(*) = 0 FROM pg_replication_slots WHERE ($slots) AND active"
-  qf -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE $slots" >/dev/null
+  wait_for 30 "the slots of the move to be released" qf -c "SELECT count(*) = 0 FROM pg_replication_slots WHERE ($slots) AND $mine AND active"
+  qf -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE ($slots) AND $mine" >/dev/null
   qf -c "SET client_min_messages = warning" -c "DROP PUBLICATION IF EXISTS $name"
 }
 
@@ -150,6 +152,11 @@ fi
 if [ -z "$on_from" ]; then
   [ "$undo" = 0 ] || die "shard $shard is not on the old server: nothing to undo (a move past its cutover is only finished)"
   if [ -n "$on_to" ] || [ "$has_sub" = 1 ]; then
+    # Adopted on TO (only ever after the cutover), or the cutover's own mark
+    # on the publication, committed with the drop: anything else is not a
+    # move this script can finish.
+    [ -n "$on_to" ] || [ "$(qf -c "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = '$name'")" = "insta_id: cutover committed" ] ||
+      die "shard $shard is on neither server's registry and its cutover did not commit: compare the servers by hand"
     step "shard $shard left the old server: finishing the move"
     finish_move "${on_to:-$sub_schema}"
     exit 0
@@ -163,9 +170,10 @@ for side in qf qt; do
 done
 # The move's lock first: a mover still running elsewhere is never undone.
 hold_open
-hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning;
+hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning; SET statement_timeout = 0;
+      SET idle_in_transaction_session_timeout = 0; SELECT set_config('idle_session_timeout', '0', false) WHERE current_setting('server_version_num')::int >= 140000;
       SELECT insta_id.lock_shard_for_move($shard);"
-if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name'")" ]; then
+if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
   drop_replication undo
   has_sub=0 subid=""
@@ -179,16 +187,25 @@ nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
                WHERE n.nspname = $(lit "$schema") AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
                  AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary))")
 [ -z "$nokey" ] || die "tables without a primary key or replica identity: $nokey"
+# A publication carries permanent tables only: unlogged tables would lose
+# their rows, materialized views would arrive empty.
+other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = $(lit "$schema") AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))")
+[ -z "$other" ] || die "unlogged tables or materialized views, which logical replication does not carry: $other"
+[ "$(qf -c "SELECT insta_id.epoch()")" = "$(qt -c "SELECT insta_id.epoch()")" ] ||
+  die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
 
 step "publication on the old server"
 qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""
 
 step "schema and subscription on the new server (one transaction)"
-{ pg_dump -s -n "$schema" "$from"
-  echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
-        WITH (enabled = false, create_slot = false, slot_name = '$name');"
-} | qt -1 >/dev/null
-has_sub=1 subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name'")
+ddl=$(mktemp); trap 'rm -f "$ddl"' EXIT
+pg_dump -s -n "\"${schema//\"/\"\"}\"" -f "$ddl" "$from"   # quoted: a name, not a pattern
+echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
+      WITH (enabled = false, create_slot = false, slot_name = '$name');" >>"$ddl"
+qt -1 -f "$ddl" >/dev/null
+has_sub=1
+subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name' AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
 
 step "slot on the old server; copy"
 qf -c "SELECT pg_create_logical_replication_slot('$name', 'pgoutput')" >/dev/null
@@ -224,21 +241,25 @@ printf '%s' "$HELD" | qt >/dev/null
 hold "SELECT string_agg(format('%s %s', sequencename, coalesce(last_value::text, '(unused)')), ', ')
       FROM pg_sequences WHERE schemaname = $(lit "$schema");"
 echo "   sequences continue after the old server's: ${HELD%$'\n'}"
-hold "SELECT insta_id.high_water_mark();"
-mark=${HELD%$'\n'}
+hold "SELECT extract(epoch FROM insta_id.high_water_mark());"
+mark=${HELD%%$'\n'*}   # seconds since 1970, empty before the old server's first ID
 if [ -n "$mark" ]; then
-  echo "   high-water mark carried over: $mark (new server's: $(qt -c "SELECT insta_id.raise_high_water_mark($(lit "$mark"))"))"
-  if [ "$(qt -c "SELECT insta_id.guard_mode()")" = session ]; then
+  raised=$(qt -c "SELECT insta_id.raise_high_water_mark(to_timestamp($mark))")
+  [ "$(qt -c "SELECT insta_id.high_water_mark() >= to_timestamp($mark)")" = t ] || die "the new server's high-water mark is not past the old one's"
+  echo "   high-water mark carried over: $(qf -c "SELECT to_timestamp($mark)") (new server's: $raised)"
+  mode=$(qt -c "SELECT insta_id.guard_mode()")
+  if [ "$mode" = session ]; then
     # The per-session guard (15/16 not preloaded): open sessions do not see a
     # raised mark, so wait until the new server's clock is past it.
-    wait_for 60 "the new server's clock to pass $mark" qt -c "SELECT clock_timestamp() > $(lit "$mark")"
+    wait_for 60 "the new server's clock to pass the old one's mark" qt -c "SELECT clock_timestamp() > to_timestamp($mark)"
   fi
 fi
 hold "COPY (SELECT * FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")) TO STDOUT;"
 printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")" \
         -c "\\copy insta_id.applied_migrations FROM STDIN"
 stop_after sequences
-hold "SELECT insta_id.drop_shard($shard, force => true); COMMIT;"
+hold "SELECT insta_id.drop_shard($shard, force => true);
+      COMMENT ON PUBLICATION $name IS 'insta_id: cutover committed'; COMMIT;"
 exec {HOLD[1]}>&-
 stop_after cutover
 finish_move "$schema"

@@ -3,8 +3,8 @@
 # 18 (the zero-downtime upgrade path), the new server's clock 2 s behind the
 # old one's (libfaketime):
 # - refusals before anything is made: an unregistered shard, a table without
-#   a key or replica identity, the schema already on the new server,
-#   wal_level, a shard another session is moving;
+#   a key or replica identity, an unlogged table, the schema already on the
+#   new server, wal_level, a shard another session is moving;
 # - insta_id.migrate skips a shard being moved and says so (55006);
 # - a move while a writer keeps inserting (to the old server, else the new
 #   one, like a client behind a router): every committed row on the new
@@ -47,7 +47,10 @@ check "refused: a shard not registered on the old server" "$(move 99 "$old" "$ne
   "move_shard: shard 99 is not registered on the old server"
 check "refused: a table without a key or replica identity" "$(move 9 "$old" "$new" | tail -n1)" \
   "move_shard: tables without a primary key or replica identity: nokey.t"
-q "$old" -c "SELECT insta_id.drop_shard(9, force => true)" >/dev/null
+q "$old" -c "SELECT insta_id.drop_shard(9, force => true)" -c "SELECT insta_id.create_shards(10, 10, 'template')" \
+  -c "CREATE UNLOGGED TABLE insta10.cache (k int PRIMARY KEY)" >/dev/null
+check "refused: an unlogged table (a publication leaves it out: its rows would be lost)" "$(move 10 "$old" "$new" | tail -n1)" \
+  "move_shard: unlogged tables or materialized views, which logical replication does not carry: insta10.cache"
 q "$new" -c "CREATE SCHEMA insta8"
 check "refused: the schema already exists on the new server" "$(move 8 "$old" "$new" | tail -n1)" \
   "move_shard: schema insta8 exists on the new server"
