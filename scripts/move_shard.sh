@@ -192,7 +192,7 @@ nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
 other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $(lit "$schema") AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))")
 [ -z "$other" ] || die "unlogged tables or materialized views, which logical replication does not carry: $other"
-[ "$(qf -c "SELECT insta_id.epoch()")" = "$(qt -c "SELECT insta_id.epoch()")" ] ||
+[ "$(qf -c "SELECT extract(epoch FROM insta_id.epoch())")" = "$(qt -c "SELECT extract(epoch FROM insta_id.epoch())")" ] ||
   die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
 
 step "publication on the old server"
