@@ -171,7 +171,7 @@ done
 # The move's lock first: a mover still running elsewhere is never undone.
 hold_open
 hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning; SET statement_timeout = 0;
-      SET idle_in_transaction_session_timeout = 0; SELECT set_config('idle_session_timeout', '0', false) WHERE current_setting('server_version_num')::int >= 140000;
+      SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;
       SELECT insta_id.lock_shard_for_move($shard);"
 if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
