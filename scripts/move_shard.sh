@@ -24,21 +24,24 @@
 #     under it); wal_level = logical on FROM; the schema absent on TO; every
 #     table with a primary key or replica identity.
 #  2. on FROM: publication insta_move_<shard> FOR TABLES IN SCHEMA <schema>
-#  3. on TO, in one transaction: the schema (pg_dump -s -n) and a subscription
-#     insta_move_<shard>, disabled, without a slot. So a schema on TO is ours
-#     exactly when that subscription exists: what a re-run undoes.
+#  3. on TO, in one transaction: the schema (pg_dump -s -n), a trigger on each
+#     table refusing clients' writes (55006) while the shard is not adopted,
+#     and a subscription insta_move_<shard>, disabled, without a slot. So a
+#     schema on TO is ours exactly when that subscription exists: what a
+#     re-run undoes.
 #     Then on FROM the slot insta_move_<shard>; on TO enable: the copy.
 #  4. wait until every table is copied and streaming (MOVE_COPY_SECONDS, 3600)
-#  5. cutover, in the session on FROM: LOCK the shard's tables IN EXCLUSIVE
-#     MODE and its sequences (writers and next_id wait, readers go on;
-#     MOVE_LOCK_TIMEOUT, 5s); wait until TO
+#  5. cutover, in the session on FROM: LOCK the shard's tables IN ACCESS
+#     EXCLUSIVE MODE (MOVE_LOCK_TIMEOUT, 5s, then writers go on and it tries
+#     again: MOVE_LOCK_ATTEMPTS, 5) and its sequences (writers, readers and
+#     next_id wait); wait until TO
 #     has applied everything; on TO set the sequences past FROM's, raise the
 #     high-water mark to FROM's (IDs stay unique if TO's clock is behind), copy
 #     the migration history; then on FROM drop the shard in the same
 #     transaction and COMMIT: the point of no return. Writers that waited fail
 #     and retry (through the router: on TO).
-#  6. on TO adopt the shard; re-point the router's map
-#  7. drop the subscription, the slots and the publication
+#  6. on TO adopt the shard (which opens the fence); re-point the router's map
+#  7. drop the subscription, the slots, the publication and the fence
 # MOVE_STOP_AFTER=<step> kills the script after that step (slot, copy,
 # blocked, sequences, cutover, adopted, map): how tests/move.sh interrupts it.
 set -euo pipefail
@@ -54,6 +57,8 @@ done
 shard=$1 from=$2 to=$3
 [[ "$shard" =~ ^[0-9]+$ ]] || { echo "move_shard: shard must be a number, not '$shard'" >&2; exit 2; }
 name="insta_move_$shard"
+attempts=${MOVE_LOCK_ATTEMPTS:-5}
+[[ "$attempts" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "move_shard: MOVE_LOCK_ATTEMPTS must be a number from 1 to 999" >&2; exit 2; }
 step_started=0
 step() {
   local now; now=$(date +%s.%N)
@@ -91,6 +96,7 @@ hold() {
   printf '%s\n\\echo __insta_move__\n' "$1" >&"${HOLD[1]}"
   while IFS= read -r line <&"${HOLD[0]}"; do
     if [ "$line" = __insta_move__ ]; then return 0; fi
+    case $line in WARNING:*) echo "   $line"; continue ;; esac   # as it comes
     HELD+="$line"$'\n'
   done
   die "on the old server: ${HELD:-the session ended}"
@@ -133,7 +139,7 @@ drop_replication() {
 finish_move() {
   local schema=$1
   step "adopt $schema on the new server"
-  [ -n "$on_to" ] || qt -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard)" >/dev/null
+  [ -n "$on_to" ] || qt -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard)" >/dev/null   # lifts the fence
   stop_after adopted
   if [ -n "$router" ]; then
     step "re-point the router's map"
@@ -141,8 +147,16 @@ finish_move() {
     echo "   map version $version"
     stop_after map
   fi
-  step "cleanup: subscription, slots, publication"
+  step "cleanup: subscription, slots, publication, fence"
   drop_replication
+  # Dropping a trigger locks its table (ACCESS EXCLUSIVE): wait a little at
+  # a time. The fence is open already; a re-run drops it if this gives up.
+  for attempt in 1 2 3 4 5; do
+    qt -c "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'" -c "SET client_min_messages = warning" \
+       -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence() CASCADE" && break
+    [ $attempt -lt 5 ] || die "the fence's triggers on the new server are still there (open, but dropped only by a re-run)"
+    sleep $attempt
+  done
   step "moved shard $shard ($schema)"
 }
 
@@ -201,6 +215,24 @@ qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""
 step "schema and subscription on the new server (one transaction)"
 ddl=$(mktemp); trap 'rm -f "$ddl"' EXIT
 pg_dump -s -n "\"${schema//\"/\"\"}\"" -f "$ddl" "$from"   # quoted: a name, not a pattern
+# The copy refuses writes until the shard is adopted here: a client that
+# reaches the new server early would mint IDs for the shard beside the old
+# server, and its rows collide with the stream. The apply and copy workers
+# run with session_replication_role = replica, where ordinary triggers do not
+# fire. The fence reads the registry, so adopt_shard lifts it without the
+# table locks that dropping a trigger takes; the cleanup drops it.
+qf -c "SELECT format('CREATE FUNCTION %I.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS %L;',
+                     $(lit "$schema"), 'BEGIN
+  IF NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard) THEN
+    RAISE EXCEPTION ''shard $shard is being moved to this server: it takes writes here once the move has finished''
+      USING ERRCODE = ''object_in_use'', HINT = ''Write to the server it is moving from until then (a router does).'';
+  END IF;
+  RETURN NULL;
+END')" >>"$ddl"
+qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I
+                     FOR EACH STATEMENT EXECUTE FUNCTION %I.insta_id_move_fence();', n.nspname, c.relname, n.nspname)
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')" >>"$ddl"
 echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
       WITH (enabled = false, create_slot = false, slot_name = '$name');" >>"$ddl"
 qt -1 -f "$ddl" >/dev/null
@@ -224,7 +256,24 @@ tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c J
 # called without an INSERT into the shard's tables.
 seqlocks=$(qf -c "SELECT string_agg(format('ALTER SEQUENCE %I.%I INCREMENT BY %s;', schemaname, sequencename, increment_by), ' ')
                   FROM pg_sequences WHERE schemaname = $(lit "$schema")")
-hold "BEGIN; LOCK TABLE $tables IN EXCLUSIVE MODE; SELECT pg_current_wal_insert_lsn();"
+# ACCESS EXCLUSIVE at once, the mode the drop needs: a lock that waits on a
+# long reader holds writers up, so it waits MOVE_LOCK_TIMEOUT at most (for
+# each table), lets them go on and tries again, up to MOVE_LOCK_ATTEMPTS
+# times.
+hold "BEGIN; DO \$lock\$ BEGIN
+  FOR attempt IN 1..$attempts LOOP
+    BEGIN
+      LOCK TABLE $tables IN ACCESS EXCLUSIVE MODE;
+      RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+      IF attempt = $attempts THEN RAISE; END IF;
+      RAISE WARNING 'the shard''s tables not locked within %, attempt % of $attempts: writers go on, trying again in % s',
+        current_setting('lock_timeout'), attempt, attempt;
+      PERFORM pg_sleep(attempt);
+    END;
+  END LOOP;
+END \$lock\$;"
+hold "SELECT pg_current_wal_insert_lsn();"
 lsn=${HELD%$'\n'}
 hold "$seqlocks"
 # Everything committed before the lock is before $lsn. A transaction that

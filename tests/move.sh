@@ -12,6 +12,9 @@
 #   one's last although its clock is behind, history and registry moved,
 #   nothing of the replication left; the longest gap between two committed
 #   writes is printed (and bounded generously: this is not a timing test);
+# - until the cutover the new server's copy refuses clients' writes (55006);
+# - a long reader makes the cutover's lock give up after MOVE_LOCK_TIMEOUT and
+#   try again;
 # - a move killed after each of its steps, then run again: the shard lives on
 #   exactly one server after the kill, and the re-run finishes the move with
 #   every row and nothing left behind. (After the router's map switch: tests/fleet.sh.)
@@ -30,7 +33,7 @@ for c in "$old" "$new"; do
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
 q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, 8, 'template')" \
+  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 11, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
   -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null
@@ -39,8 +42,8 @@ for s in 1 2 3 4 5 6; do
     -c "INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users"
 done
 move() { MOVE_COPY_SECONDS=120 "$repo/scripts/move_shard.sh" "$@" 2>&1; }
-nothing_left() { # publications, slots, subscriptions of a move, on both servers
-  echo "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT count(*) FROM pg_subscription")"
+nothing_left() { # publications, slots, subscriptions, write fences of a move, on both servers
+  echo "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')")"
 }
 
 check "refused: a shard not registered on the old server" "$(move 99 "$old" "$new" | tail -n1)" \
@@ -128,9 +131,38 @@ check "the shard and its migration history are on the new server" \
   "insta7|0001_users_bio,0002_users_bio_index"
 check "and gone from the old server" \
   "$(q "$old" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = 7")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta7'")" "0|0"
-check "nothing of the move is left: publication, slot, subscription" "$(nothing_left)" "0|0"
+check "nothing of the move is left: publication, slot, subscription, fence" "$(nothing_left)" "0|0"
 check "the shard takes writes on the new server, with its own shard number" \
   "$(q "$new" -c "INSERT INTO insta7.users (name) VALUES ('after') RETURNING insta_id.shard_id(id)")" 7
+
+# A long reader on the shard: the cutover's lock gives up after
+# MOVE_LOCK_TIMEOUT, lets the writers go on and tries again. The reader ends
+# once the move has said so.
+# Shard 11 also has a partitioned table: the fence is on the parent and on
+# each partition.
+q "$old" -c "INSERT INTO insta11.users (name) SELECT 'u' || g FROM generate_series(1, 10) g" \
+  -c "CREATE TABLE insta11.events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)" \
+  -c "CREATE TABLE insta11.events_2026 PARTITION OF insta11.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')" \
+  -c "CREATE TABLE insta11.events_rest PARTITION OF insta11.events DEFAULT" \
+  -c "INSERT INTO insta11.events SELECT g, date '2026-12-20' + g FROM generate_series(1, 30) g" >/dev/null
+q "$old" -c "BEGIN" -c "SELECT count(*) FROM insta11.users" \
+  -c "DO \$\$ BEGIN FOR i IN 1..1200 LOOP EXIT WHEN (pg_stat_file('$work/reader-stop', true)).modification IS NOT NULL;
+                  PERFORM pg_sleep(0.1); END LOOP; END \$\$" -c "COMMIT" >/dev/null &
+reader=$!
+for i in $(seq 300); do
+  [ "$(q "$old" -c "SELECT count(*) FROM pg_locks WHERE relation = 'insta11.users'::regclass AND mode = 'AccessShareLock' AND granted")" = 0 ] || break
+  sleep 0.1
+done
+( for i in $(seq 1200); do grep -q 'attempt 1 of 5' "$work/reader.log" 2>/dev/null && break; sleep 0.1; done; touch "$work/reader-stop" ) &
+rc=0; MOVE_LOCK_TIMEOUT=1s move 11 "$old" "$new" >"$work/reader.log" || rc=$?
+wait $reader
+grep 'attempt' "$work/reader.log" | sed 's/^/     /'
+check "a long reader: the cutover's lock tried again after 1 s and the move finished (exit $rc)" \
+  "$(grep -c 'WARNING:  the shard.s tables not locked within 1s, attempt 1 of 5: writers go on' "$work/reader.log")|$(q "$new" -c "SELECT count(*) FROM insta11.users")|$(nothing_left)" \
+  "1|10|0|0"
+check "its partitioned table came along, and takes writes on the new server" \
+  "$(q "$new" -c "INSERT INTO insta11.events VALUES (31, '2027-02-01'), (32, '2026-06-01')" -c "SELECT count(*) FROM insta11.events_rest")|$(q "$new" -c "SELECT count(*) FROM insta11.events")" \
+  "20|32"
 
 # Killed after each step, then run again.
 n=0
@@ -139,6 +171,20 @@ for at in slot copy blocked sequences cutover adopted; do
   rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
   rc=0; MOVE_STOP_AFTER=$at move $n "$old" "$new" >"$work/kill.log" || rc=$?
   where=$(q "$old" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")$(q "$new" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
+  if [ "$at" = copy ]; then   # the copy on the new server, before the cutover
+    refused=""
+    for sql in "INSERT INTO insta$n.users (name) VALUES ('early')" "UPDATE insta$n.photos SET caption = 'early'" "TRUNCATE insta$n.likes"; do
+      out=$(q "$new" -v VERBOSITY=verbose -c "$sql" 2>&1 || true)
+      refused+=$(grep -o "ERROR:  55006: shard $n is being moved to this server" <<<"$out" | cut -c9-13 || true),
+    done
+    check "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted" "$refused" "55006,55006,55006,"
+  fi
+  if [ "$at" = adopted ]; then   # adopted, the cleanup not run: the fence is there, open
+    check "killed after the adoption, its fence still there, the new server takes writes" \
+      "$(q "$new" -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence'")|$(q "$new" -c "INSERT INTO insta$n.users (name) VALUES ('after the adoption') RETURNING name")" \
+      "3|after the adoption"
+    rows=$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+  fi
   if [ "$where" = 10 ]; then   # still the old server's: it takes writes there
     q "$old" -c "INSERT INTO insta$n.users (name) VALUES ('after the kill')" && rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
   fi
