@@ -146,10 +146,12 @@ fuzz:
 	@tests/sqlsmith.sh 50000
 
 ## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
-##            the new clock behind; moves killed after each step and run again
+##            the new clock behind; moves killed after each step and run again; a move
+##            onto 16 with the per-session guard
 test-move:
-	@scripts/setup.sh $(NEWEST) upgrade-source faults
+	@scripts/setup.sh 16 $(NEWEST) upgrade-source faults
 	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
+	@PG=16 scripts/build.sh install ci
 	@PG=$(NEWEST) scripts/build.sh install ci
 	@tests/move.sh
 

@@ -18,6 +18,8 @@
 # - a move killed after each of its steps, then run again: the shard lives on
 #   exactly one server after the kill, and the re-run finishes the move with
 #   every row and nothing left behind. (After the router's map switch: tests/fleet.sh.)
+# - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
+#   session opened there before the move mints IDs after the old server's.
 source "$(dirname "$0")/../scripts/harness.sh"
 work=$(mktemp -d); trap 'touch "$work/stop"; wait; rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
@@ -33,7 +35,7 @@ for c in "$old" "$new"; do
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
 q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 11, 'template')" \
+  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 12, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
   -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null
@@ -193,6 +195,39 @@ for at in slot copy blocked sequences cutover adopted; do
     "$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'")|$(nothing_left)" \
     "$rows|0|0|0"
 done
-use_pg 15 "$(pg_binaries_config 15)"; stop_cluster move-old
 use_pg 18; stop_cluster move-new
+
+# Onto a server with the per-session guard (16, not preloaded), its clock 2 s
+# behind: a session opened there before the move, which has used the guard,
+# does not see the raised mark; the cutover waits until that server's clock
+# passes it, so the session's IDs in the moved shard are later than the old
+# server's last, written by a writer up to the cutover.
+use_pg 16
+start_cluster move-new16 --faketime >/dev/null
+new16="host=$(cluster_dir move-new16) port=$(cluster_port move-new16) user=postgres dbname=app"
+psql -X -q "${new16/dbname=app/dbname=postgres}" -c "CREATE DATABASE app"
+q "$new16" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -c "SELECT insta_id.create_shard(40)" \
+  -c "CREATE TABLE insta40.t (v int)" -c "SELECT insta_id.add_id_column('insta40.t')" >/dev/null
+clock_offset move-new16 -2
+coproc EARLY { psql -X -qtA -v ON_ERROR_STOP=1 "$new16" 2>&1; }
+early() {  # early SQL: in that session; what it printed in EARLY_OUT
+  local line; EARLY_OUT=""
+  printf '%s\n\\echo __early__\n' "$1" >&"${EARLY[1]}"
+  while IFS= read -r line <&"${EARLY[0]}"; do [ "$line" = __early__ ] && return 0; EARLY_OUT+=$line; done
+}
+early "SELECT insta_id.guard_mode(); INSERT INTO insta40.t (v) VALUES (1);"
+check "the new server keeps the guard per session, and this session has used it" "$EARLY_OUT" "session"
+( while [ ! -e "$work/stop12" ]; do q "$old" -c "INSERT INTO insta12.users (name) VALUES ('w')" >/dev/null 2>&1 || true; done ) &
+w12=$!
+sleep 0.5
+rc=0; move 12 "$old" "$new16" >"$work/move16.log" || rc=$?
+touch "$work/stop12"; wait $w12
+grep -A3 '== cutover' "$work/move16.log" | sed 's/^/     /'
+early "INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id);"
+last=$(q "$new16" -c "SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'")
+check_true "moved (exit $rc); that session's ID in the moved shard is later than the old server's last ($last < $EARLY_OUT)" \
+  "SELECT $rc = 0 AND '$EARLY_OUT'::timestamptz > '$last'" "$new16"
+exec {EARLY[1]}>&-
+stop_cluster move-new16
+use_pg 15 "$(pg_binaries_config 15)"; stop_cluster move-old
 finish
