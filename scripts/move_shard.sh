@@ -43,7 +43,8 @@
 #  6. on TO adopt the shard (which opens the fence); re-point the router's map
 #  7. drop the subscription, the slots, the publication and the fence
 # MOVE_STOP_AFTER=<step> kills the script after that step (slot, copy,
-# blocked, sequences, cutover, adopted, map): how tests/move.sh interrupts it.
+# blocked, sequences, cutover, adopted, map, unsubscribed: the replication
+# dropped, not the fence): how tests/move.sh interrupts it.
 set -euo pipefail
 router="" undo=0
 while [ $# -gt 3 ]; do
@@ -149,6 +150,7 @@ finish_move() {
   fi
   step "cleanup: subscription, slots, publication, fence"
   drop_replication
+  stop_after unsubscribed
   # Dropping a trigger locks its table (ACCESS EXCLUSIVE): wait a little at
   # a time. The fence is open already; a re-run drops it if this gives up.
   for attempt in 1 2 3 4 5; do
