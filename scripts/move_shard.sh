@@ -83,10 +83,15 @@ wait_for() {
   done
 }
 
-# The session on FROM that holds the move lock and, later, the cutover.
-hold_open() {
-  coproc HOLD { psql -X -qtA -v ON_ERROR_STOP=1 "$from" 2>&1; }
+# A session kept for the whole move: on FROM, the one that holds the move
+# lock and, later, the cutover; when finishing, one on TO.
+hold_open() {  # hold_open CONNINFO WHERE
+  hold_where=$2
+  coproc HOLD { psql -X -qtA -v ON_ERROR_STOP=1 "$1" 2>&1; }
+  hold "SET client_min_messages = warning; SET statement_timeout = 0;
+        SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;"
 }
+hold_close() { local pid=$HOLD_PID; exec {HOLD[1]}>&-; wait "$pid" 2>/dev/null || true; }
 # hold SQL: runs SQL in that session; what it printed is left in HELD (the
 # coprocess is not reachable from subshells: no $(hold ...), no pipes). If
 # the session ends (an error: ON_ERROR_STOP), its transaction is rolled
@@ -100,19 +105,22 @@ hold() {
     case $line in WARNING:*) echo "   $line"; continue ;; esac   # as it comes
     HELD+="$line"$'\n'
   done
-  die "on the old server: ${HELD:-the session ended}"
+  die "on $hold_where: ${HELD:-the session ended}"
 }
 
 # Where the move stands: the registries, and our subscription on TO.
 registered() { "$1" -c "SELECT schema_name FROM insta_id.shard_registry WHERE shard_id = $shard"; }
-on_from=$(registered qf)
-on_to=$(registered qt)
-sub_schema=$(qt -c "SELECT coalesce((SELECT min(n.nspname) FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
-                              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.srsubid = s.oid), '')
-                           || '|' || s.oid FROM pg_subscription s
-                         WHERE s.subname = '$name' AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
-has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
-subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
+read_state() {
+  on_from=$(registered qf)
+  on_to=$(registered qt)
+  sub_schema=$(qt -c "SELECT coalesce((SELECT min(n.nspname) FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
+                                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.srsubid = s.oid), '')
+                             || '|' || s.oid FROM pg_subscription s
+                           WHERE s.subname = '$name' AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+  has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
+  subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
+}
+read_state
 
 # Drops what the move made for replication, each part only if it is there.
 # On TO in one transaction: the subscription, detached from its slot, and
@@ -139,6 +147,12 @@ drop_replication() {
 # After the cutover committed: the shard is TO's; finish what is left.
 finish_move() {
   local schema=$1
+  # Finishers of one move (two re-runs, or one beside the mover) queue on
+  # this lock on TO (the key of lock_shard_for_move: migrate skips the shard
+  # meanwhile), and each reads the state again once it has it.
+  hold_open "$to" "the new server"
+  hold "SELECT pg_advisory_lock(1768515634, $shard);"
+  read_state
   step "adopt $schema on the new server"
   [ -n "$on_to" ] || qt -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard)" >/dev/null   # lifts the fence
   stop_after adopted
@@ -185,10 +199,8 @@ for side in qf qt; do
     die "insta_id 0.8.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
 done
 # The move's lock first: a mover still running elsewhere is never undone.
-hold_open
-hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SET client_min_messages = warning; SET statement_timeout = 0;
-      SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;
-      SELECT insta_id.lock_shard_for_move($shard);"
+hold_open "$from" "the old server"
+hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SELECT insta_id.lock_shard_for_move($shard);"
 if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
   drop_replication undo
@@ -311,6 +323,6 @@ printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE sc
 stop_after sequences
 hold "SELECT insta_id.drop_shard($shard, force => true);
       COMMENT ON PUBLICATION $name IS 'insta_id: cutover committed'; COMMIT;"
-exec {HOLD[1]}>&-
+hold_close
 stop_after cutover
 finish_move "$schema"

@@ -17,7 +17,8 @@
 #   try again;
 # - a move killed after each of its steps, then run again: the shard lives on
 #   exactly one server after the kill, and the re-run finishes the move with
-#   every row and nothing left behind. (After the router's map switch: tests/fleet.sh.)
+#   every row and nothing left behind (after the router's map switch:
+#   tests/fleet.sh); two re-runs at once after the cutover both finish;
 # - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
 #   session opened there before the move mints IDs after the old server's.
 source "$(dirname "$0")/../scripts/harness.sh"
@@ -35,11 +36,11 @@ for c in "$old" "$new"; do
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
 q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 13, 'template')" \
+  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 14, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
   -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null
-for s in 1 2 3 4 5 6 13; do
+for s in 1 2 3 4 5 6 13 14; do
   q "$old" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 100) g" \
     -c "INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users"
 done
@@ -195,6 +196,17 @@ for at in slot copy blocked sequences cutover adopted unsubscribed; do
     "$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'")|$(nothing_left)" \
     "$rows|0|0|0"
 done
+# Killed after the cutover, then two re-runs at once: they queue on the new
+# server, the second finds the move finished.
+rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta14.users) || '/' || (SELECT count(*) FROM insta14.photos)")
+MOVE_STOP_AFTER=cutover move 14 "$old" "$new" >"$work/kill.log" || true
+move 14 "$old" "$new" >"$work/fin1.log" & f1=$!
+move 14 "$old" "$new" >"$work/fin2.log" & f2=$!
+r1=0; wait $f1 || r1=$?; r2=0; wait $f2 || r2=$?
+[ "$r1$r2" = 00 ] || cat "$work/fin1.log" "$work/fin2.log"
+check "killed after the cutover, two re-runs at once both finish (exit $r1 $r2), every row there, nothing left" \
+  "$r1$r2|$(q "$new" -c "SELECT (SELECT count(*) FROM insta14.users) || '/' || (SELECT count(*) FROM insta14.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'")|$(nothing_left)" \
+  "00|$rows|0|0|0"
 use_pg 18; stop_cluster move-new
 
 # Onto a server with the per-session guard (16, not preloaded), its clock 2 s
