@@ -22,7 +22,7 @@
 #     whole move (insta_id.migrate skips the shard: DDL is not replicated; a
 #     second mover is refused; what an interrupted move left is undone only
 #     under it); wal_level = logical on FROM; the schema absent on TO; every
-#     table with a primary key or replica identity.
+#     table with a primary key or replica identity; no fence left in it.
 #  2. on FROM: publication insta_move_<shard> FOR TABLES IN SCHEMA <schema>
 #  3. on TO, in one transaction: the schema (pg_dump -s -n), a trigger on each
 #     table refusing clients' writes (55006) while the shard is not adopted,
@@ -40,7 +40,9 @@
 #     the migration history; then on FROM drop the shard in the same
 #     transaction and COMMIT: the point of no return. Writers that waited fail
 #     and retry (through the router: on TO).
-#  6. on TO adopt the shard (which opens the fence); re-point the router's map
+#  6. on TO adopt the shard at once (which opens the fence); then, under a
+#     lock on TO that finishers queue on (MOVE_FINISH_WAIT, 120 s), re-point
+#     the router's map
 #  7. drop the subscription, the slots, the publication and the fence
 # MOVE_STOP_AFTER=<step> kills the script after that step (slot, copy,
 # blocked, sequences, cutover, adopted, map, unsubscribed: the replication
@@ -91,7 +93,7 @@ hold_open() {  # hold_open CONNINFO WHERE
   hold "SET client_min_messages = warning; SET statement_timeout = 0;
         SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;"
 }
-hold_close() { local pid=$HOLD_PID; exec {HOLD[1]}>&-; wait "$pid" 2>/dev/null || true; }
+hold_close() { local pid=${HOLD_PID:-}; exec {HOLD[1]}>&-; [ -z "$pid" ] || wait "$pid" 2>/dev/null || true; }
 # hold SQL: runs SQL in that session; what it printed is left in HELD (the
 # coprocess is not reachable from subshells: no $(hold ...), no pipes). If
 # the session ends (an error: ON_ERROR_STOP), its transaction is rolled
@@ -144,17 +146,33 @@ drop_replication() {
   qf -c "SET client_min_messages = warning" -c "DROP PUBLICATION IF EXISTS $name"
 }
 
-# After the cutover committed: the shard is TO's; finish what is left.
+# Finishers of one move (two re-runs, or a re-run beside the mover) queue
+# on an advisory lock on TO, the key of lock_shard_for_move (so migrate
+# skips the shard meanwhile), held by a session kept to the end; each reads
+# the state again once it has it. Waits MOVE_FINISH_WAIT seconds (120) at most.
+lock_finish() {
+  local until=$((SECONDS + ${MOVE_FINISH_WAIT:-120})) said=0
+  hold_open "$to" "the new server"
+  while hold "SELECT pg_try_advisory_lock(1768515634, $shard);" && [ "${HELD%$'\n'}" != t ]; do
+    if [ $said = 0 ]; then
+      echo "   waiting for process $(qt -c "SELECT string_agg(pid::text, ', ') FROM pg_locks WHERE locktype = 'advisory'
+                                           AND classid = 1768515634 AND objid = $shard AND database = (SELECT oid FROM pg_database WHERE datname = current_database())") on the new server (finishing this move, or moving the shard on)"
+      said=1
+    fi
+    [ $SECONDS -lt $until ] || die "gave up waiting for the lock of shard $shard on the new server"
+    sleep 0.2
+  done
+  read_state
+}
+
+# After the cutover committed, under lock_finish: the shard is TO's; finish
+# what is left.
 finish_move() {
   local schema=$1
-  # Finishers of one move (two re-runs, or one beside the mover) queue on
-  # this lock on TO (the key of lock_shard_for_move: migrate skips the shard
-  # meanwhile), and each reads the state again once it has it.
-  hold_open "$to" "the new server"
-  hold "SELECT pg_advisory_lock(1768515634, $shard);"
-  read_state
-  step "adopt $schema on the new server"
-  [ -n "$on_to" ] || qt -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard)" >/dev/null   # lifts the fence
+  if [ -z "$on_to" ]; then
+    step "adopt $schema on the new server"
+    hold "SELECT insta_id.adopt_shard($(lit "$schema"), $shard);"   # opens the fence
+  fi
   stop_after adopted
   if [ -n "$router" ]; then
     step "re-point the router's map"
@@ -165,14 +183,19 @@ finish_move() {
   step "cleanup: subscription, slots, publication, fence"
   drop_replication
   stop_after unsubscribed
-  # Dropping a trigger locks its table (ACCESS EXCLUSIVE): wait a little at
-  # a time. The fence is open already; a re-run drops it if this gives up.
-  for attempt in 1 2 3 4 5; do
-    qt -c "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'" -c "SET client_min_messages = warning" \
-       -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence() CASCADE" && break
-    [ $attempt -lt 5 ] || die "the fence's triggers on the new server are still there (open, but dropped only by a re-run)"
-    sleep $attempt
-  done
+  # Dropping a trigger locks its table (ACCESS EXCLUSIVE), which now takes
+  # writes: one table at a time, each wait short. The fence is open already;
+  # a re-run drops what this leaves.
+  local table attempt
+  while IFS= read -r table; do
+    for attempt in $(seq 20); do
+      qt -c "SET lock_timeout = '500ms'" -c "DROP TRIGGER IF EXISTS insta_id_move_fence ON $table" </dev/null && break
+      [ "$attempt" -lt 20 ] || die "the fence's trigger on $table is still there (open; a re-run drops it)"
+      sleep 0.5
+    done
+  done < <(qt -c "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $(lit "$schema")")
+  qt -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()"
   step "moved shard $shard ($schema)"
 }
 
@@ -181,6 +204,8 @@ if [ -n "$on_from" ] && [ -n "$on_to" ]; then
 fi
 if [ -z "$on_from" ]; then
   [ "$undo" = 0 ] || die "shard $shard is not on the old server: nothing to undo (a move past its cutover is only finished)"
+  lock_finish
+  [ -z "$on_from" ] || die "shard $shard came back to the old server while this waited: run again"
   if [ -n "$on_to" ] || [ "$has_sub" = 1 ]; then
     # Adopted on TO (only ever after the cutover), or the cutover's own mark
     # on the publication, committed with the drop: anything else is not a
@@ -220,6 +245,8 @@ nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
 other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $(lit "$schema") AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))")
 [ -z "$other" ] || die "unlogged tables or materialized views, which logical replication does not carry: $other"
+[ "$(qf -c "SELECT count(*) FROM pg_proc WHERE proname = 'insta_id_move_fence' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))")" = 0 ] ||
+  die "$schema still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup"
 [ "$(qf -c "SELECT extract(epoch FROM insta_id.epoch())")" = "$(qt -c "SELECT extract(epoch FROM insta_id.epoch())")" ] ||
   die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
 
@@ -325,4 +352,11 @@ hold "SELECT insta_id.drop_shard($shard, force => true);
       COMMENT ON PUBLICATION $name IS 'insta_id: cutover committed'; COMMIT;"
 hold_close
 stop_after cutover
+# At once: until then the shard takes writes nowhere. Under the finishers'
+# lock, taken for this transaction (a re-run finishing beside us adopts
+# first, then this adopts nothing).
+step "adopt $schema on the new server"
+qt -1 -c "SELECT pg_advisory_xact_lock(1768515634, $shard)" \
+   -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard) WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)" >/dev/null
+lock_finish
 finish_move "$schema"

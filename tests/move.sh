@@ -22,7 +22,8 @@
 # - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
 #   session opened there before the move mints IDs after the old server's.
 source "$(dirname "$0")/../scripts/harness.sh"
-work=$(mktemp -d); trap 'touch "$work/stop"; wait; rm -rf "$work"' EXIT
+# (The early session's psql, a coprocess, ends only when its input closes.)
+work=$(mktemp -d); trap '[ -z "${EARLY_PID:-}" ] || kill "$EARLY_PID" 2>/dev/null; touch "$work/stop" "$work/reader-stop" "$work/stop12"; wait; rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
 
 use_pg 15 "$(pg_binaries_config 15)"   # (Debian's 15.20 marks every column with an option no other build knows: docs/upgrading.md)
@@ -36,7 +37,7 @@ for c in "$old" "$new"; do
   psql -X -q "$c" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id"
 done
 q "$old" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 14, 'template')" \
+  -c "SELECT insta_id.create_shards(1, 8, 'template')" -c "SELECT insta_id.create_shards(11, 15, 'template')" \
   -c "CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text')" \
   -c "INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g" \
   -c "CREATE SCHEMA nokey" -c "CREATE TABLE nokey.t (v int)" -c "SELECT insta_id.adopt_shard('nokey', 9)" >/dev/null
@@ -57,6 +58,10 @@ q "$old" -c "SELECT insta_id.drop_shard(9, force => true)" -c "SELECT insta_id.c
   -c "CREATE UNLOGGED TABLE insta10.cache (k int PRIMARY KEY)" >/dev/null
 check "refused: an unlogged table (a publication leaves it out: its rows would be lost)" "$(move 10 "$old" "$new" | tail -n1)" \
   "move_shard: unlogged tables or materialized views, which logical replication does not carry: insta10.cache"
+# What an earlier move's cleanup would have dropped.
+q "$old" -c "CREATE FUNCTION insta15.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'" >/dev/null
+check "refused: the shard still has the fence of the move that brought it" "$(move 15 "$old" "$new" | tail -n1)" \
+  "move_shard: insta15 still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup"
 q "$new" -c "CREATE SCHEMA insta8"
 check "refused: the schema already exists on the new server" "$(move 8 "$old" "$new" | tail -n1)" \
   "move_shard: schema insta8 exists on the new server"
@@ -158,8 +163,8 @@ for i in $(seq 300); do
 done
 ( for i in $(seq 1200); do grep -q 'attempt 1 of 5' "$work/reader.log" 2>/dev/null && break; sleep 0.1; done; touch "$work/reader-stop" ) &
 rc=0; MOVE_LOCK_TIMEOUT=1s move 11 "$old" "$new" >"$work/reader.log" || rc=$?
-wait $reader
-grep 'attempt' "$work/reader.log" | sed 's/^/     /'
+wait $reader || true
+grep 'attempt' "$work/reader.log" | sed 's/^/     /' || true
 check "a long reader: the cutover's lock tried again after 1 s and the move finished (exit $rc)" \
   "$(grep -c 'WARNING:  the shard.s tables not locked within 1s, attempt 1 of 5: writers go on' "$work/reader.log")|$(q "$new" -c "SELECT count(*) FROM insta11.users")|$(nothing_left)" \
   "1|10|0|0"
@@ -234,9 +239,9 @@ w12=$!
 sleep 0.5
 rc=0; move 12 "$old" "$new16" >"$work/move16.log" || rc=$?
 touch "$work/stop12"; wait $w12
-grep -A3 '== cutover' "$work/move16.log" | sed 's/^/     /'
+grep -A3 '== cutover' "$work/move16.log" | sed 's/^/     /' || cat "$work/move16.log"
 early "INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id);"
-last=$(q "$new16" -c "SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'")
+last=$(q "$new16" -c "SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'" || true)
 check_true "moved (exit $rc); that session's ID in the moved shard is later than the old server's last ($last < $EARLY_OUT)" \
   "SELECT $rc = 0 AND '$EARLY_OUT'::timestamptz > '$last'" "$new16"
 exec {EARLY[1]}>&-
