@@ -112,13 +112,14 @@ hold() {
 
 # Where the move stands: the registries, and our subscription on TO.
 registered() { "$1" -c "SELECT schema_name FROM insta_id.shard_registry WHERE shard_id = $shard"; }
+this_db="(SELECT oid FROM pg_database WHERE datname = current_database())"   # catalogs below are cluster-wide
 read_state() {
   on_from=$(registered qf)
   on_to=$(registered qt)
   sub_schema=$(qt -c "SELECT coalesce((SELECT min(n.nspname) FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
                                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.srsubid = s.oid), '')
                              || '|' || s.oid FROM pg_subscription s
-                           WHERE s.subname = '$name' AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+                           WHERE s.subname = '$name' AND s.subdbid = $this_db")
   has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
   subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
 }
@@ -156,7 +157,7 @@ lock_finish() {
   while hold "SELECT pg_try_advisory_lock(1768515634, $shard);" && [ "${HELD%$'\n'}" != t ]; do
     if [ $said = 0 ]; then
       echo "   waiting for process $(qt -c "SELECT string_agg(pid::text, ', ') FROM pg_locks WHERE locktype = 'advisory'
-                                           AND classid = 1768515634 AND objid = $shard AND database = (SELECT oid FROM pg_database WHERE datname = current_database())") on the new server (finishing this move, or moving the shard on)"
+                                           AND classid = 1768515634 AND objid = $shard AND database = $this_db") on the new server (finishing this move, or moving the shard on)"
       said=1
     fi
     [ $SECONDS -lt $until ] || die "gave up waiting for the lock of shard $shard on the new server"
@@ -229,7 +230,6 @@ hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SELECT insta_id.lock_shard_
 if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
   drop_replication undo
-  has_sub=0 subid=""
 fi
 if [ "$undo" = 1 ]; then step "shard $shard is on the old server only"; exit 0; fi
 
@@ -277,8 +277,7 @@ qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE
 echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
       WITH (enabled = false, create_slot = false, slot_name = '$name');" >>"$ddl"
 qt -1 -f "$ddl" >/dev/null
-has_sub=1
-subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name' AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name' AND subdbid = $this_db")
 
 step "slot on the old server; copy"
 qf -c "SELECT pg_create_logical_replication_slot('$name', 'pgoutput')" >/dev/null
@@ -287,7 +286,7 @@ stop_after slot
 
 step "waiting for the copy"
 wait_for "${MOVE_COPY_SECONDS:-3600}" "the initial copy" qt -c "SELECT count(*) FILTER (WHERE srsubstate <> 'r') = 0 FROM pg_subscription_rel r
-                                         JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = '$name'"
+                                         WHERE r.srsubid = $subid"
 stop_after copy
 
 step "cutover"

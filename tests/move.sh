@@ -22,8 +22,7 @@
 # - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
 #   session opened there before the move mints IDs after the old server's.
 source "$(dirname "$0")/../scripts/harness.sh"
-# (The early session's psql, a coprocess, ends only when its input closes.)
-work=$(mktemp -d); trap '[ -z "${EARLY_PID:-}" ] || kill "$EARLY_PID" 2>/dev/null; touch "$work/stop" "$work/reader-stop" "$work/stop12"; wait; rm -rf "$work"' EXIT
+work=$(mktemp -d); trap 'touch "$work/stop" "$work/reader-stop" "$work/stop12" "$work/moved16"; wait; rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
 
 use_pg 15 "$(pg_binaries_config 15)"   # (Debian's 15.20 marks every column with an option no other build knows: docs/upgrading.md)
@@ -46,6 +45,7 @@ for s in 1 2 3 4 5 6 13 14; do
     -c "INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users"
 done
 move() { MOVE_COPY_SECONDS=120 "$repo/scripts/move_shard.sh" "$@" 2>&1; }
+rows_of() { q "$1" -c "SELECT (SELECT count(*) FROM insta$2.users) || '/' || (SELECT count(*) FROM insta$2.photos)"; }   # SERVER SHARD
 nothing_left() { # publications, slots, subscriptions, write fences of a move, on both servers
   echo "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')")"
 }
@@ -176,7 +176,7 @@ check "its partitioned table came along, and takes writes on the new server" \
 n=0
 for at in slot copy blocked sequences cutover adopted unsubscribed; do
   n=$((n + 1)); [ $n != 7 ] || n=13   # shard n (7 moved above)
-  rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+  rows=$(rows_of "$old" $n)
   rc=0; MOVE_STOP_AFTER=$at move $n "$old" "$new" >"$work/kill.log" || rc=$?
   where=$(q "$old" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")$(q "$new" -c "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
   if [ "$at" = copy ]; then   # the copy on the new server, before the cutover
@@ -191,26 +191,26 @@ for at in slot copy blocked sequences cutover adopted unsubscribed; do
     check "killed after the adoption, its fence still there, the new server takes writes" \
       "$(q "$new" -c "SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence'")|$(q "$new" -c "INSERT INTO insta$n.users (name) VALUES ('after the adoption') RETURNING name")" \
       "3|after the adoption"
-    rows=$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+    rows=$(rows_of "$new" $n)
   fi
   if [ "$where" = 10 ]; then   # still the old server's: it takes writes there
-    q "$old" -c "INSERT INTO insta$n.users (name) VALUES ('after the kill')" && rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")
+    q "$old" -c "INSERT INTO insta$n.users (name) VALUES ('after the kill')" && rows=$(rows_of "$old" $n)
   fi
   move $n "$old" "$new" >"$work/rerun.log" || { cat "$work/kill.log" "$work/rerun.log"; }
   check "killed after '$at' (exit $rc), the shard on one server ($where: old new), a re-run finishes: $(grep -o '^== \(undo\|shard [0-9]* left\)' "$work/rerun.log" | head -n1 | cut -c4-)" \
-    "$(q "$new" -c "SELECT (SELECT count(*) FROM insta$n.users) || '/' || (SELECT count(*) FROM insta$n.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'")|$(nothing_left)" \
+    "$(rows_of "$new" $n)|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'")|$(nothing_left)" \
     "$rows|0|0|0"
 done
 # Killed after the cutover, then two re-runs at once: they queue on the new
 # server, the second finds the move finished.
-rows=$(q "$old" -c "SELECT (SELECT count(*) FROM insta14.users) || '/' || (SELECT count(*) FROM insta14.photos)")
+rows=$(rows_of "$old" 14)
 MOVE_STOP_AFTER=cutover move 14 "$old" "$new" >"$work/kill.log" || true
 move 14 "$old" "$new" >"$work/fin1.log" & f1=$!
 move 14 "$old" "$new" >"$work/fin2.log" & f2=$!
 r1=0; wait $f1 || r1=$?; r2=0; wait $f2 || r2=$?
 [ "$r1$r2" = 00 ] || cat "$work/fin1.log" "$work/fin2.log"
 check "killed after the cutover, two re-runs at once both finish (exit $r1 $r2), every row there, nothing left" \
-  "$r1$r2|$(q "$new" -c "SELECT (SELECT count(*) FROM insta14.users) || '/' || (SELECT count(*) FROM insta14.photos)")|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'")|$(nothing_left)" \
+  "$r1$r2|$(rows_of "$new" 14)|$(q "$old" -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'")|$(nothing_left)" \
   "00|$rows|0|0|0"
 use_pg 18; stop_cluster move-new
 
@@ -226,25 +226,29 @@ psql -X -q "${new16/dbname=app/dbname=postgres}" -c "CREATE DATABASE app"
 q "$new16" -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -c "SELECT insta_id.create_shard(40)" \
   -c "CREATE TABLE insta40.t (v int)" -c "SELECT insta_id.add_id_column('insta40.t')" >/dev/null
 clock_offset move-new16 -2
-coproc EARLY { psql -X -qtA -v ON_ERROR_STOP=1 "$new16" 2>&1; }
-early() {  # early SQL: in that session; what it printed in EARLY_OUT
-  local line; EARLY_OUT=""
-  printf '%s\n\\echo __early__\n' "$1" >&"${EARLY[1]}"
-  while IFS= read -r line <&"${EARLY[0]}"; do [ "$line" = __early__ ] && return 0; EARLY_OUT+=$line; done
-}
-early "SELECT insta_id.guard_mode(); INSERT INTO insta40.t (v) VALUES (1);"
-check "the new server keeps the guard per session, and this session has used it" "$EARLY_OUT" "session"
+# The early session: uses the guard, waits (bounded) for the move to end,
+# then writes to the moved shard.
+q "$new16" -c "INSERT INTO insta40.t (v) VALUES (1)" \
+  -c "DO \$\$ BEGIN FOR i IN 1..1200 LOOP EXIT WHEN (pg_stat_file('$work/moved16', true)).modification IS NOT NULL;
+                  PERFORM pg_sleep(0.1); END LOOP; END \$\$" \
+  -c "INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id)" >"$work/early.out" 2>&1 &
+early=$!
+for i in $(seq 300); do
+  [ "$(q "$new16" -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%moved16%'")" = 0 ] || break
+  sleep 0.1
+done
+check "the new server keeps the guard per session, and the early session has used it" \
+  "$(q "$new16" -c "SELECT insta_id.guard_mode()")|$(q "$new16" -c "SELECT count(*) FROM insta40.t")" "session|1"
 ( while [ ! -e "$work/stop12" ]; do q "$old" -c "INSERT INTO insta12.users (name) VALUES ('w')" >/dev/null 2>&1 || true; done ) &
 w12=$!
 sleep 0.5
 rc=0; move 12 "$old" "$new16" >"$work/move16.log" || rc=$?
-touch "$work/stop12"; wait $w12
+touch "$work/stop12" "$work/moved16"; wait $w12; wait $early || true
 grep -A3 '== cutover' "$work/move16.log" | sed 's/^/     /' || cat "$work/move16.log"
-early "INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id);"
+at=$(cat "$work/early.out")
 last=$(q "$new16" -c "SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'" || true)
-check_true "moved (exit $rc); that session's ID in the moved shard is later than the old server's last ($last < $EARLY_OUT)" \
-  "SELECT $rc = 0 AND '$EARLY_OUT'::timestamptz > '$last'" "$new16"
-exec {EARLY[1]}>&-
+check_true "moved (exit $rc); that session's ID in the moved shard is later than the old server's last ($last < $at)" \
+  "SELECT $rc = 0 AND '$at'::timestamptz > '$last'" "$new16"
 stop_cluster move-new16
 use_pg 15 "$(pg_binaries_config 15)"; stop_cluster move-old
 finish
