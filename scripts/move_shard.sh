@@ -90,19 +90,28 @@ wait_for() {
 hold_open() {  # hold_open CONNINFO WHERE
   hold_where=$2
   coproc HOLD { psql -X -qtA -v ON_ERROR_STOP=1 "$1" 2>&1; }
+  hold_pid=$!
+  # Copies of its pipes: bash closes a coprocess's own as soon as it has
+  # reaped it, and an error's last lines would go unread.
+  [ -n "${HOLD[0]:-}" ] && exec {hold_r}<&"${HOLD[0]}" {hold_w}>&"${HOLD[1]}" || die "psql to $hold_where ended at once"
   hold "SET client_min_messages = warning; SET statement_timeout = 0;
         SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;"
 }
-hold_close() { local pid=${HOLD_PID:-}; exec {HOLD[1]}>&-; [ -z "$pid" ] || wait "$pid" 2>/dev/null || true; }
-# hold SQL: runs SQL in that session; what it printed is left in HELD (the
-# coprocess is not reachable from subshells: no $(hold ...), no pipes). If
+hold_close() {  # psql ends at the end of its input: every copy of that pipe closed
+  exec {hold_w}>&- {hold_r}<&-
+  [ -z "${HOLD[1]:-}" ] || exec {HOLD[1]}>&-
+  wait "$hold_pid" 2>/dev/null || true
+}
+# hold SQL: runs SQL in that session; what it printed is left in HELD (set
+# in this shell: no $(hold ...), no pipes). If
 # the session ends (an error: ON_ERROR_STOP), its transaction is rolled
-# back: die.
+# back: die, with what it printed.
 hold() {
   local line
   HELD=""
-  printf '%s\n\\echo __insta_move__\n' "$1" >&"${HOLD[1]}"
-  while IFS= read -r line <&"${HOLD[0]}"; do
+  # A session gone: no SIGPIPE, read what it said.
+  trap '' PIPE; printf '%s\n\\echo __insta_move__\n' "$1" >&"$hold_w" 2>/dev/null || true; trap - PIPE
+  while IFS= read -r line <&"$hold_r"; do
     if [ "$line" = __insta_move__ ]; then return 0; fi
     case $line in WARNING:*) echo "   $line"; continue ;; esac   # as it comes
     HELD+="$line"$'\n'
