@@ -11,7 +11,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::clock;
-use crate::guard::{Admit, Overflow, SeqKey, Stats};
+use crate::guard::{Admit, Overflow, Policy, SeqKey, Stats};
 use crate::guard_store::{self, Guard};
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
@@ -152,8 +152,9 @@ fn check_is_sequence_cached(relid: pg_sys::Oid) {
     }
 }
 
-/// Spins until the clock passes `ms`, staying cancellable. Returns the
-/// clock reading and the microseconds waited (by the monotonic clock).
+/// Waits until the clock passes `ms`, staying cancellable: sleeps on the
+/// latch (like pg_sleep) while more than a millisecond is left, then spins.
+/// Returns the clock reading and the microseconds waited (monotonic clock).
 #[cold]
 fn wait_past(ms: i64) -> (i64, u64) {
     let start = std::time::Instant::now();
@@ -162,8 +163,25 @@ fn wait_past(ms: i64) -> (i64, u64) {
         if now > ms {
             return (now, start.elapsed().as_micros() as u64);
         }
+        let left = ms - now;
+        if left > 1 && !clock::scripted() {
+            // Wake a millisecond early: latch timeouts are coarse.
+            let sleep = (left - 1).min(1000);
+            // SAFETY: plain C calls on this backend's own latch.
+            unsafe {
+                pg_sys::WaitLatch(
+                    pg_sys::MyLatch,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
+                        as i32,
+                    sleep as std::ffi::c_long,
+                    pg_sys::PG_WAIT_EXTENSION,
+                );
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+            }
+        } else {
+            std::hint::spin_loop();
+        }
         pgrx::check_for_interrupts!();
-        std::hint::spin_loop();
     }
 }
 
@@ -178,6 +196,10 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
         }
         OnOverflow::Wait => Overflow::Wait,
         OnOverflow::Error => Overflow::Error,
+    };
+    let policy = Policy {
+        overflow,
+        max_lead_ms: settings::max_lead_ms(),
     };
     let key = SeqKey {
         // SAFETY: MyDatabaseId is set for the life of a backend.
@@ -194,7 +216,7 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
         let counted = track.then_some(waited_us);
         match guard
             .table
-            .admit_counted(key, residue as u16, now, overflow, counted)
+            .admit_counted(key, residue as u16, now, policy, counted)
         {
             Admit::Issue(ms) => break ms,
             Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
@@ -207,6 +229,19 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
                 format!(
                     "Sequence value {seq_value} would repeat an ID of millisecond {ms} since 1970-01-01 UTC. insta_id.on_overflow = 'error'; 'wait' would wait for the next millisecond."
                 ),
+            ),
+            Admit::Ahead(ms) => raise!(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "sequence \"{}\" would issue an ID {} ms ahead of the clock",
+                    relation_name(relid),
+                    ms - now
+                ),
+                format!(
+                    "Its next free millisecond is {ms} since 1970-01-01 UTC; insta_id.max_lead allows {} ms. insta_id.on_overflow = 'error'; 'wait' would wait for the clock.",
+                    policy.max_lead_ms
+                ),
+                "The clock is behind IDs already issued: it stepped back, or the server restarted or had its high-water mark raised while IDs ran ahead.",
             ),
         }
     };

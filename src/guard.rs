@@ -6,6 +6,15 @@
 //! residue already used in that millisecond moves the ID to a later one; the
 //! time field of a sequence never goes backwards, even when the clock does.
 //!
+//! A time field ahead of the clock is how a stepped-back clock or a restart
+//! is survived, but it is also a debt every later ID of the sequence pays,
+//! so it is bounded: the guard never admits an ID more than `max_lead_ms`
+//! past the clock reading it was given (`Policy`). Beyond it `wait` waits
+//! for the clock and `error` refuses. This holds for every sequence shape:
+//! one that repeats a single residue (`INCREMENT BY 1024`, a short `CYCLE`)
+//! moves a millisecond ahead on every call, and without the bound would
+//! carry its IDs, and the durable mark after them, arbitrarily far ahead.
+//!
 //! The states live in a fixed-size, set-associative table: a key hashes to
 //! one bucket of `WAYS` slots, each bucket has its own spin lock. A full
 //! bucket evicts its oldest slot and remembers that slot's millisecond as the
@@ -42,6 +51,14 @@ pub enum Overflow {
     Error,
 }
 
+/// How one call may be admitted: the overflow mode and how far ahead of the
+/// clock reading an ID's millisecond may be (`insta_id.max_lead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub overflow: Overflow,
+    pub max_lead_ms: i64,
+}
+
 /// The guard's answer for one sequence value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -52,6 +69,9 @@ pub enum Admit {
     WaitPast(i64),
     /// The residue is taken and the mode is `Overflow::Error`.
     Full(i64),
+    /// The ID would be in this millisecond, more than `max_lead_ms` ahead of
+    /// the clock, and the mode is `Overflow::Error`.
+    Ahead(i64),
 }
 
 /// Per-sequence state: the last millisecond used and its used residues.
@@ -72,34 +92,39 @@ impl SeqState {
     }
 
     /// Decides the millisecond for `residue` given the clock reading `now_ms`.
-    pub fn admit(&mut self, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
+    pub fn admit(&mut self, residue: u16, now_ms: i64, policy: Policy) -> Admit {
         debug_assert!(residue < 1024);
         if now_ms > self.last_ms {
             self.last_ms = now_ms;
             self.used = [0; RESIDUE_WORDS];
         }
         // Otherwise the clock is in the last millisecond or behind it (stepped
-        // back): keep issuing from the last millisecond.
+        // back, or a floor ahead of it): keep issuing from the last millisecond.
         let (word, bit) = ((residue / 64) as usize, 1u64 << (residue % 64));
-        if self.used[word] & bit == 0 {
-            self.used[word] |= bit;
-            return Admit::Issue(self.last_ms);
-        }
-        match overflow {
-            Overflow::Error => Admit::Full(self.last_ms),
-            Overflow::Wait if now_ms > self.last_ms - BORROW_AFTER_MS => {
-                Admit::WaitPast(self.last_ms)
-            }
-            Overflow::Wait => {
-                // The clock stepped back well behind a millisecond we already
-                // used: waiting for it could take as long as the step, so
-                // borrow the next millisecond instead (as Sonyflake does).
-                self.last_ms += 1;
-                self.used = [0; RESIDUE_WORDS];
-                self.used[word] |= bit;
-                Admit::Issue(self.last_ms)
+        let mut ms = self.last_ms;
+        if self.used[word] & bit != 0 {
+            match policy.overflow {
+                Overflow::Error => return Admit::Full(ms),
+                Overflow::Wait if now_ms > ms - BORROW_AFTER_MS => return Admit::WaitPast(ms),
+                // The clock is well behind a millisecond already used: waiting
+                // for it could take as long as the step, so borrow the next
+                // millisecond instead (as Sonyflake does), within the lead.
+                Overflow::Wait => ms += 1,
             }
         }
+        if ms.saturating_sub(now_ms) > policy.max_lead_ms {
+            // Nothing changes: the call comes back once the clock allows it.
+            return match policy.overflow {
+                Overflow::Wait => Admit::WaitPast(ms - policy.max_lead_ms - 1),
+                Overflow::Error => Admit::Ahead(ms),
+            };
+        }
+        if ms != self.last_ms {
+            self.last_ms = ms;
+            self.used = [0; RESIDUE_WORDS];
+        }
+        self.used[word] |= bit;
+        Admit::Issue(ms)
     }
 }
 
@@ -115,7 +140,8 @@ pub struct Stats {
     pub wait_us: u64,
     /// Milliseconds moved ahead of a clock that stepped back (borrowed).
     pub borrowed_ms: u64,
-    /// Calls refused with 54000 (insta_id.on_overflow = 'error').
+    /// Calls refused with 54000 (insta_id.on_overflow = 'error'): the
+    /// millisecond was full, or the ID would have run past insta_id.max_lead.
     pub refused: u64,
     /// Slots evicted to make room for another sequence (bucket sums only).
     pub evictions: u64,
@@ -154,7 +180,7 @@ impl Stats {
                 self.borrowed_ms += (ms > before.max(now_ms)) as u64;
             }
             Admit::WaitPast(_) => self.waits += 1,
-            Admit::Full(_) => self.refused += 1,
+            Admit::Full(_) | Admit::Ahead(_) => self.refused += 1,
         }
     }
 }
@@ -297,8 +323,8 @@ impl<'a> Table<'a> {
     }
 
     /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
-    pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, overflow: Overflow) -> Admit {
-        self.admit_counted(key, residue, now_ms, overflow, None)
+    pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, policy: Policy) -> Admit {
+        self.admit_counted(key, residue, now_ms, policy, None)
     }
 
     /// `admit`, also counting the outcome in the sequence's `Stats` when
@@ -309,13 +335,13 @@ impl<'a> Table<'a> {
         key: SeqKey,
         residue: u16,
         now_ms: i64,
-        overflow: Overflow,
+        policy: Policy,
         waited_us: Option<u64>,
     ) -> Admit {
         locked(self.bucket_of(key), |slots| {
             let i = slots.slot_for(key);
             let before = slots.states[i].last_ms;
-            let outcome = slots.states[i].admit(residue, now_ms, overflow);
+            let outcome = slots.states[i].admit(residue, now_ms, policy);
             if let Some(waited_us) = waited_us {
                 slots.stats[i].count(outcome, before, now_ms, waited_us);
             }
@@ -362,6 +388,20 @@ impl<'a> Table<'a> {
     /// The number of sequences the table holds at most.
     pub fn capacity(&self) -> usize {
         self.buckets.len() * WAYS
+    }
+
+    /// The last millisecond of every sequence in the table, at most; `None`
+    /// when it holds none. What a per-session table has issued in.
+    pub fn last_ms(&self) -> Option<i64> {
+        let mut last = None;
+        for bucket in self.buckets {
+            locked(bucket, |slots| {
+                for seq in slots.live() {
+                    last = last.max(Some(seq.last_ms));
+                }
+            });
+        }
+        last
     }
 
     /// Counts every millisecond up to `ms` as used by every sequence, known
@@ -421,6 +461,22 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashSet;
 
+    /// The default bound (insta_id.max_lead), under which most tests run.
+    const LEAD: i64 = 1_000;
+    const WAIT: Policy = Policy {
+        overflow: Overflow::Wait,
+        max_lead_ms: LEAD,
+    };
+    const ERROR: Policy = Policy {
+        overflow: Overflow::Error,
+        max_lead_ms: LEAD,
+    };
+    /// For steps back longer than the default bound.
+    const WIDE: Policy = Policy {
+        overflow: Overflow::Wait,
+        max_lead_ms: 10_000,
+    };
+
     const K: SeqKey = SeqKey {
         database: 1,
         relation: 16384,
@@ -430,52 +486,99 @@ mod tests {
     fn first_1024_values_share_the_millisecond() {
         let mut s = SeqState::full_at(i64::MIN);
         for v in 0..1024u16 {
-            assert_eq!(s.admit(v, 100, Overflow::Wait), Admit::Issue(100));
+            assert_eq!(s.admit(v, 100, WAIT), Admit::Issue(100));
         }
         // The 1025th value wraps to residue 0: the original would repeat.
-        assert_eq!(s.admit(0, 100, Overflow::Wait), Admit::WaitPast(100));
-        assert_eq!(s.admit(0, 100, Overflow::Error), Admit::Full(100));
+        assert_eq!(s.admit(0, 100, WAIT), Admit::WaitPast(100));
+        assert_eq!(s.admit(0, 100, ERROR), Admit::Full(100));
         // Once the clock moves on, the residue is free again.
-        assert_eq!(s.admit(0, 101, Overflow::Wait), Admit::Issue(101));
+        assert_eq!(s.admit(0, 101, WAIT), Admit::Issue(101));
     }
 
     #[test]
     fn clock_step_back_keeps_the_last_millisecond_then_borrows() {
+        // Under a bound wider than the step (insta_id.max_lead = 10 s).
         let mut s = SeqState::full_at(i64::MIN);
-        assert_eq!(s.admit(7, 5_000, Overflow::Wait), Admit::Issue(5_000));
+        assert_eq!(s.admit(7, 5_000, WIDE), Admit::Issue(5_000));
         // The clock steps back five seconds: stay on 5000.
-        assert_eq!(s.admit(8, 0, Overflow::Wait), Admit::Issue(5_000));
+        assert_eq!(s.admit(8, 0, WIDE), Admit::Issue(5_000));
         // A repeated residue while behind borrows 5001 instead of waiting 5 s.
-        assert_eq!(s.admit(7, 1, Overflow::Wait), Admit::Issue(5_001));
-        assert_eq!(s.admit(7, 2, Overflow::Error), Admit::Full(5_001));
+        assert_eq!(s.admit(7, 1, WIDE), Admit::Issue(5_001));
+        assert_eq!(s.admit(7, 2, ERROR), Admit::Full(5_001));
         // When the clock catches up, real time again.
-        assert_eq!(s.admit(7, 6_000, Overflow::Wait), Admit::Issue(6_000));
+        assert_eq!(s.admit(7, 6_000, WIDE), Admit::Issue(6_000));
+    }
+
+    #[test]
+    fn never_further_ahead_of_the_clock_than_the_bound() {
+        let mut s = SeqState::full_at(i64::MIN);
+        assert_eq!(s.admit(7, 5_000, WAIT), Admit::Issue(5_000));
+        // The clock steps back 5 s, past the 1 s bound: wait until it is
+        // within 1 s of ms 5000 (error mode refuses), then issue there.
+        assert_eq!(s.admit(8, 0, WAIT), Admit::WaitPast(5_000 - LEAD - 1));
+        assert_eq!(s.admit(8, 0, ERROR), Admit::Ahead(5_000));
+        assert_eq!(s.admit(8, 5_000 - LEAD, WAIT), Admit::Issue(5_000));
+        // Borrowing 5001 would be 1001 ms ahead: wait one more millisecond.
+        assert_eq!(
+            s.admit(7, 5_000 - LEAD, WAIT),
+            Admit::WaitPast(5_001 - LEAD - 1)
+        );
+        assert_eq!(s.admit(7, 5_001 - LEAD, WAIT), Admit::Issue(5_001));
+    }
+
+    #[test]
+    fn one_residue_repeated_cannot_carry_a_sequence_away() {
+        // INCREMENT BY 1024 (or a CYCLE of at most 1024 values) repeats one
+        // residue: with a floor 200 ms ahead (a restart, a raised mark),
+        // every call borrows a millisecond, until the bound stops it.
+        let mut s = SeqState::full_at(200);
+        let mut last = 0;
+        for call in 0.. {
+            match s.admit(5, 0, WAIT) {
+                Admit::Issue(ms) => last = ms,
+                Admit::WaitPast(until) => {
+                    assert_eq!((call, last, until), (LEAD as usize - 200, LEAD, 0));
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // The same with a moving clock: one ID per millisecond, at most LEAD ahead.
+        for now in 1..3_000 {
+            let mut t = now;
+            let ms = loop {
+                match s.admit(5, t, WAIT) {
+                    Admit::Issue(ms) => break ms,
+                    Admit::WaitPast(until) => t = until + 1,
+                    other => panic!("{other:?}"),
+                }
+            };
+            assert!(ms - t <= LEAD && ms > last, "{ms} at clock {t}");
+            last = ms;
+        }
     }
 
     #[test]
     fn a_slightly_stale_reading_waits_instead_of_running_ahead() {
         let mut s = SeqState::full_at(i64::MIN);
         for v in 0..1024u16 {
-            assert_eq!(s.admit(v, 100, Overflow::Wait), Admit::Issue(100));
+            assert_eq!(s.admit(v, 100, WAIT), Admit::Issue(100));
         }
         // Another session read the clock just before ms 100 began.
-        assert_eq!(s.admit(0, 99, Overflow::Wait), Admit::WaitPast(100));
+        assert_eq!(s.admit(0, 99, WAIT), Admit::WaitPast(100));
         assert_eq!(
-            s.admit(0, 100 - BORROW_AFTER_MS + 1, Overflow::Wait),
+            s.admit(0, 100 - BORROW_AFTER_MS + 1, WAIT),
             Admit::WaitPast(100)
         );
         // Far enough behind, it is a step back: borrow.
-        assert_eq!(
-            s.admit(0, 100 - BORROW_AFTER_MS, Overflow::Wait),
-            Admit::Issue(101)
-        );
+        assert_eq!(s.admit(0, 100 - BORROW_AFTER_MS, WAIT), Admit::Issue(101));
     }
 
     #[test]
     fn eviction_never_reissues() {
         let buckets = [Bucket::new()];
         let table = Table::new(&buckets);
-        let first = table.admit(K, 3, 50, Overflow::Wait);
+        let first = table.admit(K, 3, 50, WAIT);
         assert_eq!(first, Admit::Issue(50));
         // Fill the bucket's other slots in the same millisecond.
         let other = |r: u32| SeqKey {
@@ -483,63 +586,44 @@ mod tests {
             relation: 20_000 + r,
         };
         for r in 1..WAYS as u32 {
-            assert_eq!(
-                table.admit(other(r), 3, 50, Overflow::Wait),
-                Admit::Issue(50)
-            );
+            assert_eq!(table.admit(other(r), 3, 50, WAIT), Admit::Issue(50));
         }
         // One more sequence evicts K (the oldest); the bucket's floor is now
         // ms 50, so the newcomer, knowing nothing of ms 50, starts after it.
-        assert_eq!(
-            table.admit(other(99), 3, 50, Overflow::Wait),
-            Admit::WaitPast(50)
-        );
-        assert_eq!(
-            table.admit(other(99), 3, 51, Overflow::Wait),
-            Admit::Issue(51)
-        );
+        assert_eq!(table.admit(other(99), 3, 50, WAIT), Admit::WaitPast(50));
+        assert_eq!(table.admit(other(99), 3, 51, WAIT), Admit::Issue(51));
         // K comes back: in ms 50 it must not get residue 3 again.
-        assert_eq!(table.admit(K, 3, 50, Overflow::Wait), Admit::WaitPast(50));
-        assert_eq!(table.admit(K, 3, 51, Overflow::Wait), Admit::Issue(51));
+        assert_eq!(table.admit(K, 3, 50, WAIT), Admit::WaitPast(50));
+        assert_eq!(table.admit(K, 3, 51, WAIT), Admit::Issue(51));
     }
 
     #[test]
     fn a_raised_floor_counts_every_earlier_millisecond_as_used() {
         let buckets = [Bucket::new(), Bucket::new()];
         let table = Table::new(&buckets);
-        assert_eq!(table.admit(K, 3, 50, Overflow::Wait), Admit::Issue(50));
+        assert_eq!(table.admit(K, 3, 50, WAIT), Admit::Issue(50));
         table.raise_floor(2_000);
         // A known sequence and an unknown one both continue above the floor:
-        // the clock is far behind it, so they borrow ms 2001.
-        assert_eq!(table.admit(K, 3, 60, Overflow::Wait), Admit::Issue(2_001));
+        // the clock is far behind it, so they borrow ms 2001 (within a bound
+        // of 10 s; the default 1 s makes them wait until the clock is at 1001).
+        assert_eq!(table.admit(K, 3, 60, WIDE), Admit::Issue(2_001));
         let other = SeqKey {
             database: 2,
             relation: 16_384,
         };
-        assert_eq!(
-            table.admit(other, 0, 60, Overflow::Wait),
-            Admit::Issue(2_001)
-        );
+        assert_eq!(table.admit(other, 0, 60, WAIT), Admit::WaitPast(1_000));
+        assert_eq!(table.admit(other, 0, 1_001, WAIT), Admit::Issue(2_001));
         // Error mode refuses rather than borrow.
         let third = SeqKey {
             database: 3,
             relation: 16_384,
         };
-        assert_eq!(
-            table.admit(third, 0, 60, Overflow::Error),
-            Admit::Full(2_000)
-        );
+        assert_eq!(table.admit(third, 0, 60, ERROR), Admit::Full(2_000));
         // Once the clock passes it, real time again.
-        assert_eq!(
-            table.admit(other, 1, 2_500, Overflow::Wait),
-            Admit::Issue(2_500)
-        );
+        assert_eq!(table.admit(other, 1, 2_500, WAIT), Admit::Issue(2_500));
         // A floor below what a sequence used changes nothing for it.
         table.raise_floor(10);
-        assert_eq!(
-            table.admit(K, 4, 2_500, Overflow::Wait),
-            Admit::Issue(2_500)
-        );
+        assert_eq!(table.admit(K, 4, 2_500, WAIT), Admit::Issue(2_500));
     }
 
     #[test]
@@ -547,34 +631,34 @@ mod tests {
         let buckets = [Bucket::new()];
         let table = Table::new(&buckets);
         for v in 0..1024u16 {
-            table.admit_counted(K, v, 100, Overflow::Wait, Some(0));
+            table.admit_counted(K, v, 100, WAIT, Some(0));
         }
         // The 1025th waits, then is issued after a 700 µs wait.
         assert_eq!(
-            table.admit_counted(K, 0, 100, Overflow::Wait, Some(0)),
+            table.admit_counted(K, 0, 100, WAIT, Some(0)),
             Admit::WaitPast(100)
         );
         assert_eq!(
-            table.admit_counted(K, 0, 101, Overflow::Wait, Some(700)),
+            table.admit_counted(K, 0, 101, WAIT, Some(700)),
             Admit::Issue(101)
         );
         // Error mode refuses and counts it.
         assert_eq!(
-            table.admit_counted(K, 0, 101, Overflow::Error, Some(0)),
+            table.admit_counted(K, 0, 101, ERROR, Some(0)),
             Admit::Full(101)
         );
         // The clock steps back 5 s: the repeated residue borrows ms 102, the
         // new one stays on 102 without borrowing again.
         assert_eq!(
-            table.admit_counted(K, 0, -4_000, Overflow::Wait, Some(0)),
+            table.admit_counted(K, 0, -4_000, WIDE, Some(0)),
             Admit::Issue(102)
         );
         assert_eq!(
-            table.admit_counted(K, 1, -4_000, Overflow::Wait, Some(0)),
+            table.admit_counted(K, 1, -4_000, WIDE, Some(0)),
             Admit::Issue(102)
         );
         // Uncounted admits leave the counts alone.
-        table.admit(K, 2, 102, Overflow::Wait);
+        table.admit(K, 2, 102, WAIT);
         let expect = Stats {
             issued: 1027,
             waits: 1,
@@ -607,7 +691,7 @@ mod tests {
         // WAYS + 3 sequences, 2 IDs each, in one bucket: 3 evictions.
         for r in 0..WAYS as u32 + 3 {
             for v in 0..2 {
-                table.admit_counted(key(r), v, 10 + r as i64, Overflow::Wait, Some(0));
+                table.admit_counted(key(r), v, 10 + r as i64, WAIT, Some(0));
             }
         }
         let (totals, tracked) = table.totals();
@@ -624,18 +708,25 @@ mod tests {
         let last = key(WAYS as u32 + 2);
         let ms = 10 + WAYS as i64 + 2;
         assert_eq!(
-            table.admit_counted(last, 1, ms, Overflow::Error, Some(0)),
+            table.admit_counted(last, 1, ms, ERROR, Some(0)),
             Admit::Full(ms)
         );
     }
 
     /// Simulated sessions over one table: any interleaving of sequence values
-    /// and clock readings (forwards and backwards) yields distinct
-    /// (ms, residue) pairs per sequence, and per sequence the issued
-    /// millisecond never decreases.
-    fn run(ops: Vec<(u8, u16, i64)>, n_buckets: usize) -> Result<(), TestCaseError> {
+    /// and clock readings (forwards and backwards), from any floor, yields
+    /// distinct (ms, residue) pairs per sequence, per sequence the issued
+    /// millisecond never decreases, and no ID is further ahead of the clock
+    /// reading it was admitted at than the bound.
+    fn run(
+        ops: Vec<(u8, u16, i64)>,
+        n_buckets: usize,
+        policy: Policy,
+        floor: i64,
+    ) -> Result<(), TestCaseError> {
         let buckets: Vec<Bucket> = (0..n_buckets).map(|_| Bucket::new()).collect();
         let table = Table::new(&buckets);
+        table.raise_floor(floor);
         let mut issued: HashSet<(u32, i64, u16)> = HashSet::new();
         let mut last: std::collections::HashMap<u32, i64> = Default::default();
         for (seq, residue, clock) in ops {
@@ -645,12 +736,13 @@ mod tests {
             };
             let mut now = clock;
             let ms = loop {
-                match table.admit(key, residue, now, Overflow::Wait) {
+                match table.admit(key, residue, now, policy) {
                     Admit::Issue(ms) => break ms,
-                    Admit::WaitPast(ms) => now = ms + 1,
-                    Admit::Full(_) => unreachable!(),
+                    Admit::WaitPast(ms) => now = now.max(ms + 1),
+                    other => unreachable!("{other:?}"),
                 }
             };
+            prop_assert!(ms - now <= policy.max_lead_ms, "{} ms ahead", ms - now);
             prop_assert!(issued.insert((key.relation, ms, residue)), "duplicate");
             let prev = last.insert(key.relation, ms).unwrap_or(i64::MIN);
             prop_assert!(ms >= prev, "time went back");
@@ -662,12 +754,19 @@ mod tests {
         #[test]
         fn never_a_duplicate(ops in proptest::collection::vec((0u8..40, 0u16..1024, 0i64..20), 1..3000)) {
             // 40 sequences in 2 buckets: plenty of evictions.
-            run(ops, 2)?;
+            run(ops, 2, WAIT, i64::MIN)?;
         }
 
         #[test]
-        fn never_a_duplicate_with_few_residues(ops in proptest::collection::vec((0u8..3, 0u16..4, 0i64..5), 1..500)) {
-            run(ops, 1)?;
+        fn never_a_duplicate_with_few_residues(
+            ops in proptest::collection::vec((0u8..3, 0u16..4, 0i64..5), 1..500),
+            lead in 0i64..300,
+            floor in -10i64..400,
+        ) {
+            // Residues repeat at once (a sequence stepping by 1024 has one),
+            // the floor is ahead of the clock or not, the bound tight or wide.
+            let policy = Policy { overflow: Overflow::Wait, max_lead_ms: lead };
+            run(ops, 1, policy, floor)?;
         }
     }
 
@@ -687,13 +786,13 @@ mod tests {
                         let residue = (v % 1024) as u16;
                         let mut now = (i / 3000) as i64; // a slow clock
                         loop {
-                            match table.admit(K, residue, now, Overflow::Wait) {
+                            match table.admit(K, residue, now, WAIT) {
                                 Admit::Issue(ms) => {
                                     out.push((ms, residue));
                                     break;
                                 }
                                 Admit::WaitPast(ms) => now = now.max(ms + 1),
-                                Admit::Full(_) => unreachable!(),
+                                other => unreachable!("{other:?}"),
                             }
                         }
                     }

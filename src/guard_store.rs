@@ -8,12 +8,14 @@
 //!   its size is fixed (`REGISTRY_SEQUENCES`).
 //! - Not preloaded, 15 and 16: each session keeps its own table, exact within
 //!   the session only (see the README); `insta_id.require_shared_guard`
-//!   makes next_id refuse to run that way.
+//!   makes next_id refuse to run that way. A new session starts above what
+//!   ended sessions of the server's run issued (`mark::session_floor`); an
+//!   ending session publishes its own last millisecond for the next ones.
 //!
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
 use crate::guard::{Bucket, SeqStats, Stats, Table, WAYS};
-use crate::mark::{MarkError, MarkFile, MarkState};
+use crate::mark::{self, MarkError, MarkFile, MarkState, Run};
 use crate::settings;
 use crate::BackendCell;
 use pgrx::pg_sys;
@@ -154,19 +156,68 @@ fn resolve() -> Store {
     store
 }
 
-/// This backend's handle on the mark file in the data directory.
+/// This backend's handles on the mark file and the ended sessions' file in
+/// the data directory.
 static MARK_FILE: OnceLock<MarkFile> = OnceLock::new();
+static ENDED_FILE: OnceLock<MarkFile> = OnceLock::new();
 
 fn mark_file() -> &'static MarkFile {
-    if let Some(file) = MARK_FILE.get() {
-        return file;
+    data_dir_file(&MARK_FILE, mark::FILE_NAME).unwrap_or_else(|e| mark_error(e))
+}
+
+fn ended_file() -> Result<&'static MarkFile, MarkError> {
+    data_dir_file(&ENDED_FILE, mark::ENDED_FILE_NAME)
+}
+
+fn data_dir_file(
+    cell: &'static OnceLock<MarkFile>,
+    name: &'static str,
+) -> Result<&'static MarkFile, MarkError> {
+    if let Some(file) = cell.get() {
+        return Ok(file);
     }
     // SAFETY: DataDir is set for the life of a backend.
     let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
     let dir = std::path::PathBuf::from(dir.to_string_lossy().into_owned());
-    let file = MarkFile::open(&dir, fsync_enabled).unwrap_or_else(|e| mark_error(e));
-    let _ = MARK_FILE.set(file);
-    MARK_FILE.get().expect("just set")
+    let _ = cell.set(MarkFile::open_named(&dir, name, fsync_enabled)?);
+    Ok(cell.get().expect("just set"))
+}
+
+// What pgrx leaves opaque in storage/pg_shmem.h (the same in 15 to 18): the
+// header of the run's main shared memory, and the global pointing at it.
+#[repr(C)]
+struct PGShmemHeader {
+    magic: i32,
+    creator_pid: pg_sys::pid_t,
+    totalsize: usize,
+    freeoffset: usize,
+    dsm_control: u32,
+}
+const PG_SHMEM_MAGIC: i32 = 679_834_894;
+unsafe extern "C" {
+    static UsedShmemSegAddr: *mut std::ffi::c_void;
+}
+
+/// This server's run. The postmaster's start time does not change at a crash
+/// restart; the handle of the dynamic shared memory control segment, which
+/// the postmaster draws at random whenever it builds shared memory (at start
+/// and at every crash restart), does. A header not laid out as expected
+/// gives a run that never matches: every session then starts above the
+/// mark, as in 0.8.0.
+fn server_run() -> Run {
+    // SAFETY: plain reads of globals the postmaster set before forking this
+    // backend; the header lives as long as the run.
+    unsafe {
+        let header = UsedShmemSegAddr as *const PGShmemHeader;
+        let shmem = match header.as_ref() {
+            Some(h) if h.magic == PG_SHMEM_MAGIC => h.dsm_control as u64,
+            _ => u64::MAX - pg_sys::MyProcPid as u64,
+        };
+        Run {
+            started: pg_sys::PgStartTime,
+            shmem,
+        }
+    }
 }
 
 /// PostgreSQL's `fsync` setting: with it off, the mark is written but not
@@ -178,9 +229,9 @@ fn fsync_enabled() -> bool {
 
 fn mark_error(e: MarkError) -> ! {
     match e {
-        MarkError::Io(what, err) => raise!(
+        MarkError::Io(file, what, err) => raise!(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("could not {what} insta_id's high-water mark file \"{}\": {err}", crate::mark::FILE_NAME),
+            format!("could not {what} insta_id's file \"{file}\" in the data directory: {err}"),
             "next_id writes the highest millisecond it may issue IDs in to this file in the data directory before issuing them.",
         ),
         MarkError::Damaged(d) => raise!(
@@ -193,18 +244,37 @@ fn mark_error(e: MarkError) -> ! {
 }
 
 /// First use after a (re)start: every millisecond up to the mark counts as
-/// used by every sequence, before any ID is issued.
+/// used by every sequence, before any ID is issued. With the per-session
+/// guard, every session's first use: up to what ended sessions of this run
+/// issued, or the mark in a new run (`mark::session_floor`).
 #[cold]
 fn load_mark(store: &Store) {
     let table = Table::new(store.buckets);
-    match store
-        .header
-        .mark
-        .load(mark_file(), |mark| table.raise_floor(mark))
-    {
+    let loaded = store.header.mark.load(mark_file(), |mark| {
+        match store.mode {
+            GuardMode::Shared => {
+                if let Some(mark) = mark {
+                    table.raise_floor(mark);
+                }
+            }
+            GuardMode::Session => {
+                let ended = ended_file()?;
+                let _lock = ended.lock(true)?;
+                let (floor, publish) = mark::session_floor(mark, ended.read_ended()?, server_run());
+                if let Some(record) = publish {
+                    ended.write_ended(record)?;
+                }
+                table.raise_floor(floor);
+                // SAFETY: registering a plain callback for this backend's exit.
+                unsafe { pg_sys::before_shmem_exit(Some(publish_at_exit), pg_sys::Datum::from(0)) };
+            }
+        }
+        Ok(())
+    });
+    match loaded {
         Ok(Some(mark)) => {
             let ahead = mark - crate::clock::now_unix_ms();
-            if ahead > 0 {
+            if ahead > 0 && store.mode == GuardMode::Shared {
                 pgrx::log!(
                     "insta_id: the high-water mark of issued IDs is {ahead} ms ahead of the clock; IDs continue above it until the clock passes it"
                 );
@@ -212,6 +282,32 @@ fn load_mark(store: &Store) {
         }
         Ok(None) => {}
         Err(e) => mark_error(e),
+    }
+}
+
+/// Publishes `last_ms` as issued by a session of this run (per-session
+/// guard): later sessions start above it.
+fn publish_ended(last_ms: i64) -> Result<(), MarkError> {
+    let ended = ended_file()?;
+    let _lock = ended.lock(true)?;
+    let record = mark::ended_after(ended.read_ended()?, server_run(), last_ms);
+    ended.write_ended(record)
+}
+
+/// At a per-session-guard backend's exit: what it issued, for the sessions
+/// after it. A backend that dies without this (SIGKILL, a crash) takes the
+/// server into a crash restart, a new run, whose sessions start above the
+/// mark instead.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn publish_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    let Some(store) = STORE.get() else { return };
+    let Some(last_ms) = Table::new(store.buckets).last_ms() else {
+        return;
+    };
+    if let Err(MarkError::Io(file, what, err)) = publish_ended(last_ms) {
+        pgrx::warning!(
+            "insta_id: could not {what} \"{file}\" at session exit: {err}; later sessions may start ahead of the clock"
+        );
     }
 }
 
@@ -305,6 +401,10 @@ pub fn raise_mark(ms: i64) -> i64 {
         mark_error(e)
     }
     Table::new(store.buckets).raise_floor(ms);
+    if store.mode == GuardMode::Session {
+        // Later sessions of this run start above what ended ones published.
+        publish_ended(ms).unwrap_or_else(|e| mark_error(e));
+    }
     mark_on_disk().unwrap_or(ms)
 }
 

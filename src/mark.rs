@@ -19,7 +19,19 @@
 //! `STEP_MS` ahead of the clock. Writers take an exclusive `flock` on the
 //! file, so sessions and servers never lower it.
 //!
-//! This module holds the decisions and the file format as pure Rust; the file
+//! The per-session guard (15 and 16 without preloading) has no memory shared
+//! by its sessions, so each new session must start above what earlier ones
+//! issued. The mark is an upper bound of that, but a loose one: up to
+//! `STEP_MS` above the last ID. A session starting there would issue ahead
+//! of the clock and reserve `STEP_MS` above that, and the next session again
+//! (0.8.0 ran 160 ms further ahead with every new session, without bound).
+//! So sessions that end publish the last millisecond they actually issued
+//! in (`Ended`, the file `insta_id.sessions`), tagged with the server run
+//! (`Run`, changed by every start and crash restart); a new session of the
+//! same run starts above that, and only the first session of a new run,
+//! which cannot know, starts above the mark (`session_floor`).
+//!
+//! This module holds the decisions and the file formats as pure Rust; the file
 //! I/O is `MarkFile`, and `guard_store` wires both to the guard's table.
 
 use std::fs::{File, OpenOptions};
@@ -111,6 +123,97 @@ fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
+/// One run of a server: from a start (or a crash restart, which builds new
+/// shared memory) to its stop. Sessions of one run saw the same clock history
+/// and their exits were all observed; a new run's first session cannot know
+/// what the last one's sessions issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The postmaster's start time (timestamptz).
+    pub started: i64,
+    /// Drawn anew whenever shared memory is built: at every start and crash
+    /// restart.
+    pub shmem: u64,
+}
+
+/// What ended sessions of a run issued in: the highest millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub run: Run,
+    pub last_ms: i64,
+}
+
+/// The file holding `Ended`, beside the mark. Not fsync'd: it is only ever
+/// trusted within the run that wrote it, which a machine crash ends.
+pub const ENDED_FILE_NAME: &str = "insta_id.sessions";
+pub const ENDED_LEN: usize = 40;
+const ENDED_MAGIC: [u8; 8] = *b"INSTAIDS";
+
+pub fn encode_ended(e: Ended) -> [u8; ENDED_LEN] {
+    let mut rec = [0u8; ENDED_LEN];
+    rec[..8].copy_from_slice(&ENDED_MAGIC);
+    rec[8..16].copy_from_slice(&e.run.started.to_le_bytes());
+    rec[16..24].copy_from_slice(&e.run.shmem.to_le_bytes());
+    rec[24..32].copy_from_slice(&e.last_ms.to_le_bytes());
+    let sum = checksum(&rec[..32]);
+    rec[32..].copy_from_slice(&sum.to_le_bytes());
+    rec
+}
+
+/// `None` for an empty, torn or foreign file: a session then starts above
+/// the mark, which is always safe.
+pub fn decode_ended(bytes: &[u8]) -> Option<Ended> {
+    if bytes.len() != ENDED_LEN || bytes[..8] != ENDED_MAGIC {
+        return None;
+    }
+    let word = |i: usize| <[u8; 8]>::try_from(&bytes[i..i + 8]).unwrap();
+    if u64::from_le_bytes(word(32)) != checksum(&bytes[..32]) {
+        return None;
+    }
+    Some(Ended {
+        run: Run {
+            started: i64::from_le_bytes(word(8)),
+            shmem: u64::from_le_bytes(word(16)),
+        },
+        last_ms: i64::from_le_bytes(word(24)),
+    })
+}
+
+/// Where a new session of the per-session guard starts: every millisecond up
+/// to the returned floor counts as used. Within the run that published
+/// `ended`, above what ended sessions issued; else (a new run: a restart
+/// that may have come with the clock set back) above the durable mark,
+/// and the record to publish for the new run says so, so that the run's
+/// later sessions start there too rather than above another reservation.
+pub fn session_floor(mark: Option<i64>, ended: Option<Ended>, run: Run) -> (i64, Option<Ended>) {
+    match ended {
+        Some(e) if e.run == run => (e.last_ms, None),
+        _ => {
+            let floor = mark.unwrap_or(i64::MIN);
+            (
+                floor,
+                Some(Ended {
+                    run,
+                    last_ms: floor,
+                }),
+            )
+        }
+    }
+}
+
+/// What an ending session publishes: the highest of its own last millisecond
+/// and what the run's sessions published before (a record of another run
+/// cannot be: `session_floor` rewrote it at this session's start).
+pub fn ended_after(on_disk: Option<Ended>, run: Run, last_ms: i64) -> Ended {
+    let before = on_disk
+        .filter(|e| e.run == run)
+        .map_or(i64::MIN, |e| e.last_ms);
+    Ended {
+        run,
+        last_ms: before.max(last_ms),
+    }
+}
+
 /// The mark as the server's sessions share it (in the guard's shared memory,
 /// or in a session's own memory with the per-session guard).
 #[repr(C)]
@@ -140,12 +243,14 @@ impl MarkState {
     }
 
     /// First use after a (re)start: read the file and hand its mark to
-    /// `raise_floor` (the guard's table) before anyone issues an ID. Returns
-    /// the mark read, if this call did the loading.
+    /// `raise_floor` (which raises the guard's table to it, or with the
+    /// per-session guard to `session_floor`) before anyone issues an ID; it
+    /// runs under the file's lock. Returns the mark read, if this call did
+    /// the loading.
     pub fn load(
         &self,
         file: &MarkFile,
-        raise_floor: impl FnOnce(i64),
+        raise_floor: impl FnOnce(Option<i64>) -> Result<(), MarkError>,
     ) -> Result<Option<i64>, MarkError> {
         if self.is_loaded() {
             return Ok(None);
@@ -155,8 +260,8 @@ impl MarkState {
             return Ok(None);
         }
         let mark = file.read()?;
+        raise_floor(mark)?;
         if let Some(mark) = mark {
-            raise_floor(mark);
             self.durable.fetch_max(mark, Ordering::AcqRel);
         }
         self.loaded.store(1, Ordering::Release);
@@ -201,13 +306,15 @@ impl Default for MarkState {
 /// Why the mark could not be read or written.
 #[derive(Debug)]
 pub enum MarkError {
-    Io(&'static str, std::io::Error),
+    /// The file's name, what failed (open, read, ...), and why.
+    Io(&'static str, &'static str, std::io::Error),
     Damaged(Damaged),
 }
 
 /// The mark file, opened once per backend.
 pub struct MarkFile {
     file: File,
+    name: &'static str,
     dir: std::path::PathBuf,
     /// Whether writes must be made durable (read at each write: PostgreSQL's
     /// `fsync` setting can change at reload).
@@ -227,30 +334,44 @@ impl Drop for Locked<'_> {
 impl MarkFile {
     /// Opens (creating if missing) `FILE_NAME` in `dir`.
     pub fn open(dir: &std::path::Path, fsync: fn() -> bool) -> Result<Self, MarkError> {
+        Self::open_named(dir, FILE_NAME, fsync)
+    }
+
+    /// Opens (creating if missing) `name` in `dir` (the mark, or `ENDED_FILE_NAME`).
+    pub fn open_named(
+        dir: &std::path::Path,
+        name: &'static str,
+        fsync: fn() -> bool,
+    ) -> Result<Self, MarkError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .open(dir.join(FILE_NAME))
-            .map_err(|e| MarkError::Io("open", e))?;
+            .open(dir.join(name))
+            .map_err(|e| MarkError::Io(name, "open", e))?;
         Ok(MarkFile {
             file,
+            name,
             dir: dir.to_path_buf(),
             fsync,
         })
     }
 
     /// `must`: wait for the lock; else `None` when another process holds it.
-    fn lock(&self, must: bool) -> Result<Option<Locked<'_>>, MarkError> {
+    pub fn lock(&self, must: bool) -> Result<Option<Locked<'_>>, MarkError> {
         if must {
-            self.file.lock().map_err(|e| MarkError::Io("lock", e))?;
+            self.file
+                .lock()
+                .map_err(|e| MarkError::Io(self.name, "lock", e))?;
         } else {
             match self.file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
-                Err(std::fs::TryLockError::Error(e)) => return Err(MarkError::Io("lock", e)),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(MarkError::Io(self.name, "lock", e))
+                }
             }
         }
         Ok(Some(Locked(&self.file)))
@@ -258,6 +379,26 @@ impl MarkFile {
 
     pub fn read(&self) -> Result<Option<i64>, MarkError> {
         let mut buf = [0u8; RECORD_LEN + 1];
+        let len = self.read_into(&mut buf)?;
+        decode(&buf[..len]).map_err(MarkError::Damaged)
+    }
+
+    /// The ended sessions' record (in a file opened as `ENDED_FILE_NAME`).
+    pub fn read_ended(&self) -> Result<Option<Ended>, MarkError> {
+        let mut buf = [0u8; ENDED_LEN + 1];
+        let len = self.read_into(&mut buf)?;
+        Ok(decode_ended(&buf[..len]))
+    }
+
+    /// Writes the ended sessions' record; never fsync'd (see `Ended`).
+    pub fn write_ended(&self, ended: Ended) -> Result<(), MarkError> {
+        self.file
+            .write_all_at(&encode_ended(ended), 0)
+            .map_err(|e| MarkError::Io(self.name, "write", e))
+    }
+
+    /// Reads the file's first `buf.len()` bytes at most; returns how many.
+    fn read_into(&self, buf: &mut [u8]) -> Result<usize, MarkError> {
         let mut len = 0;
         loop {
             match self.file.read_at(&mut buf[len..], len as u64) {
@@ -269,10 +410,10 @@ impl MarkFile {
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(MarkError::Io("read", e)),
+                Err(e) => return Err(MarkError::Io(self.name, "read", e)),
             }
         }
-        decode(&buf[..len]).map_err(MarkError::Damaged)
+        Ok(len)
     }
 
     /// Writes `mark` and returns it. `first`: the file was empty (new), so
@@ -280,15 +421,15 @@ impl MarkFile {
     fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError> {
         self.file
             .write_all_at(&encode(mark), 0)
-            .map_err(|e| MarkError::Io("write", e))?;
+            .map_err(|e| MarkError::Io(self.name, "write", e))?;
         if (self.fsync)() {
             self.file
                 .sync_data()
-                .map_err(|e| MarkError::Io("fsync", e))?;
+                .map_err(|e| MarkError::Io(self.name, "fsync", e))?;
             if first {
                 File::open(&self.dir)
                     .and_then(|d| d.sync_all())
-                    .map_err(|e| MarkError::Io("fsync the directory of", e))?;
+                    .map_err(|e| MarkError::Io(self.name, "fsync the directory of", e))?;
             }
         }
         Ok(mark)
@@ -342,7 +483,15 @@ mod tests {
         let dir = temp_dir("cover");
         let file = MarkFile::open(&dir, || true).unwrap();
         let state = MarkState::new();
-        assert_eq!(state.load(&file, |_| panic!("no mark yet")).unwrap(), None);
+        assert_eq!(
+            state
+                .load(&file, |m| {
+                    assert_eq!(m, None);
+                    Ok(())
+                })
+                .unwrap(),
+            None
+        );
         state.cover(5_000, || &file).unwrap();
         assert_eq!(file.read().unwrap(), Some(5_000 + STEP_MS));
         // Inside the reservation with room left: no write.
@@ -382,16 +531,106 @@ mod tests {
         let file = MarkFile::open(&dir, || false).unwrap();
         let state = MarkState::new();
         let mut floor = None;
-        assert_eq!(state.load(&file, |m| floor = Some(m)).unwrap(), Some(7_000));
+        let raise = |m| {
+            floor = m;
+            Ok(())
+        };
+        assert_eq!(state.load(&file, raise).unwrap(), Some(7_000));
         assert_eq!((floor, state.durable()), (Some(7_000), 7_000));
         assert_eq!(state.load(&file, |_| panic!("loaded twice")).unwrap(), None);
         std::fs::write(dir.join(FILE_NAME), b"garbage").unwrap();
         let fresh = MarkState::new();
         assert!(matches!(
-            fresh.load(&file, |_| ()),
+            fresh.load(&file, |_| Ok(())),
             Err(MarkError::Damaged(_))
         ));
         assert!(!fresh.is_loaded());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    const RUN: Run = Run {
+        started: 800_000_000_000_000,
+        shmem: 32_769,
+    };
+
+    #[test]
+    fn sessions_of_one_run_start_above_what_ended_ones_issued_not_above_the_mark() {
+        // The run's first session knows nothing of the run: the mark, and it
+        // publishes that for the next ones.
+        let first = session_floor(Some(9_200), None, RUN);
+        assert_eq!(
+            first,
+            (
+                9_200,
+                Some(Ended {
+                    run: RUN,
+                    last_ms: 9_200
+                })
+            )
+        );
+        // Sessions that ended issued up to 12_345: the next one starts there,
+        // not above the mark the renewals left 200 ms past it.
+        let ended = ended_after(first.1, RUN, 12_345);
+        assert_eq!(
+            ended,
+            Ended {
+                run: RUN,
+                last_ms: 12_345
+            }
+        );
+        assert_eq!(
+            session_floor(Some(12_545), Some(ended), RUN),
+            (12_345, None)
+        );
+        // A session that issued less than the run's record does not lower it.
+        assert_eq!(ended_after(Some(ended), RUN, 100).last_ms, 12_345);
+        // A restart (or a crash restart: new shared memory) is a new run: the
+        // mark again, whatever the old run's record says.
+        for other in [
+            Run {
+                started: RUN.started + 1,
+                ..RUN
+            },
+            Run {
+                shmem: RUN.shmem + 1,
+                ..RUN
+            },
+        ] {
+            assert_eq!(
+                session_floor(Some(12_545), Some(ended), other),
+                (
+                    12_545,
+                    Some(Ended {
+                        run: other,
+                        last_ms: 12_545
+                    })
+                )
+            );
+            assert_eq!(ended_after(Some(ended), other, 7).last_ms, 7);
+        }
+        // No mark at all (nothing ever issued): no floor.
+        assert_eq!(session_floor(None, None, RUN).0, i64::MIN);
+    }
+
+    #[test]
+    fn ended_records_round_trip_and_damage_reads_as_none() {
+        let e = Ended {
+            run: RUN,
+            last_ms: 1_700_000_000_000,
+        };
+        assert_eq!(decode_ended(&encode_ended(e)), Some(e));
+        for i in 0..ENDED_LEN {
+            let mut bad = encode_ended(e);
+            bad[i] ^= 0x01;
+            assert_eq!(decode_ended(&bad), None, "flipped byte {i}");
+        }
+        assert_eq!(decode_ended(&[]), None);
+        assert_eq!(decode_ended(&encode(5)), None);
+        let dir = temp_dir("ended");
+        let f = MarkFile::open_named(&dir, ENDED_FILE_NAME, || false).unwrap();
+        assert_eq!(f.read_ended().unwrap(), None);
+        f.write_ended(e).unwrap();
+        assert_eq!(f.read_ended().unwrap(), Some(e));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -9,6 +9,9 @@
 //!   per-session guard (not preloaded, PostgreSQL older than 17).
 //! - `insta_id.track_guard_stats` (superuser): count what the guard does
 //!   (insta_id.guard_stats); on by default.
+//! - `insta_id.max_lead` (superuser): how far ahead of the clock an ID's
+//!   millisecond may be (after a step back, a restart, a raised mark); past
+//!   it next_id waits for the clock (or raises, in error mode).
 //! - `insta_id.max_sequences` (server start): slots of the preloaded guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
@@ -53,6 +56,18 @@ static TRACK_GUARD_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub fn track_guard_stats() -> bool {
     // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
     unsafe { *TRACK_GUARD_STATS.as_ptr() }
+}
+
+/// insta_id.max_lead's default and ceiling, in ms.
+pub const MAX_LEAD_DEFAULT_MS: i32 = 1_000;
+pub const MAX_LEAD_CEILING_MS: i32 = 3_600_000;
+static MAX_LEAD: GucSetting<i32> = GucSetting::<i32>::new(MAX_LEAD_DEFAULT_MS);
+
+/// How far ahead of the clock next_id may put an ID's millisecond (every call).
+#[inline]
+pub fn max_lead_ms() -> i64 {
+    // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
+    unsafe { *MAX_LEAD.as_ptr() as i64 }
 }
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
@@ -161,6 +176,16 @@ pub fn define(at_server_start: bool) {
         &TRACK_GUARD_STATS,
         GucContext::Suset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"insta_id.max_lead",
+        c"How far ahead of the clock next_id may put an ID's time field.",
+        c"IDs run ahead of the clock after it steps back, after a restart or a raised high-water mark, and while one sequence needs more than 1024 IDs a millisecond behind a clock; past this lead next_id waits for the clock (on_overflow = 'error': raises 54000). The high-water mark is never written more than this plus 200 ms ahead.",
+        &MAX_LEAD,
+        0,
+        MAX_LEAD_CEILING_MS,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
     );
     if !at_server_start {
         return;
