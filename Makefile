@@ -15,7 +15,7 @@ BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(N
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-concurrency test-shards test-fleet test-pg-upgrade \
+        test-rust test-pg test-regress test-upgrade test-concurrency test-lead test-shards test-fleet test-pg-upgrade \
         test-faults test-sqlsmith test-clients test-packages test-move dist fuzz
 
 ## help: this list
@@ -44,14 +44,16 @@ test:
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
-##        pg_regress preloaded and not, upgrade, concurrent sessions
+##        pg_regress preloaded and not, upgrade, concurrent sessions, the lead
+##        over the clock
 check:
-	@scripts/setup.sh
+	@scripts/setup.sh faults
 	@scripts/build.sh install ci
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/upgrade.sh
 	@tests/concurrency.sh
+	@tests/lead.sh
 
 ## setup: install what is missing for PG (or: scripts/setup.sh all)
 setup:
@@ -105,6 +107,13 @@ test-regress test-upgrade test-concurrency test-fleet: test-%:
 	@scripts/setup.sh
 	@scripts/build.sh install ci
 	@tests/$*.sh
+
+## test-lead: how far IDs may run ahead of the clock (insta_id.max_lead), for
+##        sequences of every shape, after a raised mark, a restart, a clock step
+test-lead:
+	@scripts/setup.sh faults
+	@scripts/build.sh install ci
+	@tests/lead.sh
 
 ## test-shards: 64 shards through pg_dump/pg_restore, a shard moved between servers,
 ##        all 8192 shards on a stock server (cancelled and resumed; from psql and psycopg)

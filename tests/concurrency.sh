@@ -9,6 +9,10 @@
 #   (README, "Guarantees"): their count is printed, not asserted.
 # - 1,000,000 rows in one INSERT into a table with a primary key succeed in the
 #   default mode; 1,000,000 IDs in legacy mode repeat, like the original.
+# - 2000 short sessions (connect, mint one ID, disconnect; two at a time)
+#   while two long sessions burst on the same sequence: no ID of either is
+#   ahead of its session's clock (read right after next_id), however many
+#   sessions came before (0.8.0 without preloading: 160 ms more per session).
 source "$(dirname "$0")/../scripts/harness.sh"
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-8}
 burst=$(mktemp); trap 'rm -f "$burst"' EXIT
@@ -38,6 +42,28 @@ hammer() { # $1: label
     "$(q -d conc -c "SELECT count(*) FROM (SELECT 1 FROM ids GROUP BY id, pid HAVING count(*) > 1) d")" 0
 }
 
+# short_sessions LABEL: 2000 sessions of one ID each, beside bursting ones.
+short_sessions() {
+  local short long
+  short=$(mktemp); long=$(mktemp)
+  # at: the clock right after next_id (the subquery is evaluated first).
+  echo "INSERT INTO lead SELECT id, clock_timestamp(), pg_backend_pid(), true FROM (SELECT insta_id.next_id(1, 's') id OFFSET 0) x;" >"$short"
+  echo "INSERT INTO lead SELECT id, clock_timestamp(), pg_backend_pid(), false FROM (SELECT insta_id.next_id(1, 's') id FROM generate_series(1, 500) OFFSET 0) x;" >"$long"
+  q -d conc -c "CREATE UNLOGGED TABLE lead (id bigint, at timestamptz, pid int, short bool)"
+  pgbench -n -c 2 -j 1 -T 600 -f "$long" conc >"$repo/target/pgbench-pg$PG-$1-long.log" 2>&1 &
+  local long_pid=$!
+  pgbench -n -C -c 2 -j 1 -t 1000 -f "$short" conc >"$repo/target/pgbench-pg$PG-$1-short.log" 2>&1 \
+    || { cat "$repo/target/pgbench-pg$PG-$1-short.log"; check "$1: pgbench ran" failed ok; }
+  # SIGTERM: a background job of a script ignores SIGINT.
+  kill -TERM "$long_pid" 2>/dev/null; wait "$long_pid" 2>/dev/null || true
+  rm -f "$short" "$long"
+  echo "     $1: $(q -d conc -c "SELECT count(DISTINCT pid) FILTER (WHERE short) || ' short sessions, ' || count(*) FILTER (WHERE NOT short) || ' IDs of long ones; newest ID at most ' || round(extract(epoch FROM max(insta_id.created_at(id) - at)) * 1000) || ' ms ahead of its clock' FROM lead")"
+  check_true "$1: 2000 short sessions minted beside 2 bursting ones" \
+    "SELECT count(DISTINCT pid) FILTER (WHERE short) = 2000 AND count(DISTINCT pid) FILTER (WHERE NOT short) >= 2 FROM lead" -d conc
+  check "$1: no ID, of a short session or a long one, is ahead of its session's clock" \
+    "$(q -d conc -c "SELECT count(*) FROM lead WHERE insta_id.created_at(id) > at")" 0
+}
+
 # exact LABEL: the checks of a server-wide guard on the last burst.
 exact() {
   check "$1: zero duplicates across sessions" "$(q -d conc -c "SELECT count(*) - count(DISTINCT id) FROM ids")" 0
@@ -50,6 +76,8 @@ exact() {
 start_cluster conc --preload
 hammer preloaded
 exact preloaded
+short_sessions preloaded
+check "preloaded, short sessions: zero duplicates" "$(q -d conc -c "SELECT count(*) - count(DISTINCT id) FROM lead")" 0
 q -d conc -c "CREATE SEQUENCE s1" -c "CREATE TABLE big (id bigint PRIMARY KEY DEFAULT insta_id.next_id(1, 's1'), v int)"
 check "wait: INSERT of 1,000,000 rows into one shard table with a primary key" \
   "$(q -d conc -c "INSERT INTO big (v) SELECT g FROM generate_series(1, 1000000) g" -c "SELECT count(DISTINCT id) FROM big")" 1000000
@@ -68,6 +96,8 @@ if [ "$PG" -ge 17 ]; then  # the DSM-registry guard
   check "PostgreSQL $PG without preload: guard_mode() says shared (the DSM registry)" "$(q -d postgres -c "SELECT insta_id.guard_mode()")" shared
   hammer not-preloaded
   exact not-preloaded
+  short_sessions not-preloaded
+  check "not-preloaded, short sessions: zero duplicates" "$(q -d conc -c "SELECT count(*) - count(DISTINCT id) FROM lead")" 0
 else
   check "PostgreSQL $PG without preload: CREATE EXTENSION warns that the guard is per session" \
     "$(q -d postgres -c "CREATE EXTENSION insta_id" 2>&1 | head -n1)" \
@@ -75,6 +105,8 @@ else
   check "PostgreSQL $PG without preload: guard_mode() says session" "$(q -d postgres -c "SELECT insta_id.guard_mode()")" session
   hammer not-preloaded
   echo "     not-preloaded: duplicates across sessions (allowed with a per-session guard): $(q -d conc -c "SELECT count(*) - count(DISTINCT id) FROM ids")"
+  short_sessions not-preloaded
+  echo "     not-preloaded, short sessions: duplicates across sessions (allowed with a per-session guard): $(q -d conc -c "SELECT count(*) - count(DISTINCT id) FROM lead")"
 fi
 stop_cluster conc-nopreload
 finish

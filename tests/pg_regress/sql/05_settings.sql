@@ -33,3 +33,19 @@ RESET ROLE;
 DROP ROLE insta_id_regress_app;
 SET insta_id.require_shared_guard = 'sometimes';
 \echo :LAST_ERROR_SQLSTATE
+-- insta_id.max_lead: milliseconds, superuser-only, 0 to one hour.
+SHOW insta_id.max_lead;
+SET insta_id.max_lead = '250ms';
+SHOW insta_id.max_lead;
+-- (the range message is worded differently across versions)
+\set VERBOSITY sqlstate
+SET insta_id.max_lead = -1;
+SET insta_id.max_lead = '2h';
+\set VERBOSITY default
+RESET insta_id.max_lead;
+CREATE ROLE insta_id_regress_lead;
+SET ROLE insta_id_regress_lead;
+SET insta_id.max_lead = '1h';
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE insta_id_regress_lead;
