@@ -26,6 +26,27 @@ pub fn unix_ms_to_timestamptz(ms: i64) -> i64 {
     ms * 1000 - PG_EPOCH_OFFSET_US
 }
 
+unsafe extern "C" {
+    fn clock_gettime(clock: std::ffi::c_int, tp: *mut pg_sys::timespec) -> std::ffi::c_int;
+}
+const CLOCK_MONOTONIC: std::ffi::c_int = 1;
+
+/// The wall clock minus the monotonic clock, in µs: constant while the wall
+/// clock runs (slewing moves both), smaller after it steps back. Shared by
+/// every process of the machine, so sessions can compare what they read.
+pub fn wall_minus_monotonic_us() -> i64 {
+    let mut ts = pg_sys::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC
+    // cannot fail on Linux.
+    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: GetCurrentTimestamp only reads the system clock.
+    let wall = unsafe { pg_sys::GetCurrentTimestamp() } + PG_EPOCH_OFFSET_US;
+    wall - (ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1_000)
+}
+
 #[cfg(not(feature = "pg_test"))]
 #[inline]
 pub fn now_unix_ms() -> i64 {
@@ -68,6 +89,11 @@ pub mod test_clock {
 
     pub fn is_set() -> bool {
         SCRIPT.with(Cell::get).is_some()
+    }
+
+    /// A scripted clock that never advances: waiting for it would never end.
+    pub fn is_frozen() -> bool {
+        matches!(SCRIPT.with(Cell::get), Some((_, 0)))
     }
 
     pub fn now_unix_ms() -> i64 {

@@ -163,6 +163,13 @@ fn wait_past(ms: i64) -> (i64, u64) {
         if now > ms {
             return (now, start.elapsed().as_micros() as u64);
         }
+        #[cfg(feature = "pg_test")]
+        if clock::test_clock::is_frozen() {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "a test froze the scripted clock where next_id has to wait for it"
+            );
+        }
         let left = ms - now;
         if left > 1 && !clock::scripted() {
             // Wake a millisecond early: latch timeouts are coarse.
@@ -218,7 +225,13 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
             .table
             .admit_counted(key, residue as u16, now, policy, counted)
         {
-            Admit::Issue(ms) => break ms,
+            Admit::Issue(ms) => match guard.claim(ms, now) {
+                Ok(()) => break ms,
+                // Another session (per-session guard) issues ahead of the
+                // clock there already: every millisecond up to `taken` is
+                // used for this session too; ask again.
+                Err(taken) => guard.table.raise_floor(taken),
+            },
             Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
             Admit::Full(ms) => raise!(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

@@ -8,9 +8,11 @@
 //!   its size is fixed (`REGISTRY_SEQUENCES`).
 //! - Not preloaded, 15 and 16: each session keeps its own table, exact within
 //!   the session only (see the README); `insta_id.require_shared_guard`
-//!   makes next_id refuse to run that way. A new session starts above what
-//!   ended sessions of the server's run issued (`mark::session_floor`); an
-//!   ending session publishes its own last millisecond for the next ones.
+//!   makes next_id refuse to run that way. The sessions of a server's run
+//!   share a record (`mark::Sessions`): a millisecond issued in ahead of the
+//!   clock is claimed there first, an ending session adds its last one, and a
+//!   new session starts above it (above the mark after a restart or a step
+//!   back of the clock).
 //!
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
@@ -159,14 +161,14 @@ fn resolve() -> Store {
 /// This backend's handles on the mark file and the ended sessions' file in
 /// the data directory.
 static MARK_FILE: OnceLock<MarkFile> = OnceLock::new();
-static ENDED_FILE: OnceLock<MarkFile> = OnceLock::new();
+static SESSIONS_FILE: OnceLock<MarkFile> = OnceLock::new();
 
 fn mark_file() -> &'static MarkFile {
     data_dir_file(&MARK_FILE, mark::FILE_NAME).unwrap_or_else(|e| mark_error(e))
 }
 
-fn ended_file() -> Result<&'static MarkFile, MarkError> {
-    data_dir_file(&ENDED_FILE, mark::ENDED_FILE_NAME)
+fn sessions_file() -> Result<&'static MarkFile, MarkError> {
+    data_dir_file(&SESSIONS_FILE, mark::SESSIONS_FILE_NAME)
 }
 
 fn data_dir_file(
@@ -184,7 +186,10 @@ fn data_dir_file(
 }
 
 // What pgrx leaves opaque in storage/pg_shmem.h (the same in 15 to 18): the
-// header of the run's main shared memory, and the global pointing at it.
+// header of the run's main shared memory, and the global pointing at it
+// (declared there for EXEC_BACKEND builds, defined and exported in all).
+// Only the per-session guard (15 and 16) needs them.
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 #[repr(C)]
 struct PGShmemHeader {
     magic: i32,
@@ -193,7 +198,9 @@ struct PGShmemHeader {
     freeoffset: usize,
     dsm_control: u32,
 }
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 const PG_SHMEM_MAGIC: i32 = 679_834_894;
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 unsafe extern "C" {
     static UsedShmemSegAddr: *mut std::ffi::c_void;
 }
@@ -204,6 +211,7 @@ unsafe extern "C" {
 /// and at every crash restart), does. A header not laid out as expected
 /// gives a run that never matches: every session then starts above the
 /// mark, as in 0.8.0.
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 fn server_run() -> Run {
     // SAFETY: plain reads of globals the postmaster set before forking this
     // backend; the header lives as long as the run.
@@ -220,6 +228,38 @@ fn server_run() -> Run {
     }
 }
 
+/// 17+: the per-session guard does not exist there (the DSM registry).
+#[cfg(any(feature = "pg17", feature = "pg18"))]
+fn server_run() -> Run {
+    unreachable!("the per-session guard exists on 15 and 16 only")
+}
+
+/// The highest millisecond this session claimed in the sessions' record.
+static CLAIMED: BackendCell<i64> = BackendCell::new(i64::MIN);
+
+/// Per-session guard, an ID about to be issued in `ms` ahead of the clock:
+/// claim `ms` in the run's record first. `Err(taken)`: another session has
+/// claimed up to `taken >= ms`; this one must issue above it.
+#[cold]
+fn claim_ahead(ms: i64) -> Result<(), i64> {
+    let claimed = (|| {
+        let file = sessions_file()?;
+        let _lock = file.lock(true)?;
+        let offset = crate::clock::wall_minus_monotonic_us();
+        match mark::claim(file.read_sessions()?, server_run(), ms, offset) {
+            Ok(rec) => file.write_sessions(rec).map(|()| Ok(())),
+            Err(taken) => Ok(Err(taken)),
+        }
+    })();
+    match claimed.unwrap_or_else(|e| mark_error(e)) {
+        Ok(()) => {
+            CLAIMED.set(ms);
+            Ok(())
+        }
+        Err(taken) => Err(taken),
+    }
+}
+
 /// PostgreSQL's `fsync` setting: with it off, the mark is written but not
 /// fsync'd, like everything else of the server.
 fn fsync_enabled() -> bool {
@@ -232,7 +272,7 @@ fn mark_error(e: MarkError) -> ! {
         MarkError::Io(file, what, err) => raise!(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
             format!("could not {what} insta_id's file \"{file}\" in the data directory: {err}"),
-            "next_id writes the highest millisecond it may issue IDs in to this file in the data directory before issuing them.",
+            "next_id records there, before issuing them, the highest millisecond it may issue IDs in (insta_id.mark) and what sessions of the per-session guard issued ahead of the clock (insta_id.sessions).",
         ),
         MarkError::Damaged(d) => raise!(
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
@@ -258,15 +298,17 @@ fn load_mark(store: &Store) {
                 }
             }
             GuardMode::Session => {
-                let ended = ended_file()?;
-                let _lock = ended.lock(true)?;
-                let (floor, publish) = mark::session_floor(mark, ended.read_ended()?, server_run());
-                if let Some(record) = publish {
-                    ended.write_ended(record)?;
+                let file = sessions_file()?;
+                let _lock = file.lock(true)?;
+                let offset = crate::clock::wall_minus_monotonic_us();
+                let (floor, write) =
+                    mark::session_floor(mark, file.read_sessions()?, server_run(), offset);
+                if let Some(rec) = write {
+                    file.write_sessions(rec)?;
                 }
                 table.raise_floor(floor);
                 // SAFETY: registering a plain callback for this backend's exit.
-                unsafe { pg_sys::before_shmem_exit(Some(publish_at_exit), pg_sys::Datum::from(0)) };
+                unsafe { pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0)) };
             }
         }
         Ok(())
@@ -276,7 +318,7 @@ fn load_mark(store: &Store) {
             let ahead = mark - crate::clock::now_unix_ms();
             if ahead > 0 && store.mode == GuardMode::Shared {
                 pgrx::log!(
-                    "insta_id: the high-water mark of issued IDs is {ahead} ms ahead of the clock; IDs continue above it until the clock passes it"
+                    "insta_id: the high-water mark of issued IDs is {ahead} ms ahead of the clock; IDs continue above it (waiting while it is more than insta_id.max_lead ahead)"
                 );
             }
         }
@@ -285,28 +327,32 @@ fn load_mark(store: &Store) {
     }
 }
 
-/// Publishes `last_ms` as issued by a session of this run (per-session
-/// guard): later sessions start above it.
-fn publish_ended(last_ms: i64) -> Result<(), MarkError> {
-    let ended = ended_file()?;
-    let _lock = ended.lock(true)?;
-    let record = mark::ended_after(ended.read_ended()?, server_run(), last_ms);
-    ended.write_ended(record)
+/// Adds `last_ms` to the run's sessions' record (per-session guard).
+fn record_ended(last_ms: i64) -> Result<(), MarkError> {
+    let file = sessions_file()?;
+    let _lock = file.lock(true)?;
+    let offset = crate::clock::wall_minus_monotonic_us();
+    file.write_sessions(mark::ended(
+        file.read_sessions()?,
+        server_run(),
+        last_ms,
+        offset,
+    ))
 }
 
-/// At a per-session-guard backend's exit: what it issued, for the sessions
-/// after it. A backend that dies without this (SIGKILL, a crash) takes the
-/// server into a crash restart, a new run, whose sessions start above the
-/// mark instead.
+/// At a per-session-guard backend's exit: its last millisecond, so that a
+/// session starting within that millisecond does not reuse it (IDs ahead of
+/// the clock were claimed as they were issued). A backend that dies without
+/// this (SIGKILL, a crash) takes the server into a crash restart, a new run.
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn publish_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+unsafe extern "C-unwind" fn record_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
     let Some(store) = STORE.get() else { return };
     let Some(last_ms) = Table::new(store.buckets).last_ms() else {
         return;
     };
-    if let Err(MarkError::Io(file, what, err)) = publish_ended(last_ms) {
+    if let Err(MarkError::Io(file, what, err)) = record_ended(last_ms) {
         pgrx::warning!(
-            "insta_id: could not {what} \"{file}\" at session exit: {err}; later sessions may start ahead of the clock"
+            "insta_id: could not {what} \"{file}\" at session exit: {err}; a session starting within this session's last millisecond could repeat one of its IDs"
         );
     }
 }
@@ -331,6 +377,7 @@ pub fn guard() -> Guard {
     Guard {
         table: Table::new(store.buckets),
         mark: &store.header.mark,
+        per_session: store.mode == GuardMode::Session,
     }
 }
 
@@ -338,9 +385,22 @@ pub fn guard() -> Guard {
 pub struct Guard {
     pub table: Table<'static>,
     mark: &'static MarkState,
+    per_session: bool,
 }
 
 impl Guard {
+    /// Before an ID of `ms` leaves when `ms` is ahead of the clock reading
+    /// `now`: with the per-session guard, `ms` must be claimed for this
+    /// session (`Err(taken)`: issue above `taken` instead). A compare on the
+    /// usual path.
+    #[inline]
+    pub fn claim(&self, ms: i64, now: i64) -> Result<(), i64> {
+        if !self.per_session || ms <= now || ms <= CLAIMED.get() || crate::clock::scripted() {
+            return Ok(());
+        }
+        claim_ahead(ms)
+    }
+
     /// Returns once a mark covering `ms` is on disk.
     #[inline]
     pub fn cover(&self, ms: i64) {
@@ -394,7 +454,9 @@ pub fn reset_stats() {
 
 /// Counts every millisecond up to `ms` as used, durably: the mark on disk
 /// first, then every sequence in the guard's table (with the per-session
-/// guard, this session's; later sessions read the mark). Returns the mark.
+/// guard, this session's, and the run's sessions' record, which later
+/// sessions start above; sessions already open do not see it). Returns the
+/// mark.
 pub fn raise_mark(ms: i64) -> i64 {
     let store = store();
     if let Err(e) = store.header.mark.cover(ms, mark_file) {
@@ -402,8 +464,8 @@ pub fn raise_mark(ms: i64) -> i64 {
     }
     Table::new(store.buckets).raise_floor(ms);
     if store.mode == GuardMode::Session {
-        // Later sessions of this run start above what ended ones published.
-        publish_ended(ms).unwrap_or_else(|e| mark_error(e));
+        // Later sessions of this run start above the record.
+        record_ended(ms).unwrap_or_else(|e| mark_error(e));
     }
     mark_on_disk().unwrap_or(ms)
 }

@@ -6,7 +6,8 @@
 //! clock that ran fast) would then re-enter milliseconds it already used and
 //! repeat IDs. So no ID of millisecond `m` leaves next_id before a mark
 //! `>= m` is on disk, and at start every millisecond up to the mark counts as
-//! used: IDs continue above it until the clock passes it.
+//! used: IDs continue above it (within `insta_id.max_lead` of the clock,
+//! waiting for it past that) until the clock passes it.
 //!
 //! The mark is one number for the server (the guard works in ms since 1970,
 //! whatever the epoch), kept in the file `insta_id.mark` in the data
@@ -25,11 +26,16 @@
 //! `STEP_MS` above the last ID. A session starting there would issue ahead
 //! of the clock and reserve `STEP_MS` above that, and the next session again
 //! (0.8.0 ran 160 ms further ahead with every new session, without bound).
-//! So sessions that end publish the last millisecond they actually issued
-//! in (`Ended`, the file `insta_id.sessions`), tagged with the server run
-//! (`Run`, changed by every start and crash restart); a new session of the
-//! same run starts above that, and only the first session of a new run,
-//! which cannot know, starts above the mark (`session_floor`).
+//! So the sessions of a server's run (`Run`, changed by every start and crash
+//! restart) keep a tighter bound together in the file `insta_id.sessions`
+//! (`Sessions`): every millisecond a session issues in ahead of its clock is
+//! claimed there first (`claim`), so no two sessions issue ahead in the same
+//! millisecond; an ending session adds its last millisecond. Every other ID
+//! was issued on the clock, so a later session's clock is past it, unless the
+//! clock stepped back: the record keeps the gap between the wall clock and
+//! the monotonic one, which a step back shrinks. A new session starts above
+//! the record when the run is the same and the clock did not step back, and
+//! above the mark otherwise (`session_floor`).
 //!
 //! This module holds the decisions and the file formats as pure Rust; the file
 //! I/O is `MarkFile`, and `guard_store` wires both to the guard's table.
@@ -136,81 +142,130 @@ pub struct Run {
     pub shmem: u64,
 }
 
-/// What ended sessions of a run issued in: the highest millisecond.
+/// What the per-session guard's sessions of a run share (`insta_id.sessions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ended {
+pub struct Sessions {
     pub run: Run,
-    pub last_ms: i64,
+    /// At or above every millisecond a session of the run issued in ahead of
+    /// its clock, and the last of every session that ended.
+    pub floor_ms: i64,
+    /// The wall clock minus the monotonic clock (µs) when the floor was last
+    /// known to bound every ID of the run: a step back of the wall clock
+    /// since makes it larger than the gap now.
+    pub offset_us: i64,
 }
 
-/// The file holding `Ended`, beside the mark. Not fsync'd: it is only ever
-/// trusted within the run that wrote it, which a machine crash ends.
-pub const ENDED_FILE_NAME: &str = "insta_id.sessions";
-pub const ENDED_LEN: usize = 40;
-const ENDED_MAGIC: [u8; 8] = *b"INSTAIDS";
+/// A step back smaller than this goes unnoticed: the wall clock's reading
+/// itself is whole microseconds, and slewing moves the gap by that much in
+/// seconds. (A step back noticed when there was none costs one session a
+/// start above the mark.)
+pub const STEP_BACK_TOLERANCE_US: i64 = 1_000;
 
-pub fn encode_ended(e: Ended) -> [u8; ENDED_LEN] {
-    let mut rec = [0u8; ENDED_LEN];
-    rec[..8].copy_from_slice(&ENDED_MAGIC);
-    rec[8..16].copy_from_slice(&e.run.started.to_le_bytes());
-    rec[16..24].copy_from_slice(&e.run.shmem.to_le_bytes());
-    rec[24..32].copy_from_slice(&e.last_ms.to_le_bytes());
-    let sum = checksum(&rec[..32]);
-    rec[32..].copy_from_slice(&sum.to_le_bytes());
+/// The file holding `Sessions`, beside the mark. Not fsync'd: it is only
+/// ever trusted within the run that wrote it, which a machine crash ends.
+pub const SESSIONS_FILE_NAME: &str = "insta_id.sessions";
+pub const SESSIONS_LEN: usize = 48;
+const SESSIONS_MAGIC: [u8; 8] = *b"INSTAIDT";
+
+pub fn encode_sessions(r: Sessions) -> [u8; SESSIONS_LEN] {
+    let mut rec = [0u8; SESSIONS_LEN];
+    rec[..8].copy_from_slice(&SESSIONS_MAGIC);
+    rec[8..16].copy_from_slice(&r.run.started.to_le_bytes());
+    rec[16..24].copy_from_slice(&r.run.shmem.to_le_bytes());
+    rec[24..32].copy_from_slice(&r.floor_ms.to_le_bytes());
+    rec[32..40].copy_from_slice(&r.offset_us.to_le_bytes());
+    let sum = checksum(&rec[..40]);
+    rec[40..].copy_from_slice(&sum.to_le_bytes());
     rec
 }
 
 /// `None` for an empty, torn or foreign file: a session then starts above
 /// the mark, which is always safe.
-pub fn decode_ended(bytes: &[u8]) -> Option<Ended> {
-    if bytes.len() != ENDED_LEN || bytes[..8] != ENDED_MAGIC {
+pub fn decode_sessions(bytes: &[u8]) -> Option<Sessions> {
+    if bytes.len() != SESSIONS_LEN || bytes[..8] != SESSIONS_MAGIC {
         return None;
     }
     let word = |i: usize| <[u8; 8]>::try_from(&bytes[i..i + 8]).unwrap();
-    if u64::from_le_bytes(word(32)) != checksum(&bytes[..32]) {
+    if u64::from_le_bytes(word(40)) != checksum(&bytes[..40]) {
         return None;
     }
-    Some(Ended {
+    Some(Sessions {
         run: Run {
             started: i64::from_le_bytes(word(8)),
             shmem: u64::from_le_bytes(word(16)),
         },
-        last_ms: i64::from_le_bytes(word(24)),
+        floor_ms: i64::from_le_bytes(word(24)),
+        offset_us: i64::from_le_bytes(word(32)),
     })
 }
 
-/// Where a new session of the per-session guard starts: every millisecond up
-/// to the returned floor counts as used. Within the run that published
-/// `ended`, above what ended sessions issued; else (a new run: a restart
-/// that may have come with the clock set back) above the durable mark,
-/// and the record to publish for the new run says so, so that the run's
-/// later sessions start there too rather than above another reservation.
-pub fn session_floor(mark: Option<i64>, ended: Option<Ended>, run: Run) -> (i64, Option<Ended>) {
-    match ended {
-        Some(e) if e.run == run => (e.last_ms, None),
+/// Where a new session of the per-session guard starts (every millisecond up
+/// to the floor counts as used), and the record to write first, if any.
+/// - Same run, no step back since the record's gap: above the record.
+/// - A new run (a restart, perhaps with the clock set back; a crash restart,
+///   after which sessions may have ended without adding to the record), or a
+///   step back: above the mark, which bounds every ID issued so far (no ID
+///   leaves before the mark covers it), and the record restarts from there
+///   with today's gap, so the run's later sessions start there too rather
+///   than above another reservation.
+/// - The same run with the gap grown (the clock stepped forward): the gap is
+///   recorded, so that a step back to where it was is noticed.
+pub fn session_floor(
+    mark: Option<i64>,
+    rec: Option<Sessions>,
+    run: Run,
+    offset_us: i64,
+) -> (i64, Option<Sessions>) {
+    match rec {
+        Some(r) if r.run == run && offset_us + STEP_BACK_TOLERANCE_US >= r.offset_us => {
+            let grown = offset_us > r.offset_us + STEP_BACK_TOLERANCE_US;
+            (r.floor_ms, grown.then_some(Sessions { offset_us, ..r }))
+        }
         _ => {
-            let floor = mark.unwrap_or(i64::MIN);
+            let same_run = rec
+                .filter(|r| r.run == run)
+                .map_or(i64::MIN, |r| r.floor_ms);
+            let floor = mark.unwrap_or(i64::MIN).max(same_run);
             (
                 floor,
-                Some(Ended {
+                Some(Sessions {
                     run,
-                    last_ms: floor,
+                    floor_ms: floor,
+                    offset_us,
                 }),
             )
         }
     }
 }
 
-/// What an ending session publishes: the highest of its own last millisecond
-/// and what the run's sessions published before (a record of another run
-/// cannot be: `session_floor` rewrote it at this session's start).
-pub fn ended_after(on_disk: Option<Ended>, run: Run, last_ms: i64) -> Ended {
-    let before = on_disk
-        .filter(|e| e.run == run)
-        .map_or(i64::MIN, |e| e.last_ms);
-    Ended {
-        run,
-        last_ms: before.max(last_ms),
+/// A session about to issue an ID in `ms`, ahead of its clock, claims it:
+/// `Ok` with the record to write, or `Err(taken)` when another session of
+/// the run has claimed up to `taken >= ms` already (issue above it instead).
+/// A record of another run cannot be: `session_floor` rewrote it.
+pub fn claim(rec: Option<Sessions>, run: Run, ms: i64, offset_us: i64) -> Result<Sessions, i64> {
+    match rec.filter(|r| r.run == run) {
+        Some(r) if r.floor_ms >= ms => Err(r.floor_ms),
+        Some(r) => Ok(Sessions { floor_ms: ms, ..r }),
+        None => Ok(Sessions {
+            run,
+            floor_ms: ms,
+            offset_us,
+        }),
+    }
+}
+
+/// What an ending session leaves in the record: its last millisecond.
+pub fn ended(rec: Option<Sessions>, run: Run, last_ms: i64, offset_us: i64) -> Sessions {
+    match rec.filter(|r| r.run == run) {
+        Some(r) => Sessions {
+            floor_ms: r.floor_ms.max(last_ms),
+            ..r
+        },
+        None => Sessions {
+            run,
+            floor_ms: last_ms,
+            offset_us,
+        },
     }
 }
 
@@ -337,7 +392,7 @@ impl MarkFile {
         Self::open_named(dir, FILE_NAME, fsync)
     }
 
-    /// Opens (creating if missing) `name` in `dir` (the mark, or `ENDED_FILE_NAME`).
+    /// Opens (creating if missing) `name` in `dir` (the mark, or `SESSIONS_FILE_NAME`).
     pub fn open_named(
         dir: &std::path::Path,
         name: &'static str,
@@ -383,17 +438,17 @@ impl MarkFile {
         decode(&buf[..len]).map_err(MarkError::Damaged)
     }
 
-    /// The ended sessions' record (in a file opened as `ENDED_FILE_NAME`).
-    pub fn read_ended(&self) -> Result<Option<Ended>, MarkError> {
-        let mut buf = [0u8; ENDED_LEN + 1];
+    /// The sessions' record (in a file opened as `SESSIONS_FILE_NAME`).
+    pub fn read_sessions(&self) -> Result<Option<Sessions>, MarkError> {
+        let mut buf = [0u8; SESSIONS_LEN + 1];
         let len = self.read_into(&mut buf)?;
-        Ok(decode_ended(&buf[..len]))
+        Ok(decode_sessions(&buf[..len]))
     }
 
-    /// Writes the ended sessions' record; never fsync'd (see `Ended`).
-    pub fn write_ended(&self, ended: Ended) -> Result<(), MarkError> {
+    /// Writes the sessions' record; never fsync'd (see `Sessions`).
+    pub fn write_sessions(&self, rec: Sessions) -> Result<(), MarkError> {
         self.file
-            .write_all_at(&encode_ended(ended), 0)
+            .write_all_at(&encode_sessions(rec), 0)
             .map_err(|e| MarkError::Io(self.name, "write", e))
     }
 
@@ -554,36 +609,27 @@ mod tests {
     };
 
     #[test]
-    fn sessions_of_one_run_start_above_what_ended_ones_issued_not_above_the_mark() {
+    fn sessions_of_one_run_start_above_the_record_not_above_the_mark() {
+        const GAP: i64 = 1_700_000_000_000_000;
         // The run's first session knows nothing of the run: the mark, and it
-        // publishes that for the next ones.
-        let first = session_floor(Some(9_200), None, RUN);
-        assert_eq!(
-            first,
-            (
-                9_200,
-                Some(Ended {
-                    run: RUN,
-                    last_ms: 9_200
-                })
-            )
-        );
+        // records that for the next ones, with the clocks' gap.
+        let first = session_floor(Some(9_200), None, RUN, GAP);
+        let rec = Sessions {
+            run: RUN,
+            floor_ms: 9_200,
+            offset_us: GAP,
+        };
+        assert_eq!(first, (9_200, Some(rec)));
         // Sessions that ended issued up to 12_345: the next one starts there,
         // not above the mark the renewals left 200 ms past it.
-        let ended = ended_after(first.1, RUN, 12_345);
+        let rec = ended(Some(rec), RUN, 12_345, GAP);
+        assert_eq!(rec.floor_ms, 12_345);
         assert_eq!(
-            ended,
-            Ended {
-                run: RUN,
-                last_ms: 12_345
-            }
-        );
-        assert_eq!(
-            session_floor(Some(12_545), Some(ended), RUN),
+            session_floor(Some(12_545), Some(rec), RUN, GAP + 7),
             (12_345, None)
         );
-        // A session that issued less than the run's record does not lower it.
-        assert_eq!(ended_after(Some(ended), RUN, 100).last_ms, 12_345);
+        // One that issued less does not lower it.
+        assert_eq!(ended(Some(rec), RUN, 100, GAP).floor_ms, 12_345);
         // A restart (or a crash restart: new shared memory) is a new run: the
         // mark again, whatever the old run's record says.
         for other in [
@@ -596,41 +642,90 @@ mod tests {
                 ..RUN
             },
         ] {
+            let fresh = Sessions {
+                run: other,
+                floor_ms: 12_545,
+                offset_us: GAP,
+            };
             assert_eq!(
-                session_floor(Some(12_545), Some(ended), other),
-                (
-                    12_545,
-                    Some(Ended {
-                        run: other,
-                        last_ms: 12_545
-                    })
-                )
+                session_floor(Some(12_545), Some(rec), other, GAP),
+                (12_545, Some(fresh))
             );
-            assert_eq!(ended_after(Some(ended), other, 7).last_ms, 7);
         }
+        // The wall clock stepped back 2 s (the gap shrank): the mark, and the
+        // record restarts from it with the new gap.
+        let back = GAP - 2_000_000;
+        let restarted = Sessions {
+            run: RUN,
+            floor_ms: 12_545,
+            offset_us: back,
+        };
+        assert_eq!(
+            session_floor(Some(12_545), Some(rec), RUN, back),
+            (12_545, Some(restarted))
+        );
+        // Within the tolerance, not a step back; a step forward is recorded.
+        assert_eq!(
+            session_floor(Some(12_545), Some(rec), RUN, GAP - 999).1,
+            None
+        );
+        let forward = Sessions {
+            offset_us: GAP + 5_000,
+            ..rec
+        };
+        assert_eq!(
+            session_floor(Some(12_545), Some(rec), RUN, GAP + 5_000),
+            (12_345, Some(forward))
+        );
         // No mark at all (nothing ever issued): no floor.
-        assert_eq!(session_floor(None, None, RUN).0, i64::MIN);
+        assert_eq!(session_floor(None, None, RUN, GAP).0, i64::MIN);
     }
 
     #[test]
-    fn ended_records_round_trip_and_damage_reads_as_none() {
-        let e = Ended {
+    fn a_millisecond_ahead_of_the_clock_is_claimed_by_one_session_only() {
+        let rec = Sessions {
             run: RUN,
-            last_ms: 1_700_000_000_000,
+            floor_ms: 500,
+            offset_us: 0,
         };
-        assert_eq!(decode_ended(&encode_ended(e)), Some(e));
-        for i in 0..ENDED_LEN {
-            let mut bad = encode_ended(e);
+        // Claimed up to 500 by someone: 500 is taken, 501 is free.
+        assert_eq!(claim(Some(rec), RUN, 500, 0), Err(500));
+        assert_eq!(claim(Some(rec), RUN, 499, 0), Err(500));
+        let mine = claim(Some(rec), RUN, 501, 0).unwrap();
+        assert_eq!(mine.floor_ms, 501);
+        // A second session wanting 501 must go above it.
+        assert_eq!(claim(Some(mine), RUN, 501, 0), Err(501));
+        // No record of this run (none yet, or damaged): the claim makes one.
+        assert_eq!(
+            claim(None, RUN, 7, 42),
+            Ok(Sessions {
+                run: RUN,
+                floor_ms: 7,
+                offset_us: 42
+            })
+        );
+    }
+
+    #[test]
+    fn sessions_records_round_trip_and_damage_reads_as_none() {
+        let r = Sessions {
+            run: RUN,
+            floor_ms: 1_700_000_000_000,
+            offset_us: -5,
+        };
+        assert_eq!(decode_sessions(&encode_sessions(r)), Some(r));
+        for i in 0..SESSIONS_LEN {
+            let mut bad = encode_sessions(r);
             bad[i] ^= 0x01;
-            assert_eq!(decode_ended(&bad), None, "flipped byte {i}");
+            assert_eq!(decode_sessions(&bad), None, "flipped byte {i}");
         }
-        assert_eq!(decode_ended(&[]), None);
-        assert_eq!(decode_ended(&encode(5)), None);
-        let dir = temp_dir("ended");
-        let f = MarkFile::open_named(&dir, ENDED_FILE_NAME, || false).unwrap();
-        assert_eq!(f.read_ended().unwrap(), None);
-        f.write_ended(e).unwrap();
-        assert_eq!(f.read_ended().unwrap(), Some(e));
+        assert_eq!(decode_sessions(&[]), None);
+        assert_eq!(decode_sessions(&encode(5)), None);
+        let dir = temp_dir("sessions");
+        let f = MarkFile::open_named(&dir, SESSIONS_FILE_NAME, || false).unwrap();
+        assert_eq!(f.read_sessions().unwrap(), None);
+        f.write_sessions(r).unwrap();
+        assert_eq!(f.read_sessions().unwrap(), Some(r));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -180,7 +180,7 @@ pub fn define(at_server_start: bool) {
     GucRegistry::define_int_guc(
         c"insta_id.max_lead",
         c"How far ahead of the clock next_id may put an ID's time field.",
-        c"IDs run ahead of the clock after it steps back, after a restart or a raised high-water mark, and while one sequence needs more than 1024 IDs a millisecond behind a clock; past this lead next_id waits for the clock (on_overflow = 'error': raises 54000). The high-water mark is never written more than this plus 200 ms ahead.",
+        c"IDs run ahead of the clock after it steps back, after a restart or a raised high-water mark, and while one sequence needs more than 1024 IDs a millisecond behind a clock; past this lead next_id waits for the clock (on_overflow = 'error': raises 54000). next_id never writes the high-water mark more than the lead in force plus 200 ms ahead.",
         &MAX_LEAD,
         0,
         MAX_LEAD_CEILING_MS,

@@ -553,6 +553,8 @@ mod tests {
     #[pg_test]
     fn clock_stepping_back_never_moves_ids_back_in_time() {
         setup();
+        // A bound on the lead wider than the step (the default 1 s: below).
+        run("SET insta_id.max_lead = '10s'");
         let t0 = T0 - INSTAGRAM_EPOCH_MS;
         test_clock::set(T0, 0);
         let first = one::<i64>("SELECT insta_id.next_id(1, 's')");
@@ -584,6 +586,45 @@ mod tests {
             t0 - 5000
         );
         test_clock::clear();
+    }
+
+    #[pg_test]
+    fn no_id_further_ahead_of_the_clock_than_max_lead() {
+        setup();
+        let t0 = T0 - INSTAGRAM_EPOCH_MS;
+        test_clock::set(T0, 0);
+        let first = one::<i64>("SELECT insta_id.next_id(1, 's')");
+        assert_eq!(layout::decompose(first).ms, t0);
+        // The clock steps back 5 s, past the default bound of 1 s: error
+        // mode refuses, naming the lead.
+        run("SET insta_id.on_overflow = 'error'");
+        test_clock::set(T0 - 5000, 0);
+        assert_error(
+            "SELECT insta_id.next_id(1, 's')",
+            "54000",
+            "sequence \"s\" would issue an ID 5000 ms ahead of the clock",
+        );
+        // Wait mode waits until the clock is within 1 s of ms t0: with the
+        // clock advancing 1 ms a reading, the ID is at most 1000 ms ahead of
+        // the reading it was admitted at, and still not before t0.
+        run("RESET insta_id.on_overflow");
+        test_clock::set(T0 - 5000, 1);
+        let id = one::<i64>("SELECT insta_id.next_id(1, 's')");
+        let ms = layout::decompose(id).ms;
+        assert!(ms >= t0 && id != first, "{ms} {t0}");
+        // A frozen clock would make that wait endless: tests are told.
+        test_clock::set(T0 - 5000, 0);
+        assert_error(
+            "SELECT insta_id.next_id(1, 's')",
+            "XX000",
+            "froze the scripted clock",
+        );
+        // Non-superusers may not move the bound.
+        test_clock::clear();
+        run("CREATE ROLE lead_tester");
+        run("SET ROLE lead_tester");
+        assert_error("SET insta_id.max_lead = '1h'", "42501", "permission denied");
+        run("RESET ROLE");
     }
 
     #[pg_test]
