@@ -576,7 +576,21 @@ v1!(pg_finfo_insta_id_guard_stats_sequences);
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_guard_stats_sequences(fcinfo: FunctionCallInfo) -> Datum {
-    let rows = guard_store::sequences();
+    // Another database's sequences only for pg_read_all_stats (as
+    // pg_stat_activity shows other sessions' queries).
+    // SAFETY: plain catalog-cache lookups and reads of backend globals.
+    let (all, mine) = unsafe {
+        (
+            pg_sys::has_privs_of_role(
+                pg_sys::GetUserId(),
+                pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS),
+            ),
+            pg_sys::MyDatabaseId.to_u32(),
+        )
+    };
+    let rows = guard_store::sequences()
+        .into_iter()
+        .filter(|r| all || r.key.database == mine);
     // SAFETY: materialize-mode SRF protocol; InitMaterializedSRF checks the
     // caller accepts a set and raises otherwise.
     unsafe {

@@ -17,10 +17,16 @@
 //!
 //! The states live in a fixed-size, set-associative table: a key hashes to
 //! one bucket of `WAYS` slots, each bucket has its own spin lock. A full
-//! bucket evicts its oldest slot and remembers that slot's millisecond as the
-//! bucket's floor; a sequence that comes back starts above the floor, so
-//! eviction can cost waiting, never a duplicate. The same table serves the
-//! server-wide guard (in shared memory) and the per-session fallback.
+//! bucket evicts its oldest slot and keeps that slot's millisecond as the
+//! bucket's floor, with the residues evicted slots used in it; a sequence
+//! that comes (back) into the bucket starts from there, so eviction can never
+//! cost a duplicate. It can cost no refusal either, and at most a wait for
+//! the rest of a millisecond: what a state inherited from the floor is not
+//! its own overflow (`SeqState::inherited`). The hash that picks a key's
+//! bucket is keyed with random words drawn when the table is made (`Seed`),
+//! so no role can aim its own sequences at another's bucket. The same table
+//! serves the server-wide guard (in shared memory) and the per-session
+//! fallback.
 //!
 //! Each slot also counts what the guard did for its sequence (`Stats`),
 //! updated under the bucket's lock that admitting takes anyway; an evicted
@@ -80,14 +86,24 @@ pub enum Admit {
 pub struct SeqState {
     last_ms: i64,
     used: [u64; RESIDUE_WORDS],
+    /// `last_ms` and `used` came from a floor (an eviction, the durable
+    /// mark), not from this sequence's own IDs: a residue found used there
+    /// is not this sequence's overflow, and moves it on in either mode.
+    inherited: bool,
 }
 
 impl SeqState {
     /// A state whose millisecond `floor_ms` counts as completely used.
     pub const fn full_at(floor_ms: i64) -> Self {
+        Self::inheriting(floor_ms, [u64::MAX; RESIDUE_WORDS])
+    }
+
+    /// A state starting from a floor: `used` residues of `floor_ms` taken.
+    const fn inheriting(floor_ms: i64, used: [u64; RESIDUE_WORDS]) -> Self {
         SeqState {
             last_ms: floor_ms,
-            used: [u64::MAX; RESIDUE_WORDS],
+            used,
+            inherited: true,
         }
     }
 
@@ -97,13 +113,21 @@ impl SeqState {
         if now_ms > self.last_ms {
             self.last_ms = now_ms;
             self.used = [0; RESIDUE_WORDS];
+            self.inherited = false;
         }
         // Otherwise the clock is in the last millisecond or behind it (stepped
         // back, or a floor ahead of it): keep issuing from the last millisecond.
         let (word, bit) = ((residue / 64) as usize, 1u64 << (residue % 64));
         let mut ms = self.last_ms;
         if self.used[word] & bit != 0 {
-            match policy.overflow {
+            // Fullness inherited from a floor is not this sequence's overflow:
+            // move on as `wait` would (the lead bound below still applies).
+            let overflow = if self.inherited {
+                Overflow::Wait
+            } else {
+                policy.overflow
+            };
+            match overflow {
                 Overflow::Error => return Admit::Full(ms),
                 Overflow::Wait if now_ms > ms - BORROW_AFTER_MS => return Admit::WaitPast(ms),
                 // The clock is well behind a millisecond already used: waiting
@@ -122,6 +146,7 @@ impl SeqState {
         if ms != self.last_ms {
             self.last_ms = ms;
             self.used = [0; RESIDUE_WORDS];
+            self.inherited = false;
         }
         self.used[word] |= bit;
         Admit::Issue(ms)
@@ -220,8 +245,10 @@ unsafe impl Sync for Bucket {}
 
 #[repr(C)]
 struct Slots {
-    /// Highest millisecond of any state evicted from this bucket.
+    /// Highest millisecond of any state evicted from this bucket (or of the
+    /// durable mark), and the residues used in it by the evicted states.
     floor_ms: i64,
+    floor_used: [u64; RESIDUE_WORDS],
     // Keys apart from states: a lookup reads one cache line of keys.
     keys: [SeqKey; WAYS],
     states: [SeqState; WAYS],
@@ -236,6 +263,7 @@ impl Bucket {
             lock: AtomicU32::new(0),
             slots: UnsafeCell::new(Slots {
                 floor_ms: i64::MIN,
+                floor_used: [0; RESIDUE_WORDS],
                 keys: [SeqKey {
                     database: 0,
                     relation: 0,
@@ -261,18 +289,31 @@ impl Slots {
                 let i = (0..WAYS)
                     .min_by_key(|&i| self.states[i].last_ms)
                     .unwrap_or(0);
-                self.floor_ms = self.floor_ms.max(self.states[i].last_ms);
+                self.fold_into_floor(self.states[i].last_ms, self.states[i].used);
                 let evicted = std::mem::take(&mut self.stats[i]);
                 self.retired.add(&evicted);
                 self.retired.evictions += 1;
                 i
             }
         };
-        // Everything at or below the floor counts as used, so a key that was
-        // evicted before can never reissue what it issued then.
+        // Every millisecond below the floor counts as used, and in the floor's
+        // millisecond what evicted states used there, so a key that was
+        // evicted before can never reissue what it issued then; residues no
+        // evicted state used stay free.
         self.keys[victim] = key;
-        self.states[victim] = SeqState::full_at(self.floor_ms);
+        self.states[victim] = SeqState::inheriting(self.floor_ms, self.floor_used);
         victim
+    }
+
+    /// Keeps `used` residues of millisecond `ms` in the floor.
+    fn fold_into_floor(&mut self, ms: i64, used: [u64; RESIDUE_WORDS]) {
+        if ms > self.floor_ms {
+            (self.floor_ms, self.floor_used) = (ms, used);
+        } else if ms == self.floor_ms {
+            for (f, u) in self.floor_used.iter_mut().zip(used) {
+                *f |= u;
+            }
+        }
     }
 
     /// The sequences in this bucket with what the guard knows of them.
@@ -288,7 +329,7 @@ impl Slots {
 
     /// Counts every millisecond up to `ms` as used, for every sequence.
     fn raise_floor(&mut self, ms: i64) {
-        self.floor_ms = self.floor_ms.max(ms);
+        self.fold_into_floor(ms, [u64::MAX; RESIDUE_WORDS]);
         for (key, state) in self.keys.iter().zip(self.states.iter_mut()) {
             if !key.is_empty() && state.last_ms < ms {
                 *state = SeqState::full_at(ms);
@@ -303,22 +344,55 @@ impl Default for Bucket {
     }
 }
 
+/// The key of the hash that picks a sequence's bucket: multiply-shift with
+/// a random odd multiplier (a universal family), after a random xor. Drawn
+/// when the table is made, so that which sequences share a bucket cannot be
+/// known, or chosen, from OIDs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Seed {
+    xor: u64,
+    mul: u64,
+}
+
+impl Seed {
+    /// Fibonacci hashing, for tests that need a known placement.
+    pub const FIXED: Seed = Seed {
+        xor: 0,
+        mul: 0x9E37_79B9_7F4A_7C15,
+    };
+
+    /// A seed from 16 random bytes.
+    pub fn from_bytes(b: [u8; 16]) -> Self {
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        Seed {
+            xor: word(0),
+            mul: word(8) | 1,
+        }
+    }
+}
+
 /// A view of `buckets` (in shared memory or in a session's own memory).
 pub struct Table<'a> {
     buckets: &'a [Bucket],
+    seed: Seed,
 }
 
 impl<'a> Table<'a> {
-    /// `buckets` must not be empty.
+    /// `buckets` must not be empty; placed by `Seed::FIXED`.
     pub fn new(buckets: &'a [Bucket]) -> Self {
+        Self::seeded(buckets, Seed::FIXED)
+    }
+
+    /// `buckets` placed by `seed` (every user of one table passes the same).
+    pub fn seeded(buckets: &'a [Bucket], seed: Seed) -> Self {
         assert!(!buckets.is_empty());
-        Table { buckets }
+        Table { buckets, seed }
     }
 
     fn bucket_of(&self, key: SeqKey) -> &'a Bucket {
-        // Fibonacci hashing of the 64-bit key; OIDs are dense, so mix them.
         let k = ((key.database as u64) << 32) | key.relation as u64;
-        let h = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = (k ^ self.seed.xor).wrapping_mul(self.seed.mul);
         &self.buckets[((h >> 32) % self.buckets.len() as u64) as usize]
     }
 
@@ -589,12 +663,50 @@ mod tests {
             assert_eq!(table.admit(other(r), 3, 50, WAIT), Admit::Issue(50));
         }
         // One more sequence evicts K (the oldest); the bucket's floor is now
-        // ms 50, so the newcomer, knowing nothing of ms 50, starts after it.
+        // ms 50 with residue 3 used, so the newcomer, knowing nothing of ms
+        // 50, takes residue 3 only after it (a residue nobody used, at once).
         assert_eq!(table.admit(other(99), 3, 50, WAIT), Admit::WaitPast(50));
+        assert_eq!(table.admit(other(99), 4, 50, WAIT), Admit::Issue(50));
         assert_eq!(table.admit(other(99), 3, 51, WAIT), Admit::Issue(51));
         // K comes back: in ms 50 it must not get residue 3 again.
         assert_eq!(table.admit(K, 3, 50, WAIT), Admit::WaitPast(50));
         assert_eq!(table.admit(K, 3, 51, WAIT), Admit::Issue(51));
+    }
+
+    #[test]
+    fn eviction_is_never_reported_as_the_callers_overflow() {
+        // A victim's sequence shares a bucket with another role's eight,
+        // which are called in turn so that every call evicts one: the
+        // attack of issue 23, aimed (here) by knowing the placement.
+        let buckets = [Bucket::new()];
+        let table = Table::new(&buckets);
+        let attacker = |r: u32| SeqKey {
+            database: 2,
+            relation: 30_000 + r,
+        };
+        let (mut waits, mut issued) = (0, 0);
+        for ms in 100..200i64 {
+            for v in 0..20u16 {
+                // The attacker's values use residues 0..79 of every ms.
+                for r in 0..=WAYS as u32 {
+                    assert!(matches!(
+                        table.admit(attacker(r), (v * 4 + r as u16 % 4) % 80, ms, ERROR),
+                        Admit::Issue(_) | Admit::WaitPast(_)
+                    ));
+                }
+                // The victim, in error mode: never 54000. Its own values
+                // use other residues than the attacker's: no wait either.
+                match table.admit(K, 100 + (ms as u16 % 9) * 20 + v, ms, ERROR) {
+                    Admit::Issue(got) => {
+                        assert_eq!(got, ms);
+                        issued += 1
+                    }
+                    Admit::WaitPast(_) => waits += 1,
+                    other => panic!("the victim was refused: {other:?}"),
+                }
+            }
+        }
+        assert_eq!((issued, waits), (2000, 0));
     }
 
     #[test]
@@ -613,12 +725,15 @@ mod tests {
         };
         assert_eq!(table.admit(other, 0, 60, WAIT), Admit::WaitPast(1_000));
         assert_eq!(table.admit(other, 0, 1_001, WAIT), Admit::Issue(2_001));
-        // Error mode refuses rather than borrow.
+        // Error mode: what the floor holds is not this sequence's overflow;
+        // it refuses only an ID past the bound on the lead.
         let third = SeqKey {
             database: 3,
             relation: 16_384,
         };
-        assert_eq!(table.admit(third, 0, 60, ERROR), Admit::Full(2_000));
+        assert_eq!(table.admit(third, 0, 60, ERROR), Admit::Ahead(2_001));
+        assert_eq!(table.admit(third, 0, 1_950, ERROR), Admit::WaitPast(2_000));
+        assert_eq!(table.admit(third, 0, 2_001, ERROR), Admit::Issue(2_001));
         // Once the clock passes it, real time again.
         assert_eq!(table.admit(other, 1, 2_500, WAIT), Admit::Issue(2_500));
         // A floor below what a sequence used changes nothing for it.

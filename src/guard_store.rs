@@ -16,7 +16,7 @@
 //!
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
-use crate::guard::{Bucket, SeqStats, Stats, Table, WAYS};
+use crate::guard::{Bucket, Seed, SeqStats, Stats, Table, WAYS};
 use crate::mark::{self, MarkError, MarkFile, MarkState, Run};
 use crate::settings;
 use crate::BackendCell;
@@ -32,9 +32,9 @@ const SESSION_BUCKETS: usize = 256;
 /// The registry segment's name carries the guard table's layout: change the
 /// name whenever `Bucket` or the header changes, so that a library never maps
 /// a segment laid out by another (`layout_is_pinned` fails until you do).
-pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 3";
+pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 4";
 /// Sequences the registry segment tracks (fixed: without preloading there is
-/// no server-start setting to size it). About 3.1 MiB.
+/// no server-start setting to size it). About 3.5 MiB.
 pub const REGISTRY_SEQUENCES: usize = 16_384;
 
 /// Shared memory (startup or registry) starts with this header, then the
@@ -44,6 +44,9 @@ struct Header {
     mark: MarkState,
     /// When the guard's counts were last zeroed (timestamptz).
     stats_reset: AtomicI64,
+    /// The key of the hash placing sequences in buckets, drawn at random
+    /// when the table was made.
+    seed: Seed,
 }
 const HEADER: usize = 64;
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
@@ -77,6 +80,13 @@ impl GuardMode {
             GuardMode::Shared => "shared",
             GuardMode::Session => "session",
         }
+    }
+}
+
+impl Store {
+    #[inline]
+    pub(crate) fn table(&self) -> Table<'static> {
+        Table::seeded(self.buckets, self.header.seed)
     }
 }
 
@@ -117,12 +127,30 @@ unsafe fn initialise(ptr: *mut u8, buckets: usize) {
         (ptr as *mut Header).write(Header {
             mark: MarkState::new(),
             stats_reset: AtomicI64::new(pg_sys::GetCurrentTimestamp()),
+            seed: random_seed(),
         });
         let first = ptr.add(HEADER) as *mut Bucket;
         for i in 0..buckets {
             first.add(i).write(Bucket::new());
         }
     }
+}
+
+/// A fresh hash key from the operating system's strong random source. Runs
+/// where the table is made (the postmaster, the registry's first session, a
+/// session's own table), so cannot report an error: were the source to fail,
+/// the key falls back to the clock and the process id, which a role that
+/// cannot read the server's memory does not know to the microsecond.
+fn random_seed() -> Seed {
+    let mut bytes = [0u8; 16];
+    // SAFETY: fills the 16 bytes it is given.
+    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) } {
+        // SAFETY: plain reads of the clock and a global.
+        let (now, pid) = unsafe { (pg_sys::GetCurrentTimestamp(), pg_sys::MyProcPid) };
+        bytes[..8].copy_from_slice(&now.to_le_bytes());
+        bytes[8..12].copy_from_slice(&pid.to_le_bytes());
+    }
+    Seed::from_bytes(bytes)
 }
 
 fn size_of_table(buckets: usize) -> usize {
@@ -289,7 +317,7 @@ fn mark_error(e: MarkError) -> ! {
 /// issued, or the mark in a new run (`mark::session_floor`).
 #[cold]
 fn load_mark(store: &Store) {
-    let table = Table::new(store.buckets);
+    let table = store.table();
     let loaded = store.header.mark.load(mark_file(), |mark| {
         match store.mode {
             GuardMode::Shared => {
@@ -347,7 +375,7 @@ fn record_ended(last_ms: i64) -> Result<(), MarkError> {
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn record_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
     let Some(store) = STORE.get() else { return };
-    let Some(last_ms) = Table::new(store.buckets).last_ms() else {
+    let Some(last_ms) = store.table().last_ms() else {
         return;
     };
     if let Err(MarkError::Io(file, what, err)) = record_ended(last_ms) {
@@ -375,7 +403,7 @@ pub fn guard() -> Guard {
         );
     }
     Guard {
-        table: Table::new(store.buckets),
+        table: store.table(),
         mark: &store.header.mark,
         per_session: store.mode == GuardMode::Session,
     }
@@ -426,13 +454,13 @@ pub struct Report {
 
 /// Every sequence in the guard's table with its counts.
 pub fn sequences() -> Vec<SeqStats> {
-    Table::new(store().buckets).sequences()
+    store().table().sequences()
 }
 
 /// The counts for the server (this session, with the per-session guard).
 pub fn report() -> Report {
     let store = store();
-    let table = Table::new(store.buckets);
+    let table = store.table();
     let (totals, tracked) = table.totals();
     Report {
         mode: store.mode,
@@ -446,7 +474,7 @@ pub fn report() -> Report {
 /// Zeroes the counts (not what the guard remembers against duplicates).
 pub fn reset_stats() {
     let store = store();
-    Table::new(store.buckets).reset_stats();
+    store.table().reset_stats();
     // SAFETY: GetCurrentTimestamp only reads the system clock.
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     store.header.stats_reset.store(now, Ordering::Relaxed);
@@ -462,7 +490,7 @@ pub fn raise_mark(ms: i64) -> i64 {
     if let Err(e) = store.header.mark.cover(ms, mark_file) {
         mark_error(e)
     }
-    Table::new(store.buckets).raise_floor(ms);
+    store.table().raise_floor(ms);
     if store.mode == GuardMode::Session {
         // Later sessions of this run start above the record.
         record_ended(ms).unwrap_or_else(|e| mark_error(e));
@@ -592,15 +620,17 @@ pub fn init(at_server_start: bool) {
 mod tests {
     use super::*;
 
+    const BUCKET_BYTES: usize = 1792;
+
     #[test]
     fn layout_is_pinned() {
         // A new Bucket layout needs a new REGISTRY_NAME: a segment made by
         // an older library must never be read as the new one.
         assert_eq!(
             (REGISTRY_NAME, std::mem::size_of::<Bucket>(), HEADER),
-            (c"insta_id duplicate guard, layout 3", 1600, 64)
+            (c"insta_id duplicate guard, layout 4", BUCKET_BYTES, 64)
         );
         // The registry segment's documented size.
-        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_276_864);
+        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_670_080);
     }
 }

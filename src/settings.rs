@@ -193,7 +193,7 @@ pub fn define(at_server_start: bool) {
     GucRegistry::define_int_guc(
         c"insta_id.max_sequences",
         c"Sequences the preloaded duplicate guard tracks at once (needs shared_preload_libraries; without it, PostgreSQL 17+ tracks 16384).",
-        c"Each takes about 200 bytes of shared memory. When more sequences are in use, the least recently used one is evicted; it then cannot reuse its last millisecond, which can cost a wait but never a duplicate.",
+        c"Each takes about 225 bytes of shared memory. When more sequences are in use, the least recently used one of a bucket is evicted; a sequence coming into that bucket cannot reuse what evicted ones used in the bucket's last millisecond, which can cost a wait of under a millisecond but never a duplicate.",
         &MAX_SEQUENCES,
         64,
         1 << 24,

@@ -60,6 +60,24 @@ SELECT insta_id.guard_stats_reset();
 SET insta_id.track_guard_stats = off;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- Another database's sequences (OIDs, last use, counts) only for
+-- pg_read_all_stats: the guard is server-wide, its statistics are not.
+CREATE DATABASE insta_id_regress_other;
+\c insta_id_regress_other
+SET client_min_messages = error;
+CREATE EXTENSION insta_id;
+RESET client_min_messages;
+SET ROLE insta_id_regress_reader;
+SELECT count(*) AS other_databases_rows FROM insta_id.guard_stats WHERE database <> current_database();
+RESET ROLE;
+GRANT pg_read_all_stats TO insta_id_regress_reader;
+SET ROLE insta_id_regress_reader;
+-- (the per-session guard holds this session's sequences only: none)
+SELECT count(*) > 0 OR insta_id.guard_mode() = 'session' AS other_databases_seen
+FROM insta_id.guard_stats WHERE database = 'insta_id_regress';
+RESET ROLE;
+\c insta_id_regress
+DROP DATABASE insta_id_regress_other;
 DROP ROLE insta_id_regress_reader;
 -- Sequences add_id_column makes: CACHE 32 with the shared guard, none with
 -- the per-session one (where cached values could repeat other sessions' IDs).
