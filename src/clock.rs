@@ -26,8 +26,15 @@ pub fn unix_ms_to_timestamptz(ms: i64) -> i64 {
     ms * 1000 - PG_EPOCH_OFFSET_US
 }
 
+// POSIX clock_gettime (Linux, 64-bit time_t), which pg_sys does not bind on
+// every version.
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: std::ffi::c_long,
+}
 unsafe extern "C" {
-    fn clock_gettime(clock: std::ffi::c_int, tp: *mut pg_sys::timespec) -> std::ffi::c_int;
+    fn clock_gettime(clock: std::ffi::c_int, tp: *mut Timespec) -> std::ffi::c_int;
 }
 const CLOCK_MONOTONIC: std::ffi::c_int = 1;
 
@@ -35,7 +42,7 @@ const CLOCK_MONOTONIC: std::ffi::c_int = 1;
 /// clock runs (slewing moves both), smaller after it steps back. Shared by
 /// every process of the machine, so sessions can compare what they read.
 pub fn wall_minus_monotonic_us() -> i64 {
-    let mut ts = pg_sys::timespec {
+    let mut ts = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
@@ -44,7 +51,7 @@ pub fn wall_minus_monotonic_us() -> i64 {
     unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
     // SAFETY: GetCurrentTimestamp only reads the system clock.
     let wall = unsafe { pg_sys::GetCurrentTimestamp() } + PG_EPOCH_OFFSET_US;
-    wall - (ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1_000)
+    wall - (ts.tv_sec * 1_000_000 + ts.tv_nsec as i64 / 1_000)
 }
 
 #[cfg(not(feature = "pg_test"))]
