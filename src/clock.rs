@@ -31,7 +31,7 @@ pub fn unix_ms_to_timestamptz(ms: i64) -> i64 {
 #[repr(C)]
 struct Timespec {
     tv_sec: i64,
-    tv_nsec: std::ffi::c_long,
+    tv_nsec: i64,
 }
 unsafe extern "C" {
     fn clock_gettime(clock: std::ffi::c_int, tp: *mut Timespec) -> std::ffi::c_int;
@@ -51,7 +51,7 @@ pub fn wall_minus_monotonic_us() -> i64 {
     unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
     // SAFETY: GetCurrentTimestamp only reads the system clock.
     let wall = unsafe { pg_sys::GetCurrentTimestamp() } + PG_EPOCH_OFFSET_US;
-    wall - (ts.tv_sec * 1_000_000 + ts.tv_nsec as i64 / 1_000)
+    wall - (ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000)
 }
 
 #[cfg(not(feature = "pg_test"))]
