@@ -186,8 +186,8 @@ fn resolve() -> Store {
     store
 }
 
-/// This backend's handles on the mark file and the ended sessions' file in
-/// the data directory.
+/// This backend's handles on the mark file and the per-session guard's
+/// sessions' record in the data directory.
 static MARK_FILE: OnceLock<MarkFile> = OnceLock::new();
 static SESSIONS_FILE: OnceLock<MarkFile> = OnceLock::new();
 
@@ -262,6 +262,22 @@ fn server_run() -> Run {
     unreachable!("the per-session guard exists on 15 and 16 only")
 }
 
+/// Reads the run's sessions' record under its lock, lets `decide` answer
+/// from it (given the run and the clocks' gap now), and writes the record
+/// `decide` returns, if any, before the lock goes.
+fn with_sessions<R>(
+    decide: impl FnOnce(Option<mark::Sessions>, Run, i64) -> (R, Option<mark::Sessions>),
+) -> Result<R, MarkError> {
+    let file = sessions_file()?;
+    let _lock = file.lock(true)?;
+    let offset = crate::clock::wall_minus_monotonic_us();
+    let (answer, write) = decide(file.read_sessions()?, server_run(), offset);
+    if let Some(rec) = write {
+        file.write_sessions(rec)?;
+    }
+    Ok(answer)
+}
+
 /// The highest millisecond this session claimed in the sessions' record.
 static CLAIMED: BackendCell<i64> = BackendCell::new(i64::MIN);
 
@@ -270,22 +286,15 @@ static CLAIMED: BackendCell<i64> = BackendCell::new(i64::MIN);
 /// claimed up to `taken >= ms`; this one must issue above it.
 #[cold]
 fn claim_ahead(ms: i64) -> Result<(), i64> {
-    let claimed = (|| {
-        let file = sessions_file()?;
-        let _lock = file.lock(true)?;
-        let offset = crate::clock::wall_minus_monotonic_us();
-        match mark::claim(file.read_sessions()?, server_run(), ms, offset) {
-            Ok(rec) => file.write_sessions(rec).map(|()| Ok(())),
-            Err(taken) => Ok(Err(taken)),
-        }
-    })();
-    match claimed.unwrap_or_else(|e| mark_error(e)) {
-        Ok(()) => {
-            CLAIMED.set(ms);
-            Ok(())
-        }
-        Err(taken) => Err(taken),
+    let claimed = with_sessions(|rec, run, offset| match mark::claim(rec, run, ms, offset) {
+        Ok(rec) => (Ok(()), Some(rec)),
+        Err(taken) => (Err(taken), None),
+    })
+    .unwrap_or_else(|e| mark_error(e));
+    if claimed.is_ok() {
+        CLAIMED.set(ms);
     }
+    claimed
 }
 
 /// PostgreSQL's `fsync` setting: with it off, the mark is written but not
@@ -313,8 +322,8 @@ fn mark_error(e: MarkError) -> ! {
 
 /// First use after a (re)start: every millisecond up to the mark counts as
 /// used by every sequence, before any ID is issued. With the per-session
-/// guard, every session's first use: up to what ended sessions of this run
-/// issued, or the mark in a new run (`mark::session_floor`).
+/// guard, every session's first use: up to the run's sessions' record, or
+/// the mark in a new run or after a step back (`mark::session_floor`).
 #[cold]
 fn load_mark(store: &Store) {
     let table = store.table();
@@ -326,14 +335,8 @@ fn load_mark(store: &Store) {
                 }
             }
             GuardMode::Session => {
-                let file = sessions_file()?;
-                let _lock = file.lock(true)?;
-                let offset = crate::clock::wall_minus_monotonic_us();
-                let (floor, write) =
-                    mark::session_floor(mark, file.read_sessions()?, server_run(), offset);
-                if let Some(rec) = write {
-                    file.write_sessions(rec)?;
-                }
+                let floor =
+                    with_sessions(|rec, run, offset| mark::session_floor(mark, rec, run, offset))?;
                 table.raise_floor(floor);
                 // SAFETY: registering a plain callback for this backend's exit.
                 unsafe { pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0)) };
@@ -357,15 +360,7 @@ fn load_mark(store: &Store) {
 
 /// Adds `last_ms` to the run's sessions' record (per-session guard).
 fn record_ended(last_ms: i64) -> Result<(), MarkError> {
-    let file = sessions_file()?;
-    let _lock = file.lock(true)?;
-    let offset = crate::clock::wall_minus_monotonic_us();
-    file.write_sessions(mark::ended(
-        file.read_sessions()?,
-        server_run(),
-        last_ms,
-        offset,
-    ))
+    with_sessions(|rec, run, offset| ((), Some(mark::ended(rec, run, last_ms, offset))))
 }
 
 /// At a per-session-guard backend's exit: its last millisecond, so that a

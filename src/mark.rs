@@ -238,34 +238,34 @@ pub fn session_floor(
     }
 }
 
+/// This run's record, or a fresh one bounding nothing yet (none, damaged, or
+/// of another run, which `session_floor` rewrites at a run's first session).
+fn of_run(rec: Option<Sessions>, run: Run, offset_us: i64) -> Sessions {
+    rec.filter(|r| r.run == run).unwrap_or(Sessions {
+        run,
+        floor_ms: i64::MIN,
+        offset_us,
+    })
+}
+
 /// A session about to issue an ID in `ms`, ahead of its clock, claims it:
 /// `Ok` with the record to write, or `Err(taken)` when another session of
 /// the run has claimed up to `taken >= ms` already (issue above it instead).
-/// A record of another run cannot be: `session_floor` rewrote it.
 pub fn claim(rec: Option<Sessions>, run: Run, ms: i64, offset_us: i64) -> Result<Sessions, i64> {
-    match rec.filter(|r| r.run == run) {
-        Some(r) if r.floor_ms >= ms => Err(r.floor_ms),
-        Some(r) => Ok(Sessions { floor_ms: ms, ..r }),
-        None => Ok(Sessions {
-            run,
-            floor_ms: ms,
-            offset_us,
-        }),
+    let r = of_run(rec, run, offset_us);
+    if r.floor_ms >= ms {
+        Err(r.floor_ms)
+    } else {
+        Ok(Sessions { floor_ms: ms, ..r })
     }
 }
 
 /// What an ending session leaves in the record: its last millisecond.
 pub fn ended(rec: Option<Sessions>, run: Run, last_ms: i64, offset_us: i64) -> Sessions {
-    match rec.filter(|r| r.run == run) {
-        Some(r) => Sessions {
-            floor_ms: r.floor_ms.max(last_ms),
-            ..r
-        },
-        None => Sessions {
-            run,
-            floor_ms: last_ms,
-            offset_us,
-        },
+    let r = of_run(rec, run, offset_us);
+    Sessions {
+        floor_ms: r.floor_ms.max(last_ms),
+        ..r
     }
 }
 
