@@ -19,19 +19,8 @@ use crate::BackendCell;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
 use pgrx::{pg_guard, PgSqlErrorCode};
 
-/// Declares the version-1 calling convention record PostgreSQL looks up.
-macro_rules! v1 {
-    ($finfo:ident) => {
-        #[unsafe(no_mangle)]
-        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
-            static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-            &V1
-        }
-    };
-}
-
 #[inline(always)]
-unsafe fn arg(fcinfo: FunctionCallInfo, n: usize) -> Datum {
+pub(crate) unsafe fn arg(fcinfo: FunctionCallInfo, n: usize) -> Datum {
     // SAFETY: the caller passes a valid fcinfo with at least n+1 arguments.
     unsafe { (*fcinfo).args.as_slice(n + 1)[n].value }
 }
@@ -551,7 +540,7 @@ fn float8(x: f64) -> Datum {
     Datum::from(x.to_bits())
 }
 
-fn text(s: &str) -> Datum {
+pub(crate) fn text(s: &str) -> Datum {
     let s = std::ffi::CString::new(s).expect("no NUL in the text");
     // SAFETY: cstring_to_text copies into a palloc'd text.
     Datum::from(unsafe { pg_sys::cstring_to_text(s.as_ptr()) })

@@ -174,7 +174,7 @@ SELECT d.datname AS database,
 FROM insta_id._guard_stats() s
 LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
 COMMENT ON VIEW insta_id.guard_stats IS
-'Per sequence in the duplicate guard''s table (server-wide; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
 
 CREATE VIEW insta_id.guard_stats_total AS
 SELECT * FROM insta_id._guard_stats_total();

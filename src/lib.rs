@@ -11,6 +11,10 @@
 //! - `settings`: the insta_id.* GUCs;
 //! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
 //! - `pg_extern_bench`: #[pg_extern] twins of two of them, for `make bench`;
+//! - `sql_text`: reading SQL text from the catalogs (list settings, bodies),
+//!   pure Rust;
+//! - `ddl`: the compiled half of the shard helpers (statements run as a
+//!   schema's owner, the readers of `sql_text` for SQL);
 //! - `src/shards.sql`: the logical-shard registry and DDL helpers (PL/pgSQL).
 
 use pgrx::prelude::*;
@@ -52,6 +56,18 @@ pub fn raise_error(
     unreachable!("ERROR does not return")
 }
 
+/// Declares the version-1 calling convention record PostgreSQL looks up.
+macro_rules! v1 {
+    ($finfo:ident) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $finfo() -> &'static pgrx::pg_sys::Pg_finfo_record {
+            static V1: pgrx::pg_sys::Pg_finfo_record =
+                pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
 /// A value private to this backend. PostgreSQL runs each session in its own
 /// single-threaded process, so a plain static cell is enough; it is also
 /// cheaper than a thread-local, which from a shared library costs a call.
@@ -75,6 +91,7 @@ impl<T: Copy> BackendCell<T> {
 }
 
 pub mod clock;
+pub mod ddl;
 pub mod functions;
 pub mod guard;
 pub mod guard_store;
@@ -82,6 +99,7 @@ pub mod layout;
 pub mod mark;
 mod pg_extern_bench;
 pub mod settings;
+pub mod sql_text;
 
 #[cfg(feature = "pg_test")]
 mod tests;

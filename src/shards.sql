@@ -1,24 +1,34 @@
 -- Logical shards: a registry of shard schemas and the DDL helpers for their
--- whole life. The helpers are PL/pgSQL with a fixed search_path, quote every
--- identifier they are given (format %I / %L), run in the caller's
--- transaction (all or nothing) with the caller's rights (SECURITY INVOKER),
--- and are not executable by PUBLIC: superusers may call them, other roles
--- only once granted (see README, "Logical shards").
+-- whole life. The helpers are PL/pgSQL with search_path fixed to
+-- pg_catalog, pg_temp, quote every identifier they are given (format %I /
+-- %L), run in the caller's transaction (all or nothing) with the caller's
+-- rights (SECURITY INVOKER), and are not executable by PUBLIC: superusers
+-- may call them, other roles only once granted (see README, "Who may do
+-- what"). A statement that must see a shard's or template's objects first
+-- (a migration's, a copy's deparsed DDL) is never run under their path: it
+-- goes to insta_id._run_in_schema (src/ddl.rs), which runs it with that
+-- schema first on search_path in a security-restricted operation, as the
+-- schema's owner where the owner's code could run (docs/shards.md,
+-- "Privileges").
 
 CREATE TABLE insta_id.shard_registry (
     shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
     schema_name name NOT NULL UNIQUE,
-    created_at  timestamptz NOT NULL DEFAULT now()
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    -- The template the shard was copied from (create_shards): its migrations
+    -- reach the shard. NULL for a shard made otherwise (create_shard,
+    -- adopt_shard, before 0.9.0): every template's migrations reach it.
+    template_schema name
 );
 COMMENT ON TABLE insta_id.shard_registry IS
-'Logical shards of this database: shard id and schema. Dumped by pg_dump with the database.';
+'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
 -- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
 SELECT pg_catalog.pg_extension_config_dump('insta_id.shard_registry', '');
 
 -- tables: one pass over pg_class for all shards (pg_class has no index on
 -- the schema alone, so a count per shard would scan it once per shard).
 CREATE VIEW insta_id.shards AS
-SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables, r.template_schema
 FROM insta_id.shard_registry r
 LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
 LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
@@ -48,19 +58,130 @@ COMMENT ON TABLE insta_id.applied_migrations IS
 'Which schema (template or shard) has which migration. Dumped by pg_dump with the database.';
 SELECT pg_catalog.pg_extension_config_dump('insta_id.migrations', '');
 SELECT pg_catalog.pg_extension_config_dump('insta_id.applied_migrations', '');
-GRANT SELECT ON insta_id.migrations, insta_id.applied_migrations TO PUBLIC;
+-- A migration's statements only to those who may run migrations (granted
+-- EXECUTE on insta_id.migrate; superusers).
+GRANT SELECT (name, template_schema, created_at) ON insta_id.migrations TO PUBLIC;
+GRANT SELECT ON insta_id.applied_migrations TO PUBLIC;
 
 -- Registered shards that lack a migration their template has.
 CREATE VIEW insta_id.pending_migrations AS
 SELECT m.name AS migration, r.shard_id, r.schema_name
 FROM insta_id.migrations m
 JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
-CROSS JOIN insta_id.shard_registry r
+JOIN insta_id.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
 WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
                   WHERE a.schema_name = r.schema_name AND a.migration = m.name);
 COMMENT ON VIEW insta_id.pending_migrations IS
 'Registered shards without a migration their template has (insta_id.migrate applies it)';
 GRANT SELECT ON insta_id.pending_migrations TO PUBLIC;
+
+-- The compiled half of the helpers (src/ddl.rs): statements run in a
+-- schema as a given role in a security-restricted operation; a stored list
+-- setting read as PostgreSQL reads it; whether a body names a schema.
+CREATE FUNCTION insta_id._run_in_schema(nsp name, run_as regrole, statements text[])
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_run_in_schema';
+CREATE FUNCTION insta_id._identifier_list(list text)
+RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_identifier_list';
+CREATE FUNCTION insta_id._names_schema(body text, schema name)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_names_schema';
+
+-- A definition as PostgreSQL's deparsers write it with schema nsp first on
+-- search_path, so that nsp's own objects come out unqualified (run in a
+-- copy, they name the copy's). Only pg_catalog's deparsers run while nsp is
+-- on the path, called by qualified name with exact argument types. A view
+-- is deparsed with pg_catalog first instead: pg_get_viewdef runs a query of
+-- its own on pg_rewrite with unqualified = operators, and with nsp first an
+-- operator of nsp's owner would run as the caller (tests/pg_regress
+-- 13_hostile found it). kind: function, identity (arguments), view, index,
+-- constraint, trigger, statistics, expr (node of relation obj), type (obj
+-- with typmod n), collation.
+CREATE FUNCTION insta_id._deparse(nsp name, kind text, obj oid, node pg_node_tree DEFAULT NULL, n int DEFAULT -1)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    path text := format(CASE kind WHEN 'view' THEN 'pg_catalog, %I, pg_temp' ELSE '%I, pg_catalog, pg_temp' END, nsp);
+    result text;
+BEGIN
+    IF obj IS NULL OR (kind = 'expr' AND node IS NULL) THEN
+        RETURN NULL;
+    END IF;
+    -- (each kind is compared before the path changes: = is an operator too)
+    IF kind = 'function' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_functiondef(obj);
+    ELSIF kind = 'identity' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_function_identity_arguments(obj);
+    ELSIF kind = 'view' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_viewdef(obj);
+    ELSIF kind = 'index' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_indexdef(obj, 0, true);
+    ELSIF kind = 'constraint' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_constraintdef(obj, true);
+    ELSIF kind = 'trigger' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_triggerdef(obj, true);
+    ELSIF kind = 'statistics' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_statisticsobjdef(obj);
+    ELSIF kind = 'expr' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_expr(node, obj, true);
+    ELSIF kind = 'type' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.format_type(obj, n);
+    ELSIF kind = 'collation' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := obj::pg_catalog.regcollation::pg_catalog.text;
+    ELSE
+        RAISE EXCEPTION 'unknown kind %', kind USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    RETURN result;
+END
+$$;
+
+-- Storage parameters as written in WITH (...) / SET (...), each name and
+-- value requoted (never the catalog's text pasted).
+CREATE FUNCTION insta_id._options(options text[])
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('%s = %L', (SELECT string_agg(quote_ident(p), '.') FROM unnest(string_to_array(split_part(o, '=', 1), '.')) p),
+                             substr(o, strpos(o, '=') + 1)), ', ')
+    FROM unnest(options) o
+$$;
+
+-- A deparsed CREATE statement whose object name the deparser always
+-- qualifies (CREATE OR REPLACE FUNCTION s.f(...), CREATE STATISTICS s.x ...)
+-- as CREATE <kind> <name> ... without the schema. The head is compared with
+-- what it must be, never assumed.
+CREATE FUNCTION insta_id._unqualified_create(ddl text, head text, nsp name, object name)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    qualified text := format('%s %I.%I', head, nsp, object);
+BEGIN
+    IF left(ddl, length(qualified)) <> qualified THEN
+        RAISE EXCEPTION 'unexpected definition of %: %', qualified, left(ddl, 200) USING ERRCODE = 'internal_error';
+    END IF;
+    RETURN format('%s %I', regexp_replace(head, '^CREATE OR REPLACE ', 'CREATE '), object) || substr(ddl, length(qualified) + 1);
+END
+$$;
 
 -- The shard id of the next_id DEFAULT of a column, or NULL when the column
 -- has no such default (found through the dependency of the default on next_id).
@@ -131,8 +252,8 @@ COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
 -- whatever order the values come in. With the per-session guard a session
 -- holding old cached values could repeat another session's ID, so 1 there
 -- (docs/shards.md).
-CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
-RETURNS regclass
+CREATE FUNCTION insta_id._sequence_name(nsp name, tblname name, col name)
+RETURNS name
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -144,6 +265,18 @@ BEGIN
     WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
         seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
+    RETURN seq_name;
+END
+$$;
+
+CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name name := insta_id._sequence_name(nsp, tblname, col);
+BEGIN
     EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
     RETURN format('%I.%I', nsp, seq_name)::regclass;
 END
@@ -162,8 +295,11 @@ DECLARE
     has_default boolean;
     existing_shard int;
     seq regclass;
+    seq_name text;
+    owner regrole;
+    stmts text[] := '{}';
 BEGIN
-    SELECT n.nspname, c.relname INTO nsp, tblname
+    SELECT n.nspname, c.relname, c.relowner INTO nsp, tblname, owner
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
     IF NOT FOUND THEN
@@ -206,24 +342,31 @@ BEGIN
         seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
     END IF;
     IF seq IS NULL THEN
-        seq := insta_id._new_sequence(nsp, tblname, col, CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+        seq_name := format('%I.%I', nsp, insta_id._sequence_name(nsp, tblname, col));
+        stmts := stmts || format('CREATE SEQUENCE %s CACHE %s', seq_name,
+                                 CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    ELSE
+        seq_name := seq::text;
     END IF;
 
     IF col_type IS NULL THEN
         -- A new column: existing rows get IDs from the default as it is added.
-        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
-                       tbl, col, shard, seq);
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+                                 tbl, col, shard, seq_name);
     ELSE
         IF col_type <> 'bigint'::regtype THEN
-            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+            stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
         END IF;
-        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
-                       tbl, col, shard, seq);
-        EXECUTE format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col);
-        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+                                 tbl, col, shard, seq_name)
+                       || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
+                       || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
     END IF;
-    EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col);
-    RETURN seq;
+    stmts := stmts || format('ALTER SEQUENCE %s OWNED BY %s.%I', seq_name, tbl, col);
+    -- As the table's owner: filling the column fires the table's triggers
+    -- and rebuilds its indexes, the owner's code.
+    PERFORM insta_id._run_in_schema(nsp, owner, stmts);
+    RETURN seq_name::regclass;
 END
 $$;
 COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
@@ -298,12 +441,12 @@ BEGIN
         WHERE n.nspname = template AND p.prokind = 'a'
         UNION ALL
         -- A body is text: a name qualified with the template's schema in it
-        -- would be the template's object in every copy.
+        -- (in any spelling, in a string for dynamic SQL too) would be the
+        -- template's object in every copy.
         SELECT format('function %s (its body names schema %I)', p.oid::regprocedure, template)
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
         WHERE n.nspname = template AND l.lanname NOT IN ('c', 'internal')
-          AND (p.prosrc ~ ('(^|[^[:alnum:]_$".])' || regexp_replace(template, '([^[:alnum:]_])', '\\\1', 'g') || '\s*\.')
-               OR strpos(p.prosrc, quote_ident(template) || '.') > 0)
+          AND insta_id._names_schema(p.prosrc, template)
         UNION ALL
         SELECT format('%s type %I.%I', CASE y.typtype WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange' ELSE 'base' END,
                       template, y.typname)
@@ -431,7 +574,7 @@ $$;
 -- copy's schema).
 CREATE FUNCTION insta_id._template_objects(template name)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -441,19 +584,18 @@ DECLARE
     placed text[] := '{}';
     out jsonb := '[]';
 BEGIN
-    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', template), true);
     -- Routines and views, keyed p<oid> / c<oid>, with what each uses among them.
     WITH obj AS (
         SELECT 'p' || p.oid AS key, p.oid AS sort,
-               format('%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)) AS sig,
+               format('%I(%s)', p.proname, insta_id._deparse(template, 'identity', p.oid)) AS sig,
                CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind,
                -- CREATE OR REPLACE FUNCTION <template>.f(...) ... as CREATE FUNCTION f(...) ...
-               jsonb_build_array(format('CREATE %s %s', CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
-                   substr(pg_get_functiondef(p.oid), length(format('CREATE OR REPLACE %s %I.', CASE p.prokind WHEN 'p'
-                          THEN 'PROCEDURE' ELSE 'FUNCTION' END, template)) + 1))) AS ddl,
+               jsonb_build_array(insta_id._unqualified_create(insta_id._deparse(template, 'function', p.oid),
+                   'CREATE OR REPLACE ' || CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, template, p.proname)) AS ddl,
                p.proacl AS acl, p.proowner AS owner, obj_description(p.oid, 'pg_proc') AS comment,
-               (SELECT jsonb_agg(CASE WHEN e = quote_ident(template) THEN '@' ELSE e END)
-                FROM unnest(string_to_array(substr(c, 13), ', ')) e) AS path,
+               -- (the setting read as PostgreSQL reads it; the template as null)
+               (SELECT jsonb_agg(CASE WHEN e = template THEN NULL ELSE e END)
+                FROM unnest(insta_id._identifier_list(substr(c, 13))) e) AS path,
                ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid
                                               WHEN 'pg_class'::regclass THEN 'c' || d.refobjid
                                               ELSE 'c' || (SELECT y.typrelid FROM pg_type y WHERE y.oid = d.refobjid) END
@@ -463,10 +605,12 @@ BEGIN
         UNION ALL
         SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
                CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+               -- (a materialized view made empty: filling it runs its query,
+               -- which PostgreSQL's REFRESH does as its owner, after the copy)
                jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
-                   c.relname, ' WITH (' || array_to_string(c.reloptions, ', ') || ')', rtrim(pg_get_viewdef(c.oid), ';'),
-                   CASE WHEN c.relkind = 'm' AND NOT c.relispopulated THEN ' WITH NO DATA' ELSE '' END))
-               || coalesce((SELECT jsonb_agg(pg_get_indexdef(x.indexrelid, 0, true) ORDER BY x.indexrelid)
+                   c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
+                   CASE WHEN c.relkind = 'm' THEN ' WITH NO DATA' ELSE '' END))
+               || coalesce((SELECT jsonb_agg(insta_id._deparse(template, 'index', x.indexrelid) ORDER BY x.indexrelid)
                             FROM pg_index x WHERE x.indrelid = c.oid), '[]')
                || coalesce((SELECT jsonb_agg(format('COMMENT ON COLUMN %I.%I IS %L', c.relname, a.attname, d.description))
                             FROM pg_attribute a JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass
@@ -485,7 +629,7 @@ BEGIN
                              CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
-               'path', CASE WHEN o.path @> '["@"]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
                'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
     INTO pending FROM obj o;
     -- Each after what it uses: rounds of those whose uses are all placed.
@@ -503,7 +647,7 @@ BEGIN
     RETURN jsonb_build_object('objects', out, 'after', coalesce((
         SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
             -- (a partitioned table's trigger is cloned onto its partitions)
-            SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, pg_get_triggerdef(t.oid, true) AS stmt
+            SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, insta_id._deparse(template, 'trigger', t.oid) AS stmt
             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
             WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgparentid = 0
             UNION ALL
@@ -530,8 +674,8 @@ BEGIN
                                         WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
                           (SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE r::regrole::text END, ', ')
                            FROM unnest(p.polroles) r),
-                          ' USING (' || pg_get_expr(p.polqual, p.polrelid, true) || ')',
-                          ' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid, true) || ')')
+                          ' USING (' || insta_id._deparse(template, 'expr', p.polrelid, p.polqual) || ')',
+                          ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
             FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
             UNION ALL
             SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
@@ -545,19 +689,19 @@ BEGIN
                                             (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
                                              FROM pg_enum e WHERE e.enumtypid = y.oid))
                        WHEN 'c' THEN format('CREATE TYPE %I AS (%s)', y.typname,
-                                            (SELECT string_agg(format('%I %s%s', a.attname, format_type(a.atttypid, a.atttypmod),
-                                                        ' COLLATE ' || nullif(a.attcollation, t.typcollation)::regcollation::text), ', ' ORDER BY a.attnum)
+                                            (SELECT string_agg(format('%I %s%s', a.attname, insta_id._deparse(template, 'type', a.atttypid, NULL, a.atttypmod),
+                                                        ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(a.attcollation, t.typcollation))), ', ' ORDER BY a.attnum)
                                              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
                                              WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
-                       ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, format_type(y.typbasetype, y.typtypmod),
-                                   ' COLLATE ' || nullif(y.typcollation, b.typcollation)::regcollation::text,
-                                   ' DEFAULT ' || pg_get_expr(y.typdefaultbin, 0, true),
+                       ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, insta_id._deparse(template, 'type', y.typbasetype, NULL, y.typtypmod),
+                                   ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(y.typcollation, b.typcollation)),
+                                   ' DEFAULT ' || insta_id._deparse(template, 'expr', 0, y.typdefaultbin),
                                    CASE WHEN y.typnotnull THEN ' NOT NULL' ELSE '' END) END AS stmt
                 FROM pg_type y LEFT JOIN pg_type b ON b.oid = y.typbasetype
                 WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
                       OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
                 UNION ALL
-                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, pg_get_constraintdef(k.oid, true))
+                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid AND k.contype = 'c'
                 WHERE y.typnamespace = tmpl AND y.typtype = 'd'
                 UNION ALL
@@ -574,6 +718,9 @@ BEGIN
                                     y.typname, y.typowner::regrole) ORDER BY y.oid)
             FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
               AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
+        -- Materialized views the copy fills (REFRESH) once it is complete.
+        'populated', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.oid) FROM pg_class c
+                               WHERE c.relnamespace = tmpl AND c.relkind = 'm' AND c.relispopulated), '[]'),
         -- Tables LIKE would leave tied to the template: a column of one of its
         -- types, a default or CHECK using one of its types or functions.
         -- Their copies are made without defaults and CHECKs, the columns
@@ -584,8 +731,8 @@ BEGIN
         'retype', coalesce((
             SELECT jsonb_object_agg(relname, stmts) FROM (
             SELECT c.relname, jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
-                                    format_type(a.atttypid, a.atttypmod),
-                                    ' COLLATE ' || nullif(a.attcollation, y.typcollation)::regcollation::text) ORDER BY a.attnum) AS stmts
+                                    insta_id._deparse(template, 'type', a.atttypid, NULL, a.atttypmod),
+                                    ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(a.attcollation, y.typcollation))) ORDER BY a.attnum) AS stmts
             FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
             JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
             -- (a partition's follow its parent's)
@@ -594,18 +741,18 @@ BEGIN
         'late', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
                 SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
-                       format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid, true)) AS stmt
+                       format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) AS stmt
                 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
                 JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
                   AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
                 UNION ALL
-                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
                 UNION ALL
                 -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
-                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, array_to_string(c.reloptions, ', '))
+                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
                 FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
                 UNION ALL
                 -- A partition is made without LIKE: its own comments.
@@ -624,10 +771,10 @@ BEGIN
                 -- is made for its partitions too; theirs are not made again.
                 SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
                        CASE WHEN k.oid IS NOT NULL
-                            THEN format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                            THEN format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                             WHEN c.relkind = 'p'
-                            THEN regexp_replace(pg_get_indexdef(x.indexrelid, 0, true), ' ON ONLY ', ' ON ')
-                            ELSE pg_get_indexdef(x.indexrelid, 0, true) END AS stmt
+                            THEN regexp_replace(insta_id._deparse(template, 'index', x.indexrelid), ' ON ONLY ', ' ON ')
+                            ELSE insta_id._deparse(template, 'index', x.indexrelid) END AS stmt
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
                 LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
@@ -648,9 +795,9 @@ BEGIN
                 WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND x.indisclustered
                 UNION ALL
                 -- CREATE STATISTICS <its schema>.name ON ... as CREATE STATISTICS name ON ...
-                SELECT c.relname, 4, x.oid, 'CREATE STATISTICS ' || substr(pg_get_statisticsobjdef(x.oid),
-                           length(format('CREATE STATISTICS %I.', x.stxnamespace::regnamespace::name)) + 1)
-                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                SELECT c.relname, 4, x.oid, insta_id._unqualified_create(insta_id._deparse(template, 'statistics', x.oid),
+                           'CREATE STATISTICS', n.nspname, x.stxname)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid JOIN pg_namespace n ON n.oid = x.stxnamespace
                 WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
@@ -691,7 +838,7 @@ $$;
 -- The template was checked by _check_template.
 CREATE FUNCTION insta_id._template_plan(template name)
 RETURNS jsonb
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- Partitioned tables before their partitions (which inherit the columns,
@@ -755,19 +902,18 @@ DECLARE
     src jsonb;
     col jsonb;
     fk jsonb;
-    obj jsonb;
     stmt text;
     tbl regclass;
     seq regclass;
+    -- Deparsed statements name the copy's objects unqualified: they run
+    -- with the copy's schema first on search_path, through _run_in_schema,
+    -- never under this function's own path. As the caller: they create
+    -- objects in an empty schema and run none of the template's code
+    -- (docs/shards.md, "Privileges").
+    caller regrole := current_user::regrole;
 BEGIN
     PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
-    -- Deparsed statements (types here, more below) name the copy's objects
-    -- unqualified: they run with the copy's schema first on search_path.
-    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-    FOR stmt IN SELECT jsonb_array_elements_text(extra->'types') LOOP
-        EXECUTE stmt;
-    END LOOP;
-    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
@@ -783,11 +929,7 @@ BEGIN
         tbl := format('%I.%I', target, src->>'rel')::regclass;
         -- Columns of the template's types get the copy's (before any partition exists).
         IF extra->'retype' ? (src->>'rel') THEN
-            PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-            FOR stmt IN SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel')) LOOP
-                EXECUTE stmt;
-            END LOOP;
-            PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+            PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
         END IF;
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
@@ -809,24 +951,25 @@ BEGIN
             PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
         END LOOP;
     END LOOP;
-    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
-    -- Functions, procedures and views, each after what it uses.
-    FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
-        FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
-            EXECUTE stmt;
-        END LOOP;
-        IF obj->'path' IS NOT NULL THEN
-            EXECUTE format('ALTER %s SET search_path = %s', obj->'path'->>'function',
-                           (SELECT string_agg(CASE WHEN e = '@' THEN quote_ident(target) ELSE e END, ', ')
-                            FROM jsonb_array_elements_text(obj->'path'->'search_path') e));
-        END IF;
-    END LOOP;
-    -- Defaults and CHECKs of the tables made without them (they may use the
-    -- functions); indexes, primary key, unique and exclusion constraints,
-    -- statistics objects, their comments.
-    FOR stmt IN SELECT jsonb_array_elements_text((extra->'late') || (extra->'indexes')) LOOP
-        EXECUTE stmt;
-    END LOOP;
+    -- Functions, procedures and views, each after what it uses (a
+    -- function's search_path naming the template names the copy instead);
+    -- then defaults and CHECKs of the tables made without them (they may use
+    -- the functions); indexes, primary key, unique and exclusion
+    -- constraints, statistics objects, their comments.
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (
+            SELECT o.ord, s.ord AS sub, s.statement
+            FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
+            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+                     UNION ALL
+                     SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
+                                        (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
+                                                                ELSE quote_ident(p #>> '{}') END, ', ' ORDER BY i)
+                                         FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
+                     WHERE o.obj->'path' IS NOT NULL) s
+            UNION ALL
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.ord, x.sub));
     FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
         EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
     END LOOP;
@@ -837,20 +980,26 @@ BEGIN
     END LOOP;
     -- Triggers, row-level security, policies; then owners, last (the caller
     -- may lose rights on what it gives away).
-    FOR stmt IN SELECT jsonb_array_elements_text(extra->'after') LOOP
-        EXECUTE stmt;
-    END LOOP;
-    FOR stmt IN SELECT e->>'owner' FROM jsonb_array_elements(extra->'objects') e WHERE e->>'owner' IS NOT NULL
-                UNION ALL SELECT jsonb_array_elements_text(extra->'type_owners') LOOP
-        EXECUTE stmt;
-    END LOOP;
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (SELECT 1 AS part, e.ord, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+                                 UNION ALL
+                                 SELECT 2, e.ord, e.obj->>'owner' FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY e(obj, ord)
+                                 WHERE e.obj->>'owner' IS NOT NULL
+                                 UNION ALL
+                                 SELECT 3, e.ord, e.statement FROM jsonb_array_elements_text(extra->'type_owners') WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.part, x.ord));
     IF extra->>'schema_comment' IS NOT NULL THEN
         EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
     END IF;
     IF extra->>'schema_owner' IS NOT NULL THEN
         EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
     END IF;
-    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Materialized views populated in the template are filled now, by
+    -- PostgreSQL's REFRESH, which runs their query as their owner.
+    FOR stmt IN SELECT format('REFRESH MATERIALIZED VIEW %I.%I', target, m) FROM jsonb_array_elements_text(extra->'populated') m LOOP
+        EXECUTE stmt;
+    END LOOP;
+    UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
@@ -859,14 +1008,6 @@ BEGIN
     END IF;
 END
 $$;
-
--- Copies every table of template into schema target, with shard's next_id
--- columns. The template was checked by _check_template.
-CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
-RETURNS void
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT insta_id._copy_planned(insta_id._template_plan(template), target, shard) $$;
 
 -- Checks the arguments of create_shards and create_shards_in_batches, and
 -- the template, before any shard is made.
@@ -1026,14 +1167,15 @@ CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard i
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    plan jsonb;
-    first_missing int;
-    lo int;
-    hi int;
-    made int;
-    created int := 0;
-    started timestamptz;
-    reported timestamptz;
+    -- (pg_catalog's types: they are resolved under the caller's search_path)
+    plan pg_catalog.jsonb;
+    first_missing pg_catalog.int4;
+    lo pg_catalog.int4;
+    hi pg_catalog.int4;
+    made pg_catalog.int4;
+    created pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
@@ -1079,9 +1221,11 @@ $$;
 COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
 'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
 
--- Applies a migration to the template, then to every registered shard
--- lacking it, in shard order: one transaction per schema, run with that
--- schema first on search_path (then the caller's path), recorded in
+-- Applies a migration to the template, then to every registered shard of
+-- that template lacking it (and to shards of no recorded template), in shard
+-- order: one transaction per schema, run as the schema's owner in a
+-- security-restricted operation with search_path = <schema>, pg_catalog,
+-- pg_temp (insta_id._run_in_schema), recorded in
 -- insta_id.applied_migrations in the same transaction. Re-running skips the
 -- schemas that have it, so a failure or a cancel is resumed by calling it
 -- again; it stops at the first failing schema, naming it. Each schema's
@@ -1089,32 +1233,41 @@ COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
 -- (waiting longer each time) rather than queueing behind a long transaction
 -- while that shard's writers queue behind them. One runner at a time: a
 -- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
--- procedure that has one; search_path is fixed per transaction instead.
+-- procedure that has one; search_path is fixed per transaction instead, by
+-- the first statement after each COMMIT. Until then only qualified names
+-- run: the declarations' types are pg_catalog's and have no initial values
+-- (an expression there would run under the caller's search_path).
 CREATE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
                                   lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    caller_path text := pg_catalog.current_setting('search_path');
-    recorded record;
-    target name;
-    target_shard int;
-    last_shard int := -1;
-    attempt int;
-    shards_done int := 0;
-    started timestamptz := pg_catalog.clock_timestamp();
-    reported timestamptz := started;
-    holder int;
-    moving int[] := '{}';
-    err_state text;
-    err_message text;
-    err_detail text;
-    err_hint text;
+    recorded_template pg_catalog.name;
+    recorded_statements pg_catalog.text;
+    target pg_catalog.name;
+    target_owner pg_catalog.regrole;
+    target_shard pg_catalog.int4;
+    last_shard pg_catalog.int4;
+    attempt pg_catalog.int4;
+    shards_done pg_catalog.int4;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+    holder pg_catalog.int4;
+    moving pg_catalog.int4[];
+    err_state pg_catalog.text;
+    err_message pg_catalog.text;
+    err_detail pg_catalog.text;
+    err_hint pg_catalog.text;
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    IF migration IS NULL OR template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
+    last_shard := -1;
+    shards_done := 0;
+    started := clock_timestamp();
+    reported := started;
+    moving := '{}';
+    IF migration IS NULL OR migrate.template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
        OR lock_retries IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -1122,12 +1275,12 @@ BEGIN
         RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template_schema) THEN
-        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = template_schema) THEN
-        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(template_schema)
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
@@ -1143,26 +1296,28 @@ BEGIN
         END IF;
         IF target IS NULL THEN
             -- First transaction: one name, one set of statements, one template.
-            SELECT m.template_schema, m.statements INTO recorded FROM insta_id.migrations m WHERE m.name = migration;
+            SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
+            FROM insta_id.migrations m WHERE m.name = migration;
             IF NOT FOUND THEN
                 INSERT INTO insta_id.migrations (name, template_schema, statements)
-                VALUES (migration, template_schema, statements);
-            ELSIF recorded.template_schema <> template_schema OR recorded.statements <> statements THEN
+                VALUES (migration, migrate.template_schema, statements);
+            ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
                 RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
                     USING ERRCODE = 'duplicate_object',
-                          DETAIL = format('Template %I; statements: %s', recorded.template_schema, recorded.statements),
+                          DETAIL = format('Template %I; statements: %s', recorded_template, recorded_statements),
                           HINT = 'A migration is never changed once run: give the new statements a new name.';
             END IF;
         END IF;
         IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
-                       WHERE a.schema_name = template_schema AND a.migration = migrate.migration) THEN
-            target := template_schema;
+                       WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
+            target := migrate.template_schema;
             target_shard := NULL;
         ELSE
             -- The next shard without it; the registry is read again each time,
             -- so shards created meanwhile from the old template are not missed.
             SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
             WHERE r.shard_id > last_shard
+              AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
               AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
                               WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
             ORDER BY r.shard_id LIMIT 1;
@@ -1178,6 +1333,21 @@ BEGIN
             moving := moving || target_shard;
             CONTINUE;
         END IF;
+        -- The shard's registry row, held against a drop_shard (which takes
+        -- it FOR UPDATE) until this schema's transaction ends; its schema
+        -- must exist: a migration never runs under another schema.
+        IF target_shard IS NOT NULL THEN
+            PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
+            CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
+        END IF;
+        SELECT n.nspowner::regrole INTO target_owner FROM pg_namespace n WHERE n.nspname = target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
+                            quote_ident(target), target_shard
+                USING ERRCODE = 'invalid_schema_name',
+                      DETAIL = 'The template and the shards before it have the migration.',
+                      HINT = format('Restore the schema, or unregister the shard (insta_id.drop_shard(%s)); then call insta_id.migrate again.', target_shard);
+        END IF;
         attempt := 0;
         LOOP
             BEGIN
@@ -1185,9 +1355,10 @@ BEGIN
                 IF target_shard IS NULL THEN
                     PERFORM pg_advisory_xact_lock(1768515633, 2);
                 END IF;
-                PERFORM set_config('search_path', quote_ident(target) || ', ' || caller_path, true);
-                EXECUTE statements;
-                PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+                -- As the schema's owner: the statements, and the owner's code they
+                -- reach (triggers, defaults, functions), never run with the
+                -- caller's rights.
+                PERFORM insta_id._run_in_schema(target, target_owner, ARRAY[statements]);
                 EXIT;
             EXCEPTION
                 WHEN lock_not_available THEN
@@ -1238,8 +1409,10 @@ BEGIN
                   DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
                   HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
     END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
-        (SELECT count(*) FROM insta_id.shard_registry) - shards_done;
+        (SELECT count(*) FROM insta_id.shard_registry r
+         WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
 END
 $$;
 COMMENT ON PROCEDURE insta_id.migrate(text, text, text, text, int) IS
@@ -1249,28 +1422,74 @@ CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+-- The row check reads every row or fails (42501): a row-level security
+-- policy that would hide rows from the caller never makes a table look empty.
+SET row_security = off
 AS $$
 DECLARE
     nsp name;
-    rel record;
+    nsp_oid oid;
+    rel regclass;
     has_rows boolean;
+    outside text;
 BEGIN
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    -- The registry row, locked: a migration of this shard (which holds it
+    -- FOR SHARE) finishes first, and none starts meanwhile.
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
     END IF;
-    IF NOT coalesce(force, false) THEN
-        FOR rel IN SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
-            EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel.oid::regclass) INTO has_rows;
-            IF has_rows THEN
-                RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel.oid::regclass
-                    USING ERRCODE = 'object_not_in_prerequisite_state',
-                          HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
-            END IF;
-        END LOOP;
+    nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
+        -- objects of other schemas that depend on the shard's (views,
+        -- foreign keys, columns of its types, functions taking them).
+        WITH inside AS (
+            SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
+            UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
+            UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = nsp_oid),
+        dependent AS (
+            SELECT DISTINCT d.classid, d.objid, d.objsubid FROM pg_depend d
+            JOIN inside i ON i.classid = d.refclassid AND i.oid = d.refobjid
+            WHERE d.deptype = 'n')
+        SELECT string_agg(pg_describe_object(x.classid, x.objid, x.objsubid), ', ' ORDER BY 1) INTO outside
+        FROM dependent x
+        WHERE coalesce(CASE x.classid
+                  WHEN 'pg_class'::regclass THEN (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.objid)
+                  WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
+                  WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
+                  WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                                                    WHERE r.oid = x.objid)
+                  WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
+                                                    WHERE a.oid = x.objid)
+                  WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
+                                                       LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
+                  WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                                                    WHERE t.oid = x.objid)
+                  WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+                                                   WHERE p.oid = x.objid)
+                  WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxnamespace FROM pg_statistic_ext s WHERE s.oid = x.objid)
+                  END, 0) <> nsp_oid;
+        IF outside IS NOT NULL THEN
+            RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      DETAIL = format('Dropping schema %I would also drop: %s.', nsp, outside),
+                      HINT = 'Drop or change them first; drop_shard drops the shard''s own objects only, with force too.';
+        END IF;
+        IF NOT coalesce(force, false) THEN
+            FOR rel IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+                -- Locked first: no row arrives between the check and the drop.
+                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', rel);
+                EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel) INTO has_rows;
+                IF has_rows THEN
+                    RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel
+                        USING ERRCODE = 'object_not_in_prerequisite_state',
+                              HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+                END IF;
+            END LOOP;
+        END IF;
+        EXECUTE format('DROP SCHEMA %I CASCADE', nsp);
     END IF;
-    EXECUTE format('DROP SCHEMA IF EXISTS %I CASCADE', nsp);
     DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
     IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
         DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
@@ -1323,6 +1542,14 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A shard is a schema drop_shard may drop and migrate may change.
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is public, insta_id''s own schema, a system schema or the template of shards.';
     END IF;
     -- Registering a schema lets drop_shard drop it: only its owner may.
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
@@ -1492,14 +1719,28 @@ $$;
 COMMENT ON FUNCTION insta_id.shard_drift(text) IS
 'Which registered shards differ from the template schema, and how (one row per difference)';
 
--- DDL helpers are for administrators: superusers, and roles granted EXECUTE.
--- The internal functions they call stay executable: each does only what its
--- caller's own privileges allow (CREATE on the schema, EXECUTE on create_shard).
+-- DDL helpers are for administrators: superusers, and roles granted EXECUTE
+-- (README, "Who may do what": a delegated shard administrator is granted
+-- EXECUTE on every function and procedure of schema insta_id). Nothing
+-- internal is PUBLIC's.
 REVOKE EXECUTE ON FUNCTION
     insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
     insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
-    insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int),
-    insta_id.lock_shard_for_move(int)
+    insta_id.adopt_shard(text, int), insta_id.lock_shard_for_move(int),
+    insta_id.shard_drift(text),
+    insta_id._run_in_schema(name, regrole, text[]), insta_id._identifier_list(text),
+    insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
+    insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),
+    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int),
+    insta_id._sequence_name(name, name, name), insta_id._new_sequence(name, name, name, int),
+    insta_id._check_template(name), insta_id._grants(aclitem[], oid),
+    insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),
+    insta_id._tied_to_schema(oid), insta_id._template_objects(name),
+    insta_id._migrations_of(name), insta_id._template_plan(name),
+    insta_id._copy_planned(jsonb, name, int), insta_id._check_shard_range(int, int, text),
+    insta_id._check_owners(jsonb), insta_id._check_lock_budget(jsonb, int, int, text),
+    insta_id._lock_template_shared(), insta_id._create_shard_batch(int, int, jsonb),
+    insta_id._describe_schemas(oid[])
 FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
     insta_id.migrate(text, text, text, text, int) FROM PUBLIC;

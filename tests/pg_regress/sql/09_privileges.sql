@@ -6,11 +6,21 @@ SET client_min_messages = warning;
 CREATE ROLE insta_id_regress_nobody;
 CREATE ROLE insta_id_regress_admin;
 CREATE ROLE insta_id_regress_other;
+-- (as README, "Who may do what": the helpers, and the internal ones they call)
 GRANT EXECUTE ON FUNCTION insta_id.create_shard(int, text), insta_id.create_shards(int, int, text),
       insta_id.add_id_column(regclass, name, int), insta_id.drop_shard(int, boolean),
-      insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int) TO insta_id_regress_admin;
+      insta_id.adopt_shard(text, int) TO insta_id_regress_admin;
 GRANT EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) TO insta_id_regress_admin;
-GRANT INSERT, DELETE ON insta_id.shard_registry TO insta_id_regress_admin;
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'insta_id'::regnamespace AND p.proname LIKE '\_%' LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO insta_id_regress_admin', f);
+    END LOOP;
+END
+$$;
+GRANT INSERT, UPDATE, DELETE ON insta_id.shard_registry TO insta_id_regress_admin;
+GRANT SELECT ON insta_id.migrations TO insta_id_regress_admin;
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_admin', current_database()) \gexec
 -- Another role's schema, with a next_id column minting shard 77.
 CREATE SCHEMA theirs AUTHORIZATION insta_id_regress_other;
@@ -31,7 +41,11 @@ SELECT insta_id.adopt_shard('theirs', 77);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.drop_shard(70);
 \echo :LAST_ERROR_SQLSTATE
-SELECT insta_id._copy_template('theirs', 'x', 70);
+SELECT insta_id._copy_planned('{}', 'x', 70);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id._run_in_schema('theirs', 'insta_id_regress_nobody', '{"SELECT 1"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT statements FROM insta_id.migrations;
 \echo :LAST_ERROR_SQLSTATE
 CALL insta_id.create_shards_in_batches(70, 71, 'theirs');
 \echo :LAST_ERROR_SQLSTATE
@@ -89,9 +103,18 @@ SET ROLE insta_id_regress_admin;
 CALL insta_id.create_shards_in_batches(75, 76, $$tem"plate'$$);
 RESET ROLE;
 INSERT INTO insta76."ta""ble" (v) VALUES ('c') RETURNING insta_id.shard_id(id);
+-- A template (while it has shards; or public, insta_id's schema, a system
+-- schema) is never a shard.
+SELECT insta_id.adopt_shard($$tem"plate'$$, 0);
+\echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.drop_shard(71, true), insta_id.drop_shard(72), insta_id.drop_shard(73, true), insta_id.drop_shard(74),
        insta_id.drop_shard(75), insta_id.drop_shard(76, true);
-SELECT insta_id.adopt_shard($$tem"plate'$$, 0);
+SELECT insta_id.adopt_shard('public', 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_shard('pg_toast', 0);
+\echo :LAST_ERROR_SQLSTATE
+CREATE SCHEMA "adopted ""one""";
+SELECT insta_id.adopt_shard('adopted "one"', 0);
 SELECT schema_name FROM insta_id.shards WHERE shard_id = 0;
 SELECT insta_id.drop_shard(0);
 SELECT count(*) AS theirs_still_there FROM pg_namespace WHERE nspname = 'theirs';

@@ -1,0 +1,1250 @@
+-- insta_id 0.8.0 -> 0.9.0: safe in a DBA's hands (issue 23). Every function
+-- below is the one in src/shards.sql; tests/upgrade.sh checks that an
+-- updated database matches a fresh 0.9.0 install.
+\echo Use "ALTER EXTENSION insta_id UPDATE TO '0.9.0'" to load this file. \quit
+
+-- Each shard's template. Shards that have migrations of exactly one template
+-- were made from it; the others keep NULL: every template's migrations
+-- reach them, as before 0.9.0 (set it: UPDATE insta_id.shard_registry).
+ALTER TABLE insta_id.shard_registry ADD COLUMN template_schema name;
+COMMENT ON TABLE insta_id.shard_registry IS
+'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
+UPDATE insta_id.shard_registry r SET template_schema = t.template_schema
+FROM (SELECT a.schema_name, min(m.template_schema) AS template_schema
+      FROM insta_id.applied_migrations a JOIN insta_id.migrations m ON m.name = a.migration
+      GROUP BY a.schema_name HAVING count(DISTINCT m.template_schema) = 1) t
+WHERE t.schema_name = r.schema_name;
+
+CREATE OR REPLACE VIEW insta_id.shards AS
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables, r.template_schema
+FROM insta_id.shard_registry r
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+
+CREATE OR REPLACE VIEW insta_id.pending_migrations AS
+SELECT m.name AS migration, r.shard_id, r.schema_name
+FROM insta_id.migrations m
+JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
+JOIN insta_id.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
+WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                  WHERE a.schema_name = r.schema_name AND a.migration = m.name);
+
+REVOKE SELECT ON insta_id.migrations FROM PUBLIC;
+GRANT SELECT (name, template_schema, created_at) ON insta_id.migrations TO PUBLIC;
+
+-- Since 0.9.0's library other databases' rows need pg_read_all_stats.
+COMMENT ON VIEW insta_id.guard_stats IS
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+-- No caller since 0.6.0.
+DROP FUNCTION insta_id._copy_template(name, name, int);
+
+-- The compiled half of the helpers (src/ddl.rs): statements run in a
+-- schema as a given role in a security-restricted operation; a stored list
+-- setting read as PostgreSQL reads it; whether a body names a schema.
+CREATE OR REPLACE FUNCTION insta_id._run_in_schema(nsp name, run_as regrole, statements text[])
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_run_in_schema';
+
+CREATE OR REPLACE FUNCTION insta_id._identifier_list(list text)
+RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_identifier_list';
+
+CREATE OR REPLACE FUNCTION insta_id._names_schema(body text, schema name)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_names_schema';
+
+-- A definition as PostgreSQL's deparsers write it with schema nsp first on
+-- search_path, so that nsp's own objects come out unqualified (run in a
+-- copy, they name the copy's). Only pg_catalog's deparsers run while nsp is
+-- on the path, called by qualified name with exact argument types. A view
+-- is deparsed with pg_catalog first instead: pg_get_viewdef runs a query of
+-- its own on pg_rewrite with unqualified = operators, and with nsp first an
+-- operator of nsp's owner would run as the caller (tests/pg_regress
+-- 13_hostile found it). kind: function, identity (arguments), view, index,
+-- constraint, trigger, statistics, expr (node of relation obj), type (obj
+-- with typmod n), collation.
+CREATE OR REPLACE FUNCTION insta_id._deparse(nsp name, kind text, obj oid, node pg_node_tree DEFAULT NULL, n int DEFAULT -1)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    path text := format(CASE kind WHEN 'view' THEN 'pg_catalog, %I, pg_temp' ELSE '%I, pg_catalog, pg_temp' END, nsp);
+    result text;
+BEGIN
+    IF obj IS NULL OR (kind = 'expr' AND node IS NULL) THEN
+        RETURN NULL;
+    END IF;
+    -- (each kind is compared before the path changes: = is an operator too)
+    IF kind = 'function' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_functiondef(obj);
+    ELSIF kind = 'identity' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_function_identity_arguments(obj);
+    ELSIF kind = 'view' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_viewdef(obj);
+    ELSIF kind = 'index' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_indexdef(obj, 0, true);
+    ELSIF kind = 'constraint' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_constraintdef(obj, true);
+    ELSIF kind = 'trigger' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_triggerdef(obj, true);
+    ELSIF kind = 'statistics' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_statisticsobjdef(obj);
+    ELSIF kind = 'expr' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.pg_get_expr(node, obj, true);
+    ELSIF kind = 'type' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := pg_catalog.format_type(obj, n);
+    ELSIF kind = 'collation' THEN
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        result := obj::pg_catalog.regcollation::pg_catalog.text;
+    ELSE
+        RAISE EXCEPTION 'unknown kind %', kind USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    RETURN result;
+END
+$$;
+
+-- Storage parameters as written in WITH (...) / SET (...), each name and
+-- value requoted (never the catalog's text pasted).
+CREATE OR REPLACE FUNCTION insta_id._options(options text[])
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('%s = %L', (SELECT string_agg(quote_ident(p), '.') FROM unnest(string_to_array(split_part(o, '=', 1), '.')) p),
+                             substr(o, strpos(o, '=') + 1)), ', ')
+    FROM unnest(options) o
+$$;
+
+-- A deparsed CREATE statement whose object name the deparser always
+-- qualifies (CREATE OR REPLACE FUNCTION s.f(...), CREATE STATISTICS s.x ...)
+-- as CREATE <kind> <name> ... without the schema. The head is compared with
+-- what it must be, never assumed.
+CREATE OR REPLACE FUNCTION insta_id._unqualified_create(ddl text, head text, nsp name, object name)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    qualified text := format('%s %I.%I', head, nsp, object);
+BEGIN
+    IF left(ddl, length(qualified)) <> qualified THEN
+        RAISE EXCEPTION 'unexpected definition of %: %', qualified, left(ddl, 200) USING ERRCODE = 'internal_error';
+    END IF;
+    RETURN format('%s %I', regexp_replace(head, '^CREATE OR REPLACE ', 'CREATE '), object) || substr(ddl, length(qualified) + 1);
+END
+$$;
+
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with the given CACHE: 32 with
+-- the shared guard, so each session takes 32 values at a time instead of
+-- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
+-- whatever order the values come in. With the per-session guard a session
+-- holding old cached values could repeat another session's ID, so 1 there
+-- (docs/shards.md).
+CREATE OR REPLACE FUNCTION insta_id._sequence_name(nsp name, tblname name, col name)
+RETURNS name
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+BEGIN
+    -- to_regclass looks the name up in its schema; a join on pg_class by name
+    -- alone would walk every shard's relation of that name.
+    WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
+        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+    END LOOP;
+    RETURN seq_name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name name := insta_id._sequence_name(nsp, tblname, col);
+BEGIN
+    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
+    RETURN format('%I.%I', nsp, seq_name)::regclass;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+    seq_name text;
+    owner regrole;
+    stmts text[] := '{}';
+BEGIN
+    SELECT n.nspname, c.relname, c.relowner INTO nsp, tblname, owner
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF shard IS NULL THEN
+        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table % is not in a logical shard', tbl
+                USING ERRCODE = 'undefined_object',
+                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
+        END IF;
+    END IF;
+    PERFORM insta_id._check_shard_id(shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq_name := format('%I.%I', nsp, insta_id._sequence_name(nsp, tblname, col));
+        stmts := stmts || format('CREATE SEQUENCE %s CACHE %s', seq_name,
+                                 CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    ELSE
+        seq_name := seq::text;
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+                                 tbl, col, shard, seq_name);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+                                 tbl, col, shard, seq_name)
+                       || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
+                       || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    stmts := stmts || format('ALTER SEQUENCE %s OWNED BY %s.%I', seq_name, tbl, col);
+    -- As the table's owner: filling the column fires the table's triggers
+    -- and rebuilds its indexes, the owner's code.
+    PERFORM insta_id._run_in_schema(nsp, owner, stmts);
+    RETURN seq_name::regclass;
+END
+$$;
+
+-- Checks once, before any shard is made, that template can be copied.
+CREATE OR REPLACE FUNCTION insta_id._check_template(template name)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad name;
+    uncopyable text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A default that depends on a sequence but is not next_id's (nextval(),
+    -- serial) would keep drawing from the template's sequence in every copy.
+    SELECT c.relname INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attrdef d ON d.adrelid = c.oid
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+      AND EXISTS (SELECT FROM pg_depend dep
+                  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                    AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+    ORDER BY c.relname
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'template table %.% has a default that uses a sequence', quote_ident(template), quote_ident(bad)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
+    END IF;
+    -- Objects a copy would leave out, or that would still use the
+    -- template's objects in every copy: refused by name, never skipped.
+    SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'f' THEN 'foreign table' WHEN 'S' THEN 'sequence' END,
+                      template, c.relname) AS what
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relkind = 'f'
+              -- a sequence not made for a column (next_id's, identity's)
+              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+        UNION ALL
+        -- A partition and its partitioned table are copied together.
+        SELECT format('partition %s of %s (one of them outside the template)', h.inhrelid::regclass, h.inhparent::regclass)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
+        JOIN pg_namespace n ON n.nspname = template
+        WHERE c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = n.oid) <> (p.relnamespace = n.oid)
+        UNION ALL
+        SELECT format('inheritance of %I.%I', template, c.relname)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND c.relkind = 'r' AND NOT c.relispartition
+        UNION ALL
+        -- (the key is made with the table, before the copy's functions and its types' columns)
+        SELECT DISTINCT format('partitioned table %I.%I (its partition key uses function %s)', template, c.relname, d.refobjid::regprocedure)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_proc'::regclass
+        WHERE n.nspname = template AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        SELECT format('partitioned table %I.%I (its partition key uses type %s)', template, c.relname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (pt.partattrs::int2[])
+        JOIN pg_type y ON y.oid = a.atttypid
+        WHERE n.nspname = template AND y.typnamespace = n.oid
+        UNION ALL
+        SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = template AND p.prokind = 'a'
+        UNION ALL
+        -- A body is text: a name qualified with the template's schema in it
+        -- (in any spelling, in a string for dynamic SQL too) would be the
+        -- template's object in every copy.
+        SELECT format('function %s (its body names schema %I)', p.oid::regprocedure, template)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+        WHERE n.nspname = template AND l.lanname NOT IN ('c', 'internal')
+          AND insta_id._names_schema(p.prosrc, template)
+        UNION ALL
+        SELECT format('%s type %I.%I', CASE y.typtype WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange' ELSE 'base' END,
+                      template, y.typname)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        WHERE n.nspname = template AND (y.typtype IN ('r', 'm') OR (y.typtype = 'b' AND y.typcategory <> 'A'))
+        UNION ALL
+        SELECT format('rule %I on %I.%I', r.rulename, template, c.relname)
+        FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND r.rulename <> '_RETURN'
+        UNION ALL
+        -- A generation expression is copied as it is (it cannot be set anew).
+        SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
+                   CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
+                        ELSE format('type %s', d.refobjid::regtype) END)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
+        JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
+        JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+          AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
+            OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
+        UNION ALL
+        -- Types are made before functions.
+        SELECT DISTINCT format('domain %I.%I (its constraint or default uses function %s)', template, y.typname, d.refobjid::regprocedure)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        JOIN pg_depend d ON d.refclassid = 'pg_proc'::regclass
+             AND ((d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.contypid = y.oid))
+               OR (d.classid = 'pg_type'::regclass AND d.objid = y.oid))
+        WHERE n.nspname = template AND y.typtype = 'd'
+          AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        -- A table's row type as a column type.
+        SELECT format('column %I.%I.%I (of type %s)', template, c.relname, a.attname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        JOIN pg_type y ON y.oid = a.atttypid
+        LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+        JOIN pg_class r ON r.oid IN (y.typrelid, e.typrelid) AND r.relkind <> 'c'
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p') AND r.relnamespace = n.oid) o;
+    IF uncopyable IS NOT NULL THEN
+        RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Not copied: %s.', uncopyable),
+                  HINT = 'A copy holds tables, partitioned tables with their partitions (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+    END IF;
+END
+$$;
+
+-- What a copy of template holds besides its tables: its functions and
+-- procedures, views and materialized views (each created after what it
+-- uses), their indexes, grants and comments; then triggers, row-level
+-- security and policies on its tables and views; then ownership as in the
+-- template (tables, all of these; the schema's as "schema_owner"). As statements with every name
+-- unqualified, run with the copy's schema first on search_path: they are
+-- deparsed with the template first on search_path, so a reference to one of
+-- the template's objects comes out unqualified and, run in a copy, names the
+-- copy's own. A function's SET search_path naming the template is given the
+-- copy's schema instead ({"function": ..., "search_path": [...]}, "@" for the
+-- copy's schema).
+CREATE OR REPLACE FUNCTION insta_id._template_objects(template name)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
+    pending jsonb;
+    ready jsonb;
+    placed text[] := '{}';
+    out jsonb := '[]';
+BEGIN
+    -- Routines and views, keyed p<oid> / c<oid>, with what each uses among them.
+    WITH obj AS (
+        SELECT 'p' || p.oid AS key, p.oid AS sort,
+               format('%I(%s)', p.proname, insta_id._deparse(template, 'identity', p.oid)) AS sig,
+               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind,
+               -- CREATE OR REPLACE FUNCTION <template>.f(...) ... as CREATE FUNCTION f(...) ...
+               jsonb_build_array(insta_id._unqualified_create(insta_id._deparse(template, 'function', p.oid),
+                   'CREATE OR REPLACE ' || CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, template, p.proname)) AS ddl,
+               p.proacl AS acl, p.proowner AS owner, obj_description(p.oid, 'pg_proc') AS comment,
+               -- (the setting read as PostgreSQL reads it; the template as null)
+               (SELECT jsonb_agg(CASE WHEN e = template THEN NULL ELSE e END)
+                FROM unnest(insta_id._identifier_list(substr(c, 13))) e) AS path,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid
+                                              WHEN 'pg_class'::regclass THEN 'c' || d.refobjid
+                                              ELSE 'c' || (SELECT y.typrelid FROM pg_type y WHERE y.oid = d.refobjid) END
+                     FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid) AS uses
+        FROM pg_proc p LEFT JOIN LATERAL unnest(p.proconfig) c ON c LIKE 'search_path=%'
+        WHERE p.pronamespace = tmpl
+        UNION ALL
+        SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
+               CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+               -- (a materialized view made empty: filling it runs its query,
+               -- which PostgreSQL's REFRESH does as its owner, after the copy)
+               jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+                   c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
+                   CASE WHEN c.relkind = 'm' THEN ' WITH NO DATA' ELSE '' END))
+               || coalesce((SELECT jsonb_agg(insta_id._deparse(template, 'index', x.indexrelid) ORDER BY x.indexrelid)
+                            FROM pg_index x WHERE x.indrelid = c.oid), '[]')
+               || coalesce((SELECT jsonb_agg(format('COMMENT ON COLUMN %I.%I IS %L', c.relname, a.attname, d.description))
+                            FROM pg_attribute a JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass
+                                 AND d.objsubid = a.attnum
+                            WHERE a.attrelid = c.oid AND a.attnum > 0), '[]'),
+               c.relacl, c.relowner, obj_description(c.oid, 'pg_class'), NULL,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid ELSE 'c' || d.refobjid END
+                     FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                     WHERE r.ev_class = c.oid AND d.refobjid <> c.oid
+                       AND d.refclassid IN ('pg_proc'::regclass, 'pg_class'::regclass))
+        FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm'))
+    SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('key', o.key, 'sort', o.sort,
+               'uses', to_jsonb(ARRAY(SELECT u FROM unnest(o.uses) u WHERE u IN (SELECT key FROM obj) AND u <> o.key)),
+               'sql', o.ddl
+                      || insta_id._grant_statements(insta_id._grants(o.acl, o.owner),
+                             CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
+                      || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
+                              ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
+    INTO pending FROM obj o;
+    -- Each after what it uses: rounds of those whose uses are all placed.
+    WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
+        SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) INTO ready FROM jsonb_array_elements(pending) e
+        WHERE ARRAY(SELECT jsonb_array_elements_text(e->'uses')) <@ placed;
+        IF ready IS NULL THEN  -- cannot happen (views and routines form no cycles); creation order then
+            ready := (SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) FROM jsonb_array_elements(pending) e);
+        END IF;
+        SELECT out || coalesce(jsonb_agg(e - 'uses' - 'sort' - 'key'), '[]'), placed || array_agg(e->>'key')
+        INTO out, placed FROM jsonb_array_elements(ready) e;
+        SELECT jsonb_agg(e) INTO pending FROM jsonb_array_elements(pending) e WHERE NOT (e->>'key' = ANY (placed));
+    END LOOP;
+    -- Triggers, row-level security and policies of tables and views, and ownership.
+    RETURN jsonb_build_object('objects', out, 'after', coalesce((
+        SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
+            -- (a partitioned table's trigger is cloned onto its partitions)
+            SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, insta_id._deparse(template, 'trigger', t.oid) AS stmt
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgparentid = 0
+            UNION ALL
+            SELECT 2, c.relname, t.tgname, format('ALTER TABLE %I %s TRIGGER %I', c.relname,
+                       CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgenabled <> 'O'
+            UNION ALL
+            SELECT 3, c.relname, t.tgname, format('COMMENT ON TRIGGER %I ON %I IS %L', t.tgname, c.relname, d.description)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_description d ON d.objoid = t.oid AND d.classoid = 'pg_trigger'::regclass
+            WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relrowsecurity
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relforcerowsecurity
+            UNION ALL
+            SELECT 5, c.relname, p.polname,
+                   format('CREATE POLICY %I ON %I AS %s FOR %s TO %s%s%s', p.polname, c.relname,
+                          CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+                          CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                                        WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
+                          (SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE r::regrole::text END, ', ')
+                           FROM unnest(p.polroles) r),
+                          ' USING (' || insta_id._deparse(template, 'expr', p.polrelid, p.polqual) || ')',
+                          ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.relowner <> current_user::regrole) s), '[]'),
+        -- Enum, composite and domain types, in creation order, with their
+        -- constraints, grants and comments; then what they are owned by.
+        'types', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
+                SELECT y.oid AS o, 1 AS ord, CASE y.typtype
+                       WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s)', y.typname,
+                                            (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                             FROM pg_enum e WHERE e.enumtypid = y.oid))
+                       WHEN 'c' THEN format('CREATE TYPE %I AS (%s)', y.typname,
+                                            (SELECT string_agg(format('%I %s%s', a.attname, insta_id._deparse(template, 'type', a.atttypid, NULL, a.atttypmod),
+                                                        ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(a.attcollation, t.typcollation))), ', ' ORDER BY a.attnum)
+                                             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                                             WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
+                       ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, insta_id._deparse(template, 'type', y.typbasetype, NULL, y.typtypmod),
+                                   ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(y.typcollation, b.typcollation)),
+                                   ' DEFAULT ' || insta_id._deparse(template, 'expr', 0, y.typdefaultbin),
+                                   CASE WHEN y.typnotnull THEN ' NOT NULL' ELSE '' END) END AS stmt
+                FROM pg_type y LEFT JOIN pg_type b ON b.oid = y.typbasetype
+                WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
+                      OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
+                UNION ALL
+                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid AND k.contype = 'c'
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd'
+                UNION ALL
+                SELECT y.oid, 3, g
+                FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) g
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
+                UNION ALL
+                SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
+                FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
+        'type_owners', coalesce((
+            SELECT jsonb_agg(format('ALTER %s %I OWNER TO %s', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                                    y.typname, y.typowner::regrole) ORDER BY y.oid)
+            FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
+              AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
+        -- Materialized views the copy fills (REFRESH) once it is complete.
+        'populated', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.oid) FROM pg_class c
+                               WHERE c.relnamespace = tmpl AND c.relkind = 'm' AND c.relispopulated), '[]'),
+        -- Tables LIKE would leave tied to the template: a column of one of its
+        -- types, a default or CHECK using one of its types or functions.
+        -- Their copies are made without defaults and CHECKs, the columns
+        -- given the copy's types ('retype'), and once the copy's functions
+        -- exist, the defaults and CHECKs deparsed ('late').
+        'deparsed_tables', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.relname) FROM pg_class c
+                                     WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND insta_id._tied_to_schema(c.oid)), '[]'),
+        'retype', coalesce((
+            SELECT jsonb_object_agg(relname, stmts) FROM (
+            SELECT c.relname, jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
+                                    insta_id._deparse(template, 'type', a.atttypid, NULL, a.atttypmod),
+                                    ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(a.attcollation, y.typcollation))) ORDER BY a.attnum) AS stmts
+            FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+            JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+            -- (a partition's follow its parent's)
+            WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
+            GROUP BY c.relname) r), '{}'),
+        'late', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
+                SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
+                       format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) AS stmt
+                FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+                JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
+                  AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+                UNION ALL
+                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                UNION ALL
+                -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
+                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
+                FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
+                UNION ALL
+                -- A partition is made without LIKE: its own comments.
+                SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
+                FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relispartition
+                UNION ALL
+                SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                  AND k.conislocal) s), '[]'),
+        'indexes', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
+                -- A partitioned table's index (made ON ONLY it, for pg_dump)
+                -- is made for its partitions too; theirs are not made again.
+                SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
+                       CASE WHEN k.oid IS NOT NULL
+                            THEN format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                            WHEN c.relkind = 'p'
+                            THEN regexp_replace(insta_id._deparse(template, 'index', x.indexrelid), ' ON ONLY ', ' ON ')
+                            ELSE insta_id._deparse(template, 'index', x.indexrelid) END AS stmt
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
+                LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                  AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = x.indexrelid)
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON INDEX %I IS %L', i.relname, d.description)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                JOIN pg_description d ON d.objoid = i.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND k.conparentid = 0
+                UNION ALL
+                SELECT c.relname, 3, x.indexrelid, format('ALTER TABLE %I CLUSTER ON %I', c.relname, i.relname)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND x.indisclustered
+                UNION ALL
+                -- CREATE STATISTICS <its schema>.name ON ... as CREATE STATISTICS name ON ...
+                SELECT c.relname, 4, x.oid, insta_id._unqualified_create(insta_id._deparse(template, 'statistics', x.oid),
+                           'CREATE STATISTICS', n.nspname, x.stxname)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid JOIN pg_namespace n ON n.oid = x.stxnamespace
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                UNION ALL
+                SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')) s), '[]'),
+        'schema_comment', obj_description(tmpl, 'pg_namespace'),
+        'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
+                         WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
+        'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
+                       SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
+                       UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
+                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
+                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl
+                                     AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))) x
+                   WHERE o <> current_user::regrole));
+END
+$$;
+
+-- What copying template takes, read from the catalogs once however many
+-- shards are made from it (finding a schema's tables scans all of pg_class,
+-- which grows with every shard): its tables in name order, each with its
+-- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
+-- and a default of its own) and the grants on their sequences, its grants,
+-- column grants and replica identity; the schema's grants, the foreign keys,
+-- and the CACHE for sequences.
+-- The template was checked by _check_template.
+CREATE OR REPLACE FUNCTION insta_id._template_plan(template name)
+RETURNS jsonb
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Partitioned tables before their partitions (which inherit the columns,
+    -- defaults, next_id's included, and get the parent's indexes).
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident, c.relispartition, c.relpersistence,
+                      CASE WHEN c.relispartition THEN (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent
+                                                       WHERE h.inhrelid = c.oid) END AS parent,
+                      CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END AS bound,
+                      CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END AS partition_by,
+                      (SELECT count(*) FROM pg_partition_ancestors(c.oid)) AS depth
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = template AND c.relkind IN ('r', 'p'))
+    SELECT jsonb_build_object(
+        'template', template,
+        'cache', CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END,
+        'tables', coalesce((
+            SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('rel', t.relname,
+                   'partition_of', t.parent, 'bound', t.bound, 'partition_by', t.partition_by,
+                   'unlogged', CASE WHEN t.relpersistence = 'u' THEN true END,
+                   'id_columns', coalesce((
+                       SELECT jsonb_agg(jsonb_build_object('col', a.attname,
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
+                                  'sequence_grants', insta_id._grants(s.relacl, s.relowner)) ORDER BY a.attnum)
+                       FROM pg_attribute a
+                       LEFT JOIN pg_class s ON s.oid = pg_get_serial_sequence(format('%I.%I', template, t.relname), a.attname)::regclass
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped AND NOT t.relispartition
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'),
+                   'grants', insta_id._grants(t.relacl, t.relowner),
+                   'column_grants', coalesce((SELECT jsonb_agg(jsonb_build_object('col', a.attname, 'grants',
+                                                  insta_id._grants(a.attacl, t.relowner)) ORDER BY a.attnum)
+                                              FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attacl IS NOT NULL), '[]'),
+                   'replica_identity', CASE t.relreplident WHEN 'f' THEN 'FULL' WHEN 'n' THEN 'NOTHING'
+                                       WHEN 'i' THEN (SELECT format('USING INDEX %I', i.relname) FROM pg_index x
+                                                      JOIN pg_class i ON i.oid = x.indexrelid
+                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END))
+                   ORDER BY t.depth, t.relname)
+            FROM t), '[]'),
+        'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
+        'migrations', insta_id._migrations_of(template),
+        'extra', insta_id._template_objects(template),
+        'foreign_keys', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
+                   ORDER BY t.relname, k.conname)
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f' AND k.conparentid = 0), '[]'))
+$$;
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE OR REPLACE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- Function bodies may use tables made later in the copy (pg_dump does the same).
+SET check_function_bodies = off
+AS $$
+DECLARE
+    template name := plan->>'template';
+    extra jsonb := plan->'extra';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    stmt text;
+    tbl regclass;
+    seq regclass;
+    -- Deparsed statements name the copy's objects unqualified: they run
+    -- with the copy's schema first on search_path, through _run_in_schema,
+    -- never under this function's own path. As the caller: they create
+    -- objects in an empty schema and run none of the template's code
+    -- (docs/shards.md, "Privileges").
+    caller regrole := current_user::regrole;
+BEGIN
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        -- Indexes and statistics objects are made below under the template's
+        -- names (LIKE would name them afresh: my_pk would become t_pkey).
+        IF src ? 'partition_of' THEN
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
+                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
+        ELSE
+            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
+                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                           ' PARTITION BY ' || (src->>'partition_by'));
+        END IF;
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        -- Columns of the template's types get the copy's (before any partition exists).
+        IF extra->'retype' ? (src->>'rel') THEN
+            PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
+        END IF;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+        END LOOP;
+        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
+        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
+            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
+        END LOOP;
+    END LOOP;
+    -- Functions, procedures and views, each after what it uses (a
+    -- function's search_path naming the template names the copy instead);
+    -- then defaults and CHECKs of the tables made without them (they may use
+    -- the functions); indexes, primary key, unique and exclusion
+    -- constraints, statistics objects, their comments.
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (
+            SELECT o.ord, s.ord AS sub, s.statement
+            FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
+            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+                     UNION ALL
+                     SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
+                                        (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
+                                                                ELSE quote_ident(p #>> '{}') END, ', ' ORDER BY i)
+                                         FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
+                     WHERE o.obj->'path' IS NOT NULL) s
+            UNION ALL
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.ord, x.sub));
+    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
+        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
+    END LOOP;
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
+    END LOOP;
+    -- Triggers, row-level security, policies; then owners, last (the caller
+    -- may lose rights on what it gives away).
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (SELECT 1 AS part, e.ord, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+                                 UNION ALL
+                                 SELECT 2, e.ord, e.obj->>'owner' FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY e(obj, ord)
+                                 WHERE e.obj->>'owner' IS NOT NULL
+                                 UNION ALL
+                                 SELECT 3, e.ord, e.statement FROM jsonb_array_elements_text(extra->'type_owners') WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.part, x.ord));
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    -- Materialized views populated in the template are filled now, by
+    -- PostgreSQL's REFRESH, which runs their query as their owner.
+    FOR stmt IN SELECT format('REFRESH MATERIALIZED VIEW %I.%I', target, m) FROM jsonb_array_elements_text(extra->'populated') m LOOP
+        EXECUTE stmt;
+    END LOOP;
+    UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
+    -- A copy of the template as it is now has every migration the template
+    -- has. (Only then is INSERT on the history needed.)
+    IF plan->'migrations' <> '[]' THEN
+        INSERT INTO insta_id.applied_migrations (schema_name, migration)
+        SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- The row check reads every row or fails (42501): a row-level security
+-- policy that would hide rows from the caller never makes a table look empty.
+SET row_security = off
+AS $$
+DECLARE
+    nsp name;
+    nsp_oid oid;
+    rel regclass;
+    has_rows boolean;
+    outside text;
+BEGIN
+    -- The registry row, locked: a migration of this shard (which holds it
+    -- FOR SHARE) finishes first, and none starts meanwhile.
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
+        -- objects of other schemas that depend on the shard's (views,
+        -- foreign keys, columns of its types, functions taking them).
+        WITH inside AS (
+            SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
+            UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
+            UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = nsp_oid),
+        dependent AS (
+            SELECT DISTINCT d.classid, d.objid, d.objsubid FROM pg_depend d
+            JOIN inside i ON i.classid = d.refclassid AND i.oid = d.refobjid
+            WHERE d.deptype = 'n')
+        SELECT string_agg(pg_describe_object(x.classid, x.objid, x.objsubid), ', ' ORDER BY 1) INTO outside
+        FROM dependent x
+        WHERE coalesce(CASE x.classid
+                  WHEN 'pg_class'::regclass THEN (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.objid)
+                  WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
+                  WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
+                  WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                                                    WHERE r.oid = x.objid)
+                  WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
+                                                    WHERE a.oid = x.objid)
+                  WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
+                                                       LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
+                  WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                                                    WHERE t.oid = x.objid)
+                  WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+                                                   WHERE p.oid = x.objid)
+                  WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxnamespace FROM pg_statistic_ext s WHERE s.oid = x.objid)
+                  END, 0) <> nsp_oid;
+        IF outside IS NOT NULL THEN
+            RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      DETAIL = format('Dropping schema %I would also drop: %s.', nsp, outside),
+                      HINT = 'Drop or change them first; drop_shard drops the shard''s own objects only, with force too.';
+        END IF;
+        IF NOT coalesce(force, false) THEN
+            FOR rel IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+                -- Locked first: no row arrives between the check and the drop.
+                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', rel);
+                EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel) INTO has_rows;
+                IF has_rows THEN
+                    RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel
+                        USING ERRCODE = 'object_not_in_prerequisite_state',
+                              HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+                END IF;
+            END LOOP;
+        END IF;
+        EXECUTE format('DROP SCHEMA %I CASCADE', nsp);
+    END IF;
+    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
+        DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A shard is a schema drop_shard may drop and migrate may change.
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is public, insta_id''s own schema, a system schema or the template of shards.';
+    END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+        RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- Every next_id column of the schema must mint this shard's IDs.
+    SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE n.nspname = adopt_shard.schema_name AND c.relkind IN ('r', 'p')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE OR REPLACE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- (pg_catalog's types: they are resolved under the caller's search_path)
+    plan pg_catalog.jsonb;
+    first_missing pg_catalog.int4;
+    lo pg_catalog.int4;
+    hi pg_catalog.int4;
+    made pg_catalog.int4;
+    created pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        -- A migration of the template between two batches: read it again.
+        PERFORM insta_id._lock_template_shared();
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+            PERFORM insta_id._check_template(template_schema);
+            plan := insta_id._template_plan(template_schema);
+        END IF;
+        made := insta_id._create_shard_batch(lo, hi, plan);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+
+-- Applies a migration to the template, then to every registered shard of
+-- that template lacking it (and to shards of no recorded template), in shard
+-- order: one transaction per schema, run as the schema's owner in a
+-- security-restricted operation with search_path = <schema>, pg_catalog,
+-- pg_temp (insta_id._run_in_schema), recorded in
+-- insta_id.applied_migrations in the same transaction. Re-running skips the
+-- schemas that have it, so a failure or a cancel is resumed by calling it
+-- again; it stops at the first failing schema, naming it. Each schema's
+-- statements run under lock_timeout and are retried lock_retries times
+-- (waiting longer each time) rather than queueing behind a long transaction
+-- while that shard's writers queue behind them. One runner at a time: a
+-- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
+-- procedure that has one; search_path is fixed per transaction instead, by
+-- the first statement after each COMMIT. Until then only qualified names
+-- run: the declarations' types are pg_catalog's and have no initial values
+-- (an expression there would run under the caller's search_path).
+CREATE OR REPLACE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
+                                  lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    recorded_template pg_catalog.name;
+    recorded_statements pg_catalog.text;
+    target pg_catalog.name;
+    target_owner pg_catalog.regrole;
+    target_shard pg_catalog.int4;
+    last_shard pg_catalog.int4;
+    attempt pg_catalog.int4;
+    shards_done pg_catalog.int4;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+    holder pg_catalog.int4;
+    moving pg_catalog.int4[];
+    err_state pg_catalog.text;
+    err_message pg_catalog.text;
+    err_detail pg_catalog.text;
+    err_hint pg_catalog.text;
+BEGIN
+    -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    last_shard := -1;
+    shards_done := 0;
+    started := clock_timestamp();
+    reported := started;
+    moving := '{}';
+    IF migration IS NULL OR migrate.template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
+       OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF migration = '' OR lock_retries < 0 THEN
+        RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+
+    LOOP
+        IF NOT pg_try_advisory_xact_lock(1768515633, 1) THEN
+            SELECT l.pid INTO holder FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.classid = 1768515633 AND l.objid = 1 AND l.objsubid = 2 AND l.granted;
+            RAISE EXCEPTION 'another insta_id.migrate is running'
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('Process %s holds the migration runner''s lock.', holder),
+                      HINT = 'Call insta_id.migrate again once it has finished: it skips the schemas that have the migration.';
+        END IF;
+        IF target IS NULL THEN
+            -- First transaction: one name, one set of statements, one template.
+            SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
+            FROM insta_id.migrations m WHERE m.name = migration;
+            IF NOT FOUND THEN
+                INSERT INTO insta_id.migrations (name, template_schema, statements)
+                VALUES (migration, migrate.template_schema, statements);
+            ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
+                RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
+                    USING ERRCODE = 'duplicate_object',
+                          DETAIL = format('Template %I; statements: %s', recorded_template, recorded_statements),
+                          HINT = 'A migration is never changed once run: give the new statements a new name.';
+            END IF;
+        END IF;
+        IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                       WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
+            target := migrate.template_schema;
+            target_shard := NULL;
+        ELSE
+            -- The next shard without it; the registry is read again each time,
+            -- so shards created meanwhile from the old template are not missed.
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
+            WHERE r.shard_id > last_shard
+              AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
+              AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
+            ORDER BY r.shard_id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            last_shard := target_shard;
+        END IF;
+
+        -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
+        -- is not replicated, so it would miss the copy on the new server.
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
+        -- The shard's registry row, held against a drop_shard (which takes
+        -- it FOR UPDATE) until this schema's transaction ends; its schema
+        -- must exist: a migration never runs under another schema.
+        IF target_shard IS NOT NULL THEN
+            PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
+            CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
+        END IF;
+        SELECT n.nspowner::regrole INTO target_owner FROM pg_namespace n WHERE n.nspname = target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
+                            quote_ident(target), target_shard
+                USING ERRCODE = 'invalid_schema_name',
+                      DETAIL = 'The template and the shards before it have the migration.',
+                      HINT = format('Restore the schema, or unregister the shard (insta_id.drop_shard(%s)); then call insta_id.migrate again.', target_shard);
+        END IF;
+        attempt := 0;
+        LOOP
+            BEGIN
+                PERFORM set_config('lock_timeout', lock_timeout, true);
+                IF target_shard IS NULL THEN
+                    PERFORM pg_advisory_xact_lock(1768515633, 2);
+                END IF;
+                -- As the schema's owner: the statements, and the owner's code they
+                -- reach (triggers, defaults, functions), never run with the
+                -- caller's rights.
+                PERFORM insta_id._run_in_schema(target, target_owner, ARRAY[statements]);
+                EXIT;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    attempt := attempt + 1;
+                    IF attempt > lock_retries THEN
+                        RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
+                                        quote_literal(migration), quote_ident(target), lock_timeout, attempt
+                            USING ERRCODE = 'lock_not_available',
+                                  DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END,
+                                  HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
+                    END IF;
+                    RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
+                    -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                    PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+                WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+                                            err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
+                                    quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
+                                                                ELSE format(' (shard %s)', target_shard) END, err_message
+                        USING ERRCODE = err_state,
+                              DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
+                                           THEN 'Nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END),
+                              HINT = CASE WHEN err_state = '25001' THEN
+                                         'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
+                                     WHEN err_hint <> '' THEN err_hint
+                                     ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
+            END;
+        END LOOP;
+        INSERT INTO insta_id.applied_migrations (schema_name, migration) VALUES (target, migration);
+        shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' THEN
+            RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
+                migration, shards_done, coalesce(target_shard, -1),
+                round(shards_done / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+    END LOOP;
+    COMMIT;
+    IF moving <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
+                        array_to_string(moving, ', ')
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
+        (SELECT count(*) FROM insta_id.shard_registry r
+         WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
+END
+$$;
+
+-- DDL helpers are for administrators: superusers, and roles granted EXECUTE
+-- (README, "Who may do what": a delegated shard administrator is granted
+-- EXECUTE on every function and procedure of schema insta_id). Nothing
+-- internal is PUBLIC's.
+REVOKE EXECUTE ON FUNCTION
+    insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
+    insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
+    insta_id.adopt_shard(text, int), insta_id.lock_shard_for_move(int),
+    insta_id.shard_drift(text),
+    insta_id._run_in_schema(name, regrole, text[]), insta_id._identifier_list(text),
+    insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
+    insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),
+    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int),
+    insta_id._sequence_name(name, name, name), insta_id._new_sequence(name, name, name, int),
+    insta_id._check_template(name), insta_id._grants(aclitem[], oid),
+    insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),
+    insta_id._tied_to_schema(oid), insta_id._template_objects(name),
+    insta_id._migrations_of(name), insta_id._template_plan(name),
+    insta_id._copy_planned(jsonb, name, int), insta_id._check_shard_range(int, int, text),
+    insta_id._check_owners(jsonb), insta_id._check_lock_budget(jsonb, int, int, text),
+    insta_id._lock_template_shared(), insta_id._create_shard_batch(int, int, jsonb),
+    insta_id._describe_schemas(oid[])
+FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
+    insta_id.migrate(text, text, text, text, int) FROM PUBLIC;

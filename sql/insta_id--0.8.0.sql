@@ -1,0 +1,1707 @@
+-- The SQL surface of insta_id. Every object lives in schema insta_id, which
+-- the control file fixes (schema = insta_id, relocatable = false).
+-- Each function states its volatility, strictness and parallel safety:
+--   next_id reads the clock and calls nextval: VOLATILE, PARALLEL UNSAFE.
+--   Decoders and range bounds depend only on their arguments and on the
+--   epoch, which is fixed per database before the first ID (see README):
+--   IMMUTABLE, so they work in indexes and generated columns.
+-- None of these functions runs SQL, so none needs a search_path.
+
+CREATE FUNCTION insta_id.next_id(schema_shard int, seq regclass)
+RETURNS bigint
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_next_id';
+COMMENT ON FUNCTION insta_id.next_id(int, regclass) IS
+'New ID: (ms since epoch << 23) | (schema_shard << 10) | (nextval(seq) % 1024); never repeats for a sequence (see insta_id.on_overflow)';
+
+CREATE FUNCTION insta_id.id_parts(id bigint,
+    OUT created_at timestamptz, OUT shard_id int, OUT seq_id int, OUT ms_since_epoch bigint)
+RETURNS record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_id_parts';
+COMMENT ON FUNCTION insta_id.id_parts(bigint) IS
+'Decodes an ID with the epoch in force (insta_id.epoch)';
+
+CREATE FUNCTION insta_id.id_parts(id bigint, epoch timestamptz,
+    OUT created_at timestamptz, OUT shard_id int, OUT seq_id int, OUT ms_since_epoch bigint)
+RETURNS record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_id_parts_epoch';
+COMMENT ON FUNCTION insta_id.id_parts(bigint, timestamptz) IS
+'Decodes an ID made with the given epoch';
+
+CREATE FUNCTION insta_id.created_at(id bigint)
+RETURNS timestamptz
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_created_at';
+COMMENT ON FUNCTION insta_id.created_at(bigint) IS
+'The millisecond an ID was made in (epoch in force)';
+
+CREATE FUNCTION insta_id.shard_id(id bigint)
+RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_shard_id';
+COMMENT ON FUNCTION insta_id.shard_id(bigint) IS 'The 13-bit logical shard of an ID';
+
+CREATE FUNCTION insta_id.seq_id(id bigint)
+RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_seq_id';
+COMMENT ON FUNCTION insta_id.seq_id(bigint) IS 'The 10-bit sequence field of an ID (nextval % 1024)';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz) IS
+'Smallest ID any shard can have in the millisecond of ts';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz) IS
+'Largest ID any shard can have in the millisecond of ts';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, shard_id int)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_shard';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, int) IS
+'Smallest ID of one shard in the millisecond of ts';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, shard_id int)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_shard';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, int) IS
+'Largest ID of one shard in the millisecond of ts';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_epoch';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, timestamptz) IS
+'Smallest ID any shard can have in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_epoch';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, timestamptz) IS
+'Largest ID any shard can have in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.min_id(ts timestamptz, shard_id int, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_min_id_shard_epoch';
+COMMENT ON FUNCTION insta_id.min_id(timestamptz, int, timestamptz) IS
+'Smallest ID of one shard in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.max_id(ts timestamptz, shard_id int, epoch timestamptz)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_max_id_shard_epoch';
+COMMENT ON FUNCTION insta_id.max_id(timestamptz, int, timestamptz) IS
+'Largest ID of one shard in the millisecond of ts, for IDs made with the given epoch';
+
+CREATE FUNCTION insta_id.epoch()
+RETURNS timestamptz
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_epoch';
+COMMENT ON FUNCTION insta_id.epoch() IS 'The epoch in force (setting insta_id.epoch)';
+
+CREATE FUNCTION insta_id.guard_mode()
+RETURNS text
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
+COMMENT ON FUNCTION insta_id.guard_mode() IS
+'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
+
+CREATE FUNCTION insta_id.high_water_mark()
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
+COMMENT ON FUNCTION insta_id.high_water_mark() IS
+'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
+
+-- A shard moved in from a server whose clock is ahead of this one's: every
+-- millisecond up to the old server's mark counts as used here too (docs/shards.md,
+-- "Moving a logical shard online"). Superuser only: it moves every sequence's
+-- IDs ahead of the clock until the clock passes the mark.
+CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz)
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_raise_high_water_mark';
+COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
+'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this server, durably; returns the mark';
+
+-- What the duplicate guard did: per sequence in its table, and in total.
+-- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
+-- server with the per-session guard would read its own empty table).
+CREATE FUNCTION insta_id._guard_stats(
+    OUT database oid, OUT sequence_oid oid, OUT last_ms_at timestamptz,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED ROWS 100
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_sequences';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of the view insta_id.guard_stats';
+
+CREATE FUNCTION insta_id._guard_stats_total(
+    OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
+COMMENT ON FUNCTION insta_id._guard_stats_total() IS 'The row of the view insta_id.guard_stats_total';
+
+CREATE FUNCTION insta_id.guard_stats_reset()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats and guard_stats_total (not what the guard remembers against duplicates); superuser unless granted';
+
+-- A sequence of another database shows its OID only: its name is in that
+-- database's catalog (and the same OID here may name another relation).
+CREATE VIEW insta_id.guard_stats AS
+SELECT d.datname AS database,
+       CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END AS sequence,
+       s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+FROM insta_id._guard_stats() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+COMMENT ON VIEW insta_id.guard_stats IS
+'Per sequence in the duplicate guard''s table (server-wide; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE VIEW insta_id.guard_stats_total AS
+SELECT * FROM insta_id._guard_stats_total();
+COMMENT ON VIEW insta_id.guard_stats_total IS
+'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
+
+-- Application roles need no grants of their own: an id DEFAULT works for any
+-- role that may INSERT into the table and use its sequence.
+GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA insta_id TO PUBLIC;
+GRANT SELECT ON insta_id.guard_stats, insta_id.guard_stats_total TO PUBLIC;
+-- Like pg_stat_reset(): superuser, or whom the superuser grants it to.
+REVOKE EXECUTE ON FUNCTION insta_id.guard_stats_reset() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION insta_id.raise_high_water_mark(timestamptz) FROM PUBLIC;
+
+-- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
+-- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.
+DO $$
+BEGIN
+  IF insta_id.guard_mode() = 'session' THEN
+    RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
+      USING HINT = 'Add insta_id to shared_preload_libraries and restart (or use PostgreSQL 17 or later) to guard across sessions. insta_id.require_shared_guard = on makes next_id refuse to run until then. See insta_id.guard_mode() and the README.';
+  END IF;
+END
+$$;
+-- Logical shards: a registry of shard schemas and the DDL helpers for their
+-- whole life. The helpers are PL/pgSQL with a fixed search_path, quote every
+-- identifier they are given (format %I / %L), run in the caller's
+-- transaction (all or nothing) with the caller's rights (SECURITY INVOKER),
+-- and are not executable by PUBLIC: superusers may call them, other roles
+-- only once granted (see README, "Logical shards").
+
+CREATE TABLE insta_id.shard_registry (
+    shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
+    schema_name name NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE insta_id.shard_registry IS
+'Logical shards of this database: shard id and schema. Dumped by pg_dump with the database.';
+-- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
+SELECT pg_catalog.pg_extension_config_dump('insta_id.shard_registry', '');
+
+-- tables: one pass over pg_class for all shards (pg_class has no index on
+-- the schema alone, so a count per shard would scan it once per shard).
+CREATE VIEW insta_id.shards AS
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables
+FROM insta_id.shard_registry r
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+COMMENT ON VIEW insta_id.shards IS 'Logical shards of this database, with how many tables each has';
+GRANT SELECT ON insta_id.shard_registry, insta_id.shards TO PUBLIC;
+
+-- Migrations across shards (insta_id.migrate): each one's statements, and
+-- which schemas (the template and each shard) have it. Both are user data:
+-- pg_dump dumps them. A shard made from a template has every migration the
+-- template has.
+CREATE TABLE insta_id.migrations (
+    name            text PRIMARY KEY CHECK (name <> ''),
+    template_schema name NOT NULL,
+    statements      text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE insta_id.migrations IS
+'Migrations run by insta_id.migrate: name, template and statements. Dumped by pg_dump with the database.';
+CREATE TABLE insta_id.applied_migrations (
+    schema_name name NOT NULL,
+    migration   text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, migration)
+);
+COMMENT ON TABLE insta_id.applied_migrations IS
+'Which schema (template or shard) has which migration. Dumped by pg_dump with the database.';
+SELECT pg_catalog.pg_extension_config_dump('insta_id.migrations', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id.applied_migrations', '');
+GRANT SELECT ON insta_id.migrations, insta_id.applied_migrations TO PUBLIC;
+
+-- Registered shards that lack a migration their template has.
+CREATE VIEW insta_id.pending_migrations AS
+SELECT m.name AS migration, r.shard_id, r.schema_name
+FROM insta_id.migrations m
+JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
+CROSS JOIN insta_id.shard_registry r
+WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                  WHERE a.schema_name = r.schema_name AND a.migration = m.name);
+COMMENT ON VIEW insta_id.pending_migrations IS
+'Registered shards without a migration their template has (insta_id.migrate applies it)';
+GRANT SELECT ON insta_id.pending_migrations TO PUBLIC;
+
+-- The shard id of the next_id DEFAULT of a column, or NULL when the column
+-- has no such default (found through the dependency of the default on next_id).
+CREATE FUNCTION insta_id._next_id_default_shard(tbl regclass, col name)
+RETURNS int
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (regexp_match(pg_get_expr(d.adbin, d.adrelid), '^insta_id\.next_id\((\d+),'))[1]::int
+    FROM pg_attrdef d
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    JOIN pg_depend dep ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+         AND dep.refclassid = 'pg_proc'::regclass
+         AND dep.refobjid = 'insta_id.next_id(int, regclass)'::regprocedure
+    WHERE d.adrelid = tbl AND a.attname = col
+$$;
+
+CREATE FUNCTION insta_id._check_shard_id(shard_id int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF shard_id NOT BETWEEN 0 AND 8191 THEN
+        RAISE EXCEPTION 'shard id % is out of range', shard_id
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  DETAIL = 'A shard id must be between 0 and 8191.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    taken name;
+BEGIN
+    IF create_shard.shard_id IS NULL THEN
+        RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+            USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+       OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
+    END IF;
+    EXECUTE format('CREATE SCHEMA %I', nsp);
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+-- A new sequence for column col of table nsp.tblname, named like serial's
+-- (<table>_<col>_seq, made unique if taken), with the given CACHE: 32 with
+-- the shared guard, so each session takes 32 values at a time instead of
+-- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
+-- whatever order the values come in. With the per-session guard a session
+-- holding old cached values could repeat another session's ID, so 1 there
+-- (docs/shards.md).
+CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+BEGIN
+    -- to_regclass looks the name up in its schema; a join on pg_class by name
+    -- alone would walk every shard's relation of that name.
+    WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
+        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+    END LOOP;
+    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
+    RETURN format('%I.%I', nsp, seq_name)::regclass;
+END
+$$;
+
+CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+BEGIN
+    SELECT n.nspname, c.relname INTO nsp, tblname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF shard IS NULL THEN
+        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table % is not in a logical shard', tbl
+                USING ERRCODE = 'undefined_object',
+                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
+        END IF;
+    END IF;
+    PERFORM insta_id._check_shard_id(shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq := insta_id._new_sequence(nsp, tblname, col, CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+                       tbl, col, shard, seq);
+        EXECUTE format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col);
+    RETURN seq;
+END
+$$;
+COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
+'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
+
+-- Checks once, before any shard is made, that template can be copied.
+CREATE FUNCTION insta_id._check_template(template name)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad name;
+    uncopyable text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A default that depends on a sequence but is not next_id's (nextval(),
+    -- serial) would keep drawing from the template's sequence in every copy.
+    SELECT c.relname INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attrdef d ON d.adrelid = c.oid
+    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+      AND EXISTS (SELECT FROM pg_depend dep
+                  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                    AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+    ORDER BY c.relname
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'template table %.% has a default that uses a sequence', quote_ident(template), quote_ident(bad)
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'In templates, use insta_id.next_id defaults (insta_id.add_id_column) or identity columns.';
+    END IF;
+    -- Objects a copy would leave out, or that would still use the
+    -- template's objects in every copy: refused by name, never skipped.
+    SELECT string_agg(what, ', ' ORDER BY what) INTO uncopyable FROM (
+        SELECT format('%s %I.%I', CASE c.relkind WHEN 'f' THEN 'foreign table' WHEN 'S' THEN 'sequence' END,
+                      template, c.relname) AS what
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND (c.relkind = 'f'
+              -- a sequence not made for a column (next_id's, identity's)
+              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+        UNION ALL
+        -- A partition and its partitioned table are copied together.
+        SELECT format('partition %s of %s (one of them outside the template)', h.inhrelid::regclass, h.inhparent::regclass)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
+        JOIN pg_namespace n ON n.nspname = template
+        WHERE c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = n.oid) <> (p.relnamespace = n.oid)
+        UNION ALL
+        SELECT format('inheritance of %I.%I', template, c.relname)
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND c.relkind = 'r' AND NOT c.relispartition
+        UNION ALL
+        -- (the key is made with the table, before the copy's functions and its types' columns)
+        SELECT DISTINCT format('partitioned table %I.%I (its partition key uses function %s)', template, c.relname, d.refobjid::regprocedure)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_proc'::regclass
+        WHERE n.nspname = template AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        SELECT format('partitioned table %I.%I (its partition key uses type %s)', template, c.relname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (pt.partattrs::int2[])
+        JOIN pg_type y ON y.oid = a.atttypid
+        WHERE n.nspname = template AND y.typnamespace = n.oid
+        UNION ALL
+        SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = template AND p.prokind = 'a'
+        UNION ALL
+        -- A body is text: a name qualified with the template's schema in it
+        -- would be the template's object in every copy.
+        SELECT format('function %s (its body names schema %I)', p.oid::regprocedure, template)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+        WHERE n.nspname = template AND l.lanname NOT IN ('c', 'internal')
+          AND (p.prosrc ~ ('(^|[^[:alnum:]_$".])' || regexp_replace(template, '([^[:alnum:]_])', '\\\1', 'g') || '\s*\.')
+               OR strpos(p.prosrc, quote_ident(template) || '.') > 0)
+        UNION ALL
+        SELECT format('%s type %I.%I', CASE y.typtype WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange' ELSE 'base' END,
+                      template, y.typname)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        WHERE n.nspname = template AND (y.typtype IN ('r', 'm') OR (y.typtype = 'b' AND y.typcategory <> 'A'))
+        UNION ALL
+        SELECT format('rule %I on %I.%I', r.rulename, template, c.relname)
+        FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = template AND r.rulename <> '_RETURN'
+        UNION ALL
+        -- A generation expression is copied as it is (it cannot be set anew).
+        SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
+                   CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
+                        ELSE format('type %s', d.refobjid::regtype) END)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
+        JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
+        JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+          AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
+            OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
+        UNION ALL
+        -- Types are made before functions.
+        SELECT DISTINCT format('domain %I.%I (its constraint or default uses function %s)', template, y.typname, d.refobjid::regprocedure)
+        FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
+        JOIN pg_depend d ON d.refclassid = 'pg_proc'::regclass
+             AND ((d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.contypid = y.oid))
+               OR (d.classid = 'pg_type'::regclass AND d.objid = y.oid))
+        WHERE n.nspname = template AND y.typtype = 'd'
+          AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        UNION ALL
+        -- A table's row type as a column type.
+        SELECT format('column %I.%I.%I (of type %s)', template, c.relname, a.attname, a.atttypid::regtype)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        JOIN pg_type y ON y.oid = a.atttypid
+        LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+        JOIN pg_class r ON r.oid IN (y.typrelid, e.typrelid) AND r.relkind <> 'c'
+        WHERE n.nspname = template AND c.relkind IN ('r', 'p') AND r.relnamespace = n.oid) o;
+    IF uncopyable IS NOT NULL THEN
+        RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Not copied: %s.', uncopyable),
+                  HINT = 'A copy holds tables, partitioned tables with their partitions (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
+    END IF;
+END
+$$;
+
+-- An ACL as a list of grants ({"privilege", "grantee" (quoted, or PUBLIC),
+-- "grantable"}), the owner's own left out (a copy's owner has them).
+CREATE FUNCTION insta_id._grants(acl aclitem[], owner oid)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('privilege', a.privilege_type,
+                                  'grantee', CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE quote_ident(g.rolname) END,
+                                  'grantable', a.is_grantable)
+                              ORDER BY a.grantee, a.privilege_type), '[]')
+    FROM aclexplode(acl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+    WHERE a.grantee <> owner
+$$;
+
+-- GRANT statements giving what _grants listed on an object ("TABLE
+-- insta7.users", "FUNCTION f(integer)", ...), to columns when given
+-- ("(name)"); first a REVOKE from PUBLIC when revoke_public (an ACL other
+-- than the default one, which may have taken PUBLIC's rights away).
+CREATE FUNCTION insta_id._grant_statements(grants jsonb, object text, columns text DEFAULT '',
+                                           revoke_public boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN revoke_public THEN jsonb_build_array(format('REVOKE ALL ON %s FROM PUBLIC', object)) ELSE '[]' END
+        || coalesce((SELECT jsonb_agg(format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
+                                             CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END))
+                     FROM jsonb_array_elements(coalesce(grants, '[]')) g), '[]')
+$$;
+
+-- Grants what _grants listed (see _grant_statements).
+CREATE FUNCTION insta_id._grant(grants jsonb, object text, columns text DEFAULT '')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    stmt text;
+BEGIN
+    FOR stmt IN SELECT jsonb_array_elements_text(insta_id._grant_statements(grants, object, columns)) LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$$;
+
+-- Whether LIKE would leave a copy of table tbl tied to the table's schema:
+-- a column of one of the schema's types (or an array of one), or a default
+-- or CHECK using one of its types or functions.
+CREATE FUNCTION insta_id._tied_to_schema(tbl oid)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH nsp AS (SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = tbl)
+    SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
+                   LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
+                   WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
+        OR EXISTS (SELECT FROM pg_depend d, nsp
+                   WHERE ((d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT ad.oid FROM pg_attrdef ad WHERE ad.adrelid = tbl))
+                       OR (d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k
+                                                                                 WHERE k.conrelid = tbl AND k.contype = 'c')))
+                     AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = nsp.oid))
+                       OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = nsp.oid))))
+$$;
+
+-- What a copy of template holds besides its tables: its functions and
+-- procedures, views and materialized views (each created after what it
+-- uses), their indexes, grants and comments; then triggers, row-level
+-- security and policies on its tables and views; then ownership as in the
+-- template (tables, all of these; the schema's as "schema_owner"). As statements with every name
+-- unqualified, run with the copy's schema first on search_path: they are
+-- deparsed with the template first on search_path, so a reference to one of
+-- the template's objects comes out unqualified and, run in a copy, names the
+-- copy's own. A function's SET search_path naming the template is given the
+-- copy's schema instead ({"function": ..., "search_path": [...]}, "@" for the
+-- copy's schema).
+CREATE FUNCTION insta_id._template_objects(template name)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
+    pending jsonb;
+    ready jsonb;
+    placed text[] := '{}';
+    out jsonb := '[]';
+BEGIN
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', template), true);
+    -- Routines and views, keyed p<oid> / c<oid>, with what each uses among them.
+    WITH obj AS (
+        SELECT 'p' || p.oid AS key, p.oid AS sort,
+               format('%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)) AS sig,
+               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind,
+               -- CREATE OR REPLACE FUNCTION <template>.f(...) ... as CREATE FUNCTION f(...) ...
+               jsonb_build_array(format('CREATE %s %s', CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
+                   substr(pg_get_functiondef(p.oid), length(format('CREATE OR REPLACE %s %I.', CASE p.prokind WHEN 'p'
+                          THEN 'PROCEDURE' ELSE 'FUNCTION' END, template)) + 1))) AS ddl,
+               p.proacl AS acl, p.proowner AS owner, obj_description(p.oid, 'pg_proc') AS comment,
+               (SELECT jsonb_agg(CASE WHEN e = quote_ident(template) THEN '@' ELSE e END)
+                FROM unnest(string_to_array(substr(c, 13), ', ')) e) AS path,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid
+                                              WHEN 'pg_class'::regclass THEN 'c' || d.refobjid
+                                              ELSE 'c' || (SELECT y.typrelid FROM pg_type y WHERE y.oid = d.refobjid) END
+                     FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid) AS uses
+        FROM pg_proc p LEFT JOIN LATERAL unnest(p.proconfig) c ON c LIKE 'search_path=%'
+        WHERE p.pronamespace = tmpl
+        UNION ALL
+        SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
+               CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+               jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+                   c.relname, ' WITH (' || array_to_string(c.reloptions, ', ') || ')', rtrim(pg_get_viewdef(c.oid), ';'),
+                   CASE WHEN c.relkind = 'm' AND NOT c.relispopulated THEN ' WITH NO DATA' ELSE '' END))
+               || coalesce((SELECT jsonb_agg(pg_get_indexdef(x.indexrelid, 0, true) ORDER BY x.indexrelid)
+                            FROM pg_index x WHERE x.indrelid = c.oid), '[]')
+               || coalesce((SELECT jsonb_agg(format('COMMENT ON COLUMN %I.%I IS %L', c.relname, a.attname, d.description))
+                            FROM pg_attribute a JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass
+                                 AND d.objsubid = a.attnum
+                            WHERE a.attrelid = c.oid AND a.attnum > 0), '[]'),
+               c.relacl, c.relowner, obj_description(c.oid, 'pg_class'), NULL,
+               ARRAY(SELECT CASE d.refclassid WHEN 'pg_proc'::regclass THEN 'p' || d.refobjid ELSE 'c' || d.refobjid END
+                     FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                     WHERE r.ev_class = c.oid AND d.refobjid <> c.oid
+                       AND d.refclassid IN ('pg_proc'::regclass, 'pg_class'::regclass))
+        FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm'))
+    SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('key', o.key, 'sort', o.sort,
+               'uses', to_jsonb(ARRAY(SELECT u FROM unnest(o.uses) u WHERE u IN (SELECT key FROM obj) AND u <> o.key)),
+               'sql', o.ddl
+                      || insta_id._grant_statements(insta_id._grants(o.acl, o.owner),
+                             CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
+                      || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
+                              ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
+               'path', CASE WHEN o.path @> '["@"]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
+    INTO pending FROM obj o;
+    -- Each after what it uses: rounds of those whose uses are all placed.
+    WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
+        SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) INTO ready FROM jsonb_array_elements(pending) e
+        WHERE ARRAY(SELECT jsonb_array_elements_text(e->'uses')) <@ placed;
+        IF ready IS NULL THEN  -- cannot happen (views and routines form no cycles); creation order then
+            ready := (SELECT jsonb_agg(e ORDER BY (e->>'sort')::oid) FROM jsonb_array_elements(pending) e);
+        END IF;
+        SELECT out || coalesce(jsonb_agg(e - 'uses' - 'sort' - 'key'), '[]'), placed || array_agg(e->>'key')
+        INTO out, placed FROM jsonb_array_elements(ready) e;
+        SELECT jsonb_agg(e) INTO pending FROM jsonb_array_elements(pending) e WHERE NOT (e->>'key' = ANY (placed));
+    END LOOP;
+    -- Triggers, row-level security and policies of tables and views, and ownership.
+    RETURN jsonb_build_object('objects', out, 'after', coalesce((
+        SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
+            -- (a partitioned table's trigger is cloned onto its partitions)
+            SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, pg_get_triggerdef(t.oid, true) AS stmt
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgparentid = 0
+            UNION ALL
+            SELECT 2, c.relname, t.tgname, format('ALTER TABLE %I %s TRIGGER %I', c.relname,
+                       CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgenabled <> 'O'
+            UNION ALL
+            SELECT 3, c.relname, t.tgname, format('COMMENT ON TRIGGER %I ON %I IS %L', t.tgname, c.relname, d.description)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_description d ON d.objoid = t.oid AND d.classoid = 'pg_trigger'::regclass
+            WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relrowsecurity
+            UNION ALL
+            SELECT 4, c.relname, '', format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', c.relname)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relforcerowsecurity
+            UNION ALL
+            SELECT 5, c.relname, p.polname,
+                   format('CREATE POLICY %I ON %I AS %s FOR %s TO %s%s%s', p.polname, c.relname,
+                          CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+                          CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE'
+                                        WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
+                          (SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE r::regrole::text END, ', ')
+                           FROM unnest(p.polroles) r),
+                          ' USING (' || pg_get_expr(p.polqual, p.polrelid, true) || ')',
+                          ' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid, true) || ')')
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
+            UNION ALL
+            SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
+            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.relowner <> current_user::regrole) s), '[]'),
+        -- Enum, composite and domain types, in creation order, with their
+        -- constraints, grants and comments; then what they are owned by.
+        'types', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
+                SELECT y.oid AS o, 1 AS ord, CASE y.typtype
+                       WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s)', y.typname,
+                                            (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                             FROM pg_enum e WHERE e.enumtypid = y.oid))
+                       WHEN 'c' THEN format('CREATE TYPE %I AS (%s)', y.typname,
+                                            (SELECT string_agg(format('%I %s%s', a.attname, format_type(a.atttypid, a.atttypmod),
+                                                        ' COLLATE ' || nullif(a.attcollation, t.typcollation)::regcollation::text), ', ' ORDER BY a.attnum)
+                                             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                                             WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
+                       ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, format_type(y.typbasetype, y.typtypmod),
+                                   ' COLLATE ' || nullif(y.typcollation, b.typcollation)::regcollation::text,
+                                   ' DEFAULT ' || pg_get_expr(y.typdefaultbin, 0, true),
+                                   CASE WHEN y.typnotnull THEN ' NOT NULL' ELSE '' END) END AS stmt
+                FROM pg_type y LEFT JOIN pg_type b ON b.oid = y.typbasetype
+                WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
+                      OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
+                UNION ALL
+                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, pg_get_constraintdef(k.oid, true))
+                FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid AND k.contype = 'c'
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd'
+                UNION ALL
+                SELECT y.oid, 3, g
+                FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) g
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
+                UNION ALL
+                SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
+                FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
+                WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
+        'type_owners', coalesce((
+            SELECT jsonb_agg(format('ALTER %s %I OWNER TO %s', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                                    y.typname, y.typowner::regrole) ORDER BY y.oid)
+            FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
+              AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
+        -- Tables LIKE would leave tied to the template: a column of one of its
+        -- types, a default or CHECK using one of its types or functions.
+        -- Their copies are made without defaults and CHECKs, the columns
+        -- given the copy's types ('retype'), and once the copy's functions
+        -- exist, the defaults and CHECKs deparsed ('late').
+        'deparsed_tables', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.relname) FROM pg_class c
+                                     WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND insta_id._tied_to_schema(c.oid)), '[]'),
+        'retype', coalesce((
+            SELECT jsonb_object_agg(relname, stmts) FROM (
+            SELECT c.relname, jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
+                                    format_type(a.atttypid, a.atttypmod),
+                                    ' COLLATE ' || nullif(a.attcollation, y.typcollation)::regcollation::text) ORDER BY a.attnum) AS stmts
+            FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+            JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
+            -- (a partition's follow its parent's)
+            WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
+            GROUP BY c.relname) r), '{}'),
+        'late', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
+                SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
+                       format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid, true)) AS stmt
+                FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+                JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
+                  AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+                UNION ALL
+                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                UNION ALL
+                -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
+                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, array_to_string(c.reloptions, ', '))
+                FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
+                UNION ALL
+                -- A partition is made without LIKE: its own comments.
+                SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
+                FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relispartition
+                UNION ALL
+                SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                  AND k.conislocal) s), '[]'),
+        'indexes', coalesce((
+            SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
+                -- A partitioned table's index (made ON ONLY it, for pg_dump)
+                -- is made for its partitions too; theirs are not made again.
+                SELECT c.relname AS rel, 1 AS ord, x.indexrelid AS o,
+                       CASE WHEN k.oid IS NOT NULL
+                            THEN format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, pg_get_constraintdef(k.oid, true))
+                            WHEN c.relkind = 'p'
+                            THEN regexp_replace(pg_get_indexdef(x.indexrelid, 0, true), ' ON ONLY ', ' ON ')
+                            ELSE pg_get_indexdef(x.indexrelid, 0, true) END AS stmt
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
+                LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                  AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = x.indexrelid)
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON INDEX %I IS %L', i.relname, d.description)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                JOIN pg_description d ON d.objoid = i.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                UNION ALL
+                SELECT c.relname, 2, d.objoid, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
+                JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND k.conparentid = 0
+                UNION ALL
+                SELECT c.relname, 3, x.indexrelid, format('ALTER TABLE %I CLUSTER ON %I', c.relname, i.relname)
+                FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
+                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND x.indisclustered
+                UNION ALL
+                -- CREATE STATISTICS <its schema>.name ON ... as CREATE STATISTICS name ON ...
+                SELECT c.relname, 4, x.oid, 'CREATE STATISTICS ' || substr(pg_get_statisticsobjdef(x.oid),
+                           length(format('CREATE STATISTICS %I.', x.stxnamespace::regnamespace::name)) + 1)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                UNION ALL
+                SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
+                FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
+                JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
+                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')) s), '[]'),
+        'schema_comment', obj_description(tmpl, 'pg_namespace'),
+        'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
+                         WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
+        'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
+                       SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
+                       UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
+                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
+                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl
+                                     AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))) x
+                   WHERE o <> current_user::regrole));
+END
+$$;
+
+-- The migrations a schema has, in name order (a template's plan carries them
+-- to its copies).
+CREATE FUNCTION insta_id._migrations_of(nsp name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(a.migration ORDER BY a.migration), '[]')
+    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp
+$$;
+
+-- What copying template takes, read from the catalogs once however many
+-- shards are made from it (finding a schema's tables scans all of pg_class,
+-- which grows with every shard): its tables in name order, each with its
+-- next_id columns ("ready": bigint NOT NULL, so a copy needs only a sequence
+-- and a default of its own) and the grants on their sequences, its grants,
+-- column grants and replica identity; the schema's grants, the foreign keys,
+-- and the CACHE for sequences.
+-- The template was checked by _check_template.
+CREATE FUNCTION insta_id._template_plan(template name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Partitioned tables before their partitions (which inherit the columns,
+    -- defaults, next_id's included, and get the parent's indexes).
+    WITH t AS (SELECT c.oid, c.relname, c.relacl, c.relowner, c.relreplident, c.relispartition, c.relpersistence,
+                      CASE WHEN c.relispartition THEN (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent
+                                                       WHERE h.inhrelid = c.oid) END AS parent,
+                      CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END AS bound,
+                      CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END AS partition_by,
+                      (SELECT count(*) FROM pg_partition_ancestors(c.oid)) AS depth
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = template AND c.relkind IN ('r', 'p'))
+    SELECT jsonb_build_object(
+        'template', template,
+        'cache', CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END,
+        'tables', coalesce((
+            SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('rel', t.relname,
+                   'partition_of', t.parent, 'bound', t.bound, 'partition_by', t.partition_by,
+                   'unlogged', CASE WHEN t.relpersistence = 'u' THEN true END,
+                   'id_columns', coalesce((
+                       SELECT jsonb_agg(jsonb_build_object('col', a.attname,
+                                  'ready', a.atttypid = 'bigint'::regtype AND a.attnotnull,
+                                  'sequence_grants', insta_id._grants(s.relacl, s.relowner)) ORDER BY a.attnum)
+                       FROM pg_attribute a
+                       LEFT JOIN pg_class s ON s.oid = pg_get_serial_sequence(format('%I.%I', template, t.relname), a.attname)::regclass
+                       WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped AND NOT t.relispartition
+                         AND insta_id._next_id_default_shard(t.oid, a.attname) IS NOT NULL), '[]'),
+                   'grants', insta_id._grants(t.relacl, t.relowner),
+                   'column_grants', coalesce((SELECT jsonb_agg(jsonb_build_object('col', a.attname, 'grants',
+                                                  insta_id._grants(a.attacl, t.relowner)) ORDER BY a.attnum)
+                                              FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attacl IS NOT NULL), '[]'),
+                   'replica_identity', CASE t.relreplident WHEN 'f' THEN 'FULL' WHEN 'n' THEN 'NOTHING'
+                                       WHEN 'i' THEN (SELECT format('USING INDEX %I', i.relname) FROM pg_index x
+                                                      JOIN pg_class i ON i.oid = x.indexrelid
+                                                      WHERE x.indrelid = t.oid AND x.indisreplident) END))
+                   ORDER BY t.depth, t.relname)
+            FROM t), '[]'),
+        'schema_grants', (SELECT insta_id._grants(n.nspacl, n.nspowner) FROM pg_namespace n WHERE n.nspname = template),
+        'migrations', insta_id._migrations_of(template),
+        'extra', insta_id._template_objects(template),
+        'foreign_keys', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('rel', t.relname, 'name', k.conname, 'def', pg_get_constraintdef(k.oid))
+                   ORDER BY t.relname, k.conname)
+            FROM pg_constraint k JOIN t ON t.oid = k.conrelid WHERE k.contype = 'f' AND k.conparentid = 0), '[]'))
+$$;
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- Function bodies may use tables made later in the copy (pg_dump does the same).
+SET check_function_bodies = off
+AS $$
+DECLARE
+    template name := plan->>'template';
+    extra jsonb := plan->'extra';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    obj jsonb;
+    stmt text;
+    tbl regclass;
+    seq regclass;
+BEGIN
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    -- Deparsed statements (types here, more below) name the copy's objects
+    -- unqualified: they run with the copy's schema first on search_path.
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'types') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        -- Indexes and statistics objects are made below under the template's
+        -- names (LIKE would name them afresh: my_pk would become t_pkey).
+        IF src ? 'partition_of' THEN
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
+                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
+        ELSE
+            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
+                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                           ' PARTITION BY ' || (src->>'partition_by'));
+        END IF;
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        -- Columns of the template's types get the copy's (before any partition exists).
+        IF extra->'retype' ? (src->>'rel') THEN
+            PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+            FOR stmt IN SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel')) LOOP
+                EXECUTE stmt;
+            END LOOP;
+            PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+        END IF;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+        END LOOP;
+        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
+        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
+            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
+        END LOOP;
+    END LOOP;
+    PERFORM set_config('search_path', format('%I, pg_catalog, pg_temp', target), true);
+    -- Functions, procedures and views, each after what it uses.
+    FOR obj IN SELECT jsonb_array_elements(extra->'objects') LOOP
+        FOR stmt IN SELECT jsonb_array_elements_text(obj->'sql') LOOP
+            EXECUTE stmt;
+        END LOOP;
+        IF obj->'path' IS NOT NULL THEN
+            EXECUTE format('ALTER %s SET search_path = %s', obj->'path'->>'function',
+                           (SELECT string_agg(CASE WHEN e = '@' THEN quote_ident(target) ELSE e END, ', ')
+                            FROM jsonb_array_elements_text(obj->'path'->'search_path') e));
+        END IF;
+    END LOOP;
+    -- Defaults and CHECKs of the tables made without them (they may use the
+    -- functions); indexes, primary key, unique and exclusion constraints,
+    -- statistics objects, their comments.
+    FOR stmt IN SELECT jsonb_array_elements_text((extra->'late') || (extra->'indexes')) LOOP
+        EXECUTE stmt;
+    END LOOP;
+    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
+        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
+    END LOOP;
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
+    END LOOP;
+    -- Triggers, row-level security, policies; then owners, last (the caller
+    -- may lose rights on what it gives away).
+    FOR stmt IN SELECT jsonb_array_elements_text(extra->'after') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    FOR stmt IN SELECT e->>'owner' FROM jsonb_array_elements(extra->'objects') e WHERE e->>'owner' IS NOT NULL
+                UNION ALL SELECT jsonb_array_elements_text(extra->'type_owners') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- A copy of the template as it is now has every migration the template
+    -- has. (Only then is INSERT on the history needed.)
+    IF plan->'migrations' <> '[]' THEN
+        INSERT INTO insta_id.applied_migrations (schema_name, migration)
+        SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
+    END IF;
+END
+$$;
+
+-- Copies every table of template into schema target, with shard's next_id
+-- columns. The template was checked by _check_template.
+CREATE FUNCTION insta_id._copy_template(template name, target name, shard int)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT insta_id._copy_planned(insta_id._template_plan(template), target, shard) $$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- A copy's objects are owned as in the template: refuses, before making
+-- anything, a caller who may not give objects to those owners.
+CREATE FUNCTION insta_id._check_owners(plan jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    refused text := (SELECT string_agg(r, ', ' ORDER BY r) FROM jsonb_array_elements_text(plan->'extra'->'owners') r
+                     WHERE NOT pg_has_role(current_user, r::regrole,
+                                           CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END));
+BEGIN
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'copies of template % would be owned by %, and role % may not give objects to them',
+                        quote_ident(plan->>'template'), refused, current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s schema and objects are owned as the template''s are.',
+                  HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
+    END IF;
+END
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    -- The shared lock table has max_locks_per_transaction entries per server process.
+    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
+    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+-- insta_id's advisory locks, first key 1768515633 ('iid1'): (key, 1) is
+-- held by the migration runner in each of its transactions; (key, 2)
+-- exclusively while a migration changes a template, shared while shards are
+-- copied from one, so a copy never mixes a template's tables before a
+-- migration with its history after it.
+CREATE FUNCTION insta_id._lock_template_shared()
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_advisory_xact_lock_shared(1768515633, 2) $$;
+
+CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- No migration changes the template between reading it and the commit.
+    PERFORM insta_id._lock_template_shared();
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
+    FOR shard IN first_shard..last_shard LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN last_shard - first_shard + 1;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
+'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+-- One batch of create_shards_in_batches: shards lo..hi that are not
+-- registered yet, copied from the template's plan, in the caller's
+-- transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    made int := 0;
+BEGIN
+    FOR shard IN lo..hi LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = shard);
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    plan jsonb;
+    first_missing int;
+    lo int;
+    hi int;
+    made int;
+    created int := 0;
+    started timestamptz;
+    reported timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        -- A migration of the template between two batches: read it again.
+        PERFORM insta_id._lock_template_shared();
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+            PERFORM insta_id._check_template(template_schema);
+            plan := insta_id._template_plan(template_schema);
+        END IF;
+        made := insta_id._create_shard_batch(lo, hi, plan);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
+
+-- Applies a migration to the template, then to every registered shard
+-- lacking it, in shard order: one transaction per schema, run with that
+-- schema first on search_path (then the caller's path), recorded in
+-- insta_id.applied_migrations in the same transaction. Re-running skips the
+-- schemas that have it, so a failure or a cancel is resumed by calling it
+-- again; it stops at the first failing schema, naming it. Each schema's
+-- statements run under lock_timeout and are retried lock_retries times
+-- (waiting longer each time) rather than queueing behind a long transaction
+-- while that shard's writers queue behind them. One runner at a time: a
+-- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
+-- procedure that has one; search_path is fixed per transaction instead.
+CREATE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
+                                  lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    caller_path text := pg_catalog.current_setting('search_path');
+    recorded record;
+    target name;
+    target_shard int;
+    last_shard int := -1;
+    attempt int;
+    shards_done int := 0;
+    started timestamptz := pg_catalog.clock_timestamp();
+    reported timestamptz := started;
+    holder int;
+    moving int[] := '{}';
+    err_state text;
+    err_message text;
+    err_detail text;
+    err_hint text;
+BEGIN
+    -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF migration IS NULL OR template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
+       OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF migration = '' OR lock_retries < 0 THEN
+        RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template_schema) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = template_schema) THEN
+        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+
+    LOOP
+        IF NOT pg_try_advisory_xact_lock(1768515633, 1) THEN
+            SELECT l.pid INTO holder FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.classid = 1768515633 AND l.objid = 1 AND l.objsubid = 2 AND l.granted;
+            RAISE EXCEPTION 'another insta_id.migrate is running'
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('Process %s holds the migration runner''s lock.', holder),
+                      HINT = 'Call insta_id.migrate again once it has finished: it skips the schemas that have the migration.';
+        END IF;
+        IF target IS NULL THEN
+            -- First transaction: one name, one set of statements, one template.
+            SELECT m.template_schema, m.statements INTO recorded FROM insta_id.migrations m WHERE m.name = migration;
+            IF NOT FOUND THEN
+                INSERT INTO insta_id.migrations (name, template_schema, statements)
+                VALUES (migration, template_schema, statements);
+            ELSIF recorded.template_schema <> template_schema OR recorded.statements <> statements THEN
+                RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
+                    USING ERRCODE = 'duplicate_object',
+                          DETAIL = format('Template %I; statements: %s', recorded.template_schema, recorded.statements),
+                          HINT = 'A migration is never changed once run: give the new statements a new name.';
+            END IF;
+        END IF;
+        IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                       WHERE a.schema_name = template_schema AND a.migration = migrate.migration) THEN
+            target := template_schema;
+            target_shard := NULL;
+        ELSE
+            -- The next shard without it; the registry is read again each time,
+            -- so shards created meanwhile from the old template are not missed.
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
+            WHERE r.shard_id > last_shard
+              AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
+            ORDER BY r.shard_id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            last_shard := target_shard;
+        END IF;
+
+        -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
+        -- is not replicated, so it would miss the copy on the new server.
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
+        attempt := 0;
+        LOOP
+            BEGIN
+                PERFORM set_config('lock_timeout', lock_timeout, true);
+                IF target_shard IS NULL THEN
+                    PERFORM pg_advisory_xact_lock(1768515633, 2);
+                END IF;
+                PERFORM set_config('search_path', quote_ident(target) || ', ' || caller_path, true);
+                EXECUTE statements;
+                PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+                EXIT;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    attempt := attempt + 1;
+                    IF attempt > lock_retries THEN
+                        RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
+                                        quote_literal(migration), quote_ident(target), lock_timeout, attempt
+                            USING ERRCODE = 'lock_not_available',
+                                  DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END,
+                                  HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
+                    END IF;
+                    RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
+                    -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                    PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+                WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+                                            err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
+                                    quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
+                                                                ELSE format(' (shard %s)', target_shard) END, err_message
+                        USING ERRCODE = err_state,
+                              DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
+                                           THEN 'Nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END),
+                              HINT = CASE WHEN err_state = '25001' THEN
+                                         'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
+                                     WHEN err_hint <> '' THEN err_hint
+                                     ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
+            END;
+        END LOOP;
+        INSERT INTO insta_id.applied_migrations (schema_name, migration) VALUES (target, migration);
+        shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' THEN
+            RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
+                migration, shards_done, coalesce(target_shard, -1),
+                round(shards_done / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+    END LOOP;
+    COMMIT;
+    IF moving <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
+                        array_to_string(moving, ', ')
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
+    END IF;
+    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
+        (SELECT count(*) FROM insta_id.shard_registry) - shards_done;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.migrate(text, text, text, text, int) IS
+'Runs a named migration on the template and every registered shard lacking it, one transaction per schema; resumable';
+
+CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    rel record;
+    has_rows boolean;
+BEGIN
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT coalesce(force, false) THEN
+        FOR rel IN SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+            EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel.oid::regclass) INTO has_rows;
+            IF has_rows THEN
+                RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel.oid::regclass
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+            END IF;
+        END LOOP;
+    END IF;
+    EXECUTE format('DROP SCHEMA IF EXISTS %I CASCADE', nsp);
+    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
+        DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION insta_id.drop_shard(int, boolean) IS
+'Drops a logical shard: its schema and registry row; refuses while it has rows unless force';
+
+-- A shard being moved to another server (scripts/move_shard.sh): the mover
+-- holds this lock, for its session, from its checks until the shard has left;
+-- insta_id.migrate skips the shard meanwhile. Two movers of one shard, or a
+-- mover and a migration running on it, exclude each other.
+CREATE FUNCTION insta_id.lock_shard_for_move(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    holder int;
+BEGIN
+    PERFORM insta_id._check_shard_id(lock_shard_for_move.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = lock_shard_for_move.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_try_advisory_lock(1768515634, lock_shard_for_move.shard_id) THEN
+        SELECT l.pid INTO holder FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.classid = 1768515634 AND l.objid = lock_shard_for_move.shard_id
+          AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() LIMIT 1;
+        RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
+            USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);
+    END IF;
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.lock_shard_for_move(int) IS
+'Marks a shard as being moved for the rest of the session (insta_id.migrate skips it); returns its schema';
+
+CREATE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+        RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- Every next_id column of the schema must mint this shard's IDs.
+    SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE n.nspname = adopt_shard.schema_name AND c.relkind IN ('r', 'p')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
+'Registers an existing schema (for example restored from another server) as a logical shard';
+
+-- What schemas hold, as (object, detail) pairs comparable across shards: the
+-- schema's own name, and next_id's shard number and sequence in a default,
+-- written as placeholders. Tables, views, their columns (type, NOT NULL,
+-- identity, generated, default, collation), indexes, constraints, triggers,
+-- policies and row-level security, replica identity, storage options,
+-- statistics objects, functions and procedures, enum, domain and composite
+-- types, owners, and grants on the schema, its tables, functions and types. For many schemas at once: one pass
+-- over each catalog (pg_class has no index on the schema alone).
+CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
+RETURNS TABLE (nsp oid, object text, detail text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The schema's name, as a pattern matching it only where a name starts
+    -- (schema t must not turn events_rest.at into events_res<schema>.at).
+    WITH s AS (SELECT n.oid, '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g') AS prefix
+               FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
+            FROM pg_class c JOIN s ON s.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+    raw (nsp, prefix, object, detail) AS (
+        SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
+        FROM s
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                   WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
+               concat_ws('; ', 'owner ' || r.relowner::regrole::text, CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
+                         CASE WHEN r.relrowsecurity THEN 'row level security' END,
+                         CASE WHEN r.relforcerowsecurity THEN 'forced' END,
+                         'replica identity ' || r.relreplident::text,
+                         'options ' || array_to_string(r.reloptions, ','),
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || pg_get_viewdef(r.oid) END)
+        FROM rel r
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
+               concat_ws(' ', format_type(a.atttypid, a.atttypmod),
+                         CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                         CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
+                         CASE WHEN a.attgenerated <> '' THEN 'generated' END,
+                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                                        '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
+                         'COLLATE ' || nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text)
+        FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
+        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('statistics %I on %I', x.stxname, r.relname),
+               regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
+        FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
+        UNION ALL
+        SELECT y.typnamespace, s.prefix, format('type %I', y.typname),
+               concat_ws('; ', 'owner ' || y.typowner::regrole::text, CASE y.typtype
+                   WHEN 'e' THEN 'enum (' || (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                              FROM pg_enum e WHERE e.enumtypid = y.oid) || ')'
+                   WHEN 'd' THEN concat_ws(' ', 'domain over ' || format_type(y.typbasetype, y.typtypmod),
+                                           'COLLATE ' || y.typcollation::regcollation::text, CASE WHEN y.typnotnull THEN 'NOT NULL' END,
+                                           'DEFAULT ' || pg_get_expr(y.typdefaultbin, 0),
+                                           (SELECT string_agg(pg_get_constraintdef(k.oid), ' ' ORDER BY k.conname)
+                                            FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
+                   ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+                                          FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                 FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
+        FROM s JOIN pg_type y ON y.typnamespace = s.oid
+        WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
+        UNION ALL
+        -- (its search_path setting, if it names the schema, as the placeholder too)
+        SELECT p.pronamespace, s.prefix, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
+                   p.proname, pg_get_function_identity_arguments(p.oid)),
+               concat_ws('; ', 'owner ' || p.proowner::regrole::text,
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> p.proowner),
+                         replace(pg_get_functiondef(p.oid), 'search_path TO ' || quote_literal(quote_ident(n.nspname)),
+                                 'search_path TO ''<schema>'''))
+        FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE p.prokind <> 'a'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
+        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
+    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g') FROM raw
+$$;
+
+-- Which registered shards differ from a template, and how: one row per
+-- difference (missing, extra, or the shard's detail beside the template's).
+-- Empty right after create_shards and after a change applied to the template
+-- and every shard alike.
+CREATE FUNCTION insta_id.shard_drift(template_schema text)
+RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+BEGIN
+    IF tmpl IS NULL THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    RETURN QUERY
+    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                ELSE format('%s, template: %s', a.detail, e.detail) END
+    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+    WHERE a.detail IS DISTINCT FROM e.detail
+    UNION ALL
+    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+    ORDER BY 1, 3;
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_drift(text) IS
+'Which registered shards differ from the template schema, and how (one row per difference)';
+
+-- DDL helpers are for administrators: superusers, and roles granted EXECUTE.
+-- The internal functions they call stay executable: each does only what its
+-- caller's own privileges allow (CREATE on the schema, EXECUTE on create_shard).
+REVOKE EXECUTE ON FUNCTION
+    insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
+    insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
+    insta_id.adopt_shard(text, int), insta_id._copy_template(name, name, int),
+    insta_id.lock_shard_for_move(int)
+FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
+    insta_id.migrate(text, text, text, text, int) FROM PUBLIC;

@@ -1,0 +1,171 @@
+//! The compiled half of the shard helpers (`src/shards.sql`): what PL/pgSQL
+//! cannot do safely by itself. Declared in `src/shards.sql`, executable by
+//! no one but the helpers' callers (not PUBLIC).
+//!
+//! - `_run_in_schema(nsp, run_as, statements)` runs statements that must see
+//!   a shard's (or template's) objects first, the way PostgreSQL runs an
+//!   index expression in REFRESH MATERIALIZED VIEW or VACUUM: as `run_as`
+//!   (the schema's owner), in a security-restricted operation, with
+//!   `search_path` = `<nsp>, pg_catalog, pg_temp`, every setting the
+//!   statements change undone afterwards. So the owner's code they reach
+//!   never runs with the caller's rights, and insta_id's own code never runs
+//!   with the shard's schema on its path.
+//! - `_identifier_list(text)` and `_names_schema(text, name)`: the pure
+//!   readers of `sql_text`, for settings and bodies taken from the catalogs.
+
+#![allow(clippy::missing_safety_doc)]
+
+use crate::functions::{arg, text};
+use crate::sql_text;
+use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
+use pgrx::{pg_guard, PgSqlErrorCode};
+use std::ffi::{CStr, CString};
+
+/// A text argument as a Rust string (lossy on invalid UTF-8, which a
+/// database in another encoding could hold; only compared, never executed).
+unsafe fn arg_text(fcinfo: FunctionCallInfo, n: usize) -> String {
+    // SAFETY: a text Datum; text_to_cstring detoasts and copies.
+    unsafe {
+        let p = pg_sys::text_to_cstring(arg(fcinfo, n).cast_mut_ptr());
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+unsafe fn arg_name(fcinfo: FunctionCallInfo, n: usize) -> String {
+    // SAFETY: a name Datum points at a NUL-terminated NameData.
+    unsafe {
+        let p: *const pg_sys::NameData = arg(fcinfo, n).cast_mut_ptr();
+        CStr::from_ptr((*p).data.as_ptr()).to_string_lossy().into_owned()
+    }
+}
+
+/// The elements of a text[] argument, NULLs refused.
+unsafe fn arg_text_array(fcinfo: FunctionCallInfo, n: usize) -> Vec<CString> {
+    // SAFETY: a text[] Datum; deconstruct_array_builtin handles TEXTOID.
+    unsafe {
+        let array = pg_sys::pg_detoast_datum(arg(fcinfo, n).cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let mut elems: *mut Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count: i32 = 0;
+        pg_sys::deconstruct_array_builtin(array, pg_sys::TEXTOID, &mut elems, &mut nulls, &mut count);
+        (0..count as usize)
+            .map(|i| {
+                if *nulls.add(i) {
+                    raise!(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "a statement must not be NULL");
+                }
+                CString::from(CStr::from_ptr(pg_sys::text_to_cstring((*elems.add(i)).cast_mut_ptr())))
+            })
+            .collect()
+    }
+}
+
+/// Whether `member` may act as `role` (SET ROLE to it): the switch below is
+/// never more than the caller could do itself.
+fn may_set_role(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: catalog-cache lookups.
+    unsafe {
+        #[cfg(feature = "pg15")]
+        return pg_sys::is_member_of_role(member, role);
+        #[cfg(not(feature = "pg15"))]
+        return pg_sys::member_can_set_role(member, role);
+    }
+}
+
+v1!(pg_finfo_insta_id_run_in_schema);
+/// `insta_id._run_in_schema(nsp name, run_as regrole, statements text[])`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (name, regrole, text[]).
+    let (nsp, run_as, statements) = unsafe {
+        (arg_name(fcinfo, 0), pg_sys::Oid::from(arg(fcinfo, 1).value() as u32), arg_text_array(fcinfo, 2))
+    };
+    // SAFETY: reads of the backend's user id, catalog-cache lookups.
+    let (caller, sec_context) = unsafe {
+        let mut user = pg_sys::InvalidOid;
+        let mut context = 0;
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        (user, context)
+    };
+    if !may_set_role(caller, run_as) {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("statements in schema {} would run as a role the caller may not become", sql_text::quote_identifier(&nsp)),
+            "The schema's owner runs a shard's statements; the caller must be a member of it.",
+        );
+    }
+    let path = CString::new(format!("{}, pg_catalog, pg_temp", sql_text::quote_identifier(&nsp)))
+        .expect("a name holds no NUL");
+    // SAFETY: the sequence PostgreSQL's own maintenance commands use
+    // (ExecRefreshMatView, vacuum_rel): switch the user id for a
+    // security-restricted operation, open a GUC nest level, run, then undo
+    // both. On an error the (sub)transaction's abort restores the user id
+    // and the settings, as it does for them.
+    unsafe {
+        pg_sys::SetUserIdAndSecContext(
+            run_as,
+            sec_context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        let nest_level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            path.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+        for statement in &statements {
+            let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
+            if rc < 0 {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("SPI_execute failed ({rc}) in schema {}", sql_text::quote_identifier(&nsp)),
+                );
+            }
+        }
+        pg_sys::SPI_finish();
+        pg_sys::AtEOXact_GUC(false, nest_level);
+        pg_sys::SetUserIdAndSecContext(caller, sec_context);
+    }
+    Datum::from(0)
+}
+
+v1!(pg_finfo_insta_id_identifier_list);
+/// `insta_id._identifier_list(list text) RETURNS text[]`: the names of a
+/// list setting (search_path), as PostgreSQL reads them; 22023 if malformed.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_identifier_list(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let list = unsafe { arg_text(fcinfo, 0) };
+    let Some(names) = sql_text::split_identifier_list(&list) else {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "invalid list syntax in a stored setting",
+            format!("The setting is: {list}"),
+        );
+    };
+    let mut datums: Vec<Datum> = names.iter().map(|n| text(n)).collect();
+    // SAFETY: construct_array_builtin copies the palloc'd texts into an array.
+    Datum::from(unsafe {
+        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::TEXTOID)
+    })
+}
+
+v1!(pg_finfo_insta_id_names_schema);
+/// `insta_id._names_schema(body text, schema name) RETURNS boolean`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (text, name).
+    let (body, schema) = unsafe { (arg_text(fcinfo, 0), arg_name(fcinfo, 1)) };
+    Datum::from(sql_text::names_schema(&body, &schema))
+}

@@ -1,0 +1,302 @@
+//! Reading SQL text taken from the catalogs, pure Rust: the shard helpers
+//! never paste such text into a statement. A stored `search_path` is split
+//! the way PostgreSQL splits it and each name is requoted; a function body is
+//! scanned for names qualified with a schema, token by token.
+
+/// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1); longer ones are
+/// truncated by the parser.
+pub const MAX_IDENTIFIER_BYTES: usize = 63;
+
+fn is_space(b: u8) -> bool {
+    // scanner_isspace: what the SQL lexer takes for white space.
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_IDENTIFIER_BYTES {
+        let mut end = MAX_IDENTIFIER_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// The names of a comma-separated identifier list as PostgreSQL reads a list
+/// setting such as `search_path` (SplitIdentifierString): a name in double
+/// quotes is taken as written (`""` is one quote), any other is folded to
+/// lower case (ASCII letters) and ends at a comma or white space; names are
+/// truncated to 63 bytes. `None` for a malformed list (an unterminated quote,
+/// an empty name, text after a name that is not a comma), which PostgreSQL
+/// would refuse too. An empty list is `Some(vec![])`.
+pub fn split_identifier_list(list: &str) -> Option<Vec<String>> {
+    let b = list.as_bytes();
+    let mut i = 0;
+    let skip_space = |mut i: usize| {
+        while i < b.len() && is_space(b[i]) {
+            i += 1;
+        }
+        i
+    };
+    i = skip_space(i);
+    let mut names = Vec::new();
+    if i == b.len() {
+        return Some(names);
+    }
+    loop {
+        let name = if b[i] == b'"' {
+            let mut name = Vec::new();
+            i += 1;
+            loop {
+                match b.get(i) {
+                    None => return None,
+                    Some(b'"') if b.get(i + 1) == Some(&b'"') => {
+                        name.push(b'"');
+                        i += 2;
+                    }
+                    Some(b'"') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&c) => {
+                        name.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            if name.is_empty() {
+                return None;
+            }
+            String::from_utf8(name).ok()?
+        } else {
+            let start = i;
+            while i < b.len() && b[i] != b',' && !is_space(b[i]) {
+                i += 1;
+            }
+            if i == start {
+                return None;
+            }
+            list[start..i].to_ascii_lowercase()
+        };
+        names.push(truncate(name));
+        i = skip_space(i);
+        match b.get(i) {
+            None => return Some(names),
+            Some(b',') => i = skip_space(i + 1),
+            Some(_) => return None,
+        }
+        if i == b.len() {
+            return None; // a trailing comma: an empty name
+        }
+    }
+}
+
+/// `name` as it must be written in SQL: bare when it is lower case letters,
+/// digits and underscores not starting with a digit, else in double quotes.
+/// (PostgreSQL's quote_ident also quotes keywords; callers that build SQL use
+/// quote_ident itself. This is for tests and messages.)
+pub fn quote_identifier(name: &str) -> String {
+    let plain = !name.is_empty()
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+fn ident_start(c: u8) -> bool {
+    c.is_ascii_alphabetic() || c == b'_' || c >= 0x80
+}
+
+fn ident_continue(c: u8) -> bool {
+    ident_start(c) || c.is_ascii_digit() || c == b'$'
+}
+
+/// Skips white space and comments (`-- ...` to the end of the line, `/* */`
+/// nested as PostgreSQL nests them) from `i`.
+fn skip_space_and_comments(b: &[u8], mut i: usize) -> usize {
+    loop {
+        if i < b.len() && is_space(b[i]) {
+            i += 1;
+        } else if b[i..].starts_with(b"--") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0usize;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else {
+            return i;
+        }
+    }
+}
+
+/// Whether `body` (a function's source) names `schema` as the qualifier of a
+/// name: an identifier spelling `schema` (unquoted and folded to lower case,
+/// or in double quotes exactly), then a dot, with white space or comments
+/// allowed between. String literals and comments are scanned as code too, so
+/// dynamic SQL (`EXECUTE 'SELECT * FROM tmpl.t'`) is caught; a name that
+/// merely contains `schema` (`evt.id` for schema `t`) is not.
+pub fn names_schema(body: &str, schema: &str) -> bool {
+    let b = body.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let token = if c == b'"' {
+            let mut name = Vec::new();
+            i += 1;
+            while i < b.len() {
+                if b[i] == b'"' {
+                    if b.get(i + 1) == Some(&b'"') {
+                        name.push(b'"');
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                    break;
+                }
+                name.push(b[i]);
+                i += 1;
+            }
+            Some(String::from_utf8_lossy(&name).into_owned())
+        } else if ident_start(c) {
+            let start = i;
+            while i < b.len() && ident_continue(b[i]) {
+                i += 1;
+            }
+            Some(String::from_utf8_lossy(&b[start..i]).to_ascii_lowercase())
+        } else if c.is_ascii_digit() || c == b'$' {
+            // a number or a parameter ($1) or a dollar-quote tag's start: not a name
+            i += 1;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            None
+        } else {
+            i += 1;
+            None
+        };
+        if let Some(name) = token {
+            if truncate(name) == schema {
+                let next = skip_space_and_comments(b, i);
+                if b.get(next) == Some(&b'.') {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn names(list: &str) -> Option<Vec<&str>> {
+        split_identifier_list(list).map(|v| v.into_iter().map(|s| &*s.leak()).collect())
+    }
+
+    #[test]
+    fn splits_a_search_path_as_postgresql_does() {
+        assert_eq!(names(""), Some(vec![]));
+        assert_eq!(names("  "), Some(vec![]));
+        assert_eq!(names("tmpl, public"), Some(vec!["tmpl", "public"]));
+        assert_eq!(names("\"$user\", public"), Some(vec!["$user", "public"]));
+        assert_eq!(names("Tmpl,\"Tmpl\""), Some(vec!["tmpl", "Tmpl"]));
+        assert_eq!(names("\"a,b\" , \"c\"\"d\""), Some(vec!["a,b", "c\"d"]));
+        assert_eq!(names("pg_catalog,pg_temp"), Some(vec!["pg_catalog", "pg_temp"]));
+        // issue 23, case 2: the rest of the setting is one (odd) name, never SQL
+        assert_eq!(
+            names("tmpl, x;ALTER/**/ROLE/**/app/**/SUPERUSER;--"),
+            Some(vec!["tmpl", "x;alter/**/role/**/app/**/superuser;--"])
+        );
+    }
+
+    #[test]
+    fn refuses_what_postgresql_refuses() {
+        for bad in ["a,", ",a", "a,,b", "\"a", "\"\"", "a b", "a \"b\""] {
+            assert_eq!(names(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn truncates_long_names_on_a_character_boundary() {
+        let long = "é".repeat(40); // 80 bytes
+        let got = split_identifier_list(&format!("\"{long}\"")).unwrap();
+        assert_eq!(got[0].len(), 62);
+        assert_eq!(split_identifier_list(&"a".repeat(70)).unwrap()[0].len(), 63);
+    }
+
+    #[test]
+    fn finds_the_schema_in_every_spelling() {
+        for body in [
+            "INSERT INTO tmpl.audit VALUES (1)",
+            "INSERT INTO \"tmpl\".audit VALUES (1)",
+            "INSERT INTO TMPL.audit VALUES (1)",
+            "INSERT INTO \"tmpl\" .audit",
+            "SELECT * FROM tmpl/* a comment */.t",
+            "SELECT * FROM tmpl -- a comment\n . t",
+            "EXECUTE 'SELECT * FROM tmpl.t'",
+            "EXECUTE format('SELECT * FROM %I.t', 'x') || ' tmpl.u'",
+            "SELECT mydb.tmpl.t.c",
+        ] {
+            assert!(names_schema(body, "tmpl"), "{body:?}");
+        }
+        assert!(names_schema("SELECT \"Tmpl\".f()", "Tmpl"));
+        assert!(names_schema("SELECT \"a\"\"b\".f()", "a\"b"));
+    }
+
+    #[test]
+    fn a_name_that_only_contains_the_schema_is_not_it() {
+        for body in [
+            "SELECT max(evt.id) FROM events evt",
+            "SELECT t FROM x",
+            "SELECT at.x, t_1.y, \"t \".z FROM a at, b t_1",
+            "SELECT $t$.x$t$",
+            "SELECT 1.5, t1.c",
+            "SELECT \"T\".c",
+        ] {
+            assert!(!names_schema(body, "t"), "{body:?}");
+        }
+        // unquoted names fold to lower case: TMPL is not "Tmpl"
+        assert!(!names_schema("SELECT TMPL.f()", "Tmpl"));
+    }
+
+    proptest! {
+        // A list of any names, each written with quote_identifier and joined
+        // with ", ", reads back as those names.
+        #[test]
+        fn quoting_then_splitting_gives_the_names_back(
+            list in prop::collection::vec("[a-zA-Z0-9_$ ,;\"'/*é-]{1,20}", 0..6)
+        ) {
+            let written: Vec<String> = list.iter().map(|n| quote_identifier(n)).collect();
+            prop_assert_eq!(split_identifier_list(&written.join(", ")), Some(list));
+        }
+
+        // Whatever surrounds it, a quoted schema name followed by a dot is found.
+        #[test]
+        fn a_qualified_name_is_found_anywhere(
+            before in "[a-z ();,'+]{0,20}", schema in "[a-zA-Z_ é]{1,12}", after in "[a-z]{1,8}"
+        ) {
+            let body = format!("{before} {}.{after}", quote_identifier(&schema));
+            prop_assert!(names_schema(&body, &schema));
+        }
+    }
+}
