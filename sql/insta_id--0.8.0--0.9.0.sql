@@ -282,10 +282,15 @@ LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
     bad name;
     uncopyable text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = template) THEN
+    -- Every query below names the template by its OID: the planner then
+    -- filters each catalog to the template before any function runs on a
+    -- row (by name, with statistics older than the last thousand shards, it
+    -- ran _next_id_default_shard on every column of every shard: minutes).
+    IF tmpl IS NULL THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
@@ -295,7 +300,7 @@ BEGIN
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     JOIN pg_attrdef d ON d.adrelid = c.oid
     JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-    WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+    WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
       AND EXISTS (SELECT FROM pg_depend dep
                   WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
                     AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
@@ -313,7 +318,7 @@ BEGIN
         SELECT format('%s %I.%I', CASE c.relkind WHEN 'f' THEN 'foreign table' WHEN 'S' THEN 'sequence' END,
                       template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND (c.relkind = 'f'
+        WHERE n.oid = tmpl AND (c.relkind = 'f'
               -- a sequence not made for a column (next_id's, identity's)
               OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                       AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
@@ -321,44 +326,44 @@ BEGIN
         -- A partition and its partitioned table are copied together.
         SELECT format('partition %s of %s (one of them outside the template)', h.inhrelid::regclass, h.inhparent::regclass)
         FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
-        JOIN pg_namespace n ON n.nspname = template
+        JOIN pg_namespace n ON n.oid = tmpl
         WHERE c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = n.oid) <> (p.relnamespace = n.oid)
         UNION ALL
         SELECT format('inheritance of %I.%I', template, c.relname)
         FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND c.relkind = 'r' AND NOT c.relispartition
+        WHERE n.oid = tmpl AND c.relkind = 'r' AND NOT c.relispartition
         UNION ALL
         -- (the key is made with the table, before the copy's functions and its types' columns)
         SELECT DISTINCT format('partitioned table %I.%I (its partition key uses function %s)', template, c.relname, d.refobjid::regprocedure)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
         JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_proc'::regclass
-        WHERE n.nspname = template AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
+        WHERE n.oid = tmpl AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
         UNION ALL
         SELECT format('partitioned table %I.%I (its partition key uses type %s)', template, c.relname, a.atttypid::regtype)
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_partitioned_table pt ON pt.partrelid = c.oid
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (pt.partattrs::int2[])
         JOIN pg_type y ON y.oid = a.atttypid
-        WHERE n.nspname = template AND y.typnamespace = n.oid
+        WHERE n.oid = tmpl AND y.typnamespace = n.oid
         UNION ALL
         SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = template AND p.prokind = 'a'
+        WHERE n.oid = tmpl AND p.prokind = 'a'
         UNION ALL
         -- A body is text: a name qualified with the template's schema in it
         -- (in any spelling, in a string for dynamic SQL too) would be the
         -- template's object in every copy.
         SELECT format('function %s (its body names schema %I)', p.oid::regprocedure, template)
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
-        WHERE n.nspname = template AND l.lanname NOT IN ('c', 'internal')
+        WHERE n.oid = tmpl AND l.lanname NOT IN ('c', 'internal')
           AND insta_id._names_schema(p.prosrc, template)
         UNION ALL
         SELECT format('%s type %I.%I', CASE y.typtype WHEN 'r' THEN 'range' WHEN 'm' THEN 'multirange' ELSE 'base' END,
                       template, y.typname)
         FROM pg_type y JOIN pg_namespace n ON n.oid = y.typnamespace
-        WHERE n.nspname = template AND (y.typtype IN ('r', 'm') OR (y.typtype = 'b' AND y.typcategory <> 'A'))
+        WHERE n.oid = tmpl AND (y.typtype IN ('r', 'm') OR (y.typtype = 'b' AND y.typcategory <> 'A'))
         UNION ALL
         SELECT format('rule %I on %I.%I', r.rulename, template, c.relname)
         FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = template AND r.rulename <> '_RETURN'
+        WHERE n.oid = tmpl AND r.rulename <> '_RETURN'
         UNION ALL
         -- A generation expression is copied as it is (it cannot be set anew).
         SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
@@ -368,7 +373,7 @@ BEGIN
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
         JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
         JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-        WHERE n.nspname = template AND c.relkind IN ('r', 'p')
+        WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
           AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
             OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
         UNION ALL
@@ -378,7 +383,7 @@ BEGIN
         JOIN pg_depend d ON d.refclassid = 'pg_proc'::regclass
              AND ((d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k WHERE k.contypid = y.oid))
                OR (d.classid = 'pg_type'::regclass AND d.objid = y.oid))
-        WHERE n.nspname = template AND y.typtype = 'd'
+        WHERE n.oid = tmpl AND y.typtype = 'd'
           AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid)
         UNION ALL
         -- A table's row type as a column type.
@@ -388,7 +393,7 @@ BEGIN
         JOIN pg_type y ON y.oid = a.atttypid
         LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
         JOIN pg_class r ON r.oid IN (y.typrelid, e.typrelid) AND r.relkind <> 'c'
-        WHERE n.nspname = template AND c.relkind IN ('r', 'p') AND r.relnamespace = n.oid) o;
+        WHERE n.oid = tmpl AND c.relkind IN ('r', 'p') AND r.relnamespace = n.oid) o;
     IF uncopyable IS NOT NULL THEN
         RAISE EXCEPTION 'template schema % holds objects a shard copy would leave out', quote_ident(template)
             USING ERRCODE = 'feature_not_supported',
@@ -949,10 +954,13 @@ BEGIN
             USING ERRCODE = 'unique_violation';
     END IF;
     -- Every next_id column of the schema must mint this shard's IDs.
+    -- (the schema by OID: the planner filters pg_class to it before the
+    -- function runs on a row, whatever its statistics say)
     SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    FROM pg_class c
     JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-    WHERE n.nspname = adopt_shard.schema_name AND c.relkind IN ('r', 'p')
+    WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name)
+      AND c.relkind IN ('r', 'p')
       AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
     LIMIT 1;
     IF FOUND THEN

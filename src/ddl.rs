@@ -15,27 +15,39 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use crate::functions::{arg, text};
+use crate::functions::arg;
 use crate::sql_text;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
 use pgrx::{pg_guard, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
-/// A text argument as a Rust string (lossy on invalid UTF-8, which a
-/// database in another encoding could hold; only compared, never executed).
-unsafe fn arg_text(fcinfo: FunctionCallInfo, n: usize) -> String {
-    // SAFETY: a text Datum; text_to_cstring detoasts and copies.
-    unsafe {
-        let p = pg_sys::text_to_cstring(arg(fcinfo, n).cast_mut_ptr());
-        CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
+/// A text argument's bytes, in the database's encoding (never converted:
+/// see `sql_text`).
+unsafe fn arg_bytes(fcinfo: FunctionCallInfo, n: usize) -> Vec<u8> {
+    // SAFETY: a text Datum; text_to_cstring detoasts and copies (text holds no NUL).
+    unsafe { CStr::from_ptr(pg_sys::text_to_cstring(arg(fcinfo, n).cast_mut_ptr())).to_bytes().to_vec() }
 }
 
-unsafe fn arg_name(fcinfo: FunctionCallInfo, n: usize) -> String {
+/// A name argument, as the NUL-terminated string it is.
+unsafe fn arg_name<'a>(fcinfo: FunctionCallInfo, n: usize) -> &'a CStr {
     // SAFETY: a name Datum points at a NUL-terminated NameData.
     unsafe {
         let p: *const pg_sys::NameData = arg(fcinfo, n).cast_mut_ptr();
-        CStr::from_ptr((*p).data.as_ptr()).to_string_lossy().into_owned()
+        CStr::from_ptr((*p).data.as_ptr())
+    }
+}
+
+/// PostgreSQL's quote_identifier (keywords quoted too), as bytes.
+fn quote_ident(name: &CStr) -> Vec<u8> {
+    // SAFETY: quote_identifier returns its argument or a palloc'd copy.
+    unsafe { CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr())).to_bytes().to_vec() }
+}
+
+/// Where PostgreSQL cuts a long identifier in the database's encoding.
+fn clip(name: &[u8]) -> usize {
+    // SAFETY: pg_mbcliplen reads at most len bytes of the slice.
+    unsafe {
+        pg_sys::pg_mbcliplen(name.as_ptr().cast(), name.len() as i32, sql_text::MAX_IDENTIFIER_BYTES as i32) as usize
     }
 }
 
@@ -87,15 +99,24 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         (user, context)
     };
+    // search_path reads "$user" as the current role's name, quoted or not.
+    if nsp.to_bytes() == b"$user" {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_SCHEMA_NAME,
+            "schema \"$user\" cannot be put on search_path by name",
+            "search_path reads it as the current role's name; rename the schema.",
+        );
+    }
+    let quoted = quote_ident(nsp);
+    let shown = String::from_utf8_lossy(&quoted).into_owned(); // (for messages only)
     if !may_set_role(caller, run_as) {
         raise!(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("statements in schema {} would run as a role the caller may not become", sql_text::quote_identifier(&nsp)),
+            format!("statements in schema {shown} would run as a role the caller may not become"),
             "The schema's owner runs a shard's statements; the caller must be a member of it.",
         );
     }
-    let path = CString::new(format!("{}, pg_catalog, pg_temp", sql_text::quote_identifier(&nsp)))
-        .expect("a name holds no NUL");
+    let path = CString::new([quoted.as_slice(), b", pg_catalog, pg_temp"].concat()).expect("a name holds no NUL");
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
@@ -127,7 +148,7 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             if rc < 0 {
                 raise!(
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!("SPI_execute failed ({rc}) in schema {}", sql_text::quote_identifier(&nsp)),
+                    format!("SPI_execute failed ({rc}) in schema {shown}"),
                 );
             }
         }
@@ -145,15 +166,19 @@ v1!(pg_finfo_insta_id_identifier_list);
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_identifier_list(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with one text argument.
-    let list = unsafe { arg_text(fcinfo, 0) };
-    let Some(names) = sql_text::split_identifier_list(&list) else {
+    let list = unsafe { arg_bytes(fcinfo, 0) };
+    let Some(names) = sql_text::split_identifier_list(&list, &clip) else {
         raise!(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "invalid list syntax in a stored setting",
-            format!("The setting is: {list}"),
+            format!("The setting is: {}", String::from_utf8_lossy(&list)),
         );
     };
-    let mut datums: Vec<Datum> = names.iter().map(|n| text(n)).collect();
+    // SAFETY: cstring_to_text_with_len copies len bytes into a palloc'd text.
+    let mut datums: Vec<Datum> = names
+        .iter()
+        .map(|n| Datum::from(unsafe { pg_sys::cstring_to_text_with_len(n.as_ptr().cast(), n.len() as i32) }))
+        .collect();
     // SAFETY: construct_array_builtin copies the palloc'd texts into an array.
     Datum::from(unsafe {
         pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::TEXTOID)
@@ -166,6 +191,6 @@ v1!(pg_finfo_insta_id_names_schema);
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with arguments (text, name).
-    let (body, schema) = unsafe { (arg_text(fcinfo, 0), arg_name(fcinfo, 1)) };
-    Datum::from(sql_text::names_schema(&body, &schema))
+    let (body, schema) = unsafe { (arg_bytes(fcinfo, 0), arg_name(fcinfo, 1)) };
+    Datum::from(sql_text::names_schema(&body, schema.to_bytes(), &clip))
 }

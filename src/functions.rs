@@ -540,7 +540,7 @@ fn float8(x: f64) -> Datum {
     Datum::from(x.to_bits())
 }
 
-pub(crate) fn text(s: &str) -> Datum {
+fn text(s: &str) -> Datum {
     let s = std::ffi::CString::new(s).expect("no NUL in the text");
     // SAFETY: cstring_to_text copies into a palloc'd text.
     Datum::from(unsafe { pg_sys::cstring_to_text(s.as_ptr()) })

@@ -2,25 +2,41 @@
 //! never paste such text into a statement. A stored `search_path` is split
 //! the way PostgreSQL splits it and each name is requoted; a function body is
 //! scanned for names qualified with a schema, token by token.
+//!
+//! Text is bytes in the database's encoding, never converted: every byte
+//! that matters to the scan (quotes, commas, dots, white space, ASCII
+//! letters) is ASCII, which every server encoding keeps as itself. Where a
+//! long name is cut, the caller says where (`Clip`: PostgreSQL's
+//! `pg_mbcliplen` for the database's encoding; tests cut UTF-8).
 
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1); longer ones are
 /// truncated by the parser.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// Where to cut a name longer than `MAX_IDENTIFIER_BYTES`: the length of its
+/// longest prefix of whole characters that fits.
+pub type Clip<'a> = &'a dyn Fn(&[u8]) -> usize;
 
 fn is_space(b: u8) -> bool {
     // scanner_isspace: what the SQL lexer takes for white space.
     matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
 }
 
-fn truncate(mut s: String) -> String {
-    if s.len() > MAX_IDENTIFIER_BYTES {
-        let mut end = MAX_IDENTIFIER_BYTES;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+fn truncate(mut name: Vec<u8>, clip: Clip) -> Vec<u8> {
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        let end = clip(&name);
+        name.truncate(end);
     }
-    s
+    name
+}
+
+/// `Clip` for UTF-8: back from byte 63 to the start of a character.
+pub fn clip_utf8(name: &[u8]) -> usize {
+    let mut end = MAX_IDENTIFIER_BYTES.min(name.len());
+    while end > 0 && end < name.len() && (name[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    end
 }
 
 /// The names of a comma-separated identifier list as PostgreSQL reads a list
@@ -30,8 +46,8 @@ fn truncate(mut s: String) -> String {
 /// truncated to 63 bytes. `None` for a malformed list (an unterminated quote,
 /// an empty name, text after a name that is not a comma), which PostgreSQL
 /// would refuse too. An empty list is `Some(vec![])`.
-pub fn split_identifier_list(list: &str) -> Option<Vec<String>> {
-    let b = list.as_bytes();
+pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
+    let b = list;
     let mut i = 0;
     let skip_space = |mut i: usize| {
         while i < b.len() && is_space(b[i]) {
@@ -68,7 +84,7 @@ pub fn split_identifier_list(list: &str) -> Option<Vec<String>> {
             if name.is_empty() {
                 return None;
             }
-            String::from_utf8(name).ok()?
+            name
         } else {
             let start = i;
             while i < b.len() && b[i] != b',' && !is_space(b[i]) {
@@ -77,9 +93,9 @@ pub fn split_identifier_list(list: &str) -> Option<Vec<String>> {
             if i == start {
                 return None;
             }
-            list[start..i].to_ascii_lowercase()
+            b[start..i].to_ascii_lowercase()
         };
-        names.push(truncate(name));
+        names.push(truncate(name, clip));
         i = skip_space(i);
         match b.get(i) {
             None => return Some(names),
@@ -94,8 +110,9 @@ pub fn split_identifier_list(list: &str) -> Option<Vec<String>> {
 
 /// `name` as it must be written in SQL: bare when it is lower case letters,
 /// digits and underscores not starting with a digit, else in double quotes.
-/// (PostgreSQL's quote_ident also quotes keywords; callers that build SQL use
-/// quote_ident itself. This is for tests and messages.)
+/// (PostgreSQL's quote_ident also quotes keywords; SQL is built with
+/// quote_ident itself. This is for tests.)
+#[cfg(test)]
 pub fn quote_identifier(name: &str) -> String {
     let plain = !name.is_empty()
         && !name.as_bytes()[0].is_ascii_digit()
@@ -153,8 +170,8 @@ fn skip_space_and_comments(b: &[u8], mut i: usize) -> usize {
 /// allowed between. String literals and comments are scanned as code too, so
 /// dynamic SQL (`EXECUTE 'SELECT * FROM tmpl.t'`) is caught; a name that
 /// merely contains `schema` (`evt.id` for schema `t`) is not.
-pub fn names_schema(body: &str, schema: &str) -> bool {
-    let b = body.as_bytes();
+pub fn names_schema(body: &[u8], schema: &[u8], clip: Clip) -> bool {
+    let b = body;
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -174,13 +191,13 @@ pub fn names_schema(body: &str, schema: &str) -> bool {
                 name.push(b[i]);
                 i += 1;
             }
-            Some(String::from_utf8_lossy(&name).into_owned())
+            Some(name)
         } else if ident_start(c) {
             let start = i;
             while i < b.len() && ident_continue(b[i]) {
                 i += 1;
             }
-            Some(String::from_utf8_lossy(&b[start..i]).to_ascii_lowercase())
+            Some(b[start..i].to_ascii_lowercase())
         } else if c.is_ascii_digit() || c == b'$' {
             // a number or a parameter ($1) or a dollar-quote tag's start: not a name
             i += 1;
@@ -193,7 +210,7 @@ pub fn names_schema(body: &str, schema: &str) -> bool {
             None
         };
         if let Some(name) = token {
-            if truncate(name) == schema {
+            if truncate(name, clip) == schema {
                 let next = skip_space_and_comments(b, i);
                 if b.get(next) == Some(&b'.') {
                     return true;
@@ -209,8 +226,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn split(list: &str) -> Option<Vec<String>> {
+        split_identifier_list(list.as_bytes(), &clip_utf8)
+            .map(|v| v.into_iter().map(|n| String::from_utf8(n).expect("UTF-8 in, UTF-8 out")).collect())
+    }
+
     fn names(list: &str) -> Option<Vec<&str>> {
-        split_identifier_list(list).map(|v| v.into_iter().map(|s| &*s.leak()).collect())
+        split(list).map(|v| v.into_iter().map(|s| &*s.leak()).collect())
+    }
+
+    fn names_schema(body: &str, schema: &str) -> bool {
+        super::names_schema(body.as_bytes(), schema.as_bytes(), &clip_utf8)
     }
 
     #[test]
@@ -239,9 +265,22 @@ mod tests {
     #[test]
     fn truncates_long_names_on_a_character_boundary() {
         let long = "é".repeat(40); // 80 bytes
-        let got = split_identifier_list(&format!("\"{long}\"")).unwrap();
+        let got = split(&format!("\"{long}\"")).unwrap();
         assert_eq!(got[0].len(), 62);
-        assert_eq!(split_identifier_list(&"a".repeat(70)).unwrap()[0].len(), 63);
+        assert_eq!(split(&"a".repeat(70)).unwrap()[0].len(), 63);
+    }
+
+    #[test]
+    fn keeps_the_bytes_of_any_encoding() {
+        // LATIN1 "Été" (C9 74 E9) is not UTF-8: kept byte for byte, never replaced.
+        let ete = b"\xC9t\xE9".to_vec();
+        assert_eq!(split_identifier_list(b"\"\xC9t\xE9\", public", &clip_utf8), Some(vec![ete.clone(), b"public".to_vec()]));
+        assert!(super::names_schema(b"INSERT INTO \"\xC9t\xE9\".log VALUES (1)", &ete, &clip_utf8));
+        assert!(!super::names_schema(b"INSERT INTO \"\xC9t\xE8\".log VALUES (1)", &ete, &clip_utf8));
+        // A single-byte encoding's clip cuts at 63 bytes, whatever they are.
+        let cut_at_63 = |n: &[u8]| n.len().min(MAX_IDENTIFIER_BYTES);
+        let long = vec![0xE9u8; 70];
+        assert_eq!(split_identifier_list(&long, &cut_at_63).unwrap()[0].len(), 63);
     }
 
     #[test]
@@ -287,7 +326,7 @@ mod tests {
             list in prop::collection::vec("[a-zA-Z0-9_$ ,;\"'/*é-]{1,20}", 0..6)
         ) {
             let written: Vec<String> = list.iter().map(|n| quote_identifier(n)).collect();
-            prop_assert_eq!(split_identifier_list(&written.join(", ")), Some(list));
+            prop_assert_eq!(split(&written.join(", ")), Some(list));
         }
 
         // Whatever surrounds it, a quoted schema name followed by a dot is found.

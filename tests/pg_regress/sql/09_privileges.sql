@@ -76,6 +76,22 @@ SELECT insta_id.drop_shard(70);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 70;
+-- A migration runs as each schema's owner: an administrator granted migrate
+-- who is not a member of a shard's owner is refused at that shard (42501;
+-- here shard 1, of a superuser, made by an earlier file), and the template
+-- keeps it.
+GRANT EXECUTE ON PROCEDURE insta_id.migrate(text, text, text, text, int) TO insta_id_regress_admin;
+GRANT INSERT ON insta_id.migrations, insta_id.applied_migrations TO insta_id_regress_admin;
+CREATE SCHEMA admins_tmpl AUTHORIZATION insta_id_regress_admin;
+SET ROLE insta_id_regress_admin;
+CALL insta_id.migrate('p1', 'admins_tmpl', 'CREATE TABLE t (v int)');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT schema_name, migration FROM insta_id.applied_migrations WHERE migration = 'p1' ORDER BY 1;
+DELETE FROM insta_id.applied_migrations WHERE migration = 'p1';
+DELETE FROM insta_id.migrations WHERE name = 'p1';
+DROP SCHEMA admins_tmpl CASCADE;
+REVOKE INSERT ON insta_id.migrations, insta_id.applied_migrations FROM insta_id_regress_admin;
 SELECT insta_id.drop_shard(70);
 
 -- Names built to break quoting, in every helper argument.

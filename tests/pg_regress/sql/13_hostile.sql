@@ -111,6 +111,19 @@ SELECT count(*) > 0 AS owner_code_ran_as_owner FROM hostile.log WHERE who = 'ins
 SELECT rolsuper AS app_is_superuser FROM pg_roles WHERE rolname = 'insta_id_regress_app';
 SELECT proconfig FROM pg_proc WHERE proname = 'touch' AND pronamespace = 'insta301'::regnamespace;
 
+-- adopt_shard by a superuser over a shard of the hostile template.
+DELETE FROM insta_id.shard_registry WHERE shard_id = 303;
+SELECT insta_id.adopt_shard('insta303', 303);
+SELECT who, superuser, called FROM hostile.log WHERE superuser OR who <> 'insta_id_regress_app';
+
+-- A schema named $user: search_path would read it as the role's name, so
+-- statements would run in another schema. Refused.
+SELECT insta_id.create_shard(305, '$user');
+CREATE TABLE "$user".t (v int);
+SELECT insta_id.add_id_column('"$user".t');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.drop_shard(305);
+
 SELECT insta_id.drop_shard(s, force => true) FROM generate_series(301, 304) s WHERE s <> 302;
 DELETE FROM insta_id.migrations WHERE name = 'h1';
 DELETE FROM insta_id.applied_migrations WHERE migration = 'h1';
