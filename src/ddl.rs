@@ -25,7 +25,11 @@ use std::ffi::{CStr, CString};
 /// see `sql_text`).
 unsafe fn arg_bytes(fcinfo: FunctionCallInfo, n: usize) -> Vec<u8> {
     // SAFETY: a text Datum; text_to_cstring detoasts and copies (text holds no NUL).
-    unsafe { CStr::from_ptr(pg_sys::text_to_cstring(arg(fcinfo, n).cast_mut_ptr())).to_bytes().to_vec() }
+    unsafe {
+        CStr::from_ptr(pg_sys::text_to_cstring(arg(fcinfo, n).cast_mut_ptr()))
+            .to_bytes()
+            .to_vec()
+    }
 }
 
 /// A name argument, as the NUL-terminated string it is.
@@ -40,14 +44,22 @@ unsafe fn arg_name<'a>(fcinfo: FunctionCallInfo, n: usize) -> &'a CStr {
 /// PostgreSQL's quote_identifier (keywords quoted too), as bytes.
 fn quote_ident(name: &CStr) -> Vec<u8> {
     // SAFETY: quote_identifier returns its argument or a palloc'd copy.
-    unsafe { CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr())).to_bytes().to_vec() }
+    unsafe {
+        CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr()))
+            .to_bytes()
+            .to_vec()
+    }
 }
 
 /// Where PostgreSQL cuts a long identifier in the database's encoding.
 fn clip(name: &[u8]) -> usize {
     // SAFETY: pg_mbcliplen reads at most len bytes of the slice.
     unsafe {
-        pg_sys::pg_mbcliplen(name.as_ptr().cast(), name.len() as i32, sql_text::MAX_IDENTIFIER_BYTES as i32) as usize
+        pg_sys::pg_mbcliplen(
+            name.as_ptr().cast(),
+            name.len() as i32,
+            sql_text::MAX_IDENTIFIER_BYTES as i32,
+        ) as usize
     }
 }
 
@@ -55,17 +67,29 @@ fn clip(name: &[u8]) -> usize {
 unsafe fn arg_text_array(fcinfo: FunctionCallInfo, n: usize) -> Vec<CString> {
     // SAFETY: a text[] Datum; deconstruct_array_builtin handles TEXTOID.
     unsafe {
-        let array = pg_sys::pg_detoast_datum(arg(fcinfo, n).cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let array =
+            pg_sys::pg_detoast_datum(arg(fcinfo, n).cast_mut_ptr()) as *mut pg_sys::ArrayType;
         let mut elems: *mut Datum = std::ptr::null_mut();
         let mut nulls: *mut bool = std::ptr::null_mut();
         let mut count: i32 = 0;
-        pg_sys::deconstruct_array_builtin(array, pg_sys::TEXTOID, &mut elems, &mut nulls, &mut count);
+        pg_sys::deconstruct_array_builtin(
+            array,
+            pg_sys::TEXTOID,
+            &mut elems,
+            &mut nulls,
+            &mut count,
+        );
         (0..count as usize)
             .map(|i| {
                 if *nulls.add(i) {
-                    raise!(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "a statement must not be NULL");
+                    raise!(
+                        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                        "a statement must not be NULL"
+                    );
                 }
-                CString::from(CStr::from_ptr(pg_sys::text_to_cstring((*elems.add(i)).cast_mut_ptr())))
+                CString::from(CStr::from_ptr(pg_sys::text_to_cstring(
+                    (*elems.add(i)).cast_mut_ptr(),
+                )))
             })
             .collect()
     }
@@ -90,7 +114,11 @@ v1!(pg_finfo_insta_id_run_in_schema);
 pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with arguments (name, regrole, text[]).
     let (nsp, run_as, statements) = unsafe {
-        (arg_name(fcinfo, 0), pg_sys::Oid::from(arg(fcinfo, 1).value() as u32), arg_text_array(fcinfo, 2))
+        (
+            arg_name(fcinfo, 0),
+            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
+            arg_text_array(fcinfo, 2),
+        )
     };
     // SAFETY: reads of the backend's user id, catalog-cache lookups.
     let (caller, sec_context) = unsafe {
@@ -116,7 +144,8 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             "The schema's owner runs a shard's statements; the caller must be a member of it.",
         );
     }
-    let path = CString::new([quoted.as_slice(), b", pg_catalog, pg_temp"].concat()).expect("a name holds no NUL");
+    let path = CString::new([quoted.as_slice(), b", pg_catalog, pg_temp"].concat())
+        .expect("a name holds no NUL");
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
@@ -177,7 +206,11 @@ pub unsafe extern "C-unwind" fn insta_id_identifier_list(fcinfo: FunctionCallInf
     // SAFETY: cstring_to_text_with_len copies len bytes into a palloc'd text.
     let mut datums: Vec<Datum> = names
         .iter()
-        .map(|n| Datum::from(unsafe { pg_sys::cstring_to_text_with_len(n.as_ptr().cast(), n.len() as i32) }))
+        .map(|n| {
+            Datum::from(unsafe {
+                pg_sys::cstring_to_text_with_len(n.as_ptr().cast(), n.len() as i32)
+            })
+        })
         .collect();
     // SAFETY: construct_array_builtin copies the palloc'd texts into an array.
     Datum::from(unsafe {

@@ -116,7 +116,9 @@ pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
 pub fn quote_identifier(name: &str) -> String {
     let plain = !name.is_empty()
         && !name.as_bytes()[0].is_ascii_digit()
-        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
     if plain {
         name.to_string()
     } else {
@@ -227,8 +229,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn split(list: &str) -> Option<Vec<String>> {
-        split_identifier_list(list.as_bytes(), &clip_utf8)
-            .map(|v| v.into_iter().map(|n| String::from_utf8(n).expect("UTF-8 in, UTF-8 out")).collect())
+        split_identifier_list(list.as_bytes(), &clip_utf8).map(|v| {
+            v.into_iter()
+                .map(|n| String::from_utf8(n).expect("UTF-8 in, UTF-8 out"))
+                .collect()
+        })
     }
 
     fn names(list: &str) -> Option<Vec<&str>> {
@@ -247,7 +252,10 @@ mod tests {
         assert_eq!(names("\"$user\", public"), Some(vec!["$user", "public"]));
         assert_eq!(names("Tmpl,\"Tmpl\""), Some(vec!["tmpl", "Tmpl"]));
         assert_eq!(names("\"a,b\" , \"c\"\"d\""), Some(vec!["a,b", "c\"d"]));
-        assert_eq!(names("pg_catalog,pg_temp"), Some(vec!["pg_catalog", "pg_temp"]));
+        assert_eq!(
+            names("pg_catalog,pg_temp"),
+            Some(vec!["pg_catalog", "pg_temp"])
+        );
         // issue 23, case 2: the rest of the setting is one (odd) name, never SQL
         assert_eq!(
             names("tmpl, x;ALTER/**/ROLE/**/app/**/SUPERUSER;--"),
@@ -274,13 +282,27 @@ mod tests {
     fn keeps_the_bytes_of_any_encoding() {
         // LATIN1 "Été" (C9 74 E9) is not UTF-8: kept byte for byte, never replaced.
         let ete = b"\xC9t\xE9".to_vec();
-        assert_eq!(split_identifier_list(b"\"\xC9t\xE9\", public", &clip_utf8), Some(vec![ete.clone(), b"public".to_vec()]));
-        assert!(super::names_schema(b"INSERT INTO \"\xC9t\xE9\".log VALUES (1)", &ete, &clip_utf8));
-        assert!(!super::names_schema(b"INSERT INTO \"\xC9t\xE8\".log VALUES (1)", &ete, &clip_utf8));
+        assert_eq!(
+            split_identifier_list(b"\"\xC9t\xE9\", public", &clip_utf8),
+            Some(vec![ete.clone(), b"public".to_vec()])
+        );
+        assert!(super::names_schema(
+            b"INSERT INTO \"\xC9t\xE9\".log VALUES (1)",
+            &ete,
+            &clip_utf8
+        ));
+        assert!(!super::names_schema(
+            b"INSERT INTO \"\xC9t\xE8\".log VALUES (1)",
+            &ete,
+            &clip_utf8
+        ));
         // A single-byte encoding's clip cuts at 63 bytes, whatever they are.
         let cut_at_63 = |n: &[u8]| n.len().min(MAX_IDENTIFIER_BYTES);
         let long = vec![0xE9u8; 70];
-        assert_eq!(split_identifier_list(&long, &cut_at_63).unwrap()[0].len(), 63);
+        assert_eq!(
+            split_identifier_list(&long, &cut_at_63).unwrap()[0].len(),
+            63
+        );
     }
 
     #[test]
