@@ -77,7 +77,8 @@ case "$cmd" in
     done
     [ -n "$from" ] || from=$(on 1 -d router -c "SELECT connstr FROM shard_map WHERE shard_id = $shard")
     router=$(connstr 1); router=${router/dbname=app/dbname=router}
-    "$repo/scripts/move_shard.sh" --router "$router" "$shard" "$from" "$(connstr "$to")"
+    # (the demo's application connects as the operator does: one role)
+    "$repo/scripts/move_shard.sh" --router "$router" --router-target "$(connstr "$to")" "$shard" "$from" "$(connstr "$to")"
     ;;
   writer)
     stopfile=$2 out=$3; shift 3

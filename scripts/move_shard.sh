@@ -2,14 +2,33 @@
 # Moves one logical shard to another server while it takes writes, with
 # PostgreSQL's logical replication (15+; both servers need insta_id 0.8.0+).
 #
-#   scripts/move_shard.sh [--router CONNINFO] SHARD 'FROM conninfo' 'TO conninfo'
+#   scripts/move_shard.sh [--router CONNINFO --router-target CONNINFO] [--subscription CONNINFO]
+#                         SHARD 'FROM conninfo' 'TO conninfo'
 #   scripts/move_shard.sh --undo SHARD 'FROM conninfo' 'TO conninfo'
+#
+# Connection strings carry no password (refused): libpq reads it from
+# ~/.pgpass (PGPASSFILE) or a service file (service=NAME, PGSERVICEFILE),
+# so it is never on a command line (ps) nor in a file the move writes.
+# --subscription: how the new server reaches the old one (the
+# subscription's connection, made by the new server's processes; default:
+# FROM): its password belongs in the new server's password file (the
+# server's OS user's ~/.pgpass, or passfile= in this string), never in it:
+# pg_subscription stores the string and log_statement may log it.
+# --router-target: the connection string the router's map gets for the new
+# server, the application's (its role, not the operator's).
 #
 # Run it again after an interruption at any step (a kill, a lost connection, a
 # failed wait): it finishes the move, or, if the old server still holds the
 # shard, rolls the partial copy back and moves it afresh. --undo only rolls a
 # move back while the old server still holds the shard. --router names the
-# fleet's router database (scripts/fleet_router.sql): its map is re-pointed.
+# fleet's router database (scripts/fleet_router.sql): its map is re-pointed
+# to --router-target.
+#
+# The session that holds the shard's locks at the cutover has TCP keepalives
+# (idle 10 s, then 3 probes 5 s apart): if the operator's connection is lost,
+# the old server ends it, and releases the locks, within about 25 s; on a
+# Unix socket at once. Its own waits are not cut short (no statement or idle
+# timeout).
 #
 # A script rather than SQL functions over dblink: CREATE SUBSCRIPTION with a
 # slot cannot run in a transaction block (so not in a function), the cutover
@@ -48,17 +67,34 @@
 # blocked, sequences, cutover, adopted, map, unsubscribed: the replication
 # dropped, not the fence): how tests/move.sh interrupts it.
 set -euo pipefail
-router="" undo=0
+router="" router_target="" subscription="" undo=0
 while [ $# -gt 3 ]; do
   case "$1" in
     --router) router=$2; shift 2 ;;
+    --router-target) router_target=$2; shift 2 ;;
+    --subscription) subscription=$2; shift 2 ;;
     --undo) undo=1; shift ;;
     *) break ;;
   esac
 done
-[ $# = 3 ] || { sed -n '5,6p' "$0" | sed 's/^# *//' >&2; exit 2; }
+usage() { echo "move_shard: $*" >&2; sed -n '5,7p' "$0" | sed 's/^# *//' >&2; exit 2; }
+[ $# = 3 ] || usage "three arguments: the shard, the old server's and the new server's connection strings"
 shard=$1 from=$2 to=$3
-[[ "$shard" =~ ^[0-9]+$ ]] || { echo "move_shard: shard must be a number, not '$shard'" >&2; exit 2; }
+# 7 and 007 are one shard: the number, in decimal.
+[[ "$shard" =~ ^[0-9]{1,9}$ ]] || usage "the shard must be a number from 0 to 8191, not '$shard'"
+shard=$((10#$shard))
+[ "$shard" -le 8191 ] || usage "the shard must be a number from 0 to 8191, not $shard"
+[ -z "$router" ] || [ -n "$router_target" ] ||
+  usage "--router needs --router-target: the new server's connection string for the application, not this script's"
+subscription=${subscription:-$from}
+# A password in a connection string would be on psql's and pg_dump's command
+# lines, or stored in pg_subscription: refused, whichever spelling.
+for conninfo in "$from" "$to" "$router" "$router_target" "$subscription"; do
+  if [[ "$conninfo" =~ (^|[[:space:]])password[[:space:]]*= ]] || [[ "$conninfo" =~ ^postgres(ql)?://[^/@]*:[^/@]*@ ]] ||
+     [[ "$conninfo" =~ [?\&]password= ]]; then
+    usage "a connection string holds a password: put it in ~/.pgpass (PGPASSFILE) or a service file instead (docs/shards.md, \"Moving a logical shard online\")"
+  fi
+done
 name="insta_move_$shard"
 attempts=${MOVE_LOCK_ATTEMPTS:-5}
 [[ "$attempts" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "move_shard: MOVE_LOCK_ATTEMPTS must be a number from 1 to 999" >&2; exit 2; }
@@ -94,8 +130,11 @@ hold_open() {  # hold_open CONNINFO WHERE
   # Copies of its pipes: bash closes a coprocess's own as soon as it has
   # reaped it, and an error's last lines would go unread.
   [ -n "${HOLD[0]:-}" ] && exec {hold_r}<&"${HOLD[0]}" {hold_w}>&"${HOLD[1]}" || die "psql to $hold_where ended at once"
+  # No timeout cuts the move's own waits short; keepalives end the session
+  # (and its locks) if this end is gone.
   hold "SET client_min_messages = warning; SET statement_timeout = 0;
-        SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;"
+        SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0;
+        SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3;"
 }
 hold_close() {  # psql ends at the end of its input: every copy of that pipe closed
   exec {hold_w}>&- {hold_r}<&-
@@ -132,6 +171,7 @@ read_state() {
   has_sub=$([ -n "$sub_schema" ] && echo 1 || echo 0)
   subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
 }
+to_sysid=$(qt -c "SELECT system_identifier FROM pg_control_system()")
 read_state
 
 # Drops what the move made for replication, each part only if it is there.
@@ -149,7 +189,9 @@ drop_replication() {
   if [ "$has_sub" = 1 ]; then
     qt -1 -c "SET client_min_messages = warning" -c "ALTER SUBSCRIPTION $name DISABLE" \
       -c "ALTER SUBSCRIPTION $name SET (slot_name = NONE)" -c "DROP SUBSCRIPTION $name" "${undo_sql[@]}"
-    slots+=" OR slot_name LIKE 'pg\\_${subid}\\_sync\\_%'"
+    # Table-copy slots are pg_<subscription oid>_sync_<relid>_<system
+    # identifier of the new server>: only this move's.
+    slots+=" OR slot_name LIKE 'pg\\_${subid}\\_sync\\_%\\_$to_sysid'"
   fi
   wait_for 30 "the slots of the move to be released" qf -c "SELECT count(*) = 0 FROM pg_replication_slots WHERE ($slots) AND $mine AND active"
   qf -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE ($slots) AND $mine" >/dev/null
@@ -186,7 +228,7 @@ finish_move() {
   stop_after adopted
   if [ -n "$router" ]; then
     step "re-point the router's map"
-    version=$(qr -c "SELECT repoint_shard($shard, $(lit "$to"))")
+    version=$(qr -c "SELECT repoint_shard($shard, $(lit "$router_target"))")
     echo "   map version $version"
     stop_after map
   fi
@@ -263,29 +305,29 @@ step "publication on the old server"
 qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""
 
 step "schema and subscription on the new server (one transaction)"
-ddl=$(mktemp); trap 'rm -f "$ddl"' EXIT
-pg_dump -s -n "\"${schema//\"/\"\"}\"" -f "$ddl" "$from"   # quoted: a name, not a pattern
+# (in memory, not in a file a killed move would leave)
+ddl=$(pg_dump -s -n "\"${schema//\"/\"\"}\"" "$from")   # quoted: a name, not a pattern
 # The copy refuses writes until the shard is adopted here: a client that
 # reaches the new server early would mint IDs for the shard beside the old
 # server, and its rows collide with the stream. The apply and copy workers
 # run with session_replication_role = replica, where ordinary triggers do not
 # fire. The fence reads the registry, so adopt_shard lifts it without the
 # table locks that dropping a trigger takes; the cleanup drops it.
-qf -c "SELECT format('CREATE FUNCTION %I.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS %L;',
+ddl+=$'\n'"$(qf -c "SELECT format('CREATE FUNCTION %I.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS %L;',
                      $(lit "$schema"), 'BEGIN
   IF NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard) THEN
     RAISE EXCEPTION ''shard $shard is being moved to this server: it takes writes here once the move has finished''
       USING ERRCODE = ''object_in_use'', HINT = ''Write to the server it is moving from until then (a router does).'';
   END IF;
   RETURN NULL;
-END')" >>"$ddl"
-qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I
+END')")"
+ddl+=$'\n'"$(qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I
                      FOR EACH STATEMENT EXECUTE FUNCTION %I.insta_id_move_fence();', n.nspname, c.relname, n.nspname)
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-       WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')" >>"$ddl"
-echo "CREATE SUBSCRIPTION $name CONNECTION $(lit "$from") PUBLICATION $name
-      WITH (enabled = false, create_slot = false, slot_name = '$name');" >>"$ddl"
-qt -1 -f "$ddl" >/dev/null
+       WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")"
+ddl+=$'\n'"CREATE SUBSCRIPTION $name CONNECTION $(lit "$subscription") PUBLICATION $name
+      WITH (enabled = false, create_slot = false, slot_name = '$name');"
+qt -1 -f - <<<"$ddl" >/dev/null
 subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name' AND subdbid = $this_db")
 
 step "slot on the old server; copy"
@@ -356,6 +398,16 @@ hold "COPY (SELECT * FROM insta_id.applied_migrations WHERE schema_name = $(lit 
 printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")" \
         -c "\\copy insta_id.applied_migrations FROM STDIN"
 stop_after sequences
+# What the cutover drops on the old server, said before it does.
+nsp="(SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))"
+hold "SELECT coalesce(string_agg(format('%s %I', CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                                   WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname), ', '
+                                   ORDER BY c.relname), 'nothing')
+             || format(', %s functions, %s types', (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = $nsp),
+                       (SELECT count(*) FROM pg_type y LEFT JOIN pg_class t ON t.oid = y.typrelid
+                        WHERE y.typnamespace = $nsp AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
+      FROM pg_class c WHERE c.relnamespace = $nsp AND c.relkind IN ('r', 'p', 'S', 'v');"
+echo "   dropping schema $schema on the old server: ${HELD%$'\n'} (never another schema's objects: drop_shard refuses those)"
 hold "SELECT insta_id.drop_shard($shard, force => true);
       COMMENT ON PUBLICATION $name IS 'insta_id: cutover committed'; COMMIT;"
 hold_close

@@ -40,6 +40,25 @@ COMMENT ON VIEW insta_id.guard_stats IS
 -- No caller since 0.6.0.
 DROP FUNCTION insta_id._copy_template(name, name, int);
 
+-- A schema name given as text: refused rather than cut to a name PostgreSQL
+-- would keep (63 bytes), which could be another schema, or empty.
+CREATE OR REPLACE FUNCTION insta_id._check_name(schema_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF schema_name = '' THEN
+        RAISE EXCEPTION 'a schema name must not be empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF octet_length(schema_name) > current_setting('max_identifier_length')::int THEN
+        RAISE EXCEPTION 'schema name % is longer than % bytes', quote_literal(schema_name), current_setting('max_identifier_length')
+            USING ERRCODE = 'name_too_long',
+                  DETAIL = 'PostgreSQL would cut it to the first ones, which may name another schema.';
+    END IF;
+END
+$$;
+
 -- The compiled half of the helpers (src/ddl.rs): statements run in a
 -- schema as a given role in a security-restricted operation; a stored list
 -- setting read as PostgreSQL reads it; whether a body names a schema.
@@ -171,6 +190,97 @@ BEGIN
         seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
     RETURN seq_name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    taken name;
+BEGIN
+    IF create_shard.shard_id IS NULL THEN
+        RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    PERFORM insta_id._check_name(create_shard.schema_name);
+    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+            USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+       OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
+    END IF;
+    EXECUTE format('CREATE SCHEMA %I', nsp);
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    RETURN nsp;
+END
+$$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE OR REPLACE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_name(template_schema);
+    PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- Which registered shards differ from a template, and how: one row per
+-- difference (missing, extra, or the shard's detail beside the template's).
+-- Empty right after create_shards and after a change applied to the template
+-- and every shard alike.
+CREATE OR REPLACE FUNCTION insta_id.shard_drift(template_schema text)
+RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+BEGIN
+    IF tmpl IS NULL THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    RETURN QUERY
+    -- The template's shards (and those of no recorded template), as migrate reaches them.
+    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
+                    WHERE r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                ELSE format('%s, template: %s', a.detail, e.detail) END
+    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+    WHERE a.detail IS DISTINCT FROM e.detail
+    UNION ALL
+    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+    ORDER BY 1, 3;
 END
 $$;
 
@@ -928,6 +1038,7 @@ DECLARE
     bad record;
 BEGIN
     PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    PERFORM insta_id._check_name(adopt_shard.schema_name);
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_schema_name';
@@ -1090,6 +1201,7 @@ BEGIN
         RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM insta_id._check_name(migrate.template_schema);
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_schema_name';
@@ -1243,7 +1355,7 @@ REVOKE EXECUTE ON FUNCTION
     insta_id._run_in_schema(name, regrole, text[]), insta_id._identifier_list(text),
     insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
     insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),
-    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int),
+    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int), insta_id._check_name(text),
     insta_id._sequence_name(name, name, name), insta_id._new_sequence(name, name, name, int),
     insta_id._check_template(name), insta_id._grants(aclitem[], oid),
     insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),

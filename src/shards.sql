@@ -213,19 +213,40 @@ BEGIN
 END
 $$;
 
+-- A schema name given as text: refused rather than cut to a name PostgreSQL
+-- would keep (63 bytes), which could be another schema, or empty.
+CREATE FUNCTION insta_id._check_name(schema_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF schema_name = '' THEN
+        RAISE EXCEPTION 'a schema name must not be empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF octet_length(schema_name) > current_setting('max_identifier_length')::int THEN
+        RAISE EXCEPTION 'schema name % is longer than % bytes', quote_literal(schema_name), current_setting('max_identifier_length')
+            USING ERRCODE = 'name_too_long',
+                  DETAIL = 'PostgreSQL would cut it to the first ones, which may name another schema.';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
 RETURNS name
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    nsp name := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    nsp name;
     taken name;
 BEGIN
     IF create_shard.shard_id IS NULL THEN
         RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    PERFORM insta_id._check_name(create_shard.schema_name);
+    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
     SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
     IF FOUND THEN
         RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
@@ -1031,6 +1052,7 @@ BEGIN
         RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM insta_id._check_name(template_schema);
     PERFORM insta_id._check_template(template_schema);
 END
 $$;
@@ -1280,6 +1302,7 @@ BEGIN
         RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM insta_id._check_name(migrate.template_schema);
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_schema_name';
@@ -1544,6 +1567,7 @@ DECLARE
     bad record;
 BEGIN
     PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    PERFORM insta_id._check_name(adopt_shard.schema_name);
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_schema_name';
@@ -1707,8 +1731,10 @@ BEGIN
             USING ERRCODE = 'invalid_schema_name';
     END IF;
     RETURN QUERY
+    -- The template's shards (and those of no recorded template), as migrate reaches them.
     WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
-                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name),
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
+                    WHERE r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema),
     d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
     expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
                  WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
@@ -1739,7 +1765,7 @@ REVOKE EXECUTE ON FUNCTION
     insta_id._run_in_schema(name, regrole, text[]), insta_id._identifier_list(text),
     insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
     insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),
-    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int),
+    insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int), insta_id._check_name(text),
     insta_id._sequence_name(name, name, name), insta_id._new_sequence(name, name, name, int),
     insta_id._check_template(name), insta_id._grants(aclitem[], oid),
     insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),

@@ -50,8 +50,16 @@ nothing_left() { # publications, slots, subscriptions, write fences of a move, o
   echo "$(q "$old" -c "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)")|$(q "$new" -c "SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')")"
 }
 
-check "refused: a shard not registered on the old server" "$(move 99 "$old" "$new" | tail -n1)" \
+check "refused: a shard not registered on the old server (0099 is shard 99)" "$(move 0099 "$old" "$new" | tail -n1)" \
   "move_shard: shard 99 is not registered on the old server"
+rc=0; out=$(move 7 "$old password=secret" "$new") || rc=$?
+check "refused: a password in a connection string (it would be on psql's command line)" "$rc|$(echo "$out" | head -n1)" \
+  "2|move_shard: a connection string holds a password: put it in ~/.pgpass (PGPASSFILE) or a service file instead (docs/shards.md, \"Moving a logical shard online\")"
+rc=0; out=$(move 7 "$old" "postgresql://postgres:secret@localhost/app") || rc=$?
+check "refused: a password in a URI" "$rc|$(echo "$out" | grep -c 'holds a password')" "2|1"
+rc=0; out=$(move --router "$old" 7 "$old" "$new") || rc=$?
+check "refused: --router without the application's connection string (--router-target)" "$rc|$(echo "$out" | head -n1)" \
+  "2|move_shard: --router needs --router-target: the new server's connection string for the application, not this script's"
 check "refused: a table without a key or replica identity" "$(move 9 "$old" "$new" | tail -n1)" \
   "move_shard: tables without a primary key or replica identity: nokey.t"
 q "$old" -c "SELECT insta_id.drop_shard(9, force => true)" -c "SELECT insta_id.create_shards(10, 10, 'template')" \
@@ -119,6 +127,9 @@ sed 's/^/     /' "$work/move.log"
 read -r ok wfailed <"$work/writer"
 echo "     writer: $ok rows committed, $wfailed attempts failed on both servers"
 check "the move succeeded" "$rc" 0
+check "the cutover said what it dropped on the old server" \
+  "$(grep -o 'dropping schema insta7 on the old server: .*' "$work/move.log")" \
+  "dropping schema insta7 on the old server: table likes, sequence likes_id_seq, table photos, sequence photos_id_seq, table users, sequence users_id_seq, 0 functions, 0 types (never another schema's objects: drop_shard refuses those)"
 check "every committed row is on the new server, the 20,000 copied ones too" \
   "$(q "$new" -c "SELECT count(*) FILTER (WHERE name LIKE 'w%'), count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users")" "$ok|20000"
 check "no ID repeats, old server's or new" \
@@ -242,7 +253,7 @@ check "the new server keeps the guard per session, and the early session has use
 ( while [ ! -e "$work/stop12" ]; do q "$old" -c "INSERT INTO insta12.users (name) VALUES ('w')" >/dev/null 2>&1 || true; done ) &
 w12=$!
 sleep 0.5
-rc=0; move 12 "$old" "$new16" >"$work/move16.log" || rc=$?
+rc=0; move --subscription "$old" 12 "$old" "$new16" >"$work/move16.log" || rc=$?   # (the subscription's own connection string)
 touch "$work/stop12" "$work/moved16"; wait $w12; wait $early || true
 grep -A3 '== cutover' "$work/move16.log" | sed 's/^/     /' || cat "$work/move16.log"
 at=$(cat "$work/early.out")
