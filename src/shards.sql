@@ -466,6 +466,21 @@ BEGIN
         SELECT format('aggregate %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.oid = tmpl AND p.prokind = 'a'
         UNION ALL
+        -- Objects with a schema that a copy does not make.
+        SELECT format('operator %s', o.oid::regoperator) FROM pg_operator o WHERE o.oprnamespace = tmpl
+        UNION ALL
+        SELECT format('operator class %I.%I', template, c.opcname) FROM pg_opclass c WHERE c.opcnamespace = tmpl
+        UNION ALL
+        SELECT format('operator family %I.%I', template, f.opfname) FROM pg_opfamily f WHERE f.opfnamespace = tmpl
+        UNION ALL
+        SELECT format('collation %I.%I', template, c.collname) FROM pg_collation c WHERE c.collnamespace = tmpl
+        UNION ALL
+        SELECT format('conversion %I.%I', template, c.conname) FROM pg_conversion c WHERE c.connamespace = tmpl
+        UNION ALL
+        SELECT format('text search configuration %I.%I', template, c.cfgname) FROM pg_ts_config c WHERE c.cfgnamespace = tmpl
+        UNION ALL
+        SELECT format('text search dictionary %I.%I', template, d.dictname) FROM pg_ts_dict d WHERE d.dictnamespace = tmpl
+        UNION ALL
         -- A body is text: a name qualified with the template's schema in it
         -- (in any spelling, in a string for dynamic SQL too) would be the
         -- template's object in every copy.
@@ -1471,7 +1486,8 @@ BEGIN
     IF nsp_oid IS NOT NULL THEN
         -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
         -- objects of other schemas that depend on the shard's (views,
-        -- foreign keys, columns of its types, functions taking them).
+        -- foreign keys, columns of its types, functions taking them,
+        -- operators on its functions), and schemaless ones (casts).
         WITH inside AS (
             SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
             UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
@@ -1496,7 +1512,10 @@ BEGIN
                                                     WHERE t.oid = x.objid)
                   WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
                                                    WHERE p.oid = x.objid)
-                  WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxnamespace FROM pg_statistic_ext s WHERE s.oid = x.objid)
+                  -- (operators, operator classes, collations, ...: the schema
+                  -- PostgreSQL names; none for casts and other schemaless objects)
+                  ELSE (SELECT n.oid FROM pg_namespace n
+                        WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
                   END, 0) <> nsp_oid;
         IF outside IS NOT NULL THEN
             RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id

@@ -19,6 +19,9 @@
 #   exactly one server after the kill, and the re-run finishes the move with
 #   every row and nothing left behind (after the router's map switch:
 #   tests/fleet.sh); two re-runs at once after the cutover both finish;
+# - a shard whose owner filled it with decoys of every pg_catalog function
+#   and operator (tests/fixtures/decoys.sql): none runs as the superuser
+#   moving it;
 # - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
 #   session opened there before the move mints IDs after the old server's.
 source "$(dirname "$0")/../scripts/harness.sh"
@@ -182,6 +185,22 @@ check "a long reader: the cutover's lock tried again after 1 s and the move fini
 check "its partitioned table came along, and takes writes on the new server" \
   "$(q "$new" -c "INSERT INTO insta11.events VALUES (31, '2027-02-01'), (32, '2026-06-01')" -c "SELECT count(*) FROM insta11.events_rest")|$(q "$new" -c "SELECT count(*) FROM insta11.events")" \
   "20|32"
+
+# A hostile shard owner (issue 23): the application role owns shard 16 and
+# fills it with a decoy of every pg_catalog function and operator it can
+# shadow (tests/fixtures/decoys.sql), each logging who called it. The move,
+# run by a superuser, calls none of them, on either server.
+for c in "$old" "$new"; do
+  q "$c" -c "CREATE ROLE app_owner" -c "GRANT CREATE ON DATABASE app TO app_owner" \
+    -c "SET ROLE app_owner" -c "SET client_min_messages = warning" -f "$repo/tests/fixtures/decoys.sql" >/dev/null
+done
+planted=$(q "$old" -c "SELECT insta_id.create_shards(16, 16, 'template')" -c "ALTER SCHEMA insta16 OWNER TO app_owner" \
+            -c "SET ROLE app_owner" -c "SET client_min_messages = warning" -c "SELECT hostile.plant('insta16')" | tail -n1)
+rc=0; move 16 "$old" "$new" >"$work/hostile.log" || rc=$?
+check "a shard with $planted decoys moved (exit $rc), its decoys along; none ran as a superuser, on either server" \
+  "$rc|$(q "$new" -c "SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace")|$(
+   q "$old" -c "SELECT count(*) FROM hostile.log WHERE superuser")|$(q "$new" -c "SELECT count(*) FROM hostile.log WHERE superuser")|$(
+   q "$old" -c "SELECT rolsuper FROM pg_roles WHERE rolname = 'app_owner'")" "0|t|0|0|f"
 
 # Killed after each step, then run again.
 n=0

@@ -16,6 +16,7 @@ for a in "$@"; do
   esac
 done
 dir="$repo/tests/pg_regress"
+export INSTA_ID_FIXTURES="$repo/tests/fixtures"   # (\getenv in the suite: shared SQL)
 out="$repo/target/regress/pg$PG-$name"
 mkdir -p "$out"
 [ "$(id -u)" = 0 ] && chmod o+rwx "$out"

@@ -47,18 +47,25 @@ SELECT v FROM insta409.secrets;
 SELECT insta_id.drop_shard(409, force => true);
 
 -- drop_shard never drops another schema's objects: a view, a foreign key, a
--- column of the shard's type elsewhere make it refuse (2BP01), with force.
+-- column of the shard's type, an operator elsewhere make it refuse (2BP01),
+-- with force.
 SELECT insta_id.create_shard(410);
 CREATE TYPE insta410.mood AS ENUM ('ok');
 CREATE TABLE insta410.users (id int PRIMARY KEY);
 CREATE VIEW public.c_users AS SELECT id FROM insta410.users;
 CREATE TABLE public.c_refs (user_id int REFERENCES insta410.users, m insta410.mood);
+-- (an operator of the shard's own on its function is the shard's; one
+-- elsewhere on it is not)
+CREATE FUNCTION insta410.same(int, int) RETURNS boolean LANGUAGE sql IMMUTABLE RETURN $1 = $2;
+CREATE OPERATOR insta410.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = insta410.same);
+CREATE OPERATOR public.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = insta410.same);
 SELECT insta_id.drop_shard(410, force => true);
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS still_there FROM pg_class WHERE relname IN ('c_users', 'c_refs', 'users') AND relnamespace IN
     ('public'::regnamespace, 'insta410'::regnamespace);
 DROP VIEW public.c_users;
 DROP TABLE public.c_refs;
+DROP OPERATOR public.=== (int, int);
 SELECT insta_id.drop_shard(410, force => true);
 
 -- Case 6: a body naming the template in any spelling is refused; a name
