@@ -16,8 +16,9 @@
 #
 # Besides what pgrx installs (the library, the control file, this version's
 # script generated from src/*.sql, and sql/'s upgrade scripts) install copies
-# the frozen install scripts of earlier versions, so
-# `CREATE EXTENSION insta_id VERSION '<old>'` works (the upgrade tests use it).
+# sql/ whole: the base script of 0.1.0 and the chain from it, so
+# `CREATE EXTENSION insta_id VERSION '<old>'` works (the upgrade tests use
+# it), and removes any other script of insta_id an earlier install left there.
 source "$(dirname "$0")/harness.sh"
 cd "$repo"
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -27,8 +28,12 @@ features=(--no-default-features --features "pg$PG")
 version=$(insta_id_version)
 extdir="$("$PG_CONFIG" --sharedir)/extension"
 
-copy_frozen() { # $1: destination extension directory, $2...: cp prefix
-  local dest=$1; shift
+copy_chain() { # $1: destination extension directory, $2...: command prefix (sudo)
+  local dest=$1 f; shift
+  for f in "$dest"/insta_id--*.sql; do
+    [ -e "$f" ] || continue
+    case "${f##*/}" in "insta_id--$version.sql") ;; *) [ -f "sql/${f##*/}" ] || "$@" rm -f "$f" ;; esac
+  done
   "$@" cp sql/insta_id--*.sql "$dest/"
 }
 
@@ -41,13 +46,13 @@ case "${1:-}" in
     fi
     cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" "${sudo_flag[@]}"
     [ -f "$extdir/insta_id--$version.sql" ] || { echo "install: insta_id--$version.sql was not installed" >&2; exit 1; }
-    copy_frozen "$extdir" "${prefix[@]}"
+    copy_chain "$extdir" "${prefix[@]}"
     say "installed insta_id $version ($profile build) into PostgreSQL $PG at $extdir"
     ;;
   package)
     tree="target/packages/pg$PG/tree"; rm -rf "$tree"
     cargo pgrx package --profile "${2:-release}" --pg-config "$PG_CONFIG" --out-dir "$tree"
-    mkdir -p "$tree$extdir"; copy_frozen "$tree$extdir"
+    mkdir -p "$tree$extdir"; copy_chain "$tree$extdir"
     ;;
   test-rust)
     cargo test --lib "${features[@]}"

@@ -180,6 +180,16 @@ check() {
     failed=$((failed + 1)); echo "FAIL - $1: got '$2', expected '$3'"
   fi
 }
+# check_same DESCRIPTION ACTUAL EXPECTED: for long texts; on failure shows
+# their diff (at most 60 lines) instead of both.
+check_same() {
+  if [ "$2" = "$3" ]; then
+    passed=$((passed + 1)); echo "ok   - $1"
+  else
+    failed=$((failed + 1)); echo "FAIL - $1: differs (- expected, + got):"
+    diff -u <(echo "$3") <(echo "$2") | sed -n '3,62p'
+  fi
+}
 # check_true DESCRIPTION SQL-BOOLEAN [psql args...]
 check_true() {
   local what=$1 sql=$2; shift 2

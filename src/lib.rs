@@ -106,8 +106,8 @@ mod tests;
 
 ::pgrx::pg_module_magic!(name, version);
 
-// The SQL surface, in the order of the versions that introduced it; each
-// version's install script is frozen as sql/insta_id--<version>.sql.
+// The SQL surface, in the order of the versions that introduced it. Once a
+// version is released its SQL is frozen (sql/SHA256SUMS, CONTRIBUTING.md).
 extension_sql_file!("insta_id.sql", name = "surface", bootstrap);
 extension_sql_file!("shards.sql", name = "shards", requires = ["surface"]);
 

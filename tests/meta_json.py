@@ -80,7 +80,8 @@ def main(root: pathlib.Path):
     need(version == cargo, f"version {version} but Cargo.toml says {cargo}")
     need("@CARGO_VERSION@" in (root / "insta_id.control").read_text(),
          "the control file's default_version is no longer Cargo.toml's")
-    need((root / f"sql/insta_id--{version}.sha256").is_file(), f"sql/insta_id--{version}.sha256 is missing")
+    need((root / "sql/SHA256SUMS").is_file(), "sql/SHA256SUMS (what has been released) is missing")
+    need((root / "sql/insta_id--0.1.0.sql").is_file(), "sql/insta_id--0.1.0.sql, the base of the upgrade chain, is missing")
     need(any(root.glob(f"sql/insta_id--*--{version}.sql")), f"no upgrade script to {version} in sql/")
     for e in errors:
         print(f"FAIL - META.json: {e}")

@@ -62,9 +62,8 @@ check "ALTER EXTENSION insta_id UPDATE brings $version" \
   "$(q -d app -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'")" "$version"
 q -d postgres -c "CREATE DATABASE fresh"
 q -d fresh -c "CREATE EXTENSION insta_id"
-updated=$(q -d app -c "$describe"); fresh=$(q -d fresh -c "$describe")
-[ "$updated" = "$fresh" ] || diff <(echo "$fresh") <(echo "$updated") || true
-check "the updated extension has the objects of a fresh install" "$([ "$updated" = "$fresh" ] && echo same || echo differs)" same
+check_same "the updated extension has the objects of a fresh install, in full" \
+  "$(q -d app -c "$describe")" "$(q -d fresh -c "$describe")"
 q -d app <<'SQL'
 CREATE TABLE public.ids_after (shard int, id bigint);
 DO $$ BEGIN

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Releases of insta_id's SQL. sql/ holds one base install script
+# (insta_id--0.1.0.sql) and an upgrade script per release; PostgreSQL
+# installs any earlier version from the base along that chain. The current
+# version's install script is generated from src/*.sql by pgrx at build
+# time. sql/SHA256SUMS freezes what has been released: every file of sql/
+# once its version is out, and the generated script of the current version
+# once it is (its checksum without pgrx's source-location comments, which
+# move when Rust code does).
+#
+#   scripts/dev/release.sh check    (tests/upgrade.sh) released files
+#                                   unchanged; in sql/ only released files and
+#                                   the upgrade script to the version being
+#                                   made; the CHANGELOG agrees
+#   scripts/dev/release.sh freeze   release Cargo.toml's version: its
+#                                   CHANGELOG heading must carry a date; then
+#                                   commit and `git tag -a v<version>`
+#
+# Both read the generated script where `scripts/build.sh install` put it.
+source "$(dirname "$0")/../harness.sh"
+cd "$repo"
+version=$(insta_id_version)
+sums=sql/SHA256SUMS
+generated="$("$PG_CONFIG" --sharedir)/extension/insta_id--$version.sql"
+
+# The released form of the generated script: pgrx's "-- src/x.rs:NN" lines out.
+generated_sum() {
+  [ -f "$generated" ] || { echo "release.sh: $generated is missing: scripts/build.sh install first" >&2; return 1; }
+  grep -vE '^-- src/[^ ]+\.rs:[0-9]+$' "$generated" | sha256sum | cut -d' ' -f1
+}
+recorded() { sed -nE "s/^([0-9a-f]{64})  $1\$/\\1/p" "$sums"; }
+released() { [ -n "$(recorded "insta_id--$version.sql")" ]; }
+
+case "${1:-}" in
+  check)
+    bad=0
+    fail() { echo "release.sh: $*" >&2; bad=1; }
+    while read -r sum name; do
+      if [ -f "sql/$name" ]; then
+        [ "$(sha256sum "sql/$name" | cut -d' ' -f1)" = "$sum" ] || fail "sql/$name was released and has changed"
+      elif [ "$name" = "insta_id--$version.sql" ]; then
+        [ "$(generated_sum)" = "$sum" ] ||
+          fail "src/*.sql has changed since $version was released: bump Cargo.toml's version and add an upgrade script (CONTRIBUTING.md, Releases)"
+      fi
+    done <"$sums"
+    for f in sql/insta_id--*.sql; do
+      name=${f#sql/}
+      [ -n "$(recorded "$name")" ] && continue
+      if released || [ "${name##*--}" != "$version.sql" ] || [ "$name" = "insta_id--$version.sql" ]; then
+        fail "$f is not in $sums: only the upgrade script to the version being made ($version) may be unreleased"
+      fi
+    done
+    if released; then
+      grep -qE "^## $version \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$" CHANGELOG.md || fail "$version is released but CHANGELOG.md has no '## $version (date)'"
+    else
+      grep -qE "^## Unreleased \($version\)$" CHANGELOG.md || fail "CHANGELOG.md has no '## Unreleased ($version)' for the version being made"
+    fi
+    [ $bad = 0 ]
+    ;;
+  freeze)
+    released && { echo "release.sh: $version is already released" >&2; exit 1; }
+    grep -qE "^## $version \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$" CHANGELOG.md ||
+      { echo "release.sh: give the release its date in CHANGELOG.md first: '## $version (YYYY-MM-DD)'" >&2; exit 1; }
+    for f in sql/insta_id--*.sql; do
+      [ -n "$(recorded "${f#sql/}")" ] || echo "$(sha256sum "$f" | cut -d' ' -f1)  ${f#sql/}" >>"$sums"
+    done
+    echo "$(generated_sum)  insta_id--$version.sql" >>"$sums"
+    say "$version frozen in $sums: commit it, then git tag -a v$version -m 'insta_id $version'"
+    ;;
+  *)
+    sed -n '2,20p' "$0" >&2; exit 2 ;;
+esac
