@@ -1,5 +1,5 @@
-//! The compiled half of the shard helpers (`src/shards.sql`): what PL/pgSQL
-//! cannot do safely by itself. Declared in `src/shards.sql`, executable by
+//! The compiled half of the shard helpers (`src/sql/`): what PL/pgSQL
+//! cannot do safely by itself. Declared in `src/sql/ddl.sql`, executable by
 //! no one but the helpers' callers (not PUBLIC).
 //!
 //! - `_run_in_schema(nsp, run_as, statements)` runs statements that must see

@@ -1,7 +1,7 @@
 //! The SQL-facing functions, as plain version-1 fmgr functions.
 //!
 //! Their SQL declarations (volatility, strictness, parallel safety) are in
-//! `src/insta_id.sql`; every one is STRICT, so no argument here is NULL.
+//! `src/sql/ids.sql` and `src/sql/guard.sql`; every one is STRICT, so no argument here is NULL.
 //! They are written against fmgr directly, not through #[pg_extern], because
 //! next_id sits in column DEFAULTs on the insert path: every nanosecond of
 //! wrapper shows up in INSERT throughput.

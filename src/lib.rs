@@ -9,13 +9,14 @@
 //!   carries the guard across restarts;
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
-//! - `functions`: the SQL-facing functions declared in `src/insta_id.sql`;
+//! - `functions`: the SQL-facing functions declared in `src/sql/ids.sql` and
+//!   `src/sql/guard.sql`;
 //! - `pg_extern_bench`: #[pg_extern] twins of two of them, for `make bench`;
 //! - `sql_text`: reading SQL text from the catalogs (list settings, bodies),
 //!   pure Rust;
 //! - `ddl`: the compiled half of the shard helpers (statements run as a
 //!   schema's owner, the readers of `sql_text` for SQL);
-//! - `src/shards.sql`: the logical-shard registry and DDL helpers (PL/pgSQL).
+//! - `src/sql/*.sql`: the SQL, one file per concern (the order is below).
 
 use pgrx::prelude::*;
 
@@ -108,8 +109,21 @@ mod tests;
 
 // The SQL surface, in the order of the versions that introduced it. Once a
 // version is released its SQL is frozen (sql/SHA256SUMS, CONTRIBUTING.md).
-extension_sql_file!("insta_id.sql", name = "surface", bootstrap);
-extension_sql_file!("shards.sql", name = "shards", requires = ["surface"]);
+// The SQL, one file per concern under src/sql/, each opening with what it
+// owns and the search_path and privilege rules of its functions; loaded in
+// this order (a LANGUAGE sql function's body is checked at creation, so what
+// it reads comes first); privileges.sql last, so its default deny covers all.
+extension_sql_file!("sql/ids.sql", name = "ids", bootstrap);
+extension_sql_file!("sql/guard.sql", name = "guard", requires = ["ids"]);
+extension_sql_file!("sql/ddl.sql", name = "ddl", requires = ["guard"]);
+extension_sql_file!("sql/registry.sql", name = "registry", requires = ["ddl"]);
+extension_sql_file!("sql/migrations.sql", name = "migrations", requires = ["registry"]);
+extension_sql_file!("sql/id_columns.sql", name = "id_columns", requires = ["migrations"]);
+extension_sql_file!("sql/template_plan.sql", name = "template_plan", requires = ["id_columns"]);
+extension_sql_file!("sql/template_copy.sql", name = "template_copy", requires = ["template_plan"]);
+extension_sql_file!("sql/drift.sql", name = "drift", requires = ["template_copy"]);
+extension_sql_file!("sql/moves.sql", name = "moves", requires = ["drift"]);
+extension_sql_file!("sql/privileges.sql", name = "privileges", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

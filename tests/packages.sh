@@ -94,7 +94,7 @@ dist="$unpacked/insta_id-$version"
 out=$(python3 tests/meta_json.py "$dist" 2>&1) && rc=0 || rc=$?
 check "dist: META.json of the archive is valid and says $version" "$rc $out" \
   "0 meta_json.py: $dist/META.json is valid (PGXN Meta Spec 1.0.0, version $version)"
-for f in Makefile insta_id.control Cargo.toml Cargo.lock LICENSE README.md src/insta_id.sql sql/SHA256SUMS sql/insta_id--0.1.0.sql; do
+for f in Makefile insta_id.control Cargo.toml Cargo.lock LICENSE README.md src/sql/ids.sql sql/SHA256SUMS sql/insta_id--0.1.0.sql; do
   check "dist: the archive has $f" "$([ -f "$dist/$f" ] && echo yes)" yes
 done
 # The validator refuses what PGXN would: a missing license, a wrong version, a file not there.

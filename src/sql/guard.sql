@@ -1,0 +1,88 @@
+-- The duplicate guard seen from SQL (src/guard.rs, src/guard_store.rs,
+-- src/mark.rs): its mode, the durable high-water mark, its statistics, and
+-- the warning CREATE EXTENSION gives when the guard covers single sessions.
+-- search_path: none needed; C functions that run no SQL, and views that
+-- name everything qualified.
+-- Privileges: reading is PUBLIC's; guard_stats_reset and
+-- raise_high_water_mark are not (privileges.sql).
+
+CREATE FUNCTION insta_id.guard_mode()
+RETURNS text
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
+COMMENT ON FUNCTION insta_id.guard_mode() IS
+'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
+
+CREATE FUNCTION insta_id.high_water_mark()
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
+COMMENT ON FUNCTION insta_id.high_water_mark() IS
+'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
+
+-- A shard moved in from a server whose clock is ahead of this one's: every
+-- millisecond up to the old server's mark counts as used here too (docs/shards.md,
+-- "Moving a logical shard online"). Superuser only: it moves every sequence's
+-- IDs ahead of the clock until the clock passes the mark.
+CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz)
+RETURNS timestamptz
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_raise_high_water_mark';
+COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
+'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this server, durably; returns the mark';
+
+-- What the duplicate guard did: per sequence in its table, and in total.
+-- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
+-- server with the per-session guard would read its own empty table).
+CREATE FUNCTION insta_id._guard_stats(
+    OUT database oid, OUT sequence_oid oid, OUT last_ms_at timestamptz,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED ROWS 100
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_sequences';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of the view insta_id.guard_stats';
+
+CREATE FUNCTION insta_id._guard_stats_total(
+    OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
+COMMENT ON FUNCTION insta_id._guard_stats_total() IS 'The row of the view insta_id.guard_stats_total';
+
+CREATE FUNCTION insta_id.guard_stats_reset()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats and guard_stats_total (not what the guard remembers against duplicates); superuser unless granted';
+
+-- A sequence of another database shows its OID only: its name is in that
+-- database's catalog (and the same OID here may name another relation).
+CREATE VIEW insta_id.guard_stats AS
+SELECT d.datname AS database,
+       CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END AS sequence,
+       s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+FROM insta_id._guard_stats() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+COMMENT ON VIEW insta_id.guard_stats IS
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE VIEW insta_id.guard_stats_total AS
+SELECT * FROM insta_id._guard_stats_total();
+COMMENT ON VIEW insta_id.guard_stats_total IS
+'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
+
+-- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
+-- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.
+DO $$
+BEGIN
+  IF insta_id.guard_mode() = 'session' THEN
+    RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
+      USING HINT = 'Add insta_id to shared_preload_libraries and restart (or use PostgreSQL 17 or later) to guard across sessions. insta_id.require_shared_guard = on makes next_id refuse to run until then. See insta_id.guard_mode() and the README.';
+  END IF;
+END
+$$;

@@ -1,0 +1,248 @@
+-- Migrations across shards: insta_id.migrate runs a named change on a
+-- template and on every registered shard of it, one transaction per schema,
+-- recorded in migrations/applied_migrations (user data, dumped by pg_dump).
+-- search_path and privileges: as registry.sql says. Each schema's
+-- statements run through _run_in_schema as the schema's owner.
+
+-- Migrations across shards (insta_id.migrate): each one's statements, and
+-- which schemas (the template and each shard) have it. Both are user data:
+-- pg_dump dumps them. A shard made from a template has every migration the
+-- template has.
+CREATE TABLE insta_id.migrations (
+    name            text PRIMARY KEY CHECK (name <> ''),
+    template_schema name NOT NULL,
+    statements      text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE insta_id.migrations IS
+'Migrations run by insta_id.migrate: name, template and statements. Dumped by pg_dump with the database.';
+CREATE TABLE insta_id.applied_migrations (
+    schema_name name NOT NULL,
+    migration   text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, migration)
+);
+COMMENT ON TABLE insta_id.applied_migrations IS
+'Which schema (template or shard) has which migration. Dumped by pg_dump with the database.';
+SELECT pg_catalog.pg_extension_config_dump('insta_id.migrations', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id.applied_migrations', '');
+
+-- Registered shards that lack a migration their template has.
+CREATE VIEW insta_id.pending_migrations AS
+SELECT m.name AS migration, r.shard_id, r.schema_name
+FROM insta_id.migrations m
+JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
+JOIN insta_id.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
+WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                  WHERE a.schema_name = r.schema_name AND a.migration = m.name);
+COMMENT ON VIEW insta_id.pending_migrations IS
+'Registered shards without a migration their template has (insta_id.migrate applies it)';
+
+-- The migrations a schema has, in name order (a template's plan carries them
+-- to its copies).
+CREATE FUNCTION insta_id._migrations_of(nsp name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(a.migration ORDER BY a.migration), '[]')
+    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp
+$$;
+
+-- Applies a migration to the template, then to every registered shard of
+-- that template lacking it (and to shards of no recorded template), in shard
+-- order: one transaction per schema, run as the schema's owner in a
+-- security-restricted operation with search_path = <schema>, pg_catalog,
+-- pg_temp (insta_id._run_in_schema), recorded in
+-- insta_id.applied_migrations in the same transaction. Re-running skips the
+-- schemas that have it, so a failure or a cancel is resumed by calling it
+-- again; it stops at the first failing schema, naming it. Each schema's
+-- statements run under lock_timeout and are retried lock_retries times
+-- (waiting longer each time) rather than queueing behind a long transaction
+-- while that shard's writers queue behind them. One runner at a time: a
+-- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
+-- procedure that has one; search_path is fixed per transaction instead, by
+-- the first statement after each COMMIT. Until then only qualified names
+-- run: the declarations' types are pg_catalog's and have no initial values
+-- (an expression there would run under the caller's search_path).
+CREATE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
+                                  lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    recorded_template pg_catalog.name;
+    recorded_statements pg_catalog.text;
+    target pg_catalog.name;
+    target_owner pg_catalog.regrole;
+    target_shard pg_catalog.int4;
+    last_shard pg_catalog.int4;
+    attempt pg_catalog.int4;
+    shards_done pg_catalog.int4;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+    holder pg_catalog.int4;
+    moving pg_catalog.int4[];
+    err_state pg_catalog.text;
+    err_message pg_catalog.text;
+    err_detail pg_catalog.text;
+    err_hint pg_catalog.text;
+BEGIN
+    -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    last_shard := -1;
+    shards_done := 0;
+    started := clock_timestamp();
+    reported := started;
+    moving := '{}';
+    IF migration IS NULL OR migrate.template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
+       OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF migration = '' OR lock_retries < 0 THEN
+        RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_name(migrate.template_schema);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+
+    LOOP
+        IF NOT pg_try_advisory_xact_lock(1768515633, 1) THEN
+            SELECT l.pid INTO holder FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.classid = 1768515633 AND l.objid = 1 AND l.objsubid = 2 AND l.granted;
+            RAISE EXCEPTION 'another insta_id.migrate is running'
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('Process %s holds the migration runner''s lock.', holder),
+                      HINT = 'Call insta_id.migrate again once it has finished: it skips the schemas that have the migration.';
+        END IF;
+        IF target IS NULL THEN
+            -- First transaction: one name, one set of statements, one template.
+            SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
+            FROM insta_id.migrations m WHERE m.name = migration;
+            IF NOT FOUND THEN
+                INSERT INTO insta_id.migrations (name, template_schema, statements)
+                VALUES (migration, migrate.template_schema, statements);
+            ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
+                RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
+                    USING ERRCODE = 'duplicate_object',
+                          DETAIL = format('Template %I; statements: %s', recorded_template, recorded_statements),
+                          HINT = 'A migration is never changed once run: give the new statements a new name.';
+            END IF;
+        END IF;
+        IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                       WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
+            target := migrate.template_schema;
+            target_shard := NULL;
+        ELSE
+            -- The next shard without it; the registry is read again each time,
+            -- so shards created meanwhile from the old template are not missed.
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
+            WHERE r.shard_id > last_shard
+              AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
+              AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
+            ORDER BY r.shard_id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            last_shard := target_shard;
+        END IF;
+
+        -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
+        -- is not replicated, so it would miss the copy on the new server.
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
+        -- The shard's registry row, held against a drop_shard (which takes
+        -- it FOR UPDATE) until this schema's transaction ends; its schema
+        -- must exist: a migration never runs under another schema.
+        IF target_shard IS NOT NULL THEN
+            PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
+            CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
+        END IF;
+        SELECT n.nspowner::regrole INTO target_owner FROM pg_namespace n WHERE n.nspname = target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
+                            quote_ident(target), target_shard
+                USING ERRCODE = 'invalid_schema_name',
+                      DETAIL = 'The template and the shards before it have the migration.',
+                      HINT = format('Restore the schema, or unregister the shard (insta_id.drop_shard(%s)); then call insta_id.migrate again.', target_shard);
+        END IF;
+        attempt := 0;
+        LOOP
+            BEGIN
+                PERFORM set_config('lock_timeout', lock_timeout, true);
+                IF target_shard IS NULL THEN
+                    PERFORM pg_advisory_xact_lock(1768515633, 2);
+                END IF;
+                -- As the schema's owner: the statements, and the owner's code they
+                -- reach (triggers, defaults, functions), never run with the
+                -- caller's rights.
+                PERFORM insta_id._run_in_schema(target, target_owner, ARRAY[statements]);
+                EXIT;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    attempt := attempt + 1;
+                    IF attempt > lock_retries THEN
+                        RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
+                                        quote_literal(migration), quote_ident(target), lock_timeout, attempt
+                            USING ERRCODE = 'lock_not_available',
+                                  DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END,
+                                  HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
+                    END IF;
+                    RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
+                    -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                    PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+                WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+                                            err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
+                                    quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
+                                                                ELSE format(' (shard %s)', target_shard) END, err_message
+                        USING ERRCODE = err_state,
+                              DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
+                                           THEN 'Nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END),
+                              HINT = CASE WHEN err_state = '25001' THEN
+                                         'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
+                                     WHEN err_hint <> '' THEN err_hint
+                                     ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
+            END;
+        END LOOP;
+        INSERT INTO insta_id.applied_migrations (schema_name, migration) VALUES (target, migration);
+        shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' THEN
+            RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
+                migration, shards_done, coalesce(target_shard, -1),
+                round(shards_done / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+    END LOOP;
+    COMMIT;
+    IF moving <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
+                        array_to_string(moving, ', ')
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
+        (SELECT count(*) FROM insta_id.shard_registry r
+         WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.migrate(text, text, text, text, int) IS
+'Runs a named migration on the template and every registered shard lacking it, one transaction per schema; resumable';

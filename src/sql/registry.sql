@@ -1,0 +1,242 @@
+-- The shard registry: which schema is which logical shard, and the helpers
+-- for one shard's life (create_shard, drop_shard, adopt_shard).
+-- Rules for every shard helper (registry.sql, id_columns.sql,
+-- template_plan.sql, template_copy.sql, migrations.sql, drift.sql,
+-- moves.sql): PL/pgSQL or SQL with
+-- SET search_path = pg_catalog, pg_temp and every other name qualified;
+-- identifiers quoted with format %I / %L or requoted after parsing, never
+-- pasted; SECURITY INVOKER, in the caller's transaction (all or nothing).
+-- A statement that must see a shard's or template's objects first goes to
+-- insta_id._run_in_schema (ddl.sql). Not PUBLIC's: superusers, and roles
+-- granted EXECUTE (README, "Who may do what"; privileges.sql).
+
+CREATE TABLE insta_id.shard_registry (
+    shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
+    schema_name name NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    -- The template the shard was copied from (create_shards): its migrations
+    -- reach the shard. NULL for a shard made otherwise (create_shard,
+    -- adopt_shard, before 0.9.0): every template's migrations reach it.
+    template_schema name
+);
+COMMENT ON TABLE insta_id.shard_registry IS
+'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
+-- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
+SELECT pg_catalog.pg_extension_config_dump('insta_id.shard_registry', '');
+
+-- tables: one pass over pg_class for all shards (pg_class has no index on
+-- the schema alone, so a count per shard would scan it once per shard).
+CREATE VIEW insta_id.shards AS
+SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables, r.template_schema
+FROM insta_id.shard_registry r
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+COMMENT ON VIEW insta_id.shards IS 'Logical shards of this database, with how many tables each has';
+
+CREATE FUNCTION insta_id._check_shard_id(shard_id int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF shard_id NOT BETWEEN 0 AND 8191 THEN
+        RAISE EXCEPTION 'shard id % is out of range', shard_id
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  DETAIL = 'A shard id must be between 0 and 8191.';
+    END IF;
+END
+$$;
+
+-- A schema name given as text: refused rather than cut to a name PostgreSQL
+-- would keep (63 bytes), which could be another schema, or empty.
+CREATE FUNCTION insta_id._check_name(schema_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF schema_name = '' THEN
+        RAISE EXCEPTION 'a schema name must not be empty' USING ERRCODE = 'invalid_name';
+    END IF;
+    IF octet_length(schema_name) > current_setting('max_identifier_length')::int THEN
+        RAISE EXCEPTION 'schema name % is longer than % bytes', quote_literal(schema_name), current_setting('max_identifier_length')
+            USING ERRCODE = 'name_too_long',
+                  DETAIL = 'PostgreSQL would cut it to the first ones, which may name another schema.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    taken name;
+BEGIN
+    IF create_shard.shard_id IS NULL THEN
+        RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    PERFORM insta_id._check_name(create_shard.schema_name);
+    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+            USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+       OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
+    END IF;
+    EXECUTE format('CREATE SCHEMA %I', nsp);
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- The row check reads every row or fails (42501): a row-level security
+-- policy that would hide rows from the caller never makes a table look empty.
+SET row_security = off
+AS $$
+DECLARE
+    nsp name;
+    nsp_oid oid;
+    rel regclass;
+    has_rows boolean;
+    outside text;
+BEGIN
+    -- The registry row, locked: a migration of this shard (which holds it
+    -- FOR SHARE) finishes first, and none starts meanwhile.
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
+        -- objects of other schemas that depend on the shard's (views,
+        -- foreign keys, columns of its types, functions taking them,
+        -- operators on its functions), and schemaless ones (casts).
+        WITH inside AS (
+            SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
+            UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
+            UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = nsp_oid),
+        dependent AS (
+            SELECT DISTINCT d.classid, d.objid, d.objsubid FROM pg_depend d
+            JOIN inside i ON i.classid = d.refclassid AND i.oid = d.refobjid
+            WHERE d.deptype = 'n')
+        SELECT string_agg(pg_describe_object(x.classid, x.objid, x.objsubid), ', ' ORDER BY 1) INTO outside
+        FROM dependent x
+        WHERE coalesce(CASE x.classid
+                  WHEN 'pg_class'::regclass THEN (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.objid)
+                  WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
+                  WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
+                  WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                                                    WHERE r.oid = x.objid)
+                  WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
+                                                    WHERE a.oid = x.objid)
+                  WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
+                                                       LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
+                  WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                                                    WHERE t.oid = x.objid)
+                  WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+                                                   WHERE p.oid = x.objid)
+                  -- (operators, operator classes, collations, ...: the schema
+                  -- PostgreSQL names; none for casts and other schemaless objects)
+                  ELSE (SELECT n.oid FROM pg_namespace n
+                        WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
+                  END, 0) <> nsp_oid;
+        IF outside IS NOT NULL THEN
+            RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      DETAIL = format('Dropping schema %I would also drop: %s.', nsp, outside),
+                      HINT = 'Drop or change them first; drop_shard drops the shard''s own objects only, with force too.';
+        END IF;
+        IF NOT coalesce(force, false) THEN
+            FOR rel IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+                -- Locked first: no row arrives between the check and the drop.
+                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', rel);
+                EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel) INTO has_rows;
+                IF has_rows THEN
+                    RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel
+                        USING ERRCODE = 'object_not_in_prerequisite_state',
+                              HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+                END IF;
+            END LOOP;
+        END IF;
+        EXECUTE format('DROP SCHEMA %I CASCADE', nsp);
+    END IF;
+    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
+        DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION insta_id.drop_shard(int, boolean) IS
+'Drops a logical shard: its schema and registry row; refuses while it has rows unless force';
+
+CREATE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    PERFORM insta_id._check_name(adopt_shard.schema_name);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A shard is a schema drop_shard may drop and migrate may change.
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is public, insta_id''s own schema, a system schema or the template of shards.';
+    END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+        RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- Every next_id column of the schema must mint this shard's IDs.
+    -- (the schema by OID: the planner filters pg_class to it before the
+    -- function runs on a row, whatever its statistics say)
+    SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
+    FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name)
+      AND c.relkind IN ('r', 'p')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
+'Registers an existing schema (for example restored from another server) as a logical shard';

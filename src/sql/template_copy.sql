@@ -1,0 +1,343 @@
+-- Copying a template into shards: create_shards (one transaction) and
+-- create_shards_in_batches (a procedure committing every N shards), with
+-- the checks made before anything is created (range, owners, lock budget).
+-- search_path and privileges: as registry.sql says. The copy's deparsed
+-- DDL runs through _run_in_schema as the caller, on an empty schema: it
+-- runs no template code (docs/shards.md, "Privileges").
+
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- Function bodies may use tables made later in the copy (pg_dump does the same).
+SET check_function_bodies = off
+AS $$
+DECLARE
+    template name := plan->>'template';
+    extra jsonb := plan->'extra';
+    src jsonb;
+    col jsonb;
+    fk jsonb;
+    stmt text;
+    tbl regclass;
+    seq regclass;
+    -- Deparsed statements name the copy's objects unqualified: they run
+    -- with the copy's schema first on search_path, through _run_in_schema,
+    -- never under this function's own path. As the caller: they create
+    -- objects in an empty schema and run none of the template's code
+    -- (docs/shards.md, "Privileges").
+    caller regrole := current_user::regrole;
+BEGIN
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        -- Indexes and statistics objects are made below under the template's
+        -- names (LIKE would name them afresh: my_pk would become t_pkey).
+        IF src ? 'partition_of' THEN
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
+                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
+        ELSE
+            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
+                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                           ' PARTITION BY ' || (src->>'partition_by'));
+        END IF;
+        tbl := format('%I.%I', target, src->>'rel')::regclass;
+        -- Columns of the template's types get the copy's (before any partition exists).
+        IF extra->'retype' ? (src->>'rel') THEN
+            PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
+        END IF;
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in two statements instead of seven.
+                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
+                               'ALTER SEQUENCE %s OWNED BY %s.%I',
+                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+            ELSE
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
+                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+            END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+        END LOOP;
+        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
+        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
+            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
+        END LOOP;
+    END LOOP;
+    -- Functions, procedures and views, each after what it uses (a
+    -- function's search_path naming the template names the copy instead);
+    -- then defaults and CHECKs of the tables made without them (they may use
+    -- the functions); indexes, primary key, unique and exclusion
+    -- constraints, statistics objects, their comments.
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (
+            SELECT o.ord, s.ord AS sub, s.statement
+            FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
+            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+                     UNION ALL
+                     SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
+                                        (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
+                                                                ELSE quote_ident(p #>> '{}') END, ', ' ORDER BY i)
+                                         FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
+                     WHERE o.obj->'path' IS NOT NULL) s
+            UNION ALL
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.ord, x.sub));
+    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
+        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
+    END LOOP;
+    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
+                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                           'REFERENCES ' || quote_ident(target) || '.'));
+    END LOOP;
+    -- Triggers, row-level security, policies; then owners, last (the caller
+    -- may lose rights on what it gives away).
+    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+        SELECT x.statement FROM (SELECT 1 AS part, e.ord, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+                                 UNION ALL
+                                 SELECT 2, e.ord, e.obj->>'owner' FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY e(obj, ord)
+                                 WHERE e.obj->>'owner' IS NOT NULL
+                                 UNION ALL
+                                 SELECT 3, e.ord, e.statement FROM jsonb_array_elements_text(extra->'type_owners') WITH ORDINALITY e(statement, ord)) x
+        ORDER BY x.part, x.ord));
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    -- Materialized views populated in the template are filled now, by
+    -- PostgreSQL's REFRESH, which runs their query as their owner.
+    FOR stmt IN SELECT format('REFRESH MATERIALIZED VIEW %I.%I', target, m) FROM jsonb_array_elements_text(extra->'populated') m LOOP
+        EXECUTE stmt;
+    END LOOP;
+    UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
+    -- A copy of the template as it is now has every migration the template
+    -- has. (Only then is INSERT on the history needed.)
+    IF plan->'migrations' <> '[]' THEN
+        INSERT INTO insta_id.applied_migrations (schema_name, migration)
+        SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
+    END IF;
+END
+$$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_name(template_schema);
+    PERFORM insta_id._check_template(template_schema);
+END
+$$;
+
+-- A copy's objects are owned as in the template: refuses, before making
+-- anything, a caller who may not give objects to those owners.
+CREATE FUNCTION insta_id._check_owners(plan jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    refused text := (SELECT string_agg(r, ', ' ORDER BY r) FROM jsonb_array_elements_text(plan->'extra'->'owners') r
+                     WHERE NOT pg_has_role(current_user, r::regrole,
+                                           CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END));
+BEGIN
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'copies of template % would be owned by %, and role % may not give objects to them',
+                        quote_ident(plan->>'template'), refused, current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s schema and objects are owned as the template''s are.',
+                  HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
+    END IF;
+END
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    -- The shared lock table has max_locks_per_transaction entries per server process.
+    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
+    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+-- insta_id's advisory locks, first key 1768515633 ('iid1'): (key, 1) is
+-- held by the migration runner in each of its transactions; (key, 2)
+-- exclusively while a migration changes a template, shared while shards are
+-- copied from one, so a copy never mixes a template's tables before a
+-- migration with its history after it.
+CREATE FUNCTION insta_id._lock_template_shared()
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_advisory_xact_lock_shared(1768515633, 2) $$;
+
+CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- No migration changes the template between reading it and the commit.
+    PERFORM insta_id._lock_template_shared();
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
+    FOR shard IN first_shard..last_shard LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN last_shard - first_shard + 1;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
+'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+-- One batch of create_shards_in_batches: shards lo..hi that are not
+-- registered yet, copied from the template's plan, in the caller's
+-- transaction. Returns how many it made.
+CREATE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    made int := 0;
+BEGIN
+    FOR shard IN lo..hi LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = shard);
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- (pg_catalog's types: they are resolved under the caller's search_path)
+    plan pg_catalog.jsonb;
+    first_missing pg_catalog.int4;
+    lo pg_catalog.int4;
+    hi pg_catalog.int4;
+    made pg_catalog.int4;
+    created pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        -- A migration of the template between two batches: read it again.
+        PERFORM insta_id._lock_template_shared();
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+            PERFORM insta_id._check_template(template_schema);
+            plan := insta_id._template_plan(template_schema);
+        END IF;
+        made := insta_id._create_shard_batch(lo, hi, plan);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
