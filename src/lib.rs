@@ -117,11 +117,31 @@ extension_sql_file!("sql/ids.sql", name = "ids", bootstrap);
 extension_sql_file!("sql/guard.sql", name = "guard", requires = ["ids"]);
 extension_sql_file!("sql/ddl.sql", name = "ddl", requires = ["guard"]);
 extension_sql_file!("sql/registry.sql", name = "registry", requires = ["ddl"]);
-extension_sql_file!("sql/migrations.sql", name = "migrations", requires = ["registry"]);
-extension_sql_file!("sql/id_columns.sql", name = "id_columns", requires = ["migrations"]);
-extension_sql_file!("sql/template_plan.sql", name = "template_plan", requires = ["id_columns"]);
-extension_sql_file!("sql/template_copy.sql", name = "template_copy", requires = ["template_plan"]);
-extension_sql_file!("sql/drift.sql", name = "drift", requires = ["template_copy"]);
+extension_sql_file!(
+    "sql/migrations.sql",
+    name = "migrations",
+    requires = ["registry"]
+);
+extension_sql_file!(
+    "sql/id_columns.sql",
+    name = "id_columns",
+    requires = ["migrations"]
+);
+extension_sql_file!(
+    "sql/template_plan.sql",
+    name = "template_plan",
+    requires = ["id_columns"]
+);
+extension_sql_file!(
+    "sql/template_copy.sql",
+    name = "template_copy",
+    requires = ["template_plan"]
+);
+extension_sql_file!(
+    "sql/drift.sql",
+    name = "drift",
+    requires = ["template_copy"]
+);
 extension_sql_file!("sql/moves.sql", name = "moves", requires = ["drift"]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", finalize);
 

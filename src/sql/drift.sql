@@ -8,8 +8,12 @@
 -- identity, generated, default, collation), indexes, constraints, triggers,
 -- policies and row-level security, replica identity, storage options,
 -- statistics objects, functions and procedures, enum, domain and composite
--- types, owners, and grants on the schema, its tables, functions and types. For many schemas at once: one pass
--- over each catalog (pg_class has no index on the schema alone).
+-- types, owners, and grants on the schema, its tables, functions and
+-- types. For many schemas at once: one pass over each catalog (pg_class has
+-- no index on the schema alone).
+-- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
+-- object, so each catalog is read once for all schemas; the branches are
+-- independent and each is short.
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
 LANGUAGE sql STABLE STRICT PARALLEL SAFE

@@ -57,6 +57,8 @@ BEGIN
 END
 $$;
 
+-- Longer than a screen: its checks (the table's shard, an existing column,
+-- the lock) must all pass before the one ALTER, in one transaction.
 CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

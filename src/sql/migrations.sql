@@ -49,6 +49,9 @@ AS $$
     FROM insta_id.applied_migrations a WHERE a.schema_name = nsp
 $$;
 
+-- Longer than a screen: a procedure that COMMITs between schemas keeps its
+-- loop, retries and bookkeeping in one body (a called function cannot
+-- COMMIT); the per-schema work is _run_in_schema's.
 -- Applies a migration to the template, then to every registered shard of
 -- that template lacking it (and to shards of no recorded template), in shard
 -- order: one transaction per schema, run as the schema's owner in a

@@ -101,6 +101,8 @@ $$;
 COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
 'Creates the schema of a logical shard (default name insta<N>) and registers it';
 
+-- Longer than a screen: every refusal (rows, dependents outside the shard,
+-- a move in progress) is decided under the locks the drop then uses.
 CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

@@ -5,6 +5,9 @@
 -- DDL runs through _run_in_schema as the caller, on an empty schema: it
 -- runs no template code (docs/shards.md, "Privileges").
 
+-- Longer than a screen: the plan's steps must run in this order in one
+-- schema (tables, sequences, keys, then functions, views, triggers, grants,
+-- owners); each step is a loop over one kind of planned object.
 -- Copies every table of a template into schema target, from the template's
 -- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
 -- its own and shard's number, then the foreign keys, pointed at the copies

@@ -98,6 +98,8 @@ BEGIN
 END
 $$;
 
+-- Longer than a screen: one refusal per kind of object a copy cannot carry,
+-- each a short query naming the objects, so the DBA sees all of them at once.
 -- Checks once, before any shard is made, that template can be copied.
 CREATE FUNCTION insta_id._check_template(template name)
 RETURNS void
@@ -307,6 +309,9 @@ AS $$
                        OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = nsp.oid))))
 $$;
 
+-- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
+-- object the copy carries, so the template's catalog is read once per call;
+-- each branch is independent.
 -- What a copy of template holds besides its tables: its functions and
 -- procedures, views and materialized views (each created after what it
 -- uses), their indexes, grants and comments; then triggers, row-level
