@@ -15,8 +15,8 @@ BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(N
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-concurrency test-lead test-shards test-fleet test-pg-upgrade \
-        test-faults test-sqlsmith test-clients test-packages test-move dist fuzz
+        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-shards test-fleet test-pg-upgrade \
+        test-faults test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
 ## help: this list
 help:
@@ -44,7 +44,7 @@ test:
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
-##        pg_regress preloaded and not, upgrade, concurrent sessions, the lead
+##        pg_regress preloaded and not, upgrade, isolation specs, concurrent sessions, the lead
 ##        over the clock
 check:
 	@scripts/setup.sh faults
@@ -52,6 +52,7 @@ check:
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/upgrade.sh
+	@tests/isolation.sh
 	@tests/concurrency.sh
 	@tests/lead.sh
 
@@ -103,7 +104,13 @@ test-rust:
 test-pg:
 	@scripts/build.sh test-pg
 
-test-regress test-upgrade test-concurrency test-fleet: test-%:
+## test-regress: pg_regress (tests/pg_regress) on a preloaded server: what users see in psql
+## test-upgrade: released SQL frozen; ALTER EXTENSION UPDATE from every release, checked in full
+## test-isolation: isolation specs: two migration runners, copies beside a runner,
+##        migrate beside a move (PostgreSQL's isolation tester)
+## test-concurrency: real concurrent sessions (pgbench) against the duplicate guard
+## test-fleet: 3 servers, 300 shards, PL/Proxy routing, online moves, a promoted standby
+test-regress test-upgrade test-isolation test-concurrency test-fleet: test-%:
 	@scripts/setup.sh
 	@scripts/build.sh install ci
 	@tests/$*.sh
