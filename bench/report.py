@@ -69,7 +69,8 @@ def shards_section():
     ms = {n: med[f"create/{n}"] / n * 1000 for n in (100, 1000, 8192)}
     machine = (out / "machine.txt").read_text().strip().splitlines()
     err = (out / "dump_default.txt").read_text().strip()
-    rows = "\n".join(f"| {n} | {med[f'create/{n}']:.1f} s | {ms[n]:.1f} ms | {ms[n] / ms[100]:.2f}x |" for n in (100, 1000, 8192))
+    rows = "\n".join(f"| {n} | {med[f'create/{n}']:.1f} s | {ms[n]:.1f} ms | {ms[n] / ms[100]:.2f}x | "
+                     + (f"{med[f'drift/{n}']:.2f} s |" if f"drift/{n}" in med else "- |") for n in (100, 1000, 8192))
     return f"""
 ## Creating logical shards (bench/shards.sh)
 
@@ -78,10 +79,12 @@ On a server with PostgreSQL's default `max_connections` (100) and
 ({machine[1].split(",")[0].replace("postgres: ", "")}; {machine[2]}). `CALL
 insta_id.create_shards_in_batches(0, N - 1, 'template')` into a fresh
 database, template of 3 tables (tests/fixtures/shard_template.sql), 50
-shards per commit; median of {len(v["create/100"])} rounds:
+shards per commit; median of {len(v["create/100"])} rounds. Then
+`SELECT count(*) FROM insta_id.shard_drift('template')` over all of them, in
+one call (no drift found):
 
-| shards | time | per shard | per shard / at 100 |
-|---|---|---|---|
+| shards | time | per shard | per shard / at 100 | shard_drift, all shards |
+|---|---|---|---|---|
 {rows}
 
 The floor, the same shards as plain DDL (bench/shards.sh writes it out), one

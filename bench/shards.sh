@@ -4,7 +4,8 @@
 # max_locks_per_transaction (64), fsync and synchronous_commit on:
 # - CALL insta_id.create_shards_in_batches for 100, 1000 and 8192 shards of
 #   the 3-table template of tests/fixtures/shard_template.sql, each into a
-#   fresh database (ROUNDS times, alternating);
+#   fresh database (ROUNDS times, alternating), then shard_drift over all of
+#   them in one call;
 # - the floor: the same three tables per shard written as plain DDL (what
 #   pg_dump would print for a shard), one transaction per shard, for 100
 #   shards into an empty database and 100 more into the 8192-shard one (what
@@ -61,6 +62,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
     t=$(now)
     q -d "shards_$n" -c "CALL insta_id.create_shards_in_batches(0, $((n - 1)), 'template')" 2>/dev/null
     record "$round" "create/$n" "$(echo "$(now) - $t" | bc)"
+    t=$(now)
+    [ "$(q -d "shards_$n" -c "SELECT count(*) FROM insta_id.shard_drift('template')")" = 0 ] || echo "drift/$n: shards differ" >&2
+    record "$round" "drift/$n" "$(echo "$(now) - $t" | bc)"
   done
 done
 t=$(now); q -d shards_8192 -f "$raw_ddl" >/dev/null; record 1 raw_ddl_at_8192/100 "$(echo "$(now) - $t" | bc)"

@@ -247,40 +247,249 @@ BEGIN
 END
 $$;
 
+-- shard_drift takes a range of shards (0.9.0): a new signature.
+DROP FUNCTION insta_id.shard_drift(text);
 -- Which registered shards differ from a template, and how: one row per
 -- difference (missing, extra, or the shard's detail beside the template's).
 -- Empty right after create_shards and after a change applied to the template
--- and every shard alike.
-CREATE OR REPLACE FUNCTION insta_id.shard_drift(template_schema text)
+-- and every shard alike. All the template's shards at once by default, or
+-- those numbered first_shard to last_shard. Tables, columns, indexes and
+-- the rest are read from the catalogs without locks; a view is deparsed
+-- under a lock on it and on what it reads, held to the end of the
+-- transaction, so thousands of shards with views may need more locks than
+-- the server's lock table holds: then 54000, and a hint giving ranges that
+-- fit. PARALLEL UNSAFE: it catches that error (a subtransaction).
+CREATE FUNCTION insta_id.shard_drift(template_schema text, first_shard int DEFAULT 0, last_shard int DEFAULT 8191)
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+    tmpl oid;
+    locks_per_shard bigint;
+    fit bigint;
 BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    tmpl := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
     IF tmpl IS NULL THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    RETURN QUERY
-    -- The template's shards (and those of no recorded template), as migrate reaches them.
-    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
-                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
-                    WHERE r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema),
-    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
-    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
-                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
-    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
-    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
-           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
-                WHEN e.object IS NULL THEN 'extra: ' || a.detail
-                ELSE format('%s, template: %s', a.detail, e.detail) END
-    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
-    WHERE a.detail IS DISTINCT FROM e.detail
-    UNION ALL
-    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
-    ORDER BY 1, 3;
+    BEGIN
+        RETURN QUERY
+        -- The template's shards (and those of no recorded template), as migrate reaches them.
+        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                        LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
+                        WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
+                          AND r.shard_id BETWEEN first_shard AND last_shard),
+        d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+        expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                     WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+        actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+        SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+               CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                    WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                    ELSE format('%s, template: %s', a.detail, e.detail) END
+        FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+        WHERE a.detail IS DISTINCT FROM e.detail
+        UNION ALL
+        SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+        ORDER BY 1, 3;
+    EXCEPTION WHEN out_of_memory THEN
+        -- What a shard's views lock: each view and each relation of the
+        -- template one reads.
+        SELECT count(DISTINCT x.rel) INTO locks_per_shard
+        FROM (SELECT c.oid AS rel FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')
+              UNION ALL
+              SELECT d.refobjid FROM pg_class c
+              JOIN pg_rewrite w ON w.ev_class = c.oid
+              JOIN pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+                              AND d.refclassid = 'pg_catalog.pg_class'::regclass
+              JOIN pg_class t ON t.oid = d.refobjid AND t.relnamespace = tmpl
+              WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')) x;
+        fit := greatest(insta_id._lock_table_capacity() / 2 / greatest(locks_per_shard, 1), 1);
+        RAISE EXCEPTION 'comparing shards % to % with template % needs more locks than the server''s lock table holds',
+                        first_shard, last_shard, quote_ident(template_schema)
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard''s views are deparsed under a lock on them and on what they read (%s locks a shard), held until the transaction ends; the lock table holds about %s.',
+                                  locks_per_shard, insta_id._lock_table_capacity()),
+                  HINT = format('Compare ranges of about %s shards, each in its own transaction: SELECT * FROM insta_id.shard_drift(%L, %s, %s); and so on.',
+                                fit, template_schema, first_shard, least(first_shard + fit - 1, last_shard));
+    END;
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_drift(text, int, int) IS
+'Which registered shards (all, or first_shard to last_shard) differ from the template schema, and how (one row per difference)';
+
+-- What schemas hold, as (object, detail) pairs comparable across shards: the
+-- schema's own name, and next_id's shard number and sequence in a default,
+-- written as placeholders. Tables, views, their columns (type, NOT NULL,
+-- identity, generated, default, collation), indexes, constraints, triggers,
+-- policies and row-level security, replica identity, storage options,
+-- statistics objects, functions and procedures, enum, domain and composite
+-- types, owners, and grants on the schema, its tables, functions and
+-- types. For many schemas at once: one pass over each catalog (pg_class has
+-- no index on the schema alone).
+-- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
+-- object, so each catalog is read once for all schemas; the branches are
+-- independent and each is short.
+-- PARALLEL RESTRICTED: pg_get_viewdef is. It is also the one deparser here
+-- that locks (the view and the relations it reads, until the transaction
+-- ends): see shard_drift.
+CREATE OR REPLACE FUNCTION insta_id._describe_schemas(nsps oid[])
+RETURNS TABLE (nsp oid, object text, detail text)
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The schema's name, as a pattern matching it only where a name starts
+    -- (schema t must not turn events_rest.at into events_res<schema>.at).
+    WITH s AS (SELECT n.oid, '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g') AS prefix
+               FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
+            FROM pg_class c JOIN s ON s.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+    raw (nsp, prefix, object, detail) AS (
+        SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
+        FROM s
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                   WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
+               concat_ws('; ', 'owner ' || r.relowner::regrole::text, CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
+                         CASE WHEN r.relrowsecurity THEN 'row level security' END,
+                         CASE WHEN r.relforcerowsecurity THEN 'forced' END,
+                         'replica identity ' || r.relreplident::text,
+                         'options ' || array_to_string(r.reloptions, ','),
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || pg_get_viewdef(r.oid) END)
+        FROM rel r
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
+               concat_ws(' ', format_type(a.atttypid, a.atttypmod),
+                         CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                         CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
+                         CASE WHEN a.attgenerated <> '' THEN 'generated' END,
+                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                                        '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
+                         'COLLATE ' || nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text)
+        FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
+        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('statistics %I on %I', x.stxname, r.relname),
+               regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
+        FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
+        UNION ALL
+        SELECT y.typnamespace, s.prefix, format('type %I', y.typname),
+               concat_ws('; ', 'owner ' || y.typowner::regrole::text, CASE y.typtype
+                   WHEN 'e' THEN 'enum (' || (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+                                              FROM pg_enum e WHERE e.enumtypid = y.oid) || ')'
+                   WHEN 'd' THEN concat_ws(' ', 'domain over ' || format_type(y.typbasetype, y.typtypmod),
+                                           'COLLATE ' || y.typcollation::regcollation::text, CASE WHEN y.typnotnull THEN 'NOT NULL' END,
+                                           'DEFAULT ' || pg_get_expr(y.typdefaultbin, 0),
+                                           (SELECT string_agg(pg_get_constraintdef(k.oid), ' ' ORDER BY k.conname)
+                                            FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
+                   ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+                                          FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                 FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
+        FROM s JOIN pg_type y ON y.typnamespace = s.oid
+        WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
+        UNION ALL
+        -- (its search_path setting, if it names the schema, as the placeholder too)
+        SELECT p.pronamespace, s.prefix, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
+                   p.proname, pg_get_function_identity_arguments(p.oid)),
+               concat_ws('; ', 'owner ' || p.proowner::regrole::text,
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                                       FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                                       WHERE a.grantee <> p.proowner),
+                         replace(pg_get_functiondef(p.oid), 'search_path TO ' || quote_literal(quote_ident(n.nspname)),
+                                 'search_path TO ''<schema>'''))
+        FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE p.prokind <> 'a'
+        UNION ALL
+        SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
+        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
+    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g') FROM raw
+$$;
+
+-- Refuses, before making anything, to create `shards` shards of a template in
+-- one transaction when their locks would not fit in the server's lock table
+-- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
+-- What one shard takes is measured: shard first_shard is made in a
+-- subtransaction, its locks counted, and the subtransaction rolled back.
+-- How many locks the server's shared lock table holds: max_locks_per_transaction
+-- entries for each server process that may take locks.
+CREATE FUNCTION insta_id._lock_table_capacity()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT current_setting('max_locks_per_transaction')::bigint
+       * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+          + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+          + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1)
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(first_shard), first_shard);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    capacity := insta_id._lock_table_capacity();
+    backends := capacity / current_setting('max_locks_per_transaction')::int;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
 END
 $$;
 
@@ -1370,7 +1579,7 @@ REVOKE EXECUTE ON FUNCTION
     insta_id.create_shard(int, text), insta_id.add_id_column(regclass, name, int),
     insta_id.create_shards(int, int, text), insta_id.drop_shard(int, boolean),
     insta_id.adopt_shard(text, int), insta_id.lock_shard_for_move(int),
-    insta_id.shard_drift(text),
+    insta_id.shard_drift(text, int, int), insta_id._lock_table_capacity(),
     insta_id._run_in_schema(name, regrole, text[]), insta_id._identifier_list(text),
     insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
     insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),

@@ -5,7 +5,8 @@
 # - one shard moves to another server with the README's procedure
 #   (lock out writers, pg_dump -n, pg_restore, adopt_shard, drop_shard) and
 #   writes resume there without repeating an ID;
-# - all 8192 shards on a server with PostgreSQL's default lock table:
+# - all 8192 shards on a server with PostgreSQL's default lock table
+#   (shard_drift over all of them; with views, in the ranges it hints):
 #   create_shards refuses the range up front (54000) and makes nothing;
 #   create_shards_in_batches, cancelled part-way, leaves only complete,
 #   registered shards, and called again finishes the job; from psycopg it
@@ -255,6 +256,31 @@ with psycopg.connect() as conn:  # psycopg's default: statements run in a transa
 PY
 )" "autocommit ok
 2D000"
+
+# shard_drift at 8192 shards on the stock server. Tables, columns, indexes
+# and constraints are read without locks: one call covers every shard. A
+# view is deparsed under locks held to the end of the transaction: with a
+# view in every shard one call needs more than the lock table, and is
+# refused (54000) with ranges that fit, which then work.
+started=$(date +%s.%N)
+check "stock server: shard_drift over all 8192 shards of a 3-table template, one call: no drift" \
+  "$(q -d big -c "SELECT count(*) FROM insta_id.shard_drift('template')")" 0
+echo "     shard_drift, 8192 shards: $(echo "$(date +%s.%N) - $started" | bc | cut -c1-5) s"
+q -d big -c "CALL insta_id.migrate('view', 'template', 'CREATE VIEW named AS SELECT id, name FROM users')" >/dev/null 2>&1
+check "stock server: a view in every shard (migrate)" \
+  "$(q -d big -c "SELECT count(*) FROM pg_views WHERE viewname = 'named' AND schemaname ~ '^insta[0-9]+\$'")" 8192
+out=$(psql -X -d big -v VERBOSITY=verbose -c "SELECT count(*) FROM insta_id.shard_drift('template')" 2>&1 || true)
+check "stock server: shard_drift of 8192 shards with views is refused (54000)" \
+  "$(echo "$out" | grep -c '^ERROR:  54000: comparing shards 0 to 8191 with template template needs more locks')" 1
+fit=$(echo "$out" | sed -nE "s/^HINT:  Compare ranges of about ([0-9]+) shards.*shard_drift\('template', 0, ([0-9]+)\).*/\1 \2/p")
+echo "     hint: ranges of ${fit% *} shards"
+check "stock server: the hint's range ends where its size says" "$([ -n "$fit" ] && echo $(( ${fit% *} - 1 )))" "${fit#* }"
+size=${fit% *}; total=0
+for ((first = 0; first <= 8191; first += ${size:-8192})); do
+  n=$(q -d big -c "SELECT count(*) FROM insta_id.shard_drift('template', $first, $((first + size - 1 > 8191 ? 8191 : first + size - 1)))") || n=failed
+  total=$([ "$n" = failed ] && echo failed || echo $((total + n)))
+done
+check "stock server: in the hint's ranges, each its own transaction, every shard is compared: no drift" "$total" 0
 stop_cluster shards-stock
 
 finish

@@ -14,9 +14,12 @@
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
 -- object, so each catalog is read once for all schemas; the branches are
 -- independent and each is short.
+-- PARALLEL RESTRICTED: pg_get_viewdef is. It is also the one deparser here
+-- that locks (the view and the relations it reads, until the transaction
+-- ends): see shard_drift.
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- The schema's name, as a pattern matching it only where a name starts
@@ -110,38 +113,79 @@ $$;
 -- Which registered shards differ from a template, and how: one row per
 -- difference (missing, extra, or the shard's detail beside the template's).
 -- Empty right after create_shards and after a change applied to the template
--- and every shard alike.
-CREATE FUNCTION insta_id.shard_drift(template_schema text)
+-- and every shard alike. All the template's shards at once by default, or
+-- those numbered first_shard to last_shard. Tables, columns, indexes and
+-- the rest are read from the catalogs without locks; a view is deparsed
+-- under a lock on it and on what it reads, held to the end of the
+-- transaction, so thousands of shards with views may need more locks than
+-- the server's lock table holds: then 54000, and a hint giving ranges that
+-- fit. PARALLEL UNSAFE: it catches that error (a subtransaction).
+CREATE FUNCTION insta_id.shard_drift(template_schema text, first_shard int DEFAULT 0, last_shard int DEFAULT 8191)
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
+    tmpl oid;
+    locks_per_shard bigint;
+    fit bigint;
 BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    tmpl := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
     IF tmpl IS NULL THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    RETURN QUERY
-    -- The template's shards (and those of no recorded template), as migrate reaches them.
-    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
-                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
-                    WHERE r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema),
-    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
-    expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
-                 WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
-    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
-    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
-           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
-                WHEN e.object IS NULL THEN 'extra: ' || a.detail
-                ELSE format('%s, template: %s', a.detail, e.detail) END
-    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
-    WHERE a.detail IS DISTINCT FROM e.detail
-    UNION ALL
-    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
-    ORDER BY 1, 3;
+    BEGIN
+        RETURN QUERY
+        -- The template's shards (and those of no recorded template), as migrate reaches them.
+        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+                        LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
+                        WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
+                          AND r.shard_id BETWEEN first_shard AND last_shard),
+        d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+        expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
+                     WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+        actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+        SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+               CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                    WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                    ELSE format('%s, template: %s', a.detail, e.detail) END
+        FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+        WHERE a.detail IS DISTINCT FROM e.detail
+        UNION ALL
+        SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+        ORDER BY 1, 3;
+    EXCEPTION WHEN out_of_memory THEN
+        -- What a shard's views lock: each view and each relation of the
+        -- template one reads.
+        SELECT count(DISTINCT x.rel) INTO locks_per_shard
+        FROM (SELECT c.oid AS rel FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')
+              UNION ALL
+              SELECT d.refobjid FROM pg_class c
+              JOIN pg_rewrite w ON w.ev_class = c.oid
+              JOIN pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+                              AND d.refclassid = 'pg_catalog.pg_class'::regclass
+              JOIN pg_class t ON t.oid = d.refobjid AND t.relnamespace = tmpl
+              WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')) x;
+        fit := greatest(insta_id._lock_table_capacity() / 2 / greatest(locks_per_shard, 1), 1);
+        RAISE EXCEPTION 'comparing shards % to % with template % needs more locks than the server''s lock table holds',
+                        first_shard, last_shard, quote_ident(template_schema)
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard''s views are deparsed under a lock on them and on what they read (%s locks a shard), held until the transaction ends; the lock table holds about %s.',
+                                  locks_per_shard, insta_id._lock_table_capacity()),
+                  HINT = format('Compare ranges of about %s shards, each in its own transaction: SELECT * FROM insta_id.shard_drift(%L, %s, %s); and so on.',
+                                fit, template_schema, first_shard, least(first_shard + fit - 1, last_shard));
+    END;
 END
 $$;
-COMMENT ON FUNCTION insta_id.shard_drift(text) IS
-'Which registered shards differ from the template schema, and how (one row per difference)';
+COMMENT ON FUNCTION insta_id.shard_drift(text, int, int) IS
+'Which registered shards (all, or first_shard to last_shard) differ from the template schema, and how (one row per difference)';

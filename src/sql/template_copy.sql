@@ -181,6 +181,19 @@ $$;
 -- (PostgreSQL would fail with "out of shared memory" part-way, after minutes).
 -- What one shard takes is measured: shard first_shard is made in a
 -- subtransaction, its locks counted, and the subtransaction rolled back.
+-- How many locks the server's shared lock table holds: max_locks_per_transaction
+-- entries for each server process that may take locks.
+CREATE FUNCTION insta_id._lock_table_capacity()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT current_setting('max_locks_per_transaction')::bigint
+       * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
+          + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
+          + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1)
+$$;
+
 CREATE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -206,11 +219,8 @@ BEGIN
     EXCEPTION WHEN SQLSTATE 'II001' THEN
         per_shard := per_shard - held;
     END;
-    -- The shared lock table has max_locks_per_transaction entries per server process.
-    backends := current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
-              + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
-              + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1;
-    capacity := current_setting('max_locks_per_transaction')::int * backends;
+    capacity := insta_id._lock_table_capacity();
+    backends := capacity / current_setting('max_locks_per_transaction')::int;
     IF held + per_shard * shards > capacity THEN
         RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
                         shards, held + per_shard * shards, capacity

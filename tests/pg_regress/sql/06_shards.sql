@@ -142,6 +142,16 @@ SELECT * FROM insta_id.shard_drift('template') WHERE shard_id BETWEEN 10 AND 12;
 SELECT shard_id, object, difference FROM insta_id.shard_drift('template') WHERE shard_id = 1 ORDER BY object LIMIT 2;
 SELECT insta_id.shard_drift('no_such_schema');
 \echo :LAST_ERROR_SQLSTATE
+-- The same for a range of shards: only those; a range outside 0..8191,
+-- upside down or NULL is refused.
+SELECT shard_id, count(*) AS differences FROM insta_id.shard_drift('template', 11, 12) GROUP BY 1 ORDER BY 1;
+SELECT count(*) AS differences FROM insta_id.shard_drift('template', 10, 10);
+\set VERBOSITY sqlstate
+SELECT insta_id.shard_drift('template', -1, 5);
+SELECT insta_id.shard_drift('template', 0, 8192);
+SELECT insta_id.shard_drift('template', 5, 4);
+SELECT insta_id.shard_drift('template', NULL, 4);
+\set VERBOSITY default
 ALTER TABLE template.photos DROP COLUMN taken_at;
 DO $$ BEGIN FOR s IN 10..12 LOOP
   EXECUTE format('ALTER TABLE insta%s.photos DROP COLUMN taken_at', s);
