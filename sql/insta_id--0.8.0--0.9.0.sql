@@ -291,8 +291,12 @@ BEGIN
                         WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
                           AND r.shard_id BETWEEN first_shard AND last_shard),
         d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
-        expected AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s, d
-                     WHERE d.nsp = tmpl AND s.oid IS NOT NULL),
+        -- The template's rows, picked out once: with the registry's
+        -- statistics from before the last thousands of shards, the planner
+        -- otherwise filtered all of d once per shard (66 s at 8192).
+        template_rows AS MATERIALIZED (SELECT d.object, d.detail FROM d WHERE d.nsp = tmpl),
+        expected AS (SELECT s.shard_id, s.schema_name, t.object, t.detail FROM shards s, template_rows t
+                     WHERE s.oid IS NOT NULL),
         actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
         SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
                CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
