@@ -15,7 +15,7 @@ BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(N
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-shards test-fleet test-pg-upgrade \
+        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
         test-faults test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
 ## help: this list
@@ -44,17 +44,17 @@ test:
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
-##        pg_regress preloaded and not, upgrade, isolation specs, concurrent sessions, the lead
-##        over the clock
+##        pg_regress preloaded and not, upgrade, isolation specs, concurrent sessions,
+##        TAP tests (the lead over the clock)
 check:
-	@scripts/setup.sh faults
+	@scripts/setup.sh faults tap
 	@scripts/build.sh install ci
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/upgrade.sh
 	@tests/isolation.sh
 	@tests/concurrency.sh
-	@tests/lead.sh
+	@tests/tap.sh
 
 ## setup: install what is missing for PG (or: scripts/setup.sh all)
 setup:
@@ -118,9 +118,15 @@ test-regress test-upgrade test-isolation test-concurrency test-fleet: test-%:
 ## test-lead: how far IDs may run ahead of the clock (insta_id.max_lead), for
 ##        sequences of every shape, after a raised mark, a restart, a clock step
 test-lead:
-	@scripts/setup.sh faults
+	@scripts/setup.sh faults tap
 	@scripts/build.sh install ci
-	@tests/lead.sh
+	@tests/tap.sh t/001_lead.pl
+
+## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
+test-tap:
+	@scripts/setup.sh faults tap
+	@scripts/build.sh install ci
+	@tests/tap.sh
 
 ## test-shards: 64 shards through pg_dump/pg_restore, a shard moved between servers,
 ##        all 8192 shards on a stock server (cancelled and resumed; from psql and psycopg)

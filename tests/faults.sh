@@ -28,7 +28,7 @@ fq() { q -d faults "$@"; }
 setup_db() { # $1: on_overflow mode
   PGOPTIONS="-c client_min_messages=warning" q -d postgres -c "DROP DATABASE IF EXISTS faults" -c "CREATE DATABASE faults"
   # The steps here (up to 8 s) test borrowing past the default bound on the
-  # lead (1 s, which tests/lead.sh tests): allow 10 s.
+  # lead (1 s, which tests/tap/t/001_lead.pl tests): allow 10 s.
   q -d postgres -c "ALTER DATABASE faults SET insta_id.on_overflow = '$1'" \
     -c "ALTER DATABASE faults SET insta_id.max_lead = '10s'" \
     -c "ALTER DATABASE faults SET work_mem = '512MB'"  # the checks group millions of IDs

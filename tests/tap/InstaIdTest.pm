@@ -1,0 +1,92 @@
+# What insta_id's TAP tests add to PostgreSQL's own TAP framework
+# (PostgreSQL::Test::Cluster, from Debian's postgresql-server-dev-15, driving
+# any supported version through install_path): a node of the version under
+# test with insta_id (preloaded or not), a clock moved under a running
+# server with libfaketime, and SQLSTATEs read from psql.
+package InstaIdTest;
+
+use strict;
+use warnings;
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Exporter 'import';
+our @EXPORT = qw(insta_node clock_offset sqlstate);
+
+# The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
+sub install_path { return dirname(dirname($ENV{PG_CONFIG})) if $ENV{PG_CONFIG} =~ m{/bin/pg_config$}; die "PG_CONFIG is not .../bin/pg_config"; }
+
+# insta_node(NAME, preload => 0|1, faketime => 0|1, conf => 'lines'):
+# initialised and started, CREATE EXTENSION left to the test.
+sub insta_node
+{
+	my ($name, %o) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name, install_path => install_path());
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = '" . ($o{preload} ? 'insta_id' : '') . "'\n"
+		  . "log_statement = none\n" . ($o{conf} // ''));
+	if ($o{faketime})
+	{
+		# libfaketime reads the offset in seconds (+0, -3) from this file,
+		# re-read at most once per real second; monotonic time stays real.
+		$node->{insta_clock} = $node->basedir . '/clock';
+		_write_clock($node, '+0');
+	}
+	insta_start($node);
+	return $node;
+}
+
+# Start or restart under the node's clock, if it has one: only the server is
+# faked, never psql or pgbench.
+sub insta_start
+{
+	my ($node, $how) = @_;
+	local %ENV = %ENV;
+	if (my $clock = $node->{insta_clock})
+	{
+		my ($lib) = grep { -e } map { glob } '/usr/lib/*/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1';
+		BAIL_OUT('libfaketime is missing: scripts/setup.sh faults') unless $lib;
+		$ENV{LD_PRELOAD}               = $lib;
+		$ENV{FAKETIME_TIMESTAMP_FILE}  = $clock;
+		$ENV{FAKETIME_CACHE_DURATION}  = 0;
+		$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
+		$ENV{NO_FAKE_STAT}             = 1;
+	}
+	($how // 'start') eq 'restart' ? $node->restart : $node->start;
+}
+
+sub _write_clock
+{
+	my ($node, $offset) = @_;
+	my $f = $node->{insta_clock};
+	open my $fh, '>', "$f.new" or die $!;
+	print $fh "$offset\n";
+	close $fh;
+	rename "$f.new", $f or die $!;    # in one rename: never read half-written
+}
+
+# clock_offset(NODE, '+0' | '-3'): moves the clock of every process of the
+# server, running and new, and waits until each has read it (libfaketime
+# re-reads the file at most once per real second).
+sub clock_offset
+{
+	my ($node, $offset) = @_;
+	_write_clock($node, $offset);
+	sleep 1.2;
+}
+
+# sqlstate(NODE, DB, SQL): the SQLSTATE SQL fails with, or '' if it succeeds.
+sub sqlstate
+{
+	my ($node, $db, $sql) = @_;
+	my ($stdout, $stderr);
+	$node->psql($db, $sql, stdout => \$stdout, stderr => \$stderr,
+		extra_params => [ '-v', 'VERBOSITY=sqlstate' ]);
+	return $stderr =~ /^(?:psql:[^\n]*?)?ERROR:  ([0-9A-Z]{5})$/m ? $1 : '';
+}
+
+1;
