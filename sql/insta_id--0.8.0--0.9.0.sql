@@ -225,15 +225,14 @@ BEGIN
 END
 $$;
 
--- Checks the arguments of create_shards and create_shards_in_batches, and
--- the template, before any shard is made.
-CREATE OR REPLACE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+-- A range of shard numbers: both given, both in 0..8191, in order.
+CREATE FUNCTION insta_id._check_shard_range_bounds(first_shard int, last_shard int)
 RETURNS void
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+    IF first_shard IS NULL OR last_shard IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM insta_id._check_shard_id(first_shard);
@@ -242,6 +241,21 @@ BEGIN
         RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+END
+$$;
+
+-- Checks the arguments of create_shards and create_shards_in_batches, and
+-- the template, before any shard is made.
+CREATE OR REPLACE FUNCTION insta_id._check_shard_range(first_shard int, last_shard int, template_schema text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF template_schema IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_range_bounds(first_shard, last_shard);
     PERFORM insta_id._check_name(template_schema);
     PERFORM insta_id._check_template(template_schema);
 END
@@ -269,15 +283,7 @@ DECLARE
     locks_per_shard bigint;
     fit bigint;
 BEGIN
-    IF first_shard IS NULL OR last_shard IS NULL THEN
-        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM insta_id._check_shard_id(first_shard);
-    PERFORM insta_id._check_shard_id(last_shard);
-    IF last_shard < first_shard THEN
-        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM insta_id._check_shard_range_bounds(first_shard, last_shard);
     tmpl := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
     IF tmpl IS NULL THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
@@ -1593,7 +1599,7 @@ REVOKE EXECUTE ON FUNCTION
     insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),
     insta_id._tied_to_schema(oid), insta_id._template_objects(name),
     insta_id._migrations_of(name), insta_id._template_plan(name),
-    insta_id._copy_planned(jsonb, name, int), insta_id._check_shard_range(int, int, text),
+    insta_id._copy_planned(jsonb, name, int), insta_id._check_shard_range(int, int, text), insta_id._check_shard_range_bounds(int, int),
     insta_id._check_owners(jsonb), insta_id._check_lock_budget(jsonb, int, int, text),
     insta_id._lock_template_shared(), insta_id._create_shard_batch(int, int, jsonb),
     insta_id._describe_schemas(oid[])

@@ -130,15 +130,7 @@ DECLARE
     locks_per_shard bigint;
     fit bigint;
 BEGIN
-    IF first_shard IS NULL OR last_shard IS NULL THEN
-        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM insta_id._check_shard_id(first_shard);
-    PERFORM insta_id._check_shard_id(last_shard);
-    IF last_shard < first_shard THEN
-        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM insta_id._check_shard_range_bounds(first_shard, last_shard);
     tmpl := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
     IF tmpl IS NULL THEN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)

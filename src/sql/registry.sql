@@ -48,6 +48,25 @@ BEGIN
 END
 $$;
 
+-- A range of shard numbers: both given, both in 0..8191, in order.
+CREATE FUNCTION insta_id._check_shard_range_bounds(first_shard int, last_shard int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF first_shard IS NULL OR last_shard IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(first_shard);
+    PERFORM insta_id._check_shard_id(last_shard);
+    IF last_shard < first_shard THEN
+        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 -- A schema name given as text: refused rather than cut to a name PostgreSQL
 -- would keep (63 bytes), which could be another schema, or empty.
 CREATE FUNCTION insta_id._check_name(schema_name text)

@@ -140,15 +140,10 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF first_shard IS NULL OR last_shard IS NULL OR template_schema IS NULL THEN
+    IF template_schema IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM insta_id._check_shard_id(first_shard);
-    PERFORM insta_id._check_shard_id(last_shard);
-    IF last_shard < first_shard THEN
-        RAISE EXCEPTION 'last_shard % is below first_shard %', last_shard, first_shard
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM insta_id._check_shard_range_bounds(first_shard, last_shard);
     PERFORM insta_id._check_name(template_schema);
     PERFORM insta_id._check_template(template_schema);
 END
