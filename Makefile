@@ -44,8 +44,8 @@ test:
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
-##        pg_regress preloaded and not, upgrade, isolation specs, concurrent sessions,
-##        TAP tests (the lead over the clock)
+##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
+##        lead over the clock and of concurrent sessions
 check:
 	@scripts/setup.sh faults tap
 	@scripts/build.sh install ci
@@ -53,8 +53,7 @@ check:
 	@tests/regress.sh --no-preload
 	@tests/upgrade.sh
 	@tests/isolation.sh
-	@tests/concurrency.sh
-	@tests/tap.sh
+	@tests/tap.sh lead concurrency
 
 ## setup: install what is missing for PG (or: scripts/setup.sh all)
 setup:
@@ -108,19 +107,21 @@ test-pg:
 ## test-upgrade: released SQL frozen; ALTER EXTENSION UPDATE from every release, checked in full
 ## test-isolation: isolation specs: two migration runners, copies beside a runner,
 ##        migrate beside a move (PostgreSQL's isolation tester)
-## test-concurrency: real concurrent sessions (pgbench) against the duplicate guard
 ## test-fleet: 3 servers, 300 shards, PL/Proxy routing, online moves, a promoted standby
-test-regress test-upgrade test-isolation test-concurrency test-fleet: test-%:
+test-regress test-upgrade test-isolation test-fleet: test-%:
 	@scripts/setup.sh
 	@scripts/build.sh install ci
 	@tests/$*.sh
 
 ## test-lead: how far IDs may run ahead of the clock (insta_id.max_lead), for
 ##        sequences of every shape, after a raised mark, a restart, a clock step
-test-lead:
+## test-concurrency: real concurrent sessions (pgbench) against the duplicate guard
+## test-faults: libfaketime steps the clock of running servers under load;
+##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
+test-lead test-concurrency test-faults: test-%:
 	@scripts/setup.sh faults tap
 	@scripts/build.sh install ci
-	@tests/tap.sh t/001_lead.pl
+	@tests/tap.sh $*
 
 ## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
 test-tap:
@@ -134,13 +135,6 @@ test-shards:
 	@scripts/setup.sh clients
 	@scripts/build.sh install ci
 	@tests/shards.sh
-
-## test-faults: libfaketime steps the clock of running servers under load;
-##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
-test-faults:
-	@scripts/setup.sh faults
-	@scripts/build.sh install ci
-	@tests/faults.sh
 
 ## test-sqlsmith: 2000 random queries (sqlsmith) at insta_id: no crash, no internal error
 test-sqlsmith:

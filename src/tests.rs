@@ -1,6 +1,6 @@
 //! `#[pg_test]`s: every SQL function and every error, inside PostgreSQL.
 //! The server runs with shared_preload_libraries = 'insta_id' (see lib.rs);
-//! the session-guard mode is tested by tests/concurrency.sh.
+//! the session-guard mode is tested by tests/tap/t/002_concurrency.pl.
 
 use pgrx::prelude::*;
 

@@ -2,7 +2,8 @@
 # (PostgreSQL::Test::Cluster, from Debian's postgresql-server-dev-15, driving
 # any supported version through install_path): a node of the version under
 # test with insta_id (preloaded or not), a clock moved under a running
-# server with libfaketime, and SQLSTATEs read from psql.
+# server with libfaketime, SQLSTATEs read from psql, and pgbench in the
+# background.
 package InstaIdTest;
 
 use strict;
@@ -11,10 +12,11 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node clock_offset sqlstate);
+our @EXPORT = qw(insta_node clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path { return dirname(dirname($ENV{PG_CONFIG})) if $ENV{PG_CONFIG} =~ m{/bin/pg_config$}; die "PG_CONFIG is not .../bin/pg_config"; }
@@ -87,6 +89,41 @@ sub sqlstate
 	$node->psql($db, $sql, stdout => \$stdout, stderr => \$stderr,
 		extra_params => [ '-v', 'VERBOSITY=sqlstate' ]);
 	return $stderr =~ /^(?:psql:[^\n]*?)?ERROR:  ([0-9A-Z]{5})$/m ? $1 : '';
+}
+
+# pgbench_start(NODE, DB, SCRIPT_SQL, OPTIONS...): pgbench (-n) on the node
+# in the background, its one-line script in a file of its own; the handle is
+# for pgbench_wait or pgbench_stop.
+my $scripts = 0;
+sub pgbench_start
+{
+	my ($node, $db, $sql, @options) = @_;
+	my $file = $node->basedir . '/pgbench_' . ++$scripts . '.sql';
+	PostgreSQL::Test::Utils::append_to_file($file, "$sql\n");
+	local %ENV = $node->_get_env(PGAPPNAME => 'pgbench');    # the framework names every client after the test
+	my %b = (out => '', err => '');
+	$b{run} = IPC::Run::start([ 'pgbench', '-n', @options, '-f', $file, $db ], '>', \$b{out}, '2>', \$b{err});
+	return \%b;
+}
+
+# pgbench_wait(HANDLE[, NAME]): with a NAME, a test that pgbench exited 0
+# (its output on failure); without, whether it did (a run whose server was
+# killed under it).
+sub pgbench_wait
+{
+	my ($b, $name) = @_;
+	my $ok = $b->{run}->finish;
+	return $ok unless defined $name;
+	ok($ok, $name) or diag("$b->{out}$b->{err}");
+	return $ok;
+}
+
+# pgbench_stop(HANDLE): ends a pgbench run without a time limit.
+sub pgbench_stop
+{
+	my ($b) = @_;
+	$b->{run}->signal('TERM');
+	$b->{run}->finish;
 }
 
 1;
