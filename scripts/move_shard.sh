@@ -205,10 +205,9 @@ drop_replication() {
 lock_finish() {
   local until=$((SECONDS + ${MOVE_FINISH_WAIT:-120})) said=0
   hold_open "$to" "the new server"
-  while hold "SELECT pg_try_advisory_lock(1768515634, $shard);" && [ "${HELD%$'\n'}" != t ]; do
+  while hold "SELECT pg_try_advisory_lock(insta_id._move_lock_key(), $shard);" && [ "${HELD%$'\n'}" != t ]; do
     if [ $said = 0 ]; then
-      echo "   waiting for process $(qt -c "SELECT string_agg(pid::text, ', ') FROM pg_locks WHERE locktype = 'advisory'
-                                           AND classid = 1768515634 AND objid = $shard AND database = $this_db") on the new server (finishing this move, or moving the shard on)"
+      echo "   waiting for process $(qt -c "SELECT insta_id._lock_holder(insta_id._move_lock_key(), $shard)") on the new server (finishing this move, or moving the shard on)"
       said=1
     fi
     [ $SECONDS -lt $until ] || die "gave up waiting for the lock of shard $shard on the new server"
@@ -416,7 +415,7 @@ stop_after cutover
 # lock, taken for this transaction (a re-run finishing beside us adopts
 # first, then this adopts nothing).
 step "adopt $schema on the new server"
-qt -1 -c "SELECT pg_advisory_xact_lock(1768515634, $shard)" \
+qt -1 -c "SELECT pg_advisory_xact_lock(insta_id._move_lock_key(), $shard)" \
    -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard) WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)" >/dev/null
 lock_finish
 finish_move "$schema"

@@ -1385,6 +1385,77 @@ BEGIN
 END
 $$;
 
+-- insta_id's advisory locks, the one place their keys are written. They use
+-- PostgreSQL's two-key form (pg_locks: classid, objid, objsubid = 2), which
+-- never meets an application's one-key (bigint) locks; the first key says
+-- whose lock it is:
+--   _schema_lock_key(), 1768515633 ('iid1'), object 1: the migration
+--     runner, in each of its transactions. Object 2: a template, exclusive
+--     while a migration changes it, shared while shards are copied from it,
+--     so a copy never mixes a template's tables before a migration with its
+--     history after it.
+--   _move_lock_key(), 1768515634 ('iid2'), object: a shard number. Held for
+--     a session by lock_shard_for_move and by a move's finishers on the new
+--     server (scripts/move_shard.sh); migrate tries it shared and skips the
+--     shard when it cannot have it.
+-- The keys are literals (no search_path to set: nothing is resolved) and
+-- inlined into their callers. Not PUBLIC's (privileges.sql).
+
+CREATE FUNCTION insta_id._schema_lock_key()
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 1768515633 $$;
+
+CREATE FUNCTION insta_id._move_lock_key()
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 1768515634 $$;
+
+-- The process, other than this one, holding insta_id's lock (key, object):
+-- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()
+-- is not the session's.
+CREATE FUNCTION insta_id._lock_holder(key int, object int)
+RETURNS int
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.pid FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+      AND l.classid = key::oid AND l.objid = object::oid AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid()
+    ORDER BY l.pid LIMIT 1
+$$;
+
+-- Taken by every copy from a template (see _schema_lock_key).
+CREATE OR REPLACE FUNCTION insta_id._lock_template_shared()
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_advisory_xact_lock_shared(insta_id._schema_lock_key(), 2) $$;
+
+-- lock_shard_for_move: the holder named through _lock_holder.
+CREATE OR REPLACE FUNCTION insta_id.lock_shard_for_move(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    holder int;
+BEGIN
+    PERFORM insta_id._check_shard_id(lock_shard_for_move.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = lock_shard_for_move.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
+        holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
+        RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
+            USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);
+    END IF;
+    RETURN nsp;
+END
+$$;
+
 -- Applies a migration to the template, then to every registered shard of
 -- that template lacking it (and to shards of no recorded template), in shard
 -- order: one transaction per schema, run as the schema's owner in a
@@ -1451,9 +1522,8 @@ BEGIN
     PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     LOOP
-        IF NOT pg_try_advisory_xact_lock(1768515633, 1) THEN
-            SELECT l.pid INTO holder FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.classid = 1768515633 AND l.objid = 1 AND l.objsubid = 2 AND l.granted;
+        IF NOT pg_try_advisory_xact_lock(insta_id._schema_lock_key(), 1) THEN
+            holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
                       DETAIL = format('Process %s holds the migration runner''s lock.', holder),
@@ -1492,7 +1562,7 @@ BEGIN
 
         -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
         -- is not replicated, so it would miss the copy on the new server.
-        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(insta_id._move_lock_key(), target_shard) THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
                 migration, target_shard, quote_ident(target);
             moving := moving || target_shard;
@@ -1518,7 +1588,7 @@ BEGIN
             BEGIN
                 PERFORM set_config('lock_timeout', lock_timeout, true);
                 IF target_shard IS NULL THEN
-                    PERFORM pg_advisory_xact_lock(1768515633, 2);
+                    PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
                 END IF;
                 -- As the schema's owner: the statements, and the owner's code they
                 -- reach (triggers, defaults, functions), never run with the
@@ -1602,7 +1672,8 @@ REVOKE EXECUTE ON FUNCTION
     insta_id._copy_planned(jsonb, name, int), insta_id._check_shard_range(int, int, text), insta_id._check_shard_range_bounds(int, int),
     insta_id._check_owners(jsonb), insta_id._check_lock_budget(jsonb, int, int, text),
     insta_id._lock_template_shared(), insta_id._create_shard_batch(int, int, jsonb),
-    insta_id._describe_schemas(oid[])
+    insta_id._describe_schemas(oid[]), insta_id._schema_lock_key(), insta_id._move_lock_key(),
+    insta_id._lock_holder(int, int)
 FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
     insta_id.migrate(text, text, text, text, int) FROM PUBLIC;

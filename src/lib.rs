@@ -107,9 +107,8 @@ mod tests;
 
 ::pgrx::pg_module_magic!(name, version);
 
-// The SQL surface, in the order of the versions that introduced it. Once a
-// version is released its SQL is frozen (sql/SHA256SUMS, CONTRIBUTING.md).
-// The SQL, one file per concern under src/sql/, each opening with what it
+// Once a version is released its SQL is frozen (sql/SHA256SUMS,
+// CONTRIBUTING.md). The SQL, one file per concern under src/sql/, each opening with what it
 // owns and the search_path and privilege rules of its functions; loaded in
 // this order (a LANGUAGE sql function's body is checked at creation, so what
 // it reads comes first); privileges.sql last, so its default deny covers all.
@@ -117,10 +116,11 @@ extension_sql_file!("sql/ids.sql", name = "ids", bootstrap);
 extension_sql_file!("sql/guard.sql", name = "guard", requires = ["ids"]);
 extension_sql_file!("sql/ddl.sql", name = "ddl", requires = ["guard"]);
 extension_sql_file!("sql/registry.sql", name = "registry", requires = ["ddl"]);
+extension_sql_file!("sql/locks.sql", name = "locks", requires = ["registry"]);
 extension_sql_file!(
     "sql/migrations.sql",
     name = "migrations",
-    requires = ["registry"]
+    requires = ["locks"]
 );
 extension_sql_file!(
     "sql/id_columns.sql",

@@ -87,7 +87,7 @@ check "refused: wal_level is not logical on the old server" "$(move 50 "$new" "$
 # Another session marks shard 5 as being moved (what the script's session does).
 q "$old" -c "SELECT insta_id.lock_shard_for_move(5)" -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
 holder=$!
-until [ "$(q "$old" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 5")" = 1 ]; do sleep 0.1; done
+until [ "$(q "$old" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = insta_id._move_lock_key() AND objid = 5")" = 1 ]; do sleep 0.1; done
 move 5 "$old" "$new" >"$work/locked.log" || true
 check "refused: a shard another session is moving" "$(grep -c "ERROR:  shard 5 is being moved or migrated" "$work/locked.log")" 1
 out=$(q "$old" -c "CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')" 2>&1 || true)
@@ -96,7 +96,7 @@ check "migrate skips a shard being moved and fails naming it (55006)" \
   "1|ERROR:  migration '0002_users_bio_index' skipped shards being moved to another server: 5"
 check "every other shard has the migration" \
   "$(q "$old" -c "SELECT string_agg(schema_name, ',') FROM insta_id.pending_migrations WHERE migration = '0002_users_bio_index'")" "insta5"
-q "$old" -c "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 5" >/dev/null
+q "$old" -c "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = insta_id._move_lock_key() AND objid = 5" >/dev/null
 wait "$holder" 2>/dev/null || true
 check "once the move is over, migrate finishes the skipped shard" \
   "$(q "$old" -c "SET client_min_messages = warning" -c "CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')" \

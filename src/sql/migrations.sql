@@ -118,9 +118,8 @@ BEGIN
     PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     LOOP
-        IF NOT pg_try_advisory_xact_lock(1768515633, 1) THEN
-            SELECT l.pid INTO holder FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.classid = 1768515633 AND l.objid = 1 AND l.objsubid = 2 AND l.granted;
+        IF NOT pg_try_advisory_xact_lock(insta_id._schema_lock_key(), 1) THEN
+            holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
                       DETAIL = format('Process %s holds the migration runner''s lock.', holder),
@@ -159,7 +158,7 @@ BEGIN
 
         -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
         -- is not replicated, so it would miss the copy on the new server.
-        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(1768515634, target_shard) THEN
+        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(insta_id._move_lock_key(), target_shard) THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
                 migration, target_shard, quote_ident(target);
             moving := moving || target_shard;
@@ -185,7 +184,7 @@ BEGIN
             BEGIN
                 PERFORM set_config('lock_timeout', lock_timeout, true);
                 IF target_shard IS NULL THEN
-                    PERFORM pg_advisory_xact_lock(1768515633, 2);
+                    PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
                 END IF;
                 -- As the schema's owner: the statements, and the owner's code they
                 -- reach (triggers, defaults, functions), never run with the

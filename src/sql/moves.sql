@@ -20,10 +20,8 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
     END IF;
-    IF NOT pg_try_advisory_lock(1768515634, lock_shard_for_move.shard_id) THEN
-        SELECT l.pid INTO holder FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.classid = 1768515634 AND l.objid = lock_shard_for_move.shard_id
-          AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() LIMIT 1;
+    IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
+        holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
         RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
             USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);
     END IF;

@@ -227,17 +227,6 @@ BEGIN
 END
 $$;
 
--- insta_id's advisory locks, first key 1768515633 ('iid1'): (key, 1) is
--- held by the migration runner in each of its transactions; (key, 2)
--- exclusively while a migration changes a template, shared while shards are
--- copied from one, so a copy never mixes a template's tables before a
--- migration with its history after it.
-CREATE FUNCTION insta_id._lock_template_shared()
-RETURNS void
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_advisory_xact_lock_shared(1768515633, 2) $$;
-
 CREATE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
 RETURNS int
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

@@ -212,9 +212,9 @@ SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
 -- insta_id.migrate does then: tests/move.sh, with real sessions); it names
 -- the shard's schema, and refuses a shard that is not here.
 SELECT insta_id.lock_shard_for_move(30) AS schema_name,
-       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768515634 AND objid = 30
+       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = insta_id._move_lock_key() AND objid = 30
           AND pid = pg_backend_pid()) AS locks_held;
-SELECT pg_advisory_unlock(1768515634, 30) AS released;
+SELECT pg_advisory_unlock(insta_id._move_lock_key(), 30) AS released;
 SELECT insta_id.lock_shard_for_move(31);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.lock_shard_for_move(8192);
