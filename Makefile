@@ -1,13 +1,13 @@
 # insta_id: every task a target. The README's two commands are `make demo`
-# and `make test`; both install what is missing first (scripts/setup.sh),
+# and `make test`; both install what is missing first (scripts/dev/setup.sh),
 # which is quick when nothing is.
 #
 # Which PostgreSQL: PG=15|16|17|18 (default: the newest), or PG_CONFIG=<path>
-# for any server's pg_config (make install). scripts/harness.sh decides.
+# for any server's pg_config (make install). scripts/dev/harness.sh decides.
 
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-VERSIONS := $(shell scripts/harness.sh pg_supported)
+VERSIONS := $(shell scripts/dev/harness.sh pg_supported)
 OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
 # make bench PG=NN measures that version only.
@@ -24,13 +24,13 @@ help:
 
 ## demo: the newest PostgreSQL, not preloaded: logical shards, IDs made and decoded
 demo:
-	@scripts/setup.sh
-	@scripts/build.sh install
-	@scripts/demo.sh
+	@scripts/dev/setup.sh
+	@scripts/dev/build.sh install
+	@scripts/demo/demo.sh
 
 ## test: everything, on every supported version (what CI runs)
 test:
-	@scripts/setup.sh all
+	@scripts/dev/setup.sh all
 	@$(MAKE) -s test-rust PG=$(NEWEST)
 	@for v in $(VERSIONS); do $(MAKE) -s check PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-pg PG=$$v || exit 1; done
@@ -47,61 +47,61 @@ test:
 ##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
 ##        lead over the clock and of concurrent sessions
 check:
-	@scripts/setup.sh faults tap
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh faults tap
+	@scripts/dev/build.sh install ci
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/upgrade.sh
 	@tests/isolation.sh
 	@tests/tap.sh lead concurrency
 
-## setup: install what is missing for PG (or: scripts/setup.sh all)
+## setup: install what is missing for PG (or: scripts/dev/setup.sh all)
 setup:
-	@scripts/setup.sh
+	@scripts/dev/setup.sh
 
 ## install: build (release) and install into the server of PG_CONFIG, sudo if needed
 install:
-	@scripts/setup.sh $(if $(PG_CONFIG),--build-only)
-	@scripts/build.sh install
+	@scripts/dev/setup.sh $(if $(PG_CONFIG),--build-only)
+	@scripts/dev/build.sh install
 
 ## package: Debian packages (release), one per supported version or PG=NN:
 ##        target/packages/postgresql-NN-insta-id_<version>_amd64.deb
 package:
-	@scripts/setup.sh $(PACKAGE_VERSIONS)
-	@scripts/package.sh $(PACKAGE_VERSIONS)
+	@scripts/dev/setup.sh $(PACKAGE_VERSIONS)
+	@scripts/dev/package.sh $(PACKAGE_VERSIONS)
 
 ## dist: the PGXN source archive with META.json, target/packages/insta_id-<version>.zip
 dist:
-	@scripts/dist.sh
+	@scripts/dev/dist.sh
 
 ## stop: stop the demo cluster left running by DEMO_KEEP=1
 stop:
-	@scripts/cluster.sh stop --name demo
+	@scripts/demo/cluster.sh stop --name demo
 
 ## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing; then a 4th server
 ##               and 75 shards moved onto it online under routed writes (PostgreSQL 15)
 cluster-demo:
-	@scripts/setup.sh 15
-	@PG=15 scripts/build.sh install
-	@PG=15 scripts/fleet_demo.sh
+	@scripts/dev/setup.sh 15
+	@PG=15 scripts/dev/build.sh install
+	@PG=15 scripts/demo/fleet_demo.sh
 
 ## bench: benchmarks (release build, never part of make test) on the oldest
 ##        and newest version (or PG=NN alone), shards at scale on the first;
 ##        writes BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
-	  scripts/setup.sh $$v && PG=$$v scripts/build.sh install && PG=$$v bench/run.sh || exit 1; \
+	  scripts/dev/setup.sh $$v && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh || exit 1; \
 	done
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads)
 test-rust:
-	@scripts/build.sh test-rust
+	@scripts/dev/build.sh test-rust
 
 ## test-pg: #[pg_test]s inside PostgreSQL (every function and error, scripted clock)
 test-pg:
-	@scripts/build.sh test-pg
+	@scripts/dev/build.sh test-pg
 
 ## test-regress: pg_regress (tests/pg_regress) on a preloaded server: what users see in psql
 ## test-upgrade: released SQL frozen; ALTER EXTENSION UPDATE from every release, checked in full
@@ -109,8 +109,8 @@ test-pg:
 ##        migrate beside a move (PostgreSQL's isolation tester)
 ## test-fleet: 3 servers, 300 shards, PL/Proxy routing, online moves, a promoted standby
 test-regress test-upgrade test-isolation test-fleet: test-%:
-	@scripts/setup.sh
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh
+	@scripts/dev/build.sh install ci
 	@tests/$*.sh
 
 ## test-lead: how far IDs may run ahead of the clock (insta_id.max_lead), for
@@ -119,63 +119,63 @@ test-regress test-upgrade test-isolation test-fleet: test-%:
 ## test-faults: libfaketime steps the clock of running servers under load;
 ##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
 test-lead test-concurrency test-faults: test-%:
-	@scripts/setup.sh faults tap
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh faults tap
+	@scripts/dev/build.sh install ci
 	@tests/tap.sh $*
 
 ## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
 test-tap:
-	@scripts/setup.sh faults tap
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh faults tap
+	@scripts/dev/build.sh install ci
 	@tests/tap.sh
 
 ## test-shards: 64 shards through pg_dump/pg_restore, a shard moved between servers,
 ##        all 8192 shards on a stock server (cancelled and resumed; from psql and psycopg)
 test-shards:
-	@scripts/setup.sh clients
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh clients
+	@scripts/dev/build.sh install ci
 	@tests/shards.sh
 
 ## test-sqlsmith: 2000 random queries (sqlsmith) at insta_id: no crash, no internal error
 test-sqlsmith:
-	@scripts/setup.sh faults
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh faults
+	@scripts/dev/build.sh install ci
 	@tests/sqlsmith.sh
 
 ## test-clients: psycopg, SQLAlchemy, Django and node-postgres examples/ against a
 ##        real server; the docs' code blocks are those examples
 test-clients:
-	@scripts/setup.sh clients
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh clients
+	@scripts/dev/build.sh install ci
 	@tests/clients.sh
 
 ## test-packages: the .deb of every version (paths, dependency); the one for 15
 ##        through dpkg -i, CREATE/ALTER EXTENSION, dpkg -r; META.json and make dist
 test-packages:
-	@scripts/setup.sh $(VERSIONS)
+	@scripts/dev/setup.sh $(VERSIONS)
 	@tests/packages.sh
 
 ## fuzz: the same, 50,000 queries (not part of make test)
 fuzz:
-	@scripts/setup.sh faults
-	@scripts/build.sh install ci
+	@scripts/dev/setup.sh faults
+	@scripts/dev/build.sh install ci
 	@tests/sqlsmith.sh 50000
 
 ## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move
 ##            onto 16 with the per-session guard
 test-move:
-	@scripts/setup.sh 16 $(NEWEST) upgrade-source faults
-	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
-	@PG=16 scripts/build.sh install ci
-	@PG=$(NEWEST) scripts/build.sh install ci
+	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults
+	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
+	@PG=16 scripts/dev/build.sh install ci
+	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@tests/move.sh
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
-	@scripts/setup.sh $(NEWEST) upgrade-source faults
-	@PG_CONFIG=$$(scripts/harness.sh pg_binaries_config $(OLDEST)) scripts/build.sh install ci
-	@PG=$(NEWEST) scripts/build.sh install ci
+	@scripts/dev/setup.sh $(NEWEST) upgrade-source faults
+	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
+	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@tests/pg_upgrade.sh $(OLDEST) $(NEWEST)
 
 ## installcheck: the pg_regress suite against the server PGHOST/PGPORT/PGUSER name
@@ -184,10 +184,10 @@ installcheck:
 
 ## lint: rustfmt and clippy -D warnings
 lint:
-	@scripts/setup.sh --build-only
-	@scripts/build.sh lint
+	@scripts/dev/setup.sh --build-only
+	@scripts/dev/build.sh lint
 
 clean:
 	-@for c in target/clusters/pg*-*; do [ -d "$$c" ] || continue; b=$$(basename "$$c"); v=$${b%%-*}; \
-	  PG=$${v#pg} scripts/cluster.sh stop --name "$${b#*-}"; done
+	  PG=$${v#pg} scripts/demo/cluster.sh stop --name "$${b#*-}"; done
 	cargo clean

@@ -3,7 +3,7 @@
 # README's performance line from target/bench/pgNN of each version (the
 # first in detail). The plot needs matplotlib: a private virtualenv, made
 # once (from PyPI).
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 venv="$repo/target/bench-venv"
 if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
   python3 -m venv "$venv" && "$venv/bin/pip" install -q matplotlib

@@ -7,7 +7,7 @@
 # target/bench/pgNN; bench/report.py turns those of one or more versions into
 # medians, ratios, BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
 #   ROUNDS=7 SCALING_ROUNDS=3 PGBENCH_SECONDS=3 IN_USE='10 10000 100000' PG=18 bench/run.sh
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 ROUNDS=${ROUNDS:-7}
 SCALING_ROUNDS=${SCALING_ROUNDS:-3}
 PGBENCH_SECONDS=${PGBENCH_SECONDS:-3}

@@ -15,7 +15,7 @@
 #   max_locks_per_transaction raised to what the tables need.
 # Raw figures go to target/bench/shards-pgNN; bench/report.py reports them.
 #   ROUNDS=2 PG=18 bench/shards.sh
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 ROUNDS=${ROUNDS:-2}
 out="$repo/target/bench/shards-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"

@@ -21,7 +21,7 @@
 # failed wait): it finishes the move, or, if the old server still holds the
 # shard, rolls the partial copy back and moves it afresh. --undo only rolls a
 # move back while the old server still holds the shard. --router names the
-# fleet's router database (scripts/fleet_router.sql): its map is re-pointed
+# fleet's router database (scripts/demo/fleet_router.sql): its map is re-pointed
 # to --router-target.
 #
 # The session that holds the shard's locks at the cutover has TCP keepalives

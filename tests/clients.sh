@@ -9,11 +9,11 @@
 # - node-postgres: ids as exact strings or BigInt, ids in JSON
 # - the README's (and docs/') code blocks are copies of those examples
 # Versions are pinned in examples/requirements.txt and examples/node/package.json;
-# scripts/setup.sh clients installs them (target/clients-venv, examples/node/node_modules).
-source "$(dirname "$0")/../scripts/harness.sh"
+# scripts/dev/setup.sh clients installs them (target/clients-venv, examples/node/node_modules).
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 python=$repo/target/clients-venv/bin/python
 [ -x "$python" ] && [ -d "$repo/examples/node/node_modules/pg" ] \
-  || { echo "the clients are not installed: scripts/setup.sh clients" >&2; exit 1; }
+  || { echo "the clients are not installed: scripts/dev/setup.sh clients" >&2; exit 1; }
 
 # Preloaded where the server needs it for the shared guard (before 17), as in production.
 if [ "$PG" -lt 17 ]; then start_cluster clients --preload; else start_cluster clients; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several real servers, one logical design (scripts/fleet.sh: 3 servers, 300
+# Several real servers, one logical design (scripts/demo/fleet.sh: 3 servers, 300
 # logical shards from one template, a PL/Proxy router):
 # - writers on all servers at once, directly and through the router: every
 #   ID collected from all servers is unique, decodes to the shard whose table
@@ -9,11 +9,11 @@
 #   router's map as the lock-out); writes resume there, no ID repeats;
 # - a streaming standby of server 3 refuses next_id like nextval, and after
 #   promotion mints IDs that repeat none of the primary's.
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 SECONDS_OF_LOAD=${SECONDS_OF_LOAD:-5}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
-fleet() { "$repo/scripts/fleet.sh" "$@"; }
+fleet() { "$repo/scripts/demo/fleet.sh" "$@"; }
 on() { local n=$1; shift; ( eval "$(fleet env "$n")"; q "$@" ); }
 
 SECONDS=0

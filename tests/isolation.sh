@@ -5,7 +5,7 @@
 # is blocked on a lock, so the outcome is deterministic (no sleeps).
 #   tests/isolation.sh           on a throwaway cluster, insta_id preloaded
 #   tests/isolation.sh --bless   (re)write expected/ from the results (review the diff!)
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 bless=0
 for a in "$@"; do
   case "$a" in

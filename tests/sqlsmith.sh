@@ -4,7 +4,7 @@
 # internal error (XX000) from a statement calling insta_id. With
 # track_functions = all it shows that insta_id's functions really ran.
 #   tests/sqlsmith.sh [QUERIES]   default 2000 (make test); make fuzz: 50000
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 queries=${1:-2000}
 seed=${SMITH_SEED:-42}
 start_cluster smith --preload --conf "track_functions = all

@@ -6,9 +6,9 @@
 # version under test (PG or PG_CONFIG) through its install_path.
 #   tests/tap.sh [name ...]   t/NNN_<name>.pl; default: every test
 # As root, initdb and postgres refuse to run: prove then runs as postgres.
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 modules=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
-[ -f "$modules/PostgreSQL/Test/Cluster.pm" ] || { echo "tap.sh: $modules is missing: scripts/setup.sh tap" >&2; exit 1; }
+[ -f "$modules/PostgreSQL/Test/Cluster.pm" ] || { echo "tap.sh: $modules is missing: scripts/dev/setup.sh tap" >&2; exit 1; }
 out="$repo/target/tap/pg$PG"
 rm -rf "$out"; mkdir -p "$out"
 tests=()

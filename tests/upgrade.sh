@@ -11,7 +11,7 @@
 #    function's whole definition, views, tables by column, grants, comments.
 # 3. The check cannot miss: an upgrade script that leaves out one function
 #    changed in src/ (shard_drift) makes it fail, naming that function.
-source "$(dirname "$0")/../scripts/harness.sh"
+source "$(dirname "$0")/../scripts/dev/harness.sh"
 cd "$repo"
 version=$(insta_id_version)
 extdir="$("$PG_CONFIG" --sharedir)/extension"

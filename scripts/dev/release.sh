@@ -16,8 +16,8 @@
 #                                   CHANGELOG heading must carry a date; then
 #                                   commit and `git tag -a v<version>`
 #
-# Both read the generated script where `scripts/build.sh install` put it.
-source "$(dirname "$0")/../harness.sh"
+# Both read the generated script where `scripts/dev/build.sh install` put it.
+source "$(dirname "$0")/harness.sh"
 cd "$repo"
 version=$(insta_id_version)
 sums=sql/SHA256SUMS
@@ -25,7 +25,7 @@ generated="$("$PG_CONFIG" --sharedir)/extension/insta_id--$version.sql"
 
 # The released form of the generated script: pgrx's "-- src/x.rs:NN" lines out.
 generated_sum() {
-  [ -f "$generated" ] || { echo "release.sh: $generated is missing: scripts/build.sh install first" >&2; return 1; }
+  [ -f "$generated" ] || { echo "release.sh: $generated is missing: scripts/dev/build.sh install first" >&2; return 1; }
   grep -vE '^-- src/[^ ]+\.rs:[0-9]+$' "$generated" | sha256sum | cut -d' ' -f1
 }
 recorded() { sed -nE "s/^([0-9a-f]{64})  $1\$/\\1/p" "$sums"; }

@@ -51,7 +51,7 @@ sub insta_start
 	if (my $clock = $node->{insta_clock})
 	{
 		my ($lib) = grep { -e } map { glob } '/usr/lib/*/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1';
-		BAIL_OUT('libfaketime is missing: scripts/setup.sh faults') unless $lib;
+		BAIL_OUT('libfaketime is missing: scripts/dev/setup.sh faults') unless $lib;
 		$ENV{LD_PRELOAD}               = $lib;
 		$ENV{FAKETIME_TIMESTAMP_FILE}  = $clock;
 		$ENV{FAKETIME_CACHE_DURATION}  = 0;

@@ -2,17 +2,17 @@
 # Every cargo invocation, for the PostgreSQL the harness picked (PG or
 # PG_CONFIG): the pgrx feature pgNN and the pg_config to build against.
 #
-#   scripts/build.sh install [PROFILE]   build and install into the server of
+#   scripts/dev/build.sh install [PROFILE]   build and install into the server of
 #                                        PG_CONFIG (sudo when its directories
 #                                        need it); PROFILE release (default) or
 #                                        ci (the tests': no LTO, quicker build)
-#   scripts/build.sh package [PROFILE]   the files install would install, under
+#   scripts/dev/build.sh package [PROFILE]   the files install would install, under
 #                                        target/packages/pgNN/tree (their paths
-#                                        on PG_CONFIG's server); scripts/package.sh
+#                                        on PG_CONFIG's server); scripts/dev/package.sh
 #                                        makes the .deb of them
-#   scripts/build.sh test-rust           pure Rust unit and property tests
-#   scripts/build.sh test-pg             #[pg_test]s inside PostgreSQL
-#   scripts/build.sh lint                rustfmt and clippy -D warnings
+#   scripts/dev/build.sh test-rust           pure Rust unit and property tests
+#   scripts/dev/build.sh test-pg             #[pg_test]s inside PostgreSQL
+#   scripts/dev/build.sh lint                rustfmt and clippy -D warnings
 #
 # Besides what pgrx installs (the library, the control file, this version's
 # script generated from src/*.sql, and sql/'s upgrade scripts) install copies

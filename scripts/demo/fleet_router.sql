@@ -1,4 +1,4 @@
--- The router database of the fleet (scripts/fleet.sh): the logical-to-
+-- The router database of the fleet (scripts/demo/fleet.sh): the logical-to-
 -- physical map and PL/Proxy routing. Applications call these functions on
 -- the router; PL/Proxy runs each call on the server that holds the shard.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/dist.sh: the source archive for PGXN, target/packages/insta_id-<version>.zip:
+# scripts/dev/dist.sh: the source archive for PGXN, target/packages/insta_id-<version>.zip:
 # the committed tree (HEAD) under insta_id-<version>/, META.json at its top.
 # PGXN's client builds it with `make install PG_CONFIG=...` (README).
 source "$(dirname "$0")/harness.sh"

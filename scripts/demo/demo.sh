@@ -6,7 +6,7 @@
 # insta_id.create_shards, a table in each whose id DEFAULT mints IDs with that
 # shard's number, rows inserted with RETURNING id, and the IDs decoded.
 # Stops the cluster at the end; DEMO_KEEP=1 leaves it running.
-source "$(dirname "$0")/harness.sh"
+source "$(dirname "$0")/../dev/harness.sh"
 
 cluster_start demo
 eval "$(cluster_env demo)"

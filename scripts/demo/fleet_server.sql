@@ -1,4 +1,4 @@
--- Functions of every data server of the fleet (scripts/fleet.sh). The router
+-- Functions of every data server of the fleet (scripts/demo/fleet.sh). The router
 -- calls them through PL/Proxy; a call for a shard this server does not hold
 -- fails loudly instead of writing to the wrong place.
 CREATE FUNCTION shard_schema(shard int) RETURNS name

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # A fleet of real PostgreSQL servers on this machine, one logical design:
 #
-#   scripts/fleet.sh up [SERVERS [SHARDS]]   default 3 servers, 300 logical shards
-#   scripts/fleet.sh add N                   one more server, N, holding no shard yet
-#   scripts/fleet.sh move SHARD N            move a logical shard online to server N
+#   scripts/demo/fleet.sh up [SERVERS [SHARDS]]   default 3 servers, 300 logical shards
+#   scripts/demo/fleet.sh add N                   one more server, N, holding no shard yet
+#   scripts/demo/fleet.sh move SHARD N            move a logical shard online to server N
 #                                            (scripts/move_shard.sh --router)
-#   scripts/fleet.sh writer STOPFILE OUT SHARD...
+#   scripts/demo/fleet.sh writer STOPFILE OUT SHARD...
 #                                            a client inserting users through the router
 #                                            into these shards in turn, retrying a failed
 #                                            insert, until STOPFILE exists (at most 10 min):
 #                                            OUT gets "shard|id|time" per row, OUT.summary
 #                                            "rows failed-attempts"
-#   scripts/fleet.sh down
-#   scripts/fleet.sh env N                   PGHOST/PGPORT of server N
+#   scripts/demo/fleet.sh down
+#   scripts/demo/fleet.sh env N                   PGHOST/PGPORT of server N
 #
 # Each server (clusters fleet-1..fleet-N, Unix sockets only, insta_id
 # preloaded, wal_level = logical for online moves) has a database `app` holding a contiguous range of the logical
@@ -21,7 +21,7 @@
 # logical-to-physical map (table shard_map) and PL/Proxy functions that run
 # each call on the server holding the shard.
 # PL/Proxy is packaged (by Debian) for PostgreSQL 15 only: run it with PG=15.
-source "$(dirname "$0")/harness.sh"
+source "$(dirname "$0")/../dev/harness.sh"
 on() { local n=$1; shift; ( eval "$(cluster_env "fleet-$n")"; q "$@" ); }
 connstr() { ( eval "$(cluster_env "fleet-$1")"; echo "host=$PGHOST port=$PGPORT dbname=app user=postgres" ); }
 # server N [FIRST LAST]: a fresh server with the template, holding shards FIRST..LAST.
@@ -34,7 +34,7 @@ server() {
     --conf "wal_retrieve_retry_interval = '200ms'"
   on "$1" -d postgres -c "CREATE DATABASE app"
   on "$1" -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" \
-    -f "$repo/tests/fixtures/shard_template.sql" -f "$repo/scripts/fleet_server.sql" >/dev/null
+    -f "$repo/tests/fixtures/shard_template.sql" -f "$repo/scripts/demo/fleet_server.sql" >/dev/null
   [ $# = 1 ] || on "$1" -d app -c "SELECT insta_id.create_shards($2, $3, 'template')" >/dev/null
 }
 
@@ -50,7 +50,7 @@ case "$cmd" in
     # The router: the map, and PL/Proxy's cluster configuration read from it.
     on 1 -d postgres -c "CREATE DATABASE router"
     on 1 -d router -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" -c "CREATE EXTENSION plproxy" \
-      -f "$repo/scripts/fleet_router.sql" >/dev/null
+      -f "$repo/scripts/demo/fleet_router.sql" >/dev/null
     for n in $(seq 1 "$servers"); do
       first=$(( (n - 1) * per + 1 )); last=$(( n * per < shards ? n * per : shards ))
       on 1 -d router -c "INSERT INTO shard_map (shard_id, server, connstr)
