@@ -132,9 +132,9 @@ test-tap:
 ## test-shards: 64 shards through pg_dump/pg_restore, a shard moved between servers,
 ##        all 8192 shards on a stock server (cancelled and resumed; from psql and psycopg)
 test-shards:
-	@scripts/dev/setup.sh clients
+	@scripts/dev/setup.sh tap
 	@scripts/dev/build.sh install ci
-	@tests/shards.sh
+	@tests/tap.sh shards
 
 ## test-sqlsmith: 2000 random queries (sqlsmith) at insta_id: no crash, no internal error
 test-sqlsmith:
@@ -173,10 +173,10 @@ test-move:
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
-	@scripts/dev/setup.sh $(NEWEST) upgrade-source faults
+	@scripts/dev/setup.sh $(NEWEST) upgrade-source tap
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
-	@tests/pg_upgrade.sh $(OLDEST) $(NEWEST)
+	@PG=$(NEWEST) PG_UPGRADE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) tests/tap.sh pg_upgrade
 
 ## installcheck: the pg_regress suite against the server PGHOST/PGPORT/PGUSER name
 installcheck:

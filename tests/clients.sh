@@ -2,7 +2,8 @@
 # The clients applications use, against a throwaway cluster (not preloaded,
 # as a new user runs it): each example of examples/ runs its own tests in a
 # fresh database.
-# - psycopg 3: INSERT ... RETURNING one row and executemany, COPY, decoding
+# - psycopg 3: INSERT ... RETURNING one row and executemany, COPY, decoding,
+#   create_shards_in_batches in autocommit mode (2D000 in a transaction)
 # - SQLAlchemy 2: a mapped class, RETURNING, a batched flush (sentinel column)
 # - Django 5.2: migrations make the template and the shards; create() and
 #   bulk_create() get the database-made primary keys; routing by shard

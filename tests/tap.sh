@@ -5,6 +5,8 @@
 # poll_query_until) come from Debian's postgresql-server-dev-15 and drive the
 # version under test (PG or PG_CONFIG) through its install_path.
 #   tests/tap.sh [name ...]   t/NNN_<name>.pl; default: every test
+# PG_UPGRADE_FROM=<pg_config>: the old installation of t/NNN_pg_upgrade.pl
+# (skipped without it).
 # As root, initdb and postgres refuse to run: prove then runs as postgres.
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 modules=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
@@ -19,7 +21,8 @@ for name in "${@:-*}"; do
 done
 run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }
 status=0
-(cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" SECONDS_PER_RUN="${SECONDS_PER_RUN:-}" \
+(cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" \
+   INSTA_ID_VERSION="$(insta_id_version)" SECONDS_PER_RUN="${SECONDS_PER_RUN:-}" PG_UPGRADE_FROM="${PG_UPGRADE_FROM:-}" \
    PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
    PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") || status=$?
 faketime_cleanup

@@ -16,18 +16,26 @@ use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop);
+our @EXPORT = qw(insta_node clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
-sub install_path { return dirname(dirname($ENV{PG_CONFIG})) if $ENV{PG_CONFIG} =~ m{/bin/pg_config$}; die "PG_CONFIG is not .../bin/pg_config"; }
+sub install_path
+{
+	my $pg_config = shift // $ENV{PG_CONFIG};
+	return dirname(dirname($pg_config)) if $pg_config =~ m{/bin/pg_config$};
+	die "$pg_config is not .../bin/pg_config";
+}
 
-# insta_node(NAME, preload => 0|1, faketime => 0|1, conf => 'lines'):
-# initialised and started, CREATE EXTENSION left to the test.
+# insta_node(NAME, preload => 0|1, faketime => 0|1, conf => 'lines',
+# pg_config => PATH, start => 0|1): initialised (data checksums on, 18's
+# default, which pg_upgrade needs on both sides) and, unless start => 0,
+# started; CREATE EXTENSION left to the test. pg_config: another
+# installation than the one under test (the old side of a pg_upgrade).
 sub insta_node
 {
 	my ($name, %o) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name, install_path => install_path());
-	$node->init;
+	my $node = PostgreSQL::Test::Cluster->new($name, install_path => install_path($o{pg_config}));
+	$node->init(extra => [ '--data-checksums' ]);
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = '" . ($o{preload} ? 'insta_id' : '') . "'\n"
 		  . "log_statement = none\n" . ($o{conf} // ''));
@@ -38,7 +46,7 @@ sub insta_node
 		$node->{insta_clock} = $node->basedir . '/clock';
 		_write_clock($node, '+0');
 	}
-	insta_start($node);
+	insta_start($node) if $o{start} // 1;
 	return $node;
 }
 
@@ -124,6 +132,58 @@ sub pgbench_stop
 	my ($b) = @_;
 	$b->{run}->signal('TERM');
 	$b->{run}->finish;
+}
+
+# same_text(GOT, EXPECTED, NAME): is() for long texts, a diff on failure.
+sub same_text
+{
+	my ($got, $expected, $name) = @_;
+	return pass($name) if $got eq $expected;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	PostgreSQL::Test::Utils::append_to_file("$dir/expected", "$expected\n");
+	PostgreSQL::Test::Utils::append_to_file("$dir/got", "$got\n");
+	my ($diff) = PostgreSQL::Test::Utils::run_command([ 'diff', '-u', "$dir/expected", "$dir/got" ]);
+	fail($name);
+	my @lines = split /\n/, $diff;
+	diag(join "\n", @lines[ 0 .. ($#lines < 61 ? $#lines : 61) ]);
+	return 0;
+}
+
+# psql_file(NODE, DB, FILE...): runs SQL files (fixtures) with psql -f,
+# stopping at the first error.
+sub psql_file
+{
+	my ($node, $db, @files) = @_;
+	local %ENV = $node->_get_env();
+	my ($out, $err);
+	IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr($db), map { ('-f', $_) } @files ],
+		'>', \$out, '2>', \$err)
+	  or BAIL_OUT("psql -f @files: $err");
+}
+
+# error_of(NODE, DB, SQL): what SQL printed on stderr, errors with their
+# SQLSTATE ("ERROR:  55P03: ..."), '' if it printed nothing.
+sub error_of
+{
+	my ($node, $db, $sql) = @_;
+	my ($stdout, $stderr);
+	$node->psql($db, $sql, stdout => \$stdout, stderr => \$stderr,
+		extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'SHOW_CONTEXT=never' ]);
+	$stderr =~ s/^psql:[^\n]*?: //mg;
+	$stderr =~ s/^LOCATION: .*\n?//mg;
+	return $stderr;
+}
+
+# bg_until(BACKGROUND_PSQL, 'stdout' | 'stderr', REGEX): waits until what a
+# background_psql session printed matches (a NOTICE of a running CALL, an
+# \echo after it); dies after the framework's timeout.
+sub bg_until
+{
+	my ($bg, $stream, $re) = @_;
+	$bg->{timeout}->start;
+	PostgreSQL::Test::Utils::pump_until($bg->{run}, $bg->{timeout}, \$bg->{$stream}, $re)
+	  or die "timed out waiting for $re on $stream; got: $bg->{$stream}";
+	return $bg->{$stream};
 }
 
 1;

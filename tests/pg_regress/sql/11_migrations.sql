@@ -1,7 +1,7 @@
 -- insta_id.migrate: one named change applied to a template and every
 -- registered shard, one transaction per schema, recorded per schema;
 -- idempotent, resumable, inherited by later shards. Concurrent runners and
--- lock_timeout retries need real sessions: tests/shards.sh.
+-- lock_timeout retries need real sessions: tests/tap/t/005_shards.pl.
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
 -- Only this file's shards: migrate changes every registered shard.

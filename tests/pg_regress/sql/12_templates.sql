@@ -5,7 +5,7 @@
 -- views, a materialized view with an index, row-level security and a policy
 -- calling a template function, grants on all of them and owners. A shard
 -- copy must hold each object as the template has it (shard_drift, and
--- tests/shards.sh compares pg_dump -s of the two), refer to its own objects
+-- tests/tap/t/005_shards.pl compares pg_dump -s of the two), refer to its own objects
 -- only (after DROP SCHEMA ... CASCADE of the template, nothing of a shard is
 -- dropped and everything still works), and a template holding what cannot
 -- be copied is refused, naming each object.
