@@ -138,9 +138,9 @@ test-shards:
 
 ## test-sqlsmith: 2000 random queries (sqlsmith) at insta_id: no crash, no internal error
 test-sqlsmith:
-	@scripts/dev/setup.sh faults
+	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
-	@tests/sqlsmith.sh
+	@tests/tap.sh sqlsmith
 
 ## test-clients: psycopg, SQLAlchemy, Django and node-postgres examples/ against a
 ##        real server; the docs' code blocks are those examples
@@ -157,9 +157,9 @@ test-packages:
 
 ## fuzz: the same, 50,000 queries (not part of make test)
 fuzz:
-	@scripts/dev/setup.sh faults
+	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
-	@tests/sqlsmith.sh 50000
+	@SMITH_QUERIES=50000 tests/tap.sh sqlsmith
 
 ## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move

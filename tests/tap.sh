@@ -22,7 +22,7 @@ done
 run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }
 status=0
 (cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" \
-   INSTA_ID_VERSION="$(insta_id_version)" SECONDS_PER_RUN="${SECONDS_PER_RUN:-}" PG_UPGRADE_FROM="${PG_UPGRADE_FROM:-}" \
+   INSTA_ID_VERSION="$(insta_id_version)" SECONDS_PER_RUN="${SECONDS_PER_RUN:-}" SMITH_QUERIES="${SMITH_QUERIES:-}" SMITH_SEED="${SMITH_SEED:-}" PG_UPGRADE_FROM="${PG_UPGRADE_FROM:-}" \
    PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
    PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") || status=$?
 faketime_cleanup
