@@ -8,7 +8,7 @@
 # once it is (its checksum without pgrx's source-location comments, which
 # move when Rust code does).
 #
-#   scripts/dev/release.sh check    (tests/upgrade.sh) released files
+#   scripts/dev/release.sh check    (make check) released files
 #                                   unchanged; in sql/ only released files and
 #                                   the upgrade script to the version being
 #                                   made; the CHANGELOG agrees
@@ -55,7 +55,7 @@ case "${1:-}" in
     else
       grep -qE "^## Unreleased \($version\)$" CHANGELOG.md || fail "CHANGELOG.md has no '## Unreleased ($version)' for the version being made"
     fi
-    [ $bad = 0 ]
+    [ $bad = 0 ] && echo "release.sh: sql/ and the generated script agree with $sums and CHANGELOG.md"
     ;;
   freeze)
     released && { echo "release.sh: $version is already released" >&2; exit 1; }
