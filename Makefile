@@ -106,8 +106,7 @@ test-pg:
 ## test-regress: pg_regress (tests/pg_regress) on a preloaded server: what users see in psql
 ## test-isolation: isolation specs: two migration runners, copies beside a runner,
 ##        migrate beside a move (PostgreSQL's isolation tester)
-## test-fleet: 3 servers, 300 shards, PL/Proxy routing, online moves, a promoted standby
-test-regress test-isolation test-fleet: test-%:
+test-regress test-isolation: test-%:
 	@scripts/dev/setup.sh
 	@scripts/dev/build.sh install ci
 	@tests/$*.sh
@@ -129,6 +128,13 @@ test-upgrade:
 	@scripts/dev/build.sh install ci
 	@scripts/dev/release.sh check
 	@tests/tap.sh upgrade
+
+## test-fleet: 3 servers, 300 shards, PL/Proxy routing (PostgreSQL 15), online moves,
+##        a promoted standby
+test-fleet:
+	@scripts/dev/setup.sh tap
+	@scripts/dev/build.sh install ci
+	@tests/tap.sh fleet
 
 ## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
 test-tap:
@@ -172,11 +178,12 @@ fuzz:
 ##            the new clock behind; moves killed after each step and run again; a move
 ##            onto 16 with the per-session guard
 test-move:
-	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults
+	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults tap
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
 	@PG=16 scripts/dev/build.sh install ci
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
-	@tests/move.sh
+	@PG=$(NEWEST) PG_MOVE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) \
+	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:

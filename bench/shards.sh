@@ -16,6 +16,7 @@
 # Raw figures go to target/bench/shards-pgNN; bench/report.py reports them.
 #   ROUNDS=2 PG=18 bench/shards.sh
 source "$(dirname "$0")/../scripts/dev/harness.sh"
+source "$(dirname "$0")/../tests/checks.sh"
 ROUNDS=${ROUNDS:-2}
 out="$repo/target/bench/shards-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Moves one logical shard to another server while it takes writes, with
-# PostgreSQL's logical replication (15+; both servers need insta_id 0.8.0+).
+# PostgreSQL's logical replication (15+; both servers need insta_id 0.9.0+).
 #
 #   scripts/move_shard.sh [--router CONNINFO --router-target CONNINFO] [--subscription CONNINFO]
 #                         SHARD 'FROM conninfo' 'TO conninfo'
@@ -36,7 +36,7 @@
 # new one, and an operator runs it from where both servers are reachable.
 #
 # Steps (each printed with its duration):
-#  1. checks: insta_id 0.8.0+ on both; the shard registered on FROM only; a
+#  1. checks: insta_id 0.9.0+ on both; the shard registered on FROM only; a
 #     session on FROM takes insta_id.lock_shard_for_move and keeps it for the
 #     whole move (insta_id.migrate skips the shard: DDL is not replicated; a
 #     second mover is refused; what an interrupted move left is undone only
@@ -65,7 +65,7 @@
 #  7. drop the subscription, the slots, the publication and the fence
 # MOVE_STOP_AFTER=<step> kills the script after that step (slot, copy,
 # blocked, sequences, cutover, adopted, map, unsubscribed: the replication
-# dropped, not the fence): how tests/move.sh interrupts it.
+# dropped, not the fence): how tests/tap/t/008_move.pl interrupts it.
 set -euo pipefail
 router="" router_target="" subscription="" undo=0
 while [ $# -gt 3 ]; do
@@ -271,8 +271,8 @@ if [ -z "$on_from" ]; then
 fi
 schema=$on_from
 for side in qf qt; do
-  [ "$($side -c "SELECT to_regprocedure('insta_id.lock_shard_for_move(int)') IS NOT NULL")" = t ] ||
-    die "insta_id 0.8.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
+  [ "$($side -c "SELECT to_regprocedure('insta_id._move_lock_key()') IS NOT NULL")" = t ] ||
+    die "insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
 done
 # The move's lock first: a mover still running elsewhere is never undone.
 hold_open "$from" "the old server"

@@ -12,6 +12,7 @@
 # Versions are pinned in examples/requirements.txt and examples/node/package.json;
 # scripts/dev/setup.sh clients installs them (target/clients-venv, examples/node/node_modules).
 source "$(dirname "$0")/../scripts/dev/harness.sh"
+source "$(dirname "$0")/checks.sh"
 python=$repo/target/clients-venv/bin/python
 [ -x "$python" ] && [ -d "$repo/examples/node/node_modules/pg" ] \
   || { echo "the clients are not installed: scripts/dev/setup.sh clients" >&2; exit 1; }

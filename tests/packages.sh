@@ -12,6 +12,7 @@
 #   Meta Spec whose version is Cargo.toml's (and an invalid one is refused).
 # Built with the ci profile (`make package` ships release builds).
 source "$(dirname "$0")/../scripts/dev/harness.sh"
+source "$(dirname "$0")/checks.sh"
 cd "$repo"
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 version=$(insta_id_version) arch=$(dpkg --print-architecture)

@@ -5,8 +5,8 @@
 # poll_query_until) come from Debian's postgresql-server-dev-15 and drive the
 # version under test (PG or PG_CONFIG) through its install_path.
 #   tests/tap.sh [name ...]   t/NNN_<name>.pl; default: every test
-# PG_UPGRADE_FROM=<pg_config>: the old installation of t/NNN_pg_upgrade.pl
-# (skipped without it).
+# PG_UPGRADE_FROM, PG_MOVE_FROM, PG_MOVE_PER_SESSION=<pg_config>: the other
+# installations of t/004_pg_upgrade.pl and t/008_move.pl (skipped without).
 # As root, initdb and postgres refuse to run: prove then runs as postgres.
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 modules=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
@@ -19,10 +19,16 @@ for name in "${@:-*}"; do
   [ -f "${found[0]}" ] || { echo "tap.sh: no test t/NNN_$name.pl" >&2; exit 2; }
   tests+=("${found[@]#"$repo/tests/tap/"}")
 done
+# What tests read from the environment (sudo would drop it): the other
+# installations some tests need, and the size of a run.
+pass=()
+for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_PER_SESSION SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED; do
+  [ -z "${!v:-}" ] || pass+=("$v=${!v}")
+done
 run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }
 status=0
 (cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" \
-   INSTA_ID_VERSION="$(insta_id_version)" SECONDS_PER_RUN="${SECONDS_PER_RUN:-}" SMITH_QUERIES="${SMITH_QUERIES:-}" SMITH_SEED="${SMITH_SEED:-}" PG_UPGRADE_FROM="${PG_UPGRADE_FROM:-}" \
+   INSTA_ID_VERSION="$(insta_id_version)" "${pass[@]}" \
    PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
    PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") || status=$?
 faketime_cleanup

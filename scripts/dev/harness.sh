@@ -1,5 +1,7 @@
-# The one harness of insta_id: which PostgreSQL, throwaway clusters, and the
-# helpers every script shares (setup, install, demo, tests, bench). Source it.
+# Set-up and build: which PostgreSQL, and throwaway clusters for what is not
+# a TAP test (PostgreSQL's pg_regress and isolation runners, the client
+# examples, the demos, the bench). Source it. Tests that need servers,
+# sessions or faults are TAP tests (tests/tap) and make their own nodes.
 #
 # The PostgreSQL it works with: PG_CONFIG if given (any server's pg_config),
 # else the supported major version PG (default: the newest). It exports PG,
@@ -170,35 +172,6 @@ start_cluster() {
   eval "$(cluster_env "$name")"
 }
 stop_cluster() { cluster_destroy "$1"; }
-
-# Test bookkeeping: check DESCRIPTION ACTUAL EXPECTED; finish at the end.
-passed=0; failed=0
-check() {
-  if [ "$2" = "$3" ]; then
-    passed=$((passed + 1)); echo "ok   - $1"
-  else
-    failed=$((failed + 1)); echo "FAIL - $1: got '$2', expected '$3'"
-  fi
-}
-# check_same DESCRIPTION ACTUAL EXPECTED: for long texts; on failure shows
-# their diff (at most 60 lines) instead of both.
-check_same() {
-  if [ "$2" = "$3" ]; then
-    passed=$((passed + 1)); echo "ok   - $1"
-  else
-    failed=$((failed + 1)); echo "FAIL - $1: differs (- expected, + got):"
-    diff -u <(echo "$3") <(echo "$2") | sed -n '3,62p'
-  fi
-}
-# check_true DESCRIPTION SQL-BOOLEAN [psql args...]
-check_true() {
-  local what=$1 sql=$2; shift 2
-  check "$what" "$(q "$@" -c "$sql")" t
-}
-finish() {
-  echo "$(basename "$0") (PostgreSQL $PG): $passed passed, $failed failed"
-  [ "$failed" = 0 ]
-}
 
 # Run directly, it calls one of its functions: scripts/dev/harness.sh pg_config_of 17
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ $# -gt 0 ]; then "$@"; fi

@@ -209,7 +209,7 @@ SELECT insta_id.adopt_shard('moved', 30);
 SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
 
 -- lock_shard_for_move marks a shard as being moved for the session (what
--- insta_id.migrate does then: tests/move.sh, with real sessions); it names
+-- insta_id.migrate does then: tests/tap/t/008_move.pl, with real sessions); it names
 -- the shard's schema, and refuses a shard that is not here.
 SELECT insta_id.lock_shard_for_move(30) AS schema_name,
        (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = insta_id._move_lock_key() AND objid = 30

