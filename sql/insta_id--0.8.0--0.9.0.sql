@@ -1677,3 +1677,16 @@ REVOKE EXECUTE ON FUNCTION
 FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int),
     insta_id.migrate(text, text, text, text, int) FROM PUBLIC;
+
+-- The high-water mark moves from the data directory's file (one per server,
+-- left behind by a failover, a restore or pg_upgrade) into each database's
+-- WAL (src/sql/guard.sql). The library carries the file's mark into the
+-- sequence at its first next_id in this database.
+CREATE SEQUENCE insta_id.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
+COMMENT ON SEQUENCE insta_id.high_water IS
+'The durable high-water mark of this database in milliseconds since 1970, written by next_id before the IDs it covers are returned; read it with insta_id.high_water_mark()';
+SELECT pg_catalog.pg_extension_config_dump('insta_id.high_water', '');
+COMMENT ON FUNCTION insta_id.high_water_mark() IS
+'The durable high-water mark of this database (readable on a standby): no ID of it is later; after a restart, a failover, a restore or an upgrade IDs continue above it until the clock passes it (NULL before the first ID)';
+COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
+'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';

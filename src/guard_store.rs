@@ -17,12 +17,13 @@
 //! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
 
 use crate::guard::{Bucket, Seed, SeqStats, Stats, Table, WAYS};
-use crate::mark::{self, MarkError, MarkFile, MarkState, Run};
+use crate::mark::{self, Durable, MarkError, MarkFile, MarkState, Run};
+use crate::mark_wal::{SeqLock, SeqMark};
 use crate::settings;
 use crate::BackendCell;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// Buckets of a session-local table (2048 sequences, about 400 kB).
@@ -32,16 +33,15 @@ const SESSION_BUCKETS: usize = 256;
 /// The registry segment's name carries the guard table's layout: change the
 /// name whenever `Bucket` or the header changes, so that a library never maps
 /// a segment laid out by another (`layout_is_pinned` fails until you do).
-pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 4";
+pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 5";
 /// Sequences the registry segment tracks (fixed: without preloading there is
 /// no server-start setting to size it). About 3.5 MiB.
 pub const REGISTRY_SEQUENCES: usize = 16_384;
 
 /// Shared memory (startup or registry) starts with this header, then the
-/// buckets.
+/// databases' marks (`DB_SLOTS`), then the buckets.
 #[repr(C)]
 struct Header {
-    mark: MarkState,
     /// When the guard's counts were last zeroed (timestamptz).
     stats_reset: AtomicI64,
     /// The key of the hash placing sequences in buckets, drawn at random
@@ -50,6 +50,20 @@ struct Header {
 }
 const HEADER: usize = 64;
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
+
+/// Databases whose marks one run of the shared guard tracks at once (a
+/// dropped database's slot is reused).
+pub const DB_SLOTS: usize = 1024;
+
+/// One database's mark in shared memory, found by `key` (`db_key`).
+#[repr(C)]
+struct DbSlot {
+    key: AtomicU64,
+    mark: MarkState,
+    _pad: u64,
+}
+const DB_SLOT: usize = 32;
+const _: () = assert!(std::mem::size_of::<DbSlot>() == DB_SLOT);
 
 // Set in the postmaster by the shmem startup hook; children inherit it.
 static mut SHARED: *mut u8 = std::ptr::null_mut();
@@ -60,10 +74,12 @@ static mut SHARED: *mut u8 = std::ptr::null_mut();
 pub struct Store {
     pub(crate) buckets: &'static [Bucket],
     header: &'static Header,
+    /// Empty with the per-session guard (each session keeps its own mark).
+    db_slots: &'static [DbSlot],
     mode: GuardMode,
 }
 
-/// This backend's store, decided (and the mark loaded) on first use.
+/// This backend's store, decided on first use.
 static STORE: BackendCell<Option<Store>> = BackendCell::new(None);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -97,14 +113,14 @@ fn store() -> Store {
         Some(store) => store,
         None => {
             let store = resolve();
-            load_mark(&store);
             STORE.set(Some(store));
             store
         }
     }
 }
 
-/// Header and buckets laid out from `ptr` (HEADER + buckets * size bytes).
+/// Header, databases' marks and buckets laid out from `ptr`
+/// (`size_of_table`).
 ///
 /// # Safety
 /// `ptr` points at initialised memory of that layout that outlives the backend.
@@ -112,7 +128,11 @@ unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
     unsafe {
         Store {
             header: &*(ptr as *const Header),
-            buckets: std::slice::from_raw_parts(ptr.add(HEADER) as *const Bucket, buckets),
+            db_slots: std::slice::from_raw_parts(ptr.add(HEADER) as *const DbSlot, DB_SLOTS),
+            buckets: std::slice::from_raw_parts(
+                ptr.add(HEADER + DB_SLOTS * DB_SLOT) as *const Bucket,
+                buckets,
+            ),
             mode,
         }
     }
@@ -125,11 +145,18 @@ unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
 unsafe fn initialise(ptr: *mut u8, buckets: usize) {
     unsafe {
         (ptr as *mut Header).write(Header {
-            mark: MarkState::new(),
             stats_reset: AtomicI64::new(pg_sys::GetCurrentTimestamp()),
             seed: random_seed(),
         });
-        let first = ptr.add(HEADER) as *mut Bucket;
+        let slots = ptr.add(HEADER) as *mut DbSlot;
+        for i in 0..DB_SLOTS {
+            slots.add(i).write(DbSlot {
+                key: AtomicU64::new(0),
+                mark: MarkState::new(),
+                _pad: 0,
+            });
+        }
+        let first = ptr.add(HEADER + DB_SLOTS * DB_SLOT) as *mut Bucket;
         for i in 0..buckets {
             first.add(i).write(Bucket::new());
         }
@@ -154,7 +181,7 @@ fn random_seed() -> Seed {
 }
 
 fn size_of_table(buckets: usize) -> usize {
-    HEADER + buckets * std::mem::size_of::<Bucket>()
+    HEADER + DB_SLOTS * DB_SLOT + buckets * std::mem::size_of::<Bucket>()
 }
 
 /// Preloaded: the startup shared memory; else on 17+ the registry segment
@@ -186,31 +213,87 @@ fn resolve() -> Store {
     store
 }
 
-/// This backend's handles on the mark file and the per-session guard's
-/// sessions' record in the data directory.
-static MARK_FILE: OnceLock<MarkFile> = OnceLock::new();
-static SESSIONS_FILE: OnceLock<MarkFile> = OnceLock::new();
-
-fn mark_file() -> &'static MarkFile {
-    data_dir_file(&MARK_FILE, mark::FILE_NAME).unwrap_or_else(|e| mark_error(e))
+/// Where this database's mark is kept.
+pub enum Backing {
+    /// The extension's sequence, WAL-logged (0.9.0 and later).
+    Wal(SeqMark),
+    /// The data directory's file, one for the server: a database whose
+    /// insta_id SQL predates 0.9.0, until `ALTER EXTENSION insta_id UPDATE`.
+    File(MarkFile),
 }
 
-fn sessions_file() -> Result<&'static MarkFile, MarkError> {
-    data_dir_file(&SESSIONS_FILE, mark::SESSIONS_FILE_NAME)
+pub enum BackingLock<'a> {
+    Wal(#[allow(dead_code)] SeqLock),
+    File(#[allow(dead_code)] mark::Locked<'a>),
 }
 
-fn data_dir_file(
-    cell: &'static OnceLock<MarkFile>,
-    name: &'static str,
-) -> Result<&'static MarkFile, MarkError> {
-    if let Some(file) = cell.get() {
-        return Ok(file);
+impl Durable for Backing {
+    type Lock<'a> = BackingLock<'a>;
+
+    fn lock(&self, must: bool) -> Result<Option<BackingLock<'_>>, MarkError> {
+        Ok(match self {
+            Backing::Wal(s) => s.lock(must)?.map(BackingLock::Wal),
+            Backing::File(f) => f.lock(must)?.map(BackingLock::File),
+        })
     }
+    fn read(&self) -> Result<Option<i64>, MarkError> {
+        match self {
+            Backing::Wal(s) => s.read(),
+            Backing::File(f) => f.read_mark(),
+        }
+    }
+    fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError> {
+        match self {
+            Backing::Wal(s) => s.write(mark, first),
+            Backing::File(f) => f.write(mark, first),
+        }
+    }
+    fn confirm(&self, stored: i64) -> Result<(), MarkError> {
+        match self {
+            Backing::Wal(s) => s.confirm(stored),
+            Backing::File(f) => f.confirm(stored),
+        }
+    }
+}
+
+fn data_dir() -> std::path::PathBuf {
     // SAFETY: DataDir is set for the life of a backend.
     let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
-    let dir = std::path::PathBuf::from(dir.to_string_lossy().into_owned());
-    let _ = cell.set(MarkFile::open_named(&dir, name, fsync_enabled)?);
-    Ok(cell.get().expect("just set"))
+    std::path::PathBuf::from(dir.to_string_lossy().into_owned())
+}
+
+/// The 0.8.0 mark file, for reading only: `None` when there is none.
+fn legacy_mark() -> Result<Option<i64>, MarkError> {
+    match MarkFile::open_existing(&data_dir(), mark::FILE_NAME)? {
+        Some(file) => file.read_mark(),
+        None => Ok(None),
+    }
+}
+
+/// This database's backing: its sequence, or the file before the update.
+fn backing() -> Backing {
+    match SeqMark::find() {
+        Some(seq) => Backing::Wal(seq),
+        None => Backing::File(
+            MarkFile::open(&data_dir(), fsync_enabled).unwrap_or_else(|e| mark_error(e)),
+        ),
+    }
+}
+
+/// The per-session guard's record of this database's sessions
+/// (`insta_id.sessions.<database oid>`), opened once per backend.
+static SESSIONS_FILE: OnceLock<MarkFile> = OnceLock::new();
+
+fn sessions_file() -> Result<&'static MarkFile, MarkError> {
+    if let Some(file) = SESSIONS_FILE.get() {
+        return Ok(file);
+    }
+    // SAFETY: a plain read of the backend's database.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    let name: &'static str =
+        Box::leak(format!("{}.{}", mark::SESSIONS_FILE_NAME, u32::from(db)).into_boxed_str());
+    let _ = SESSIONS_FILE.set(MarkFile::open_named(&data_dir(), name, fsync_enabled)?);
+    Ok(SESSIONS_FILE.get().expect("just set"))
 }
 
 // What pgrx leaves opaque in storage/pg_shmem.h (the same in 15 to 18): the
@@ -306,6 +389,24 @@ fn fsync_enabled() -> bool {
 
 fn mark_error(e: MarkError) -> ! {
     match e {
+        // After a failed fsync the kernel may have dropped the write and
+        // marked the page clean: PANIC, as PostgreSQL does for its own files,
+        // unless data_sync_retry is on (the next writer then writes again).
+        MarkError::Io(file, what, err) if what.starts_with("fsync") => {
+            // SAFETY: reads the data_sync_retry setting.
+            let level = unsafe { pg_sys::data_sync_elevel(pgrx::PgLogLevel::ERROR as i32) };
+            pgrx::pg_sys::panic::ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!("could not {what} insta_id's file \"{file}\" in the data directory: {err}"),
+                "insta_id",
+            )
+            .report(if level == pg_sys::PANIC as i32 {
+                pgrx::PgLogLevel::PANIC
+            } else {
+                pgrx::PgLogLevel::ERROR
+            });
+            unreachable!("ERROR does not return")
+        }
         MarkError::Io(file, what, err) => raise!(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
             format!("could not {what} insta_id's file \"{file}\" in the data directory: {err}"),
@@ -320,14 +421,98 @@ fn mark_error(e: MarkError) -> ! {
     }
 }
 
-/// First use after a (re)start: every millisecond up to the mark counts as
-/// used by every sequence, before any ID is issued. With the per-session
-/// guard, every session's first use: up to the run's sessions' record, or
-/// the mark in a new run or after a step back (`mark::session_floor`).
+/// This database's mark as this backend uses it: its state (in shared
+/// memory, or the session's own) and where it is kept. Decided, and the
+/// mark loaded, at the backend's first next_id.
+static DB_MARK: BackendCell<Option<(&'static MarkState, &'static Backing)>> =
+    BackendCell::new(None);
+
+#[inline]
+fn db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
+    match DB_MARK.get() {
+        Some(m) => m,
+        None => load_db_mark(store),
+    }
+}
+
+fn db_key(db: pg_sys::Oid, backing: &Backing) -> u64 {
+    let seq = match backing {
+        Backing::Wal(s) => u32::from(s.relid),
+        Backing::File(_) => 0,
+    };
+    (u64::from(u32::from(db)) << 32) | u64::from(seq)
+}
+
+/// The shared slot of `key`, claimed if new. A full table first reuses the
+/// slots of dropped databases.
+fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
+    let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % slots.len();
+    for pass in 0..2 {
+        for i in 0..slots.len() {
+            let slot = &slots[(start + i) % slots.len()];
+            match slot.key.load(Ordering::Acquire) {
+                k if k == key => return &slot.mark,
+                0 => match slot.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return &slot.mark,
+                    Err(k) if k == key => return &slot.mark,
+                    Err(_) => {}
+                },
+                _ => {}
+            }
+        }
+        if pass == 0 {
+            for slot in slots {
+                let k = slot.key.load(Ordering::Acquire);
+                // SAFETY: a catalog cache probe of pg_database (shared).
+                let exists = k == 0
+                    || unsafe {
+                        pg_sys::SearchSysCacheExists(
+                            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+                            pg_sys::Datum::from((k >> 32) as u32),
+                            pg_sys::Datum::from(0),
+                            pg_sys::Datum::from(0),
+                            pg_sys::Datum::from(0),
+                        )
+                    };
+                if !exists {
+                    // Nobody uses a dropped database's slot: forget its mark,
+                    // then free it.
+                    slot.mark.reset();
+                    let _ = slot.key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    raise!(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        format!("insta_id tracks the high-water marks of at most {DB_SLOTS} databases at once"),
+        "Every database in which next_id ran since the server started keeps a slot until it is dropped.",
+        "Restart the server to free the slots of databases that no longer use insta_id.",
+    )
+}
+
+/// A backend's first next_id in its database: finds where the database's
+/// mark is kept, and loads it if no session did in this run. Every
+/// millisecond up to the mark then counts as used by every sequence, before
+/// any ID is issued. With the per-session guard, every session loads:
+/// starting above the run's sessions' record, or above the mark in a new run
+/// or after a step back (`mark::session_floor`).
 #[cold]
-fn load_mark(store: &Store) {
+fn load_db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
+    let backing: &'static Backing = Box::leak(Box::new(backing()));
+    if let Backing::Wal(seq) = backing {
+        adopt_legacy_mark(seq).unwrap_or_else(|e| mark_error(e));
+    }
+    let state: &'static MarkState = match store.mode {
+        GuardMode::Shared => {
+            // SAFETY: a plain read of the backend's database.
+            let db = unsafe { pg_sys::MyDatabaseId };
+            shared_slot(store.db_slots, db_key(db, backing))
+        }
+        GuardMode::Session => Box::leak(Box::new(MarkState::new())),
+    };
     let table = store.table();
-    let loaded = store.header.mark.load(mark_file(), |mark| {
+    let loaded = state.load(backing, |mark| {
         match store.mode {
             GuardMode::Shared => {
                 if let Some(mark) = mark {
@@ -349,13 +534,32 @@ fn load_mark(store: &Store) {
             let ahead = mark - crate::clock::now_unix_ms();
             if ahead > 0 && store.mode == GuardMode::Shared {
                 pgrx::log!(
-                    "insta_id: the high-water mark of issued IDs is {ahead} ms ahead of the clock; IDs continue above it (waiting while it is more than insta_id.max_lead ahead)"
+                    "insta_id: the high-water mark of issued IDs in this database is {ahead} ms ahead of the clock; IDs continue above it (waiting while it is more than insta_id.max_lead ahead)"
                 );
             }
         }
         Ok(None) => {}
         Err(e) => mark_error(e),
     }
+    DB_MARK.set(Some((state, backing)));
+    (state, backing)
+}
+
+/// The first load after `ALTER EXTENSION insta_id UPDATE` from 0.8.0 (an
+/// empty sequence, a mark file): carries the file's mark into the sequence,
+/// durably, before anything trusts it.
+fn adopt_legacy_mark(seq: &SeqMark) -> Result<(), MarkError> {
+    if seq.read()?.is_some() {
+        return Ok(());
+    }
+    let Some(legacy) = legacy_mark()? else {
+        return Ok(());
+    };
+    let _lock = seq.lock(true)?;
+    if seq.read()?.is_none() {
+        seq.write(legacy, true)?;
+    }
+    Ok(())
 }
 
 /// Adds `last_ms` to the run's sessions' record (per-session guard).
@@ -397,9 +601,11 @@ pub fn guard() -> Guard {
             "Add insta_id to shared_preload_libraries and restart the server, or turn insta_id.require_shared_guard off.",
         );
     }
+    let (mark, backing) = db_mark(&store);
     Guard {
         table: store.table(),
-        mark: &store.header.mark,
+        mark,
+        backing,
         per_session: store.mode == GuardMode::Session,
     }
 }
@@ -408,6 +614,7 @@ pub fn guard() -> Guard {
 pub struct Guard {
     pub table: Table<'static>,
     mark: &'static MarkState,
+    backing: &'static Backing,
     per_session: bool,
 }
 
@@ -424,14 +631,14 @@ impl Guard {
         claim_ahead(ms)
     }
 
-    /// Returns once a mark covering `ms` is on disk.
+    /// Returns once a durable mark covers `ms`.
     #[inline]
     pub fn cover(&self, ms: i64) {
         if crate::clock::scripted() {
             // A scripted test clock must not move the real server's mark.
             return;
         }
-        if let Err(e) = self.mark.cover(ms, mark_file) {
+        if let Err(e) = self.mark.cover(ms, || self.backing) {
             mark_error(e)
         }
     }
@@ -475,14 +682,15 @@ pub fn reset_stats() {
     store.header.stats_reset.store(now, Ordering::Relaxed);
 }
 
-/// Counts every millisecond up to `ms` as used, durably: the mark on disk
-/// first, then every sequence in the guard's table (with the per-session
-/// guard, this session's, and the run's sessions' record, which later
-/// sessions start above; sessions already open do not see it). Returns the
-/// mark.
+/// Counts every millisecond up to `ms` as used, durably: this database's
+/// mark first, then every sequence in the guard's table (with the
+/// per-session guard, this session's, and the run's sessions' record, which
+/// later sessions start above; sessions already open do not see it).
+/// Returns the mark.
 pub fn raise_mark(ms: i64) -> i64 {
     let store = store();
-    if let Err(e) = store.header.mark.cover(ms, mark_file) {
+    let (mark, backing) = db_mark(&store);
+    if let Err(e) = mark.cover(ms, || backing) {
         mark_error(e)
     }
     store.table().raise_floor(ms);
@@ -490,12 +698,22 @@ pub fn raise_mark(ms: i64) -> i64 {
         // Later sessions of this run start above the record.
         record_ended(ms).unwrap_or_else(|e| mark_error(e));
     }
-    mark_on_disk().unwrap_or(ms)
+    backing.read().unwrap_or_else(|e| mark_error(e)).unwrap_or(ms)
 }
 
-/// The mark on disk (ms since 1970), for insta_id.high_water_mark().
+/// This database's durable mark (ms since 1970), for
+/// insta_id.high_water_mark(). Reads only: works on a standby and with a
+/// read-only data directory. Before 0.9.0's first renewal, the file's.
 pub fn mark_on_disk() -> Option<i64> {
-    mark_file().read().unwrap_or_else(|e| mark_error(e))
+    let stored = match SeqMark::find() {
+        Some(seq) => seq.read(),
+        None => Ok(None),
+    };
+    match stored {
+        Ok(Some(ms)) => Some(ms),
+        Ok(None) => legacy_mark().unwrap_or_else(|e| mark_error(e)),
+        Err(e) => mark_error(e),
+    }
 }
 
 /// The DSM registry (PostgreSQL 17+): shared memory found by name, no
@@ -623,9 +841,9 @@ mod tests {
         // an older library must never be read as the new one.
         assert_eq!(
             (REGISTRY_NAME, std::mem::size_of::<Bucket>(), HEADER),
-            (c"insta_id duplicate guard, layout 4", BUCKET_BYTES, 64)
+            (c"insta_id duplicate guard, layout 5", BUCKET_BYTES, 64)
         );
         // The registry segment's documented size.
-        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_670_080);
+        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_702_848);
     }
 }

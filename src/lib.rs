@@ -6,7 +6,9 @@
 //! - `guard_store`: where the guard's table lives (shared memory, the DSM
 //!   registry, or the session);
 //! - `mark`: the durable high-water mark of issued milliseconds, which
-//!   carries the guard across restarts;
+//!   carries the guard across restarts, failovers, restores and upgrades
+//!   (its decisions, and the 0.8.0 file);
+//! - `mark_wal`: where 0.9.0 keeps it: a WAL-logged sequence per database;
 //! - `clock`: the wall clock in milliseconds (scriptable in test builds);
 //! - `settings`: the insta_id.* GUCs;
 //! - `functions`: the SQL-facing functions declared in `src/sql/ids.sql` and
@@ -98,6 +100,7 @@ pub mod guard;
 pub mod guard_store;
 pub mod layout;
 pub mod mark;
+pub mod mark_wal;
 mod pg_extern_bench;
 pub mod settings;
 pub mod sql_text;

@@ -297,24 +297,30 @@ impl MarkState {
         self.durable.load(Ordering::Acquire)
     }
 
-    /// First use after a (re)start: read the file and hand its mark to
+    /// Forgets everything: the state of a slot being reused.
+    pub fn reset(&self) {
+        self.loaded.store(0, Ordering::Release);
+        self.durable.store(i64::MIN, Ordering::Release);
+    }
+
+    /// First use after a (re)start: read the mark and hand it to
     /// `raise_floor` (which raises the guard's table to it, or with the
     /// per-session guard to `session_floor`) before anyone issues an ID; it
-    /// runs under the file's lock. Returns the mark read, if this call did
+    /// runs under the store's lock. Returns the mark read, if this call did
     /// the loading.
-    pub fn load(
+    pub fn load<D: Durable>(
         &self,
-        file: &MarkFile,
+        store: &D,
         raise_floor: impl FnOnce(Option<i64>) -> Result<(), MarkError>,
     ) -> Result<Option<i64>, MarkError> {
         if self.is_loaded() {
             return Ok(None);
         }
-        let _lock = file.lock(true)?.expect("a blocking lock");
+        let _lock = store.lock(true)?.expect("a blocking lock");
         if self.is_loaded() {
             return Ok(None);
         }
-        let mark = file.read()?;
+        let mark = store.read()?;
         raise_floor(mark)?;
         if let Some(mark) = mark {
             self.durable.fetch_max(mark, Ordering::AcqRel);
@@ -323,33 +329,61 @@ impl MarkState {
         Ok(mark)
     }
 
-    /// Makes sure `ms` is covered by a mark on disk before an ID of it is
-    /// returned; renews ahead when the mark runs low. `file` is only asked
+    /// Makes sure `ms` is covered by a durable mark before an ID of it is
+    /// returned; renews ahead when the mark runs low. `store` is only asked
     /// for then: the usual call is one atomic load and a compare.
     #[inline]
-    pub fn cover<'f>(&self, ms: i64, file: impl FnOnce() -> &'f MarkFile) -> Result<(), MarkError> {
+    pub fn cover<'s, D: Durable + 's>(
+        &self,
+        ms: i64,
+        store: impl FnOnce() -> &'s D,
+    ) -> Result<(), MarkError> {
         match need(ms, self.durable()) {
             Need::Covered => Ok(()),
-            Need::Ahead(want) => self.reserve(file(), ms, want, false),
-            Need::Now(want) => self.reserve(file(), ms, want, true),
+            Need::Ahead(want) => self.reserve(store(), ms, want, false),
+            Need::Now(want) => self.reserve(store(), ms, want, true),
         }
     }
 
     #[cold]
-    fn reserve(&self, file: &MarkFile, ms: i64, want: i64, must: bool) -> Result<(), MarkError> {
+    fn reserve<D: Durable>(&self, store: &D, ms: i64, want: i64, must: bool) -> Result<(), MarkError> {
         // Renewing ahead is optional: when another session holds the lock it
         // is renewing already.
-        let Some(_lock) = file.lock(must)? else {
+        let Some(_lock) = store.lock(must)? else {
             return Ok(());
         };
-        let mark = match file.read()? {
-            Some(on_disk) if need(ms, on_disk) == Need::Covered => on_disk,
-            Some(on_disk) => file.write(want.max(on_disk), false)?,
-            None => file.write(want, true)?,
+        let mark = match store.read()? {
+            // Another session wrote it. Its writer made it durable before
+            // using it, unless that writer failed half-way (an fsync error,
+            // a cancelled wait for the standby): make it durable again.
+            Some(stored) if need(ms, stored) == Need::Covered => {
+                store.confirm(stored)?;
+                stored
+            }
+            Some(stored) => store.write(want.max(stored), false)?,
+            None => store.write(want, true)?,
         };
         self.durable.fetch_max(mark, Ordering::AcqRel);
         Ok(())
     }
+}
+
+/// Where a mark is kept durably: a file of the data directory (0.8.0, and a
+/// database whose SQL predates 0.9.0), or a WAL-logged sequence of the
+/// database (`mark_wal`). Writers hold `lock`, so sessions never lower it.
+pub trait Durable {
+    type Lock<'a>
+    where
+        Self: 'a;
+    /// `must`: wait for the lock; else `None` when another session holds it.
+    fn lock(&self, must: bool) -> Result<Option<Self::Lock<'_>>, MarkError>;
+    /// The mark stored, `None` before the first.
+    fn read(&self) -> Result<Option<i64>, MarkError>;
+    /// Stores `mark` and makes it durable before returning it. `first`:
+    /// nothing was stored before.
+    fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError>;
+    /// Makes durable `stored`, which `read` returned, whoever wrote it.
+    fn confirm(&self, stored: i64) -> Result<(), MarkError>;
 }
 
 impl Default for MarkState {
@@ -414,6 +448,23 @@ impl MarkFile {
         })
     }
 
+    /// Opens `name` in `dir` for reading only: `None` when it does not exist.
+    pub fn open_existing(
+        dir: &std::path::Path,
+        name: &'static str,
+    ) -> Result<Option<Self>, MarkError> {
+        match File::open(dir.join(name)) {
+            Ok(file) => Ok(Some(MarkFile {
+                file,
+                name,
+                dir: dir.to_path_buf(),
+                fsync: || false,
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(MarkError::Io(name, "open", e)),
+        }
+    }
+
     /// `must`: wait for the lock; else `None` when another process holds it.
     pub fn lock(&self, must: bool) -> Result<Option<Locked<'_>>, MarkError> {
         if must {
@@ -432,7 +483,7 @@ impl MarkFile {
         Ok(Some(Locked(&self.file)))
     }
 
-    pub fn read(&self) -> Result<Option<i64>, MarkError> {
+    pub fn read_mark(&self) -> Result<Option<i64>, MarkError> {
         let mut buf = [0u8; RECORD_LEN + 1];
         let len = self.read_into(&mut buf)?;
         decode(&buf[..len]).map_err(MarkError::Damaged)
@@ -471,23 +522,49 @@ impl MarkFile {
         Ok(len)
     }
 
-    /// Writes `mark` and returns it. `first`: the file was empty (new), so
-    /// its directory entry must be made durable too.
-    fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError> {
-        self.file
-            .write_all_at(&encode(mark), 0)
-            .map_err(|e| MarkError::Io(self.name, "write", e))?;
+    fn sync(&self, directory_too: bool) -> Result<(), MarkError> {
         if (self.fsync)() {
             self.file
                 .sync_data()
                 .map_err(|e| MarkError::Io(self.name, "fsync", e))?;
-            if first {
+            if directory_too {
                 File::open(&self.dir)
                     .and_then(|d| d.sync_all())
                     .map_err(|e| MarkError::Io(self.name, "fsync the directory of", e))?;
             }
         }
+        Ok(())
+    }
+}
+
+impl Durable for MarkFile {
+    type Lock<'a> = Locked<'a>;
+
+    fn lock(&self, must: bool) -> Result<Option<Locked<'_>>, MarkError> {
+        MarkFile::lock(self, must)
+    }
+
+    fn read(&self) -> Result<Option<i64>, MarkError> {
+        self.read_mark()
+    }
+
+    /// `first`: the file was empty (new), so its directory entry must be
+    /// made durable too.
+    fn write(&self, mark: i64, first: bool) -> Result<i64, MarkError> {
+        self.file
+            .write_all_at(&encode(mark), 0)
+            .map_err(|e| MarkError::Io(self.name, "write", e))?;
+        self.sync(first)?;
         Ok(mark)
+    }
+
+    /// A writer whose fsync failed left its mark in the page cache only,
+    /// perhaps marked clean by the kernel (so a second fsync would succeed
+    /// without writing it): write it again and sync, directory included.
+    /// An fsync error PANICs unless `data_sync_retry` is on, as PostgreSQL
+    /// does with its own files.
+    fn confirm(&self, stored: i64) -> Result<(), MarkError> {
+        self.write(stored, true).map(|_| ())
     }
 }
 

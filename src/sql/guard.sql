@@ -1,6 +1,7 @@
 -- The duplicate guard seen from SQL (src/guard.rs, src/guard_store.rs,
--- src/mark.rs): its mode, the durable high-water mark, its statistics, and
--- the warning CREATE EXTENSION gives when the guard covers single sessions.
+-- src/mark.rs, src/mark_wal.rs): its mode, the durable high-water mark and
+-- the sequence that keeps it, its statistics, and the warning CREATE
+-- EXTENSION gives when the guard covers single sessions.
 -- search_path: none needed; C functions that run no SQL, and views that
 -- name everything qualified.
 -- Privileges: reading is PUBLIC's; guard_stats_reset and
@@ -13,23 +14,36 @@ AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
 COMMENT ON FUNCTION insta_id.guard_mode() IS
 'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
 
+-- The high-water mark of this database (ms since 1970): no ID of this
+-- database was made in a later millisecond. A sequence because its writes are
+-- WAL-logged outside any transaction and replayed without the library, so
+-- the mark follows the data to standbys, point-in-time restores and
+-- pg_upgrade; as extension configuration, pg_dump carries its value. Written
+-- by next_id only (src/mark_wal.rs), as the sequence's owner; nobody else
+-- has any privilege on it.
+CREATE SEQUENCE insta_id.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
+COMMENT ON SEQUENCE insta_id.high_water IS
+'The durable high-water mark of this database in milliseconds since 1970, written by next_id before the IDs it covers are returned; read it with insta_id.high_water_mark()';
+SELECT pg_catalog.pg_extension_config_dump('insta_id.high_water', '');
+
 CREATE FUNCTION insta_id.high_water_mark()
 RETURNS timestamptz
 LANGUAGE c VOLATILE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_high_water_mark';
 COMMENT ON FUNCTION insta_id.high_water_mark() IS
-'The durable high-water mark: no ID of this server is later; after a restart IDs continue above it until the clock passes it (NULL before the first ID)';
+'The durable high-water mark of this database (readable on a standby): no ID of it is later; after a restart, a failover, a restore or an upgrade IDs continue above it until the clock passes it (NULL before the first ID)';
 
 -- A shard moved in from a server whose clock is ahead of this one's: every
 -- millisecond up to the old server's mark counts as used here too (docs/shards.md,
 -- "Moving a logical shard online"). Superuser only: it moves every sequence's
--- IDs ahead of the clock until the clock passes the mark.
+-- IDs ahead of the clock until the clock passes the mark (this database's
+-- durably; the server's other databases' until it restarts).
 CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz)
 RETURNS timestamptz
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_raise_high_water_mark';
 COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
-'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this server, durably; returns the mark';
+'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';
 
 -- What the duplicate guard did: per sequence in its table, and in total.
 -- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a

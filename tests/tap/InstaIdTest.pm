@@ -16,7 +16,7 @@ use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until);
+our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -26,27 +26,51 @@ sub install_path
 	die "$pg_config is not .../bin/pg_config";
 }
 
-# insta_node(NAME, preload => 0|1, faketime => 0|1, conf => 'lines',
-# pg_config => PATH, start => 0|1): initialised (data checksums on, 18's
-# default, which pg_upgrade needs on both sides) and, unless start => 0,
-# started; CREATE EXTENSION left to the test. pg_config: another
-# installation than the one under test (the old side of a pg_upgrade).
+# insta_node(NAME, preload => 0|1, faketime => 0|1|'-5', conf => 'lines',
+# pg_config => PATH, start => 0|1, streaming => 0|1, archiving => 0|1):
+# initialised (data checksums on, 18's default, which pg_upgrade needs on
+# both sides) and, unless start => 0, started; CREATE EXTENSION left to the
+# test. faketime: a clock libfaketime moves (an offset in seconds to start
+# with). pg_config: another installation than the one under test (the old
+# side of a pg_upgrade). streaming, archiving: a primary for standbys, with
+# a WAL archive.
 sub insta_node
 {
 	my ($name, %o) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name, install_path => install_path($o{pg_config}));
-	$node->init(extra => [ '--data-checksums' ]);
+	$node->init(extra => [ '--data-checksums' ], allows_streaming => $o{streaming} // 0,
+		has_archiving => $o{archiving} // 0);
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = '" . ($o{preload} ? 'insta_id' : '') . "'\n"
 		  . "log_statement = none\n" . ($o{conf} // ''));
-	if ($o{faketime})
-	{
-		# libfaketime reads the offset in seconds (+0, -3) from this file,
-		# re-read at most once per real second; monotonic time stays real.
-		$node->{insta_clock} = $node->basedir . '/clock';
-		_write_clock($node, '+0');
-	}
+	_fake_clock($node, $o{faketime}) if $o{faketime};
 	insta_start($node) if $o{start} // 1;
+	return $node;
+}
+
+# libfaketime reads the offset in seconds (+0, -3) from this file, re-read
+# at most once per real second; monotonic time stays real.
+sub _fake_clock
+{
+	my ($node, $offset) = @_;
+	$node->{insta_clock} = $node->basedir . '/clock';
+	_write_clock($node, $offset =~ /^[-+]/ ? $offset : '+0');
+}
+
+# insta_standby(PRIMARY, NAME, BACKUP, faketime => OFFSET, standby => 0|1,
+# conf => 'lines'): a node made from PRIMARY's backup BACKUP, streaming from
+# it (standby => 1, the default) or recovering from its WAL archive only
+# (standby => 0: point-in-time recovery, conf naming the target); its clock
+# faked from the start. Not started.
+sub insta_standby
+{
+	my ($primary, $name, $backup, %o) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name, install_path => install_path());
+	my $streaming = $o{standby} // 1;
+	$node->init_from_backup($primary, $backup,
+		$streaming ? (has_streaming => 1) : (has_restoring => 1, standby => 0));
+	$node->append_conf('postgresql.conf', $o{conf}) if $o{conf};
+	_fake_clock($node, $o{faketime}) if $o{faketime};
 	return $node;
 }
 

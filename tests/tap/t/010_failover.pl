@@ -1,0 +1,176 @@
+# The high-water mark goes where the data goes (docs/guarantees.md): a
+# promoted standby and a point-in-time restore continue above every ID the
+# old server durably issued, whatever their clocks say.
+# 1. Failover. A primary and a streaming standby whose clock is 2 s behind
+#    the primary's; a burst of 4 pgbench clients on the primary, stopped
+#    immediately in the middle; the standby shows the mark before it is
+#    promoted (read-only), is promoted, and bursts:
+#    - synchronous standby: no new ID repeats or falls below any ID of the
+#      old primary, even those it committed locally only (every ID's mark
+#      reached the standby before the ID left next_id);
+#    - asynchronous: the same against the IDs whose commits reached the
+#      standby (what was not replicated is lost with its rows);
+#    - per version: 15 and 18 preloaded, 18 through the DSM registry, 15/16
+#      without preloading with one session per sequence (the per-session
+#      guard is exact within a session only).
+#    - 0.8.0's SQL (the mark in a file of the data directory) on the same
+#      failover repeats IDs: the test can fail.
+# 2. Point-in-time recovery from a base backup and the WAL archive to an LSN
+#    taken in the middle of a burst, the restored server's clock 2 s behind:
+#    no new ID repeats or falls below an ID committed before the target.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin . '/..';
+use InstaIdTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $major = PostgreSQL::Test::Cluster->new('probe', install_path => InstaIdTest::install_path())->pg_version->major;
+my $shared_sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(1, 's'), :gen FROM generate_series(1, 1000);};
+# One sequence and one shard per client: IDs of different sequences of one
+# shard may be equal by design, and the per-session guard covers a session.
+my $per_session_sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(:client_id + 1, ('s' || :client_id)::regclass), :gen FROM generate_series(1, 1000);};
+
+# A database on PRIMARY with insta_id (VERSION, if given) and the tables.
+sub setup_db
+{
+	my ($node, $version) = @_;
+	$node->safe_psql('postgres', q{CREATE DATABASE f; ALTER DATABASE f SET insta_id.max_lead = '10s'});
+	$node->safe_psql('f', 'SET client_min_messages = error; CREATE EXTENSION insta_id'
+		  . ($version ? " VERSION '$version'" : '') . q{;
+		CREATE SEQUENCE s; CREATE SEQUENCE s0; CREATE SEQUENCE s1; CREATE SEQUENCE s2; CREATE SEQUENCE s3;
+		CREATE TABLE ids (id bigint NOT NULL, gen text NOT NULL)});
+}
+
+# A burst of 4 clients on NODE for at most SECONDS, rows marked GEN.
+sub burst
+{
+	my ($node, $sql, $gen, $seconds) = @_;
+	return pgbench_start($node, 'f', $sql, '-c', '4', '-j', '2', '-T', $seconds, '-D', "gen='$gen'");
+}
+
+# Waits until table ids holds N rows while pgbench run B goes on.
+sub rows_at_least
+{
+	my ($node, $b, $n) = @_;
+	for (1 .. 1800)
+	{
+		return if $node->safe_psql('f', "SELECT count(*) >= $n FROM ids") eq 't';
+		$b->{run}->pump_nb;
+		BAIL_OUT("pgbench ended early: $b->{out}$b->{err}") unless $b->{run}->pumpable;
+		select undef, undef, undef, 0.1;
+	}
+	BAIL_OUT("ids never reached $n rows");
+}
+
+# The checks of new IDs (gen 'new') against the old ones in table OLD.
+sub no_repeat
+{
+	my ($node, $old, $name) = @_;
+	my ($n_old, $n_new, $repeated, $above) = split /\|/, $node->safe_psql('f', qq{
+		SELECT (SELECT count(*) FROM $old),
+		       (SELECT count(*) FROM ids WHERE gen = 'new'),
+		       (SELECT count(*) FROM ids n JOIN $old o USING (id) WHERE n.gen = 'new'),
+		       (SELECT min(id) FROM ids WHERE gen = 'new') > (SELECT max(id) FROM $old)});
+	ok($n_old > 10000 && $n_new > 1000, "$name: bursts on both sides ($n_old old IDs, $n_new new)");
+	is($repeated, 0, "$name: no new ID repeats an old one");
+	is($above, 't', "$name: every new ID is above every old one");
+	return $repeated;
+}
+
+sub failover
+{
+	my (%c) = @_;
+	my $tag = join '_', $c{preload} ? 'preloaded' : 'not_preloaded', $c{sync} ? 'sync' : 'async',
+	  $c{version} ? 'v' . ($c{version} =~ tr/./_/r) : ();
+	my $name = "PostgreSQL $major, " . ($c{preload} ? 'preloaded' : 'not preloaded')
+	  . ($c{sync} ? ', synchronous' : ', asynchronous') . ($c{version} ? ", SQL $c{version}" : '');
+	my $sql = $c{per_session} ? $per_session_sql : $shared_sql;
+	my $primary = insta_node("primary_$tag", preload => $c{preload}, faketime => '+0', streaming => 1);
+	setup_db($primary, $c{version});
+	$primary->backup('b');
+	my $standby = insta_standby($primary, "standby_$tag", 'b', faketime => '-2');
+	insta_start($standby);
+	if ($c{sync})
+	{
+		$primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'standby_$tag'; SELECT pg_reload_conf()");
+		$primary->poll_query_until('postgres',
+			"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'standby_$tag'")
+		  or die 'the standby never became synchronous';
+	}
+	my $b = burst($primary, $sql, 'old', 30);
+	rows_at_least($primary, $b, 40000);
+	$primary->stop('immediate');
+	pgbench_wait($b);
+
+	my ($mark_ok) = $standby->safe_psql('f', q{
+		SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) FROM ids});
+	is($mark_ok, 't', "$name: the standby shows a high-water mark above every replicated ID before promotion")
+	  unless $c{version};
+	$standby->promote;
+	$standby->safe_psql('f', q{CREATE TABLE replicated AS SELECT id FROM ids});
+	pgbench_wait(burst($standby, $sql, 'new', 3), "$name: a burst on the promoted standby");
+
+	my $old = 'replicated';
+	if ($c{sync})
+	{
+		# Every ID the old primary committed, replicated or not.
+		insta_start($primary);
+		my $file = $primary->basedir . '/old_ids';
+		$primary->safe_psql('f', "COPY (SELECT id FROM ids) TO '$file'");
+		$standby->safe_psql('f', "CREATE TABLE old_ids (id bigint); COPY old_ids FROM '$file'");
+		$old = 'old_ids';
+		$primary->stop;
+	}
+	my $repeated = $c{expect_repeats}
+	  ? $standby->safe_psql('f', "SELECT count(*) FROM ids n JOIN $old o USING (id) WHERE n.gen = 'new'")
+	  : no_repeat($standby, $old, $name);
+	$standby->stop;
+	return $repeated;
+}
+
+sub pitr
+{
+	my (%c) = @_;
+	my $name = "PostgreSQL $major, point-in-time recovery" . ($c{preload} ? ', preloaded' : '');
+	my $primary = insta_node('archiving', preload => $c{preload}, faketime => '+0', archiving => 1, streaming => 1);
+	setup_db($primary);
+	$primary->backup('b');
+	my $b = burst($primary, $shared_sql, 'old', 30);
+	rows_at_least($primary, $b, 20000);
+	my $target = $primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	rows_at_least($primary, $b, 40000);
+	pgbench_stop($b);
+	# Everything up to the target in the archive.
+	$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	my $last = $primary->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_lsn() - 1)');
+	$primary->poll_query_until('postgres', "SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")
+	  or die 'WAL not archived';
+	$primary->stop;
+
+	my $restored = insta_standby($primary, 'restored', 'b', standby => 0, faketime => '-2',
+		conf => "recovery_target_lsn = '$target'\nrecovery_target_action = 'promote'\n");
+	insta_start($restored);
+	$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'recovery never ended';
+	$restored->safe_psql('f', q{CREATE TABLE committed AS SELECT id FROM ids});
+	pgbench_wait(burst($restored, $shared_sql, 'new', 3), "$name: a burst after the restore");
+	no_repeat($restored, 'committed', $name);
+	$restored->stop;
+}
+
+if ($major == 15 || $major == 18)
+{
+	failover(preload => 1, sync => 1);
+	failover(preload => 1, sync => 0);
+}
+failover(preload => 0, sync => 1, per_session => $major < 17) if $major != 17;
+if ($major == 18)
+{
+	ok(failover(preload => 1, sync => 1, version => '0.8.0', expect_repeats => 1) > 0,
+		'0.8.0 (the mark in the data directory): the promoted standby repeats IDs');
+	pitr(preload => 1);
+}
+pitr(preload => 0) if $major == 15;
+
+done_testing();
