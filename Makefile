@@ -16,7 +16,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
-        test-faults test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
+        test-faults test-failover test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
 ## help: this list
 help:
@@ -45,7 +45,7 @@ test:
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
 ##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
-##        lead over the clock and of concurrent sessions
+##        lead over the clock, of concurrent sessions and of failover and PITR
 check:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
@@ -53,7 +53,7 @@ check:
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/isolation.sh
-	@tests/tap.sh upgrade lead concurrency
+	@tests/tap.sh upgrade lead concurrency failover
 
 ## setup: install what is missing for PG (or: scripts/dev/setup.sh all)
 setup:
@@ -116,7 +116,9 @@ test-regress test-isolation: test-%:
 ## test-concurrency: real concurrent sessions (pgbench) against the duplicate guard
 ## test-faults: libfaketime steps the clock of running servers under load;
 ##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
-test-lead test-concurrency test-faults: test-%:
+## test-failover: a standby promoted and a point-in-time restore, their clocks
+##        behind, continue above the old server's IDs (the mark in the WAL)
+test-lead test-concurrency test-faults test-failover: test-%:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh $*

@@ -452,7 +452,10 @@ fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
             let slot = &slots[(start + i) % slots.len()];
             match slot.key.load(Ordering::Acquire) {
                 k if k == key => return &slot.mark,
-                0 => match slot.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                0 => match slot
+                    .key
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                {
                     Ok(_) => return &slot.mark,
                     Err(k) if k == key => return &slot.mark,
                     Err(_) => {}
@@ -478,7 +481,9 @@ fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
                     // Nobody uses a dropped database's slot: forget its mark,
                     // then free it.
                     slot.mark.reset();
-                    let _ = slot.key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+                    let _ = slot
+                        .key
+                        .compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
                 }
             }
         }
@@ -698,7 +703,10 @@ pub fn raise_mark(ms: i64) -> i64 {
         // Later sessions of this run start above the record.
         record_ended(ms).unwrap_or_else(|e| mark_error(e));
     }
-    backing.read().unwrap_or_else(|e| mark_error(e)).unwrap_or(ms)
+    backing
+        .read()
+        .unwrap_or_else(|e| mark_error(e))
+        .unwrap_or(ms)
 }
 
 /// This database's durable mark (ms since 1970), for

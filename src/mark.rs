@@ -346,7 +346,13 @@ impl MarkState {
     }
 
     #[cold]
-    fn reserve<D: Durable>(&self, store: &D, ms: i64, want: i64, must: bool) -> Result<(), MarkError> {
+    fn reserve<D: Durable>(
+        &self,
+        store: &D,
+        ms: i64,
+        want: i64,
+        must: bool,
+    ) -> Result<(), MarkError> {
         // Renewing ahead is optional: when another session holds the lock it
         // is renewing already.
         let Some(_lock) = store.lock(must)? else {

@@ -177,8 +177,8 @@ fn make_durable(lsn: pg_sys::XLogRecPtr) {
     if !replicated(lsn) {
         raise!(
             PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-            "canceling statement due to user request",
-            "insta_id.next_id was waiting for the synchronous standbys to confirm its high-water mark; no ID was returned.",
+            "canceled the wait for synchronous replication of insta_id's high-water mark",
+            "The synchronous standbys had not confirmed the mark that covers the next ID, so no ID was returned; the mark is written locally.",
         );
     }
 }
@@ -199,7 +199,11 @@ fn replicated(lsn: pg_sys::XLogRecPtr) -> bool {
             _ => return true,
         };
         let names = pg_sys::SyncRepStandbyNames;
-        if pg_sys::max_wal_senders == 0 || names.is_null() || *names == 0 || pg_sys::WalSndCtl.is_null() {
+        if pg_sys::max_wal_senders == 0
+            || names.is_null()
+            || *names == 0
+            || pg_sys::WalSndCtl.is_null()
+        {
             return true;
         }
         let confirmed = std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[mode as usize]);

@@ -9,6 +9,11 @@
 #    sequence are intact; ALTER EXTENSION insta_id UPDATE brings the current
 #    version, with the same objects as a fresh install; new IDs in every
 #    shard repeat none of the old ones (every old ID checked).
+# 4. The high-water mark crosses pg_upgrade: a database with the current
+#    insta_id issues IDs on the old cluster; on the new one, its clock set 30
+#    s behind them, new IDs repeat none and are all later (the mark is in the
+#    database's sequence, which pg_upgrade carries; 0.8.0's file stayed in
+#    the old data directory).
 use strict;
 use warnings;
 use FindBin;
@@ -45,12 +50,19 @@ my $state = q{
 	       (SELECT string_agg(schemaname || '.' || sequencename || '=' || last_value, ',' ORDER BY schemaname, sequencename)
 	          FROM pg_sequences WHERE schemaname LIKE 'insta%'),
 	       (SELECT count(*) || ' ' || sum(id) FROM public.shard_ids() id)};
+# IDs of the current insta_id, filling whole milliseconds.
+$old->safe_psql('postgres', q{CREATE DATABASE current; ALTER DATABASE current SET insta_id.max_lead = '1h'});
+$old->safe_psql('current', q{
+	SET client_min_messages = warning;
+	CREATE EXTENSION insta_id;
+	CREATE SEQUENCE s;
+	CREATE TABLE ids_before AS SELECT insta_id.next_id(1, 's') AS id FROM generate_series(1, 200000)});
 my $before = $old->safe_psql('app', $state);
 is($old->safe_psql('app', q{SELECT count(*) || ' ' || count(DISTINCT id) FROM public.ids_before}),
 	'48000 48000', "PostgreSQL $old_major: 48,000 IDs in 8 shards, all distinct");
 $old->stop;
 
-my $new = insta_node('new', preload => 1, start => 0);
+my $new = insta_node('new', preload => 1, start => 0, faketime => '+0');
 my $new_major = $new->pg_version->major;
 # pg_upgrade writes its logs in the current directory.
 chdir $PostgreSQL::Test::Utils::tmp_check;
@@ -63,7 +75,7 @@ chdir $PostgreSQL::Test::Utils::tmp_check;
 			'-s', $new->host, '-p', $old->port, '-P', $new->port ],
 		"pg_upgrade $old_major -> $new_major with insta_id 0.2.0 inside");
 }
-$new->start;
+insta_start($new);
 is($new->safe_psql('app', 'SELECT current_setting(\'server_version_num\')::int / 10000'), $new_major, "PostgreSQL $new_major: server version");
 is($new->safe_psql('app', q{SELECT extversion FROM pg_extension WHERE extname = 'insta_id'}), '0.2.0',
 	'after pg_upgrade the extension is still 0.2.0');
@@ -90,6 +102,16 @@ is($new->safe_psql('app', 'SELECT count(*) FROM public.ids_after a JOIN public.i
 	0, 'no new ID repeats any of the 48,000 old ones');
 is($new->safe_psql('app', 'SELECT (SELECT min(id) FROM public.ids_after) > (SELECT max(id) FROM public.ids_before)'),
 	't', 'every new ID is later than every old one');
+
+clock_offset($new, '-30');
+is($new->safe_psql('current', q{SELECT insta_id.high_water_mark() >= (SELECT max(insta_id.created_at(id)) FROM ids_before)}),
+	't', 'the high-water mark came through pg_upgrade');
+$new->safe_psql('current', q{CREATE TABLE ids_after AS SELECT insta_id.next_id(1, 's') AS id FROM generate_series(1, 200000)});
+is($new->safe_psql('current', q{
+	SELECT (SELECT count(*) FROM ids_after a JOIN ids_before b USING (id)),
+	       (SELECT min(id) FROM ids_after) > (SELECT max(id) FROM ids_before),
+	       (SELECT max(insta_id.created_at(id)) FROM ids_before) > now()}),
+	'0|t|t', 'the clock 30 s behind the old cluster\'s IDs: 200,000 new IDs repeat none and are all later');
 $new->stop;
 
 done_testing();
