@@ -16,8 +16,10 @@
 #    - 0.8.0's SQL (the mark in a file of the data directory) on the same
 #      failover repeats IDs: the test can fail.
 # 2. Point-in-time recovery from a base backup and the WAL archive to an LSN
-#    taken in the middle of a burst, the restored server's clock 2 s behind:
+#    taken in the middle of a burst, the restored server's clock 20 s behind:
 #    no new ID repeats or falls below an ID committed before the target.
+# 3. pg_dump and pg_restore into a new server whose clock is 20 s behind: the
+#    same (18).
 use strict;
 use warnings;
 use FindBin;
@@ -36,7 +38,7 @@ my $per_session_sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(:clien
 sub setup_db
 {
 	my ($node, $version) = @_;
-	$node->safe_psql('postgres', q{CREATE DATABASE f; ALTER DATABASE f SET insta_id.max_lead = '10s'});
+	$node->safe_psql('postgres', q{CREATE DATABASE f; ALTER DATABASE f SET insta_id.max_lead = '1h'});
 	$node->safe_psql('f', 'SET client_min_messages = error; CREATE EXTENSION insta_id'
 		  . ($version ? " VERSION '$version'" : '') . q{;
 		CREATE SEQUENCE s; CREATE SEQUENCE s0; CREATE SEQUENCE s1; CREATE SEQUENCE s2; CREATE SEQUENCE s3;
@@ -62,6 +64,15 @@ sub rows_at_least
 		select undef, undef, undef, 0.1;
 	}
 	BAIL_OUT("ids never reached $n rows");
+}
+
+# Before the new burst: the clock of NODE is behind the newest ID of table
+# OLD (else the test could not fail).
+sub clock_behind
+{
+	my ($node, $old, $name) = @_;
+	is($node->safe_psql('f', "SELECT clock_timestamp() < max(insta_id.created_at(id)) FROM $old"), 't',
+		"$name: the clock is behind the old IDs");
 }
 
 # The checks of new IDs (gen 'new') against the old ones in table OLD.
@@ -110,6 +121,7 @@ sub failover
 	  unless $c{version};
 	$standby->promote;
 	$standby->safe_psql('f', q{CREATE TABLE replicated AS SELECT id FROM ids});
+	clock_behind($standby, 'replicated', $name);
 	pgbench_wait(burst($standby, $sql, 'new', 3), "$name: a burst on the promoted standby");
 
 	my $old = 'replicated';
@@ -149,14 +161,36 @@ sub pitr
 	  or die 'WAL not archived';
 	$primary->stop;
 
-	my $restored = insta_standby($primary, 'restored', 'b', standby => 0, faketime => '-2',
+	my $restored = insta_standby($primary, 'restored', 'b', standby => 0, faketime => '-20',
 		conf => "recovery_target_lsn = '$target'\nrecovery_target_action = 'promote'\n");
 	insta_start($restored);
 	$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'recovery never ended';
 	$restored->safe_psql('f', q{CREATE TABLE committed AS SELECT id FROM ids});
+	clock_behind($restored, 'committed', $name);
 	pgbench_wait(burst($restored, $shared_sql, 'new', 3), "$name: a burst after the restore");
 	no_repeat($restored, 'committed', $name);
 	$restored->stop;
+}
+
+# pg_dump of the database, pg_restore into a new server whose clock is
+# behind: the dump carries the mark (extension configuration).
+sub restore
+{
+	my $from = insta_node('dumped', preload => 1, faketime => '+0');
+	setup_db($from);
+	my $b = burst($from, $shared_sql, 'old', 30);
+	rows_at_least($from, $b, 40000);
+	pgbench_stop($b);
+	my $dump = $from->basedir . '/f.dump';
+	$from->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $from->connstr('f') ], 'pg_dump of the database');
+	$from->stop;
+	my $to = insta_node('restored_dump', preload => 1, faketime => '-20');
+	$to->command_ok([ 'pg_restore', '-C', '-d', $to->connstr('postgres'), $dump ], 'pg_restore into a new server');
+	$to->safe_psql('f', q{CREATE TABLE dumped AS SELECT id FROM ids});
+	clock_behind($to, 'dumped', "PostgreSQL $major, restored from pg_dump");
+	pgbench_wait(burst($to, $shared_sql, 'new', 3), "PostgreSQL $major, restored from pg_dump: a burst");
+	no_repeat($to, 'dumped', "PostgreSQL $major, restored from pg_dump, clock 20 s behind");
+	$to->stop;
 }
 
 # A cancel (here statement_timeout) of next_id's wait for the synchronous
@@ -196,6 +230,7 @@ if ($major == 18)
 	my $repeats = failover(preload => 1, sync => 1, version => '0.8.0', expect_repeats => 1);
 	ok($repeats > 0, "0.8.0 (the mark in the data directory): the promoted standby repeats IDs ($repeats)");
 	pitr(preload => 1);
+	restore();
 }
 pitr(preload => 0) if $major == 15;
 
