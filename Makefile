@@ -16,7 +16,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
-        test-faults test-failover test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
+        test-faults test-failover test-fsync test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
 ## help: this list
 help:
@@ -45,7 +45,8 @@ test:
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
 ##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
-##        lead over the clock, of concurrent sessions and of failover and PITR
+##        lead over the clock, of concurrent sessions, of failover and PITR, and
+##        of a failing fsync of the mark
 check:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
@@ -53,7 +54,7 @@ check:
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/isolation.sh
-	@tests/tap.sh upgrade lead concurrency failover
+	@tests/tap.sh upgrade lead concurrency failover fsync
 
 ## setup: install what is missing for PG (or: scripts/dev/setup.sh all)
 setup:
@@ -118,7 +119,8 @@ test-regress test-isolation: test-%:
 ##        kill -9 and immediate shutdowns mid-burst; restarts with the clock behind
 ## test-failover: a standby promoted and a point-in-time restore, their clocks
 ##        behind, continue above the old server's IDs (the mark in the WAL)
-test-lead test-concurrency test-faults test-failover: test-%:
+## test-fsync: a failing fsync of the mark (an LD_PRELOAD shim) PANICs before the ID
+test-lead test-concurrency test-faults test-failover test-fsync: test-%:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh $*

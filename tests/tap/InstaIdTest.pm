@@ -80,16 +80,24 @@ sub insta_start
 {
 	my ($node, $how) = @_;
 	local %ENV = %ENV;
+	my @preload;
 	if (my $clock = $node->{insta_clock})
 	{
 		my ($lib) = grep { -e } map { glob } '/usr/lib/*/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1';
 		BAIL_OUT('libfaketime is missing: scripts/dev/setup.sh faults') unless $lib;
-		$ENV{LD_PRELOAD}               = $lib;
+		push @preload, $lib;
 		$ENV{FAKETIME_TIMESTAMP_FILE}  = $clock;
 		$ENV{FAKETIME_CACHE_DURATION}  = 0;
 		$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
 		$ENV{NO_FAKE_STAT}             = 1;
 	}
+	# A fault shim (t/011_fsync.pl) and the file that arms it.
+	if (my $shim = $node->{insta_shim})
+	{
+		push @preload, $shim->{lib};
+		$ENV{INSTA_FAIL_SYNC} = $shim->{trigger};
+	}
+	$ENV{LD_PRELOAD} = join ':', @preload if @preload;
 	($how // 'start') eq 'restart' ? $node->restart : $node->start;
 }
 
