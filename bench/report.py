@@ -300,6 +300,24 @@ The same statements on a second cluster of the same server with no
 
 next_id there costs {m.paired("per_call/next_id_dsm", "per_call/next_id"):.2f}x next_id on the preloaded cluster.
 """
+if m.has("per_call/next_id_prev"):
+    prev = m.machine[2].split("previous release on the twin: ")[1].strip()
+    md += f"""
+## Against the previous release, {prev} (PostgreSQL {m.version})
+
+A twin of the preloaded cluster runs insta_id {prev}'s library (built from
+its git tag, release build, in a copy of the installation) with its SQL;
+the same statements on the same plain sequences, interleaved with the other
+clusters' rounds. {prev} kept the high-water mark in a file of the data
+directory; this version keeps it in each database's WAL (a sequence written
+about ten times a second, flushed by next_id), with the same hot path: one
+atomic load and a compare.
+
+{table(m, ["per_call/nextval", "per_call/next_id", "per_call/nextval_prev", "per_call/next_id_prev"])}
+
+- next_id / {prev}'s next_id: {m.paired("per_call/next_id", "per_call/next_id_prev"):.2f}x (median of {len(m.runs["pair/per_call/next_id/per_call/next_id_prev"])} pairs, alternating sessions of the two clusters).
+- next_id / nextval on each: {m.paired("per_call/next_id", "per_call/nextval"):.2f}x here, {m.paired("per_call/next_id_prev", "per_call/nextval_prev"):.2f}x with {prev}.
+"""
 md += shards_section()
 md += f"""
 ## The statements

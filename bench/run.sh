@@ -2,7 +2,9 @@
 # `make bench` on one PostgreSQL version (PG=NN): every figure of
 # BENCHMARKS.md for that version, measured in one run on a throwaway cluster
 # with insta_id preloaded and, on PostgreSQL 17+, a second one without
-# preloading (the DSM-registry guard: contenders named *_dsm). Contenders are
+# preloading (the DSM-registry guard: contenders named *_dsm), and a twin of
+# the first running the previous release's library and SQL (built from its
+# git tag: contenders named *_prev). Contenders are
 # interleaved, in a rotating order, over ROUNDS rounds. Raw timings go to
 # target/bench/pgNN; bench/report.py turns those of one or more versions into
 # medians, ratios, BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
@@ -15,8 +17,10 @@ out="$repo/target/bench/pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "round $1  $2  $3"; }
 
-clusters=(bench)
+clusters=(bench bench-prev)
 [ "$PG" -ge 17 ] && clusters+=(bench-dsm)
+prev_config=$("$repo/scripts/dev/build.sh" previous)
+prev_version=$(realpath --relative-to="$repo/target/previous" "$prev_config" | cut -d/ -f1)
 trap 'for c in "${clusters[@]}"; do stop_cluster "$c"; done' EXIT
 # on CLUSTER CMD...: run CMD pointed at that cluster.
 on() { ( eval "$(cluster_env "$1")"; shift; "$@" ); }
@@ -25,10 +29,20 @@ for c in "${clusters[@]}"; do
   # fsync on, as in production: the cost of the durable high-water mark's
   # fdatasync is inside the figures. Locks and buffers: one statement below
   # draws from 100,000 sequences, each locked until commit and each a page.
-  cluster_start "$c" $([ "$c" = bench ] && echo --preload) \
+  preload=(); [ "$c" = bench-dsm ] || preload=(--preload)
+  # The twin runs the copy of this installation that holds the previous library.
+  bin=$PGBIN; [ "$c" = bench-prev ] && bin=$("$prev_config" --bindir)
+  PGBIN=$bin cluster_start "$c" "${preload[@]}" \
     --conf 'fsync = on' --conf 'max_locks_per_transaction = 4096' --conf 'shared_buffers = 1GB'
   on "$c" q -d postgres -c "CREATE DATABASE bench"
-  on "$c" q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
+  if [ "$c" = bench-prev ]; then
+    # The previous SQL, and the plain sequences of the per-call statements.
+    on "$c" q -d bench -f "$repo/bench/time_of.sql" -c "CREATE EXTENSION insta_id VERSION '$prev_version'" \
+      -c "DO \$\$ BEGIN FOR i IN 0..63 LOOP EXECUTE format('CREATE SEQUENCE bs_%s', i); END LOOP; END \$\$" \
+      -c "CREATE TABLE seqs AS SELECT array_agg(format('bs_%s', i)::regclass ORDER BY i) AS s FROM generate_series(0, 63) i" >/dev/null
+  else
+    on "$c" q -d bench -f "$repo/bench/time_of.sql" -f "$repo/bench/setup.sql" >/dev/null
+  fi
   # Keep generate_series' million rows in memory for every contender alike.
   on "$c" q -d postgres -c "ALTER DATABASE bench SET work_mem = '256MB'"
 done
@@ -64,6 +78,8 @@ names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/nex
        insert_500k/bigserial insert_500k/next_id insert_500k/next_id_helper
        insert_500k/nextval_spread insert_500k/next_id_spread
        decode/id_parts decode/sql_expression decode/scalar_decoders decode/shard_id decode/shard_id_pg_extern)
+# The previous release, preloaded, on the same plain sequences.
+for n in per_call/nextval per_call/next_id; do sql[${n}_prev]=${sql[$n]}; names+=("${n}_prev"); done
 if [ "$PG" -ge 17 ]; then
   # The same statements on the cluster without preloading.
   for n in per_call/nextval per_call/next_id per_call/next_id_cached insert_500k/bigserial \
@@ -71,7 +87,7 @@ if [ "$PG" -ge 17 ]; then
     sql[${n}_dsm]=${sql[$n]}; names+=("${n}_dsm")
   done
 fi
-cluster_of() { case "$1" in *_dsm) echo bench-dsm ;; *) echo bench ;; esac; }
+cluster_of() { case "$1" in *_dsm) echo bench-dsm ;; *_prev) echo bench-prev ;; *) echo bench ;; esac; }
 # ins_table NAME: the table an insert_500k/* contender fills.
 ins_table() { local t=${1#insert_500k/}; echo "ins_${t%_dsm}"; }
 
@@ -96,7 +112,8 @@ pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextva
        insert_500k/next_id_helper:insert_500k/bigserial insert_500k/next_id_spread:insert_500k/nextval_spread
        insert_500k/next_id:insert_500k/bigserial
        decode/id_parts:decode/sql_expression decode/scalar_decoders:decode/sql_expression
-       decode/shard_id_pg_extern:decode/shard_id)
+       decode/shard_id_pg_extern:decode/shard_id
+       per_call/next_id:per_call/next_id_prev per_call/next_id_prev:per_call/nextval_prev)
 [ "$PG" -ge 17 ] && pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm
                             insert_500k/next_id_helper_dsm:insert_500k/bigserial_dsm
                             insert_500k/next_id_spread_dsm:insert_500k/nextval_spread_dsm
@@ -188,7 +205,7 @@ done
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d bench -c 'SELECT version()')"
-  echo "insta_id: $(q -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'"), guard $(q -d bench -c 'SELECT insta_id.guard_mode()')"
+  echo "insta_id: $(q -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'"), guard $(q -d bench -c 'SELECT insta_id.guard_mode()'); previous release on the twin: $prev_version"
   echo "rounds: $ROUNDS (scaling and sequences in use: $SCALING_ROUNDS); pgbench seconds: $PGBENCH_SECONDS; date: $(date -u +%Y-%m-%d)"
 } >"$out/machine.txt"
 say "bench: raw timings of PostgreSQL $PG in $out"

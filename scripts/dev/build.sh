@@ -10,6 +10,11 @@
 #                                        target/packages/pgNN/tree (their paths
 #                                        on PG_CONFIG's server); scripts/dev/package.sh
 #                                        makes the .deb of them
+#   scripts/dev/build.sh previous            the previous release's library (its
+#                                        git tag, release build) in a copy of
+#                                        PG_CONFIG's installation, for make
+#                                        bench's twin cluster: prints the
+#                                        copy's pg_config
 #   scripts/dev/build.sh test-rust           pure Rust unit and property tests
 #   scripts/dev/build.sh test-pg             #[pg_test]s inside PostgreSQL
 #   scripts/dev/build.sh lint                rustfmt and clippy -D warnings
@@ -53,6 +58,37 @@ case "${1:-}" in
     tree="target/packages/pg$PG/tree"; rm -rf "$tree"
     cargo pgrx package --profile "${2:-release}" --pg-config "$PG_CONFIG" --out-dir "$tree"
     mkdir -p "$tree$extdir"; copy_chain "$tree$extdir"
+    ;;
+  previous)
+    # The release before this version: the newest upgrade script's source.
+    prev=$(ls sql/ | sed -nE "s/^insta_id--(.*)--$version\.sql$/\1/p")
+    [ -n "$prev" ] && git rev-parse -q --verify "v$prev^{commit}" >/dev/null ||
+      { echo "previous: no tag v$prev for the release before $version" >&2; exit 1; }
+    dir="$repo/target/previous/$prev"; lib="$dir/pg$PG/insta_id.so"
+    commit=$(git rev-parse "v$prev^{commit}")
+    if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
+      rm -rf "$dir"; mkdir -p "$dir/src"
+      git archive "v$prev" | tar -x -C "$dir/src"
+      echo "$commit" >"$dir/commit"
+    fi
+    if [ ! -f "$lib" ]; then
+      say "building insta_id $prev's library for PostgreSQL $PG (release build)" >&2
+      (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --quiet --release --lib "${features[@]}") >&2
+      mkdir -p "$dir/pg$PG"; cp "$dir/target/release/libinsta_id.so" "$lib"
+    fi
+    # Its own installation, so that its '$libdir/insta_id' is that library
+    # (one backend cannot load two builds: their settings collide). The
+    # binaries, libraries and share directory keep their relative places,
+    # from which PostgreSQL finds them; this version's chain (copied with the
+    # share directory) installs the previous version's SQL there.
+    root="$dir/pg$PG/install"
+    if [ ! -x "$root$("$PG_CONFIG" --bindir)/pg_config" ]; then
+      for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)"; do
+        mkdir -p "$root$(dirname "$d")"; cp -a "$d" "$root$d"
+      done
+      cp "$lib" "$root$("$PG_CONFIG" --pkglibdir)/insta_id.so"
+    fi
+    echo "$root$("$PG_CONFIG" --bindir)/pg_config"
     ;;
   test-rust)
     cargo test --lib "${features[@]}"
