@@ -88,7 +88,8 @@ cluster-demo:
 
 ## bench: benchmarks (release build, never part of make test) on the oldest
 ##        and newest version (or PG=NN alone), shards at scale on the first;
-##        writes BENCHMARKS.md
+##        against the previous release's library on a twin cluster; writes
+##        BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
 	  scripts/dev/setup.sh $$v && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh || exit 1; \

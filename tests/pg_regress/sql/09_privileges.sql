@@ -55,9 +55,28 @@ SELECT insta_id.raise_high_water_mark(now());
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.lock_shard_for_move(70);
 \echo :LAST_ERROR_SQLSTATE
+-- The high-water mark's sequence is nobody's but its owner's: next_id
+-- writes it as the owner; nobody lowers, reads or locks it directly.
+SELECT setval('insta_id.high_water', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT last_value FROM insta_id.high_water;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+LOCK TABLE insta_id.high_water;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 -- What everyone may do: decode, read the registry and the mark.
 SELECT insta_id.shard_id(11637205501278089), count(*) >= 0 AS reads_registry,
        insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards;
+RESET ROLE;
+-- A role with no right on the mark's sequence mints IDs (a renewal of the
+-- mark runs as the sequence's owner), and the mark covering an ID of a
+-- transaction that aborts stays.
+SET ROLE insta_id_regress_other;
+BEGIN;
+INSERT INTO theirs.t DEFAULT VALUES RETURNING id AS aborted_id \gset
+ROLLBACK;
+SELECT insta_id.high_water_mark() >= insta_id.created_at(:aborted_id) AS covered_after_abort;
 RESET ROLE;
 
 -- A delegated administrator: may not adopt, fill, or drop another role's schema.
