@@ -1682,10 +1682,16 @@ REVOKE EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, in
 -- left behind by a failover, a restore or pg_upgrade) into each database's
 -- WAL (src/sql/guard.sql). The library carries the file's mark into the
 -- sequence at its first next_id in this database.
-CREATE SEQUENCE insta_id.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
-COMMENT ON SEQUENCE insta_id.high_water IS
+-- In a schema of its own that only the extension's owner may use: a role
+-- that could name the sequence could queue a lock on it (CREATE RULE asks
+-- for one before checking privileges) behind which every writer would wait.
+CREATE SCHEMA insta_id_mark;
+COMMENT ON SCHEMA insta_id_mark IS
+'insta_id''s high-water mark (the sequence high_water): the extension owner''s only';
+CREATE SEQUENCE insta_id_mark.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
+COMMENT ON SEQUENCE insta_id_mark.high_water IS
 'The durable high-water mark of this database in milliseconds since 1970, written by next_id before the IDs it covers are returned; read it with insta_id.high_water_mark()';
-SELECT pg_catalog.pg_extension_config_dump('insta_id.high_water', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id_mark.high_water', '');
 COMMENT ON FUNCTION insta_id.high_water_mark() IS
 'The durable high-water mark of this database (readable on a standby): no ID of it is later; after a restart, a failover, a restore or an upgrade IDs continue above it until the clock passes it (NULL before the first ID)';
 COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS

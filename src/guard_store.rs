@@ -53,7 +53,7 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
 
 /// Databases whose marks one run of the shared guard tracks at once (a
 /// dropped database's slot is reused).
-pub const DB_SLOTS: usize = 1024;
+pub const DB_SLOTS: usize = 4096;
 
 /// One database's mark in shared memory, found by `key` (`db_key`).
 #[repr(C)]
@@ -491,7 +491,7 @@ fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
     raise!(
         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
         format!("insta_id tracks the high-water marks of at most {DB_SLOTS} databases at once"),
-        "Every database in which next_id ran since the server started keeps a slot until it is dropped.",
+        "Every database in which next_id ran since the server started keeps a slot until the database is dropped (one more after each DROP and CREATE EXTENSION insta_id in it).",
         "Restart the server to free the slots of databases that no longer use insta_id.",
     )
 }
@@ -550,21 +550,43 @@ fn load_db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
     (state, backing)
 }
 
-/// The first load after `ALTER EXTENSION insta_id UPDATE` from 0.8.0 (an
-/// empty sequence, a mark file): carries the file's mark into the sequence,
-/// durably, before anything trusts it.
+/// While 0.8.0's file exists: carries its mark into the sequence, durably,
+/// before anything trusts the sequence. After `ALTER EXTENSION insta_id
+/// UPDATE`, sessions that started before it keep writing the file until
+/// their next renewal (`refreshed`), so every load takes the larger of both.
 fn adopt_legacy_mark(seq: &SeqMark) -> Result<(), MarkError> {
-    if seq.read()?.is_some() {
-        return Ok(());
-    }
     let Some(legacy) = legacy_mark()? else {
         return Ok(());
     };
+    if seq.read()?.is_some_and(|m| m >= legacy) {
+        return Ok(());
+    }
     let _lock = seq.lock(true)?;
-    if seq.read()?.is_none() {
+    if seq.read()?.is_none_or(|m| m < legacy) {
         seq.write(legacy, true)?;
     }
     Ok(())
+}
+
+/// Before a renewal: where the database's mark is kept may have changed
+/// since this backend looked (`ALTER EXTENSION insta_id UPDATE` from 0.8.0
+/// brought the sequence; DROP and CREATE EXTENSION made a new one). Then the
+/// backend starts over with the new one (loading it if no session has).
+#[cold]
+fn refreshed(
+    mark: &'static MarkState,
+    backing: &'static Backing,
+) -> (&'static MarkState, &'static Backing) {
+    let same = match (backing, SeqMark::find()) {
+        (Backing::Wal(a), Some(b)) => *a == b,
+        (Backing::File(_), None) => true,
+        _ => false,
+    };
+    if same {
+        return (mark, backing);
+    }
+    DB_MARK.set(None);
+    load_db_mark(&store())
 }
 
 /// Adds `last_ms` to the run's sessions' record (per-session guard).
@@ -606,6 +628,12 @@ pub fn guard() -> Guard {
             "Add insta_id to shared_preload_libraries and restart the server, or turn insta_id.require_shared_guard off.",
         );
     }
+    // A write (the mark's renewal) that a standby or a read-only transaction
+    // refuses: refused here, before anything, with the SQLSTATE nextval gives.
+    // SAFETY: a plain read of a global, then a C call that raises.
+    if unsafe { pg_sys::XactReadOnly } {
+        unsafe { pg_sys::PreventCommandIfReadOnly(c"insta_id.next_id()".as_ptr()) };
+    }
     let (mark, backing) = db_mark(&store);
     Guard {
         table: store.table(),
@@ -636,14 +664,16 @@ impl Guard {
         claim_ahead(ms)
     }
 
-    /// Returns once a durable mark covers `ms`.
+    /// Returns once a durable mark covers `ms`: on the usual path, one
+    /// atomic load and a compare.
     #[inline]
     pub fn cover(&self, ms: i64) {
-        if crate::clock::scripted() {
-            // A scripted test clock must not move the real server's mark.
+        if self.mark.covers(ms) || crate::clock::scripted() {
+            // (A scripted test clock must not move the real server's mark.)
             return;
         }
-        if let Err(e) = self.mark.cover(ms, || self.backing) {
+        let (mark, backing) = refreshed(self.mark, self.backing);
+        if let Err(e) = mark.cover(ms, || backing) {
             mark_error(e)
         }
     }
@@ -695,6 +725,7 @@ pub fn reset_stats() {
 pub fn raise_mark(ms: i64) -> i64 {
     let store = store();
     let (mark, backing) = db_mark(&store);
+    let (mark, backing) = refreshed(mark, backing);
     if let Err(e) = mark.cover(ms, || backing) {
         mark_error(e)
     }
@@ -852,6 +883,6 @@ mod tests {
             (c"insta_id duplicate guard, layout 5", BUCKET_BYTES, 64)
         );
         // The registry segment's documented size.
-        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_702_848);
+        assert_eq!(size_of_table(REGISTRY_SEQUENCES.div_ceil(WAYS)), 3_801_152);
     }
 }

@@ -297,6 +297,12 @@ impl MarkState {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// Whether a durable mark covers `ms` with room to spare (no renewal).
+    #[inline]
+    pub fn covers(&self, ms: i64) -> bool {
+        need(ms, self.durable()) == Need::Covered
+    }
+
     /// Forgets everything: the state of a slot being reused.
     pub fn reset(&self) {
         self.loaded.store(0, Ordering::Release);
@@ -321,6 +327,11 @@ impl MarkState {
             return Ok(None);
         }
         let mark = store.read()?;
+        if let Some(mark) = mark {
+            // Left by a writer that failed half-way, or found after a crash
+            // or a promotion: durable (and confirmed) here before trusted.
+            store.confirm(mark)?;
+        }
         raise_floor(mark)?;
         if let Some(mark) = mark {
             self.durable.fetch_max(mark, Ordering::AcqRel);
@@ -366,8 +377,10 @@ impl MarkState {
                 store.confirm(stored)?;
                 stored
             }
-            Some(stored) => store.write(want.max(stored), false)?,
-            None => store.write(want, true)?,
+            // Never below what this state knew to be durable (a restore that
+            // lowered the stored value by hand).
+            Some(stored) => store.write(want.max(stored).max(self.durable()), false)?,
+            None => store.write(want.max(self.durable()), true)?,
         };
         self.durable.fetch_max(mark, Ordering::AcqRel);
         Ok(())

@@ -1,5 +1,8 @@
 //! The high-water mark in the database's WAL (0.9.0): the extension's
-//! sequence `insta_id.high_water` holds the mark's millisecond.
+//! sequence `insta_id_mark.high_water` holds the mark's millisecond. Its
+//! schema is nobody's but the extension owner's: a role that could name the
+//! sequence could queue a lock on it (CREATE RULE asks for one before any
+//! privilege check) that every writer of the mark would wait behind.
 //!
 //! A sequence is written with a WAL record of its own, outside the writer's
 //! transaction (a `setval` is never rolled back), and replayed by every
@@ -11,10 +14,13 @@
 //! What a sequence does not give by itself is durability before the ID
 //! leaves: its record is flushed at the writer's commit, and a transaction
 //! that aborts, or commits asynchronously, never waits for it. So the writer
-//! flushes the record itself and, when the session asks for synchronous
-//! replication, waits for the synchronous standbys exactly as a commit does,
-//! before any ID the mark covers is returned. A wait that ends without the
-//! standbys' confirmation (a cancel) raises an error instead of an ID.
+//! flushes the record itself and, whenever synchronous standbys are
+//! configured, waits until they have flushed it, before any ID the mark
+//! covers is returned: whatever the writing session's `synchronous_commit`,
+//! since every session of the database trusts the mark it wrote. The wait
+//! polls the standbys' confirmed position rather than joining the commit
+//! queue (`SyncRepWaitForLSN`), whose cancel only warns: here a cancel or a
+//! statement timeout is an ordinary error, and no ID is returned.
 //!
 //! Writers serialise on a `ShareUpdateExclusiveLock` of the sequence
 //! (self-conflicting; never held by `nextval`, `setval` or readers, which
@@ -30,7 +36,7 @@ use crate::mark::{Durable, MarkError};
 use pgrx::pg_sys::{self, Oid};
 use pgrx::{IntoDatum, PgSqlErrorCode};
 
-/// This database's mark: the OID of `insta_id.high_water` and its owner.
+/// This database's mark: the OID of `insta_id_mark.high_water` and its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeqMark {
     pub relid: Oid,
@@ -40,13 +46,13 @@ pub struct SeqMark {
 const LOCK: pg_sys::LOCKMODE = pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE;
 
 impl SeqMark {
-    /// `insta_id.high_water` when it is the extension's own sequence; `None`
+    /// `insta_id_mark.high_water` when it is the extension's own sequence; `None`
     /// in a database whose insta_id SQL predates 0.9.0 (the library then
     /// keeps the mark in the data directory's file until the update).
     pub fn find() -> Option<SeqMark> {
         // SAFETY: catalog lookups by name and OID, in a transaction.
         unsafe {
-            let nsp = pg_sys::get_namespace_oid(c"insta_id".as_ptr(), true);
+            let nsp = pg_sys::get_namespace_oid(c"insta_id_mark".as_ptr(), true);
             if nsp == pg_sys::InvalidOid {
                 return None;
             }
@@ -67,7 +73,22 @@ impl SeqMark {
                 return None;
             }
             let owner = (*(*rel).rd_rel).relowner;
+            let permanent = (*(*rel).rd_rel).relpersistence
+                == pg_sys::RELPERSISTENCE_PERMANENT as std::ffi::c_char;
             pg_sys::RelationClose(rel);
+            // A sequence whose writes are not WAL-logged, or that its owner
+            // may not read and set (a REVOKE), would be read as "no mark yet".
+            let mode = (pg_sys::ACL_SELECT | pg_sys::ACL_UPDATE) as pg_sys::AclMode;
+            if !permanent
+                || pg_sys::pg_class_aclcheck(relid, owner, mode) != pg_sys::AclResult::ACLCHECK_OK
+            {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "insta_id's high-water mark \"insta_id_mark.high_water\" is not usable",
+                    "It must be a logged sequence that its owner may read and set.",
+                    "Recreate the extension's objects with ALTER EXTENSION insta_id UPDATE from a fresh install, or restore the owner's privileges on the sequence.",
+                );
+            }
             Some(SeqMark { relid, owner })
         }
     }
@@ -163,41 +184,37 @@ impl Durable for SeqMark {
 }
 
 /// Flushes the WAL up to `lsn` (a failed fsync PANICs there, as for every
-/// WAL write), then waits for synchronous standbys as a commit would.
+/// WAL write), then waits until the synchronous standbys, if any are
+/// configured, have flushed it too.
 fn make_durable(lsn: pg_sys::XLogRecPtr) {
-    // SAFETY: plain calls of the WAL and replication machinery, outside any
-    // critical section.
-    unsafe {
-        pg_sys::XLogFlush(lsn);
-        pg_sys::SyncRepWaitForLSN(lsn, false);
-        // A terminate during the wait leaves ProcDiePending set: die now,
-        // before the ID could leave.
-        pg_sys::check_for_interrupts!();
-    }
-    if !replicated(lsn) {
-        raise!(
-            PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-            "canceled the wait for synchronous replication of insta_id's high-water mark",
-            "The synchronous standbys had not confirmed the mark that covers the next ID, so no ID was returned; the mark is written locally.",
-        );
+    // SAFETY: a plain call of the WAL machinery, outside any critical section.
+    unsafe { pg_sys::XLogFlush(lsn) };
+    while !replicated(lsn) {
+        // SAFETY: plain C calls on this backend's own latch. Not in the
+        // commit queue, so nobody sets the latch: poll every millisecond
+        // (a standby confirms within a round trip).
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                1,
+                pg_sys::WaitEventIPC::WAIT_EVENT_SYNC_REP,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        // A cancel, a statement timeout, a terminate: an error, no ID.
+        pgrx::check_for_interrupts!();
     }
 }
 
-/// Whether the synchronous standbys this session waits for (by its
-/// `synchronous_commit`, like a commit) confirmed `lsn`. SyncRepWaitForLSN
-/// returns without a confirmation only after a cancel (with a WARNING) or
-/// when no synchronous standby is configured.
+/// Whether `lsn` needs no more waiting: no synchronous standby is
+/// configured (in this session's settings, or any more in the server's
+/// shared state, which a reload that empties synchronous_standby_names
+/// clears), or they have flushed it.
 fn replicated(lsn: pg_sys::XLogRecPtr) -> bool {
-    use pg_sys::SyncCommitLevel::*;
     // SAFETY: plain reads of settings and of the walsenders' shared state,
-    // whose LSNs only grow (a stale read errs towards "not yet").
+    // whose positions only grow (a stale read errs towards "not yet").
     unsafe {
-        let mode = match pg_sys::synchronous_commit as u32 {
-            x if x == SYNCHRONOUS_COMMIT_REMOTE_WRITE => pg_sys::SYNC_REP_WAIT_WRITE,
-            x if x == SYNCHRONOUS_COMMIT_REMOTE_FLUSH => pg_sys::SYNC_REP_WAIT_FLUSH,
-            x if x == SYNCHRONOUS_COMMIT_REMOTE_APPLY => pg_sys::SYNC_REP_WAIT_APPLY,
-            _ => return true,
-        };
         let names = pg_sys::SyncRepStandbyNames;
         if pg_sys::max_wal_senders == 0
             || names.is_null()
@@ -206,7 +223,12 @@ fn replicated(lsn: pg_sys::XLogRecPtr) -> bool {
         {
             return true;
         }
-        let confirmed = std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[mode as usize]);
-        confirmed >= lsn
+        let ctl = pg_sys::WalSndCtl;
+        let status = std::ptr::read_volatile(&(*ctl).sync_standbys_status) as u32;
+        let defined = pg_sys::SYNC_STANDBY_INIT | pg_sys::SYNC_STANDBY_DEFINED;
+        if status & defined == pg_sys::SYNC_STANDBY_INIT {
+            return true;
+        }
+        std::ptr::read_volatile(&(*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]) >= lsn
     }
 }

@@ -53,7 +53,7 @@ SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
 FROM insta4.photos;
 \echo '== How far the duplicate guard reaches: shared = every session of this server (preloaded, or PostgreSQL 17+)'
 SELECT insta_id.guard_mode() AS duplicate_guard;
-\echo '== The durable high-water mark (this database''s sequence insta_id.high_water, in the WAL): after a restart, a failover, a restore or pg_upgrade, even with the clock behind, IDs continue above it'
+\echo '== The durable high-water mark (this database''s sequence insta_id_mark.high_water, in the WAL): after a restart, a failover, a restore or pg_upgrade, even with the clock behind, IDs continue above it'
 SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) AS mark_covers_every_id,
        insta_id.high_water_mark() - max(insta_id.created_at(id)) AS reserved_ahead
 FROM insta4.photos;

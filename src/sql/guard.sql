@@ -20,11 +20,17 @@ COMMENT ON FUNCTION insta_id.guard_mode() IS
 -- the mark follows the data to standbys, point-in-time restores and
 -- pg_upgrade; as extension configuration, pg_dump carries its value. Written
 -- by next_id only (src/mark_wal.rs), as the sequence's owner; nobody else
--- has any privilege on it.
-CREATE SEQUENCE insta_id.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
-COMMENT ON SEQUENCE insta_id.high_water IS
+-- has any privilege on it or its schema.
+-- In a schema of its own that only the extension's owner may use: a role
+-- that could name the sequence could queue a lock on it (CREATE RULE asks
+-- for one before checking privileges) behind which every writer would wait.
+CREATE SCHEMA insta_id_mark;
+COMMENT ON SCHEMA insta_id_mark IS
+'insta_id''s high-water mark (the sequence high_water): the extension owner''s only';
+CREATE SEQUENCE insta_id_mark.high_water AS bigint MINVALUE 0 START WITH 0 NO CYCLE;
+COMMENT ON SEQUENCE insta_id_mark.high_water IS
 'The durable high-water mark of this database in milliseconds since 1970, written by next_id before the IDs it covers are returned; read it with insta_id.high_water_mark()';
-SELECT pg_catalog.pg_extension_config_dump('insta_id.high_water', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id_mark.high_water', '');
 
 CREATE FUNCTION insta_id.high_water_mark()
 RETURNS timestamptz

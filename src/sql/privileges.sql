@@ -8,6 +8,7 @@
 -- (README, "Who may do what").
 
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
+-- Schema insta_id_mark (the high-water mark's sequence): no grants at all.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA insta_id FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA insta_id FROM PUBLIC;
 

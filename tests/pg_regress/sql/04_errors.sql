@@ -22,7 +22,7 @@ SET ROLE insta_id_regress_nobody;
 SELECT insta_id.next_id(1, 's');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
--- A read-only transaction (as on a hot standby): what nextval() says.
+-- A read-only transaction (as on a hot standby): 25006, as nextval() gives.
 BEGIN READ ONLY;
 SELECT insta_id.next_id(1, 's');
 \echo :LAST_ERROR_SQLSTATE

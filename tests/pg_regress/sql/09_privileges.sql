@@ -57,14 +57,14 @@ SELECT insta_id.lock_shard_for_move(70);
 \echo :LAST_ERROR_SQLSTATE
 -- The high-water mark's sequence is nobody's but its owner's: next_id
 -- writes it as the owner; nobody lowers, reads or locks it directly.
-SELECT setval('insta_id.high_water', 1);
+SELECT setval('insta_id_mark.high_water', 1);
 \echo :LAST_ERROR_SQLSTATE
-SELECT last_value FROM insta_id.high_water;
+SELECT last_value FROM insta_id_mark.high_water;
 \echo :LAST_ERROR_SQLSTATE
-BEGIN;
-LOCK TABLE insta_id.high_water;
+-- Nor queue a lock on it that writers would wait behind: its schema is
+-- the extension owner's only, so the name does not resolve.
+CREATE RULE r AS ON UPDATE TO insta_id_mark.high_water DO INSTEAD NOTHING;
 \echo :LAST_ERROR_SQLSTATE
-ROLLBACK;
 -- What everyone may do: decode, read the registry and the mark.
 SELECT insta_id.shard_id(11637205501278089), count(*) >= 0 AS reads_registry,
        insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards;

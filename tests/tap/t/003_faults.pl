@@ -276,7 +276,7 @@ sub restart_behind
 	InstaIdTest::insta_start($node);
 	is(fq("SELECT clock_timestamp() < insta_id.created_at($newest)"), 't', "$l: the clock is behind the newest ID");
 	# Erased before anything loaded it (its sequence, by hand).
-	fq(q{SELECT setval('insta_id.high_water', 1)}) if $drop_mark;
+	fq(q{SELECT setval('insta_id_mark.high_water', 1)}) if $drop_mark;
 	fq(q{SELECT insta_id.next_id(1, 's')});    # the first ID loads the mark
 	is(marks_logged(), $logged + 1, "$l: the server log says a mark ahead of the clock was loaded") unless $drop_mark;
 	my $last = fq('SELECT max(n) FROM ids');

@@ -194,7 +194,8 @@ sub restore
 }
 
 # A cancel (here statement_timeout) of next_id's wait for the synchronous
-# standby gives 57014 and no ID, where a commit would only warn.
+# standby gives 57014 and no ID, where a commit would only warn; the wait
+# happens whatever the session's synchronous_commit.
 sub cancelled_wait
 {
 	my $primary = insta_node('lonely', preload => 1, streaming => 1);
@@ -212,9 +213,15 @@ sub cancelled_wait
 	my ($out, $err);
 	$primary->psql('f', q{SET statement_timeout = '1s'; SELECT insta_id.next_id(1, 's')},
 		stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-	like($err, qr/ERROR:  57014: canceled the wait for synchronous replication of insta_id's high-water mark/,
-		"PostgreSQL $major: a cancelled wait for the synchronous standby gives 57014");
+	like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
+		"PostgreSQL $major: a statement timeout in the wait for the synchronous standby gives 57014");
 	is($out, '', "PostgreSQL $major: and no ID");
+	# A session that asks for no synchronous commit waits all the same: the
+	# mark it writes covers every session's IDs.
+	$primary->psql('f', q{SET synchronous_commit = off; SET statement_timeout = '1s'; SELECT pg_sleep(0.3); SELECT insta_id.next_id(1, 's')},
+		stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
+		"PostgreSQL $major: with synchronous_commit = off the mark still waits for the standby");
 	$primary->stop('immediate');
 }
 
