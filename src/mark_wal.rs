@@ -177,9 +177,61 @@ impl Durable for SeqMark {
     /// a value that may not be durable: flush and wait up to everything
     /// inserted so far, which includes it.
     fn confirm(&self, _stored: i64) -> Result<(), MarkError> {
-        // SAFETY: reads the WAL insert position.
-        make_durable(unsafe { pg_sys::GetXLogInsertRecPtr() });
+        // SAFETY: reads the WAL insert position and the segment size.
+        let (pos, segment) = unsafe { (pg_sys::GetXLogInsertRecPtr(), pg_sys::wal_segment_size) };
+        make_durable(inserted_end(
+            pos,
+            pg_sys::XLOG_BLCKSZ as u64,
+            segment as u64,
+        ));
         Ok(())
+    }
+}
+
+/// The end of the WAL inserted so far, given the insert position, which is
+/// where the next record will start: past the header of a page nothing has
+/// been written to yet. Flushing there would ask for bytes that do not exist
+/// yet ("xlog flush request ... is not satisfied"), so such a position
+/// becomes the page's start, the end of the last record. (PostgreSQL 17 has
+/// GetXLogInsertEndRecPtr for this; 15 and 16 do not.)
+fn inserted_end(pos: u64, page: u64, segment: u64) -> u64 {
+    const SHORT_HEADER: u64 = 24; // SizeOfXLogShortPHD
+    const LONG_HEADER: u64 = 40; // SizeOfXLogLongPHD, a segment's first page
+    let header = if pos % segment < page {
+        LONG_HEADER
+    } else {
+        SHORT_HEADER
+    };
+    if pos % page == header {
+        pos - header
+    } else {
+        pos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inserted_end;
+
+    const PAGE: u64 = 8192;
+    const SEGMENT: u64 = 16 << 20;
+
+    #[test]
+    fn a_position_past_an_empty_pages_header_ends_at_the_page() {
+        // A page inside a segment: the short header.
+        assert_eq!(inserted_end(0x10DB_C018, PAGE, SEGMENT), 0x10DB_C000);
+        // A segment's first page: the long header.
+        assert_eq!(inserted_end(0x1100_0028, PAGE, SEGMENT), 0x1100_0000);
+        // The long header's size on a page inside a segment is a record's
+        // end (a continuation of 16 bytes), kept as it is.
+        assert_eq!(inserted_end(0x10DB_C028, PAGE, SEGMENT), 0x10DB_C028);
+    }
+
+    #[test]
+    fn a_position_after_a_record_is_its_end() {
+        for pos in [0x10DB_C030, 0x10DB_DFF8, 0x1100_0030, 0x1100_0018] {
+            assert_eq!(inserted_end(pos, PAGE, SEGMENT), pos);
+        }
     }
 }
 

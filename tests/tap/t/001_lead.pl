@@ -91,7 +91,8 @@ for my $config ([ 'preloaded', 1 ], [ 'not preloaded', 0 ])
 
 	my $l = "$name ($mode guard), mark raised 2 s ahead";
 	# The requested time (the function returns the mark on disk, 200 ms above).
-	my $raised = $node->safe_psql('postgres',
+	# Raised in mallory's database: the mark is each database's own.
+	my $raised = $node->safe_psql('mdb',
 		"SELECT date_trunc('milliseconds', t) FROM (SELECT clock_timestamp() + interval '2 s' t) x, insta_id.raise_high_water_mark(t)");
 	as_mallory($node, "SELECT mint('raised', 1500)");
 	is(as_mallory($node, "SELECT min(insta_id.created_at(id)) > '$raised' FROM minted WHERE scenario = 'raised'"),
