@@ -16,7 +16,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 
 .PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
-        test-faults test-failover test-fsync test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
+        test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
 ## help: this list
 help:
@@ -45,8 +45,8 @@ test:
 
 ## check: the quick tier, one version (PG=NN, default the newest): build,
 ##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
-##        lead over the clock, of concurrent sessions, of failover and PITR, and
-##        of a failing fsync of the mark
+##        lead over the clock, of concurrent sessions, of failover and PITR, of
+##        a failing fsync of the mark and of cancelled waits for its lock
 check:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
@@ -54,7 +54,7 @@ check:
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/isolation.sh
-	@tests/tap.sh upgrade lead concurrency failover fsync
+	@tests/tap.sh upgrade lead concurrency failover fsync mark_wait
 
 ## setup: install what is missing for PG (or: scripts/dev/setup.sh all)
 setup:
@@ -125,6 +125,12 @@ test-lead test-concurrency test-faults test-failover test-fsync: test-%:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh $*
+
+## test-mark-wait: a wait for the mark's lock ends by a cancel, a timeout, a terminate
+test-mark-wait:
+	@scripts/dev/setup.sh tap
+	@scripts/dev/build.sh install ci
+	@tests/tap.sh mark_wait
 
 ## test-upgrade: released SQL frozen; ALTER EXTENSION UPDATE from every release, checked
 ##        in full; a stale upgrade script fails that check (18+)

@@ -162,22 +162,11 @@ fn wait_past(ms: i64) -> (i64, u64) {
         let left = ms - now;
         if left > 1 && !clock::scripted() {
             // Wake a millisecond early: latch timeouts are coarse.
-            let sleep = (left - 1).min(1000);
-            // SAFETY: plain C calls on this backend's own latch.
-            unsafe {
-                pg_sys::WaitLatch(
-                    pg_sys::MyLatch,
-                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
-                        as i32,
-                    sleep as std::ffi::c_long,
-                    pg_sys::PG_WAIT_EXTENSION,
-                );
-                pg_sys::ResetLatch(pg_sys::MyLatch);
-            }
+            crate::latch::nap((left - 1).min(1000), pg_sys::PG_WAIT_EXTENSION);
         } else {
             std::hint::spin_loop();
+            pgrx::check_for_interrupts!();
         }
-        pgrx::check_for_interrupts!();
     }
 }
 

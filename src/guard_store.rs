@@ -233,7 +233,8 @@ impl Durable for Backing {
     fn lock(&self, must: bool) -> Result<Option<BackingLock<'_>>, MarkError> {
         Ok(match self {
             Backing::Wal(s) => s.lock(must)?.map(BackingLock::Wal),
-            Backing::File(f) => f.lock(must)?.map(BackingLock::File),
+            Backing::File(f) if must => Some(BackingLock::File(lock_cancellable(f)?)),
+            Backing::File(f) => f.lock(false)?.map(BackingLock::File),
         })
     }
     fn read(&self) -> Result<Option<i64>, MarkError> {
@@ -345,14 +346,33 @@ fn server_run() -> Run {
     unreachable!("the per-session guard exists on 15 and 16 only")
 }
 
+/// Takes `file`'s lock, trying again on the latch each millisecond, so that
+/// a cancel or a statement timeout ends a wait behind a writer stuck in
+/// fsync (a blocking flock hears neither).
+fn lock_cancellable(file: &MarkFile) -> Result<mark::Locked<'_>, MarkError> {
+    loop {
+        if let Some(lock) = file.lock(false)? {
+            return Ok(lock);
+        }
+        crate::latch::nap(1, pg_sys::PG_WAIT_EXTENSION);
+    }
+}
+
 /// Reads the run's sessions' record under its lock, lets `decide` answer
 /// from it (given the run and the clocks' gap now), and writes the record
-/// `decide` returns, if any, before the lock goes.
+/// `decide` returns, if any, before the lock goes. `at_exit`: the backend
+/// is exiting, where interrupts are not served; the lock's holders never
+/// wait while holding it, so a blocking wait is short.
 fn with_sessions<R>(
+    at_exit: bool,
     decide: impl FnOnce(Option<mark::Sessions>, Run, i64) -> (R, Option<mark::Sessions>),
 ) -> Result<R, MarkError> {
     let file = sessions_file()?;
-    let _lock = file.lock(true)?;
+    let _lock = if at_exit {
+        file.lock(true)?.expect("a blocking lock")
+    } else {
+        lock_cancellable(file)?
+    };
     let offset = crate::clock::wall_minus_monotonic_us();
     let (answer, write) = decide(file.read_sessions()?, server_run(), offset);
     if let Some(rec) = write {
@@ -369,9 +389,11 @@ static CLAIMED: BackendCell<i64> = BackendCell::new(i64::MIN);
 /// claimed up to `taken >= ms`; this one must issue above it.
 #[cold]
 fn claim_ahead(ms: i64) -> Result<(), i64> {
-    let claimed = with_sessions(|rec, run, offset| match mark::claim(rec, run, ms, offset) {
-        Ok(rec) => (Ok(()), Some(rec)),
-        Err(taken) => (Err(taken), None),
+    let claimed = with_sessions(false, |rec, run, offset| {
+        match mark::claim(rec, run, ms, offset) {
+            Ok(rec) => (Ok(()), Some(rec)),
+            Err(taken) => (Err(taken), None),
+        }
     })
     .unwrap_or_else(|e| mark_error(e));
     if claimed.is_ok() {
@@ -525,8 +547,9 @@ fn load_db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
                 }
             }
             GuardMode::Session => {
-                let floor =
-                    with_sessions(|rec, run, offset| mark::session_floor(mark, rec, run, offset))?;
+                let floor = with_sessions(false, |rec, run, offset| {
+                    mark::session_floor(mark, rec, run, offset)
+                })?;
                 table.raise_floor(floor);
                 // SAFETY: registering a plain callback for this backend's exit.
                 unsafe { pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0)) };
@@ -591,7 +614,9 @@ fn refreshed(
 
 /// Adds `last_ms` to the run's sessions' record (per-session guard).
 fn record_ended(last_ms: i64) -> Result<(), MarkError> {
-    with_sessions(|rec, run, offset| ((), Some(mark::ended(rec, run, last_ms, offset))))
+    with_sessions(true, |rec, run, offset| {
+        ((), Some(mark::ended(rec, run, last_ms, offset)))
+    })
 }
 
 /// At a per-session-guard backend's exit: its last millisecond, so that a

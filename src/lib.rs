@@ -98,6 +98,7 @@ pub mod ddl;
 pub mod functions;
 pub mod guard;
 pub mod guard_store;
+pub mod latch;
 pub mod layout;
 pub mod mark;
 pub mod mark_wal;

@@ -209,32 +209,6 @@ fn inserted_end(pos: u64, page: u64, segment: u64) -> u64 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::inserted_end;
-
-    const PAGE: u64 = 8192;
-    const SEGMENT: u64 = 16 << 20;
-
-    #[test]
-    fn a_position_past_an_empty_pages_header_ends_at_the_page() {
-        // A page inside a segment: the short header.
-        assert_eq!(inserted_end(0x10DB_C018, PAGE, SEGMENT), 0x10DB_C000);
-        // A segment's first page: the long header.
-        assert_eq!(inserted_end(0x1100_0028, PAGE, SEGMENT), 0x1100_0000);
-        // The long header's size on a page inside a segment is a record's
-        // end (a continuation of 16 bytes), kept as it is.
-        assert_eq!(inserted_end(0x10DB_C028, PAGE, SEGMENT), 0x10DB_C028);
-    }
-
-    #[test]
-    fn a_position_after_a_record_is_its_end() {
-        for pos in [0x10DB_C030, 0x10DB_DFF8, 0x1100_0030, 0x1100_0018] {
-            assert_eq!(inserted_end(pos, PAGE, SEGMENT), pos);
-        }
-    }
-}
-
 /// Flushes the WAL up to `lsn` (a failed fsync PANICs there, as for every
 /// WAL write), then waits until the synchronous standbys, if any are
 /// configured, have flushed it too.
@@ -242,20 +216,10 @@ fn make_durable(lsn: pg_sys::XLogRecPtr) {
     // SAFETY: a plain call of the WAL machinery, outside any critical section.
     unsafe { pg_sys::XLogFlush(lsn) };
     while !replicated(lsn) {
-        // SAFETY: plain C calls on this backend's own latch. Not in the
-        // commit queue, so nobody sets the latch: poll every millisecond
-        // (a standby confirms within a round trip).
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                1,
-                pg_sys::WaitEventIPC::WAIT_EVENT_SYNC_REP,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
-        // A cancel, a statement timeout, a terminate: an error, no ID.
-        pgrx::check_for_interrupts!();
+        // Not in the commit queue, so nobody sets the latch: poll every
+        // millisecond (a standby confirms within a round trip). A cancel, a
+        // statement timeout, a terminate: an error, no ID.
+        crate::latch::nap(1, pg_sys::WaitEventIPC::WAIT_EVENT_SYNC_REP);
     }
 }
 
@@ -282,5 +246,31 @@ fn replicated(lsn: pg_sys::XLogRecPtr) -> bool {
             return true;
         }
         std::ptr::read_volatile(&(*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]) >= lsn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inserted_end;
+
+    const PAGE: u64 = 8192;
+    const SEGMENT: u64 = 16 << 20;
+
+    #[test]
+    fn a_position_past_an_empty_pages_header_ends_at_the_page() {
+        // A page inside a segment: the short header.
+        assert_eq!(inserted_end(0x10DB_C018, PAGE, SEGMENT), 0x10DB_C000);
+        // A segment's first page: the long header.
+        assert_eq!(inserted_end(0x1100_0028, PAGE, SEGMENT), 0x1100_0000);
+        // The long header's size on a page inside a segment is a record's
+        // end (a continuation of 16 bytes), kept as it is.
+        assert_eq!(inserted_end(0x10DB_C028, PAGE, SEGMENT), 0x10DB_C028);
+    }
+
+    #[test]
+    fn a_position_after_a_record_is_its_end() {
+        for pos in [0x10DB_C030, 0x10DB_DFF8, 0x1100_0030, 0x1100_0018] {
+            assert_eq!(inserted_end(pos, PAGE, SEGMENT), pos);
+        }
     }
 }

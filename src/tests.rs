@@ -176,16 +176,25 @@ mod tests {
 
     #[pg_test]
     fn next_id_in_a_read_only_transaction_fails_like_nextval() {
-        // A hot standby runs every transaction read-only: same check, same error.
+        // A hot standby runs every transaction read-only: the same check and
+        // error as nextval's, made before anything (next_id may have to
+        // write the high-water mark, even for a temporary sequence).
         setup();
-        let ours =
-            error_of("SET LOCAL transaction_read_only = on; SELECT insta_id.next_id(1, 's')");
+        run("CREATE TEMPORARY SEQUENCE tmp_s");
         let theirs = error_of("SET LOCAL transaction_read_only = on; SELECT nextval('s')");
-        assert!(
-            ours.starts_with("25006: cannot execute nextval() in a read-only transaction"),
-            "{ours}"
+        assert_eq!(
+            theirs,
+            "25006: cannot execute nextval() in a read-only transaction"
         );
-        assert_eq!(ours, theirs);
+        for seq in ["s", "tmp_s"] {
+            let ours = error_of(&format!(
+                "SET LOCAL transaction_read_only = on; SELECT insta_id.next_id(1, '{seq}')"
+            ));
+            assert_eq!(
+                ours, "25006: cannot execute insta_id.next_id() in a read-only transaction",
+                "{seq}"
+            );
+        }
     }
 
     #[pg_test]

@@ -11,7 +11,8 @@
 #                                        on PG_CONFIG's server); scripts/dev/package.sh
 #                                        makes the .deb of them
 #   scripts/dev/build.sh previous            the previous release's library (its
-#                                        git tag, release build) in a copy of
+#                                        commit in sql/RELEASES, release
+#                                        build) in a copy of
 #                                        PG_CONFIG's installation, for make
 #                                        bench's twin cluster: prints the
 #                                        copy's pg_config
@@ -62,13 +63,14 @@ case "${1:-}" in
   previous)
     # The release before this version: the newest upgrade script's source.
     prev=$(ls sql/ | sed -nE "s/^insta_id--(.*)--$version\.sql$/\1/p")
-    [ -n "$prev" ] && git rev-parse -q --verify "v$prev^{commit}" >/dev/null ||
-      { echo "previous: no tag v$prev for the release before $version" >&2; exit 1; }
+    # Its commit from sql/RELEASES (a clone need not carry the tags).
+    commit=$(sed -nE "s/^${prev//./\\.} ([0-9a-f]{40})$/\1/p" sql/RELEASES)
+    [ -n "$prev" ] && [ -n "$commit" ] && git cat-file -e "$commit^{commit}" 2>/dev/null ||
+      { echo "previous: the release before $version ($prev) has no commit in sql/RELEASES, or this clone lacks it" >&2; exit 1; }
     dir="$repo/target/previous/$prev"; lib="$dir/pg$PG/insta_id.so"
-    commit=$(git rev-parse "v$prev^{commit}")
     if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
       rm -rf "$dir"; mkdir -p "$dir/src"
-      git archive "v$prev" | tar -x -C "$dir/src"
+      git archive "$commit" | tar -x -C "$dir/src"
       echo "$commit" >"$dir/commit"
     fi
     if [ ! -f "$lib" ]; then

@@ -14,7 +14,13 @@
 #                                   made; the CHANGELOG agrees
 #   scripts/dev/release.sh freeze   release Cargo.toml's version: its
 #                                   CHANGELOG heading must carry a date; then
-#                                   commit and `git tag -a v<version>`
+#                                   commit, and run:
+#   scripts/dev/release.sh tag      record the released version's commit
+#                                   (HEAD) in sql/RELEASES, commit that, and
+#                                   `git tag -a v<version>` it. Tags do not
+#                                   travel with every clone; sql/RELEASES
+#                                   does (make bench builds the previous
+#                                   release from it)
 #
 # Both read the generated script where `scripts/dev/build.sh install` put it.
 source "$(dirname "$0")/harness.sh"
@@ -50,6 +56,11 @@ case "${1:-}" in
         fail "$f is not in $sums: only the upgrade script to the version being made ($version) may be unreleased"
       fi
     done
+    # Every version an upgrade script starts from was released: its commit.
+    for f in sql/insta_id--*--*.sql; do
+      from=${f#sql/insta_id--}; from=${from%%--*}
+      grep -qE "^${from//./\\.} [0-9a-f]{40}$" sql/RELEASES || fail "$from has no commit in sql/RELEASES"
+    done
     if released; then
       grep -qE "^## $version \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$" CHANGELOG.md || fail "$version is released but CHANGELOG.md has no '## $version (date)'"
     else
@@ -65,8 +76,17 @@ case "${1:-}" in
       [ -n "$(recorded "${f#sql/}")" ] || echo "$(sha256sum "$f" | cut -d' ' -f1)  ${f#sql/}" >>"$sums"
     done
     echo "$(generated_sum)  insta_id--$version.sql" >>"$sums"
-    say "$version frozen in $sums: commit it, then git tag -a v$version -m 'insta_id $version'"
+    say "$version frozen in $sums: commit it, then scripts/dev/release.sh tag"
+    ;;
+  tag)
+    released || { echo "release.sh: $version is not frozen: release.sh freeze first" >&2; exit 1; }
+    [ -z "$(git status --porcelain)" ] || { echo "release.sh: commit the release first (the tree has changes)" >&2; exit 1; }
+    grep -qE "^${version//./\\.} " sql/RELEASES && { echo "release.sh: $version is in sql/RELEASES already" >&2; exit 1; }
+    commit=$(git rev-parse HEAD)
+    echo "$version $commit" >>sql/RELEASES
+    git tag -a "v$version" -m "insta_id $version" "$commit"
+    say "v$version is $commit: commit sql/RELEASES"
     ;;
   *)
-    sed -n '2,20p' "$0" >&2; exit 2 ;;
+    sed -n '2,27p' "$0" >&2; exit 2 ;;
 esac
