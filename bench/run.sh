@@ -4,7 +4,7 @@
 # with insta_id preloaded and, on PostgreSQL 17+, a second one without
 # preloading (the DSM-registry guard: contenders named *_dsm), and a twin of
 # the first running the previous release's library and SQL (built from its
-# git tag: contenders named *_prev). Contenders are
+# commit in sql/RELEASES: contenders named *_prev). Contenders are
 # interleaved, in a rotating order, over ROUNDS rounds. Raw timings go to
 # target/bench/pgNN; bench/report.py turns those of one or more versions into
 # medians, ratios, BENCHMARKS.md and bench/per_call.png. Never part of `make test`.
