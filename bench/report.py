@@ -306,7 +306,8 @@ if m.has("per_call/next_id_prev"):
 ## Against the previous release, {prev} (PostgreSQL {m.version})
 
 A twin of the preloaded cluster runs insta_id {prev}'s library (built from
-its git tag, release build, in a copy of the installation) with its SQL;
+its commit in sql/RELEASES, release build, in a copy of the installation)
+with its SQL;
 the same statements on the same plain sequences, interleaved with the other
 clusters' rounds. {prev} kept the high-water mark in a file of the data
 directory; this version keeps it in each database's WAL (a sequence written
