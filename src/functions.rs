@@ -131,6 +131,28 @@ static CHECKED: [BackendCell<u32>; CHECKED_SLOTS] = {
     slots
 };
 
+/// Forgets an OID when its relation changes or goes: DROP SEQUENCE sends
+/// every backend a relcache invalidation of it, and a reset of the whole
+/// cache comes as InvalidOid. Without this a dropped sequence's OID went on
+/// to nextval, whose lookup fails with an internal error (XX000 "could not
+/// open relation with OID"), instead of 42P01.
+unsafe extern "C-unwind" fn forget_checked(_arg: Datum, relid: pg_sys::Oid) {
+    let oid = relid.to_u32();
+    for (i, slot) in CHECKED.iter().enumerate() {
+        if oid == 0 || slot.get() == oid {
+            slot.set(i as u32 + 1);
+        }
+    }
+}
+
+/// Registers `forget_checked` (from _PG_init: once per backend, or in the
+/// postmaster, whose backends inherit it).
+pub(crate) fn init() {
+    // SAFETY: a callback with the signature PostgreSQL expects, touching
+    // only this backend's cells.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget_checked), Datum::from(0)) };
+}
+
 #[inline]
 fn check_is_sequence_cached(relid: pg_sys::Oid) {
     let oid = relid.to_u32();

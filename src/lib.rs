@@ -154,6 +154,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a plain read of a PostgreSQL global during library load.
     let at_server_start = unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress };
     settings::define(at_server_start);
+    functions::init();
     guard_store::init(at_server_start);
 }
 

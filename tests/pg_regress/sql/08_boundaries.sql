@@ -92,6 +92,18 @@ SELECT insta_id.next_id(1, 'v');
 -- OID 0 (InvalidOid) is no relation either: 42P01, not an internal error.
 SELECT insta_id.next_id(1, 0::oid::regclass);
 \echo :LAST_ERROR_SQLSTATE
+-- Nor is a sequence dropped after this session used it (its OID was known
+-- to be a sequence): 42P01, not nextval's internal error. Recreated under
+-- its name, it works.
+CREATE SEQUENCE gone;
+SELECT insta_id.next_id(1, 'gone') > 0 AS minted, 'gone'::regclass::oid AS gone_oid \gset
+DROP SEQUENCE gone;
+\set VERBOSITY sqlstate
+SELECT insta_id.next_id(1, :gone_oid::oid::regclass);
+\set VERBOSITY default
+CREATE SEQUENCE gone;
+SELECT insta_id.next_id(1, 'gone') > 0 AS minted_again;
+DROP SEQUENCE gone;
 -- The high-water mark is past every ID the server issued.
 SELECT insta_id.high_water_mark() >= insta_id.created_at(insta_id.next_id(1, 'b')) AS mark_covers_the_newest_id;
 -- Raising it (a shard moved in from a server whose clock is ahead): the
