@@ -60,7 +60,8 @@ check:
 setup:
 	@scripts/dev/setup.sh
 
-## install: build (release) and install into the server of PG_CONFIG, sudo if needed
+## install: build (release) and install into the server of PG_CONFIG, sudo if needed;
+##        the fleet tool insta-id into $(PREFIX)/bin (default /usr/local/bin)
 install:
 	@scripts/dev/setup.sh $(if $(PG_CONFIG),--build-only)
 	@scripts/dev/build.sh install
@@ -97,7 +98,8 @@ bench:
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
-## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads)
+## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads),
+##        the tool's connection settings
 test-rust:
 	@scripts/dev/build.sh test-rust
 

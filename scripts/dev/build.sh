@@ -4,8 +4,10 @@
 #
 #   scripts/dev/build.sh install [PROFILE]   build and install into the server of
 #                                        PG_CONFIG (sudo when its directories
-#                                        need it); PROFILE release (default) or
-#                                        ci (the tests': no LTO, quicker build)
+#                                        need it), and the insta-id tool into
+#                                        $PREFIX/bin (/usr/local/bin); PROFILE
+#                                        release (default) or ci (the tests':
+#                                        no LTO, quicker build)
 #   scripts/dev/build.sh package [PROFILE]   the files install would install, under
 #                                        target/packages/pgNN/tree (their paths
 #                                        on PG_CONFIG's server); scripts/dev/package.sh
@@ -16,7 +18,8 @@
 #                                        PG_CONFIG's installation, for make
 #                                        bench's twin cluster: prints the
 #                                        copy's pg_config
-#   scripts/dev/build.sh test-rust           pure Rust unit and property tests
+#   scripts/dev/build.sh test-rust           pure Rust unit and property tests,
+#                                        the tool's too (cli/)
 #   scripts/dev/build.sh test-pg             #[pg_test]s inside PostgreSQL
 #   scripts/dev/build.sh lint                rustfmt and clippy -D warnings
 #
@@ -54,6 +57,12 @@ case "${1:-}" in
     [ -f "$extdir/insta_id--$version.sql" ] || { echo "install: insta_id--$version.sql was not installed" >&2; exit 1; }
     copy_chain "$extdir" "${prefix[@]}"
     say "installed insta_id $version ($profile build) into PostgreSQL $PG at $extdir"
+    # The fleet tool: one for every PostgreSQL version, so not in any one's bindir.
+    cargo build --quiet -p insta-id --profile "$profile"
+    bindir=${PREFIX:-/usr/local}/bin; prefix=()
+    [ -w "$bindir" ] || prefix=(sudo)
+    "${prefix[@]}" install -m 755 "target/$([ "$profile" = dev ] && echo debug || echo "$profile")/insta-id" "$bindir/insta-id"
+    say "installed insta-id into $bindir"
     ;;
   package)
     tree="target/packages/pg$PG/tree"; rm -rf "$tree"
@@ -94,6 +103,7 @@ case "${1:-}" in
     ;;
   test-rust)
     cargo test --lib "${features[@]}"
+    cargo test -p insta-id
     ;;
   test-pg)
     # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
@@ -105,7 +115,8 @@ case "${1:-}" in
   lint)
     cargo fmt --all -- --check
     cargo clippy --all-targets "${features[@]}" --features pg_test -- -D warnings
+    cargo clippy -p insta-id --all-targets -- -D warnings
     ;;
   *)
-    sed -n '2,17p' "$0" >&2; exit 2 ;;
+    sed -n '2,24p' "$0" >&2; exit 2 ;;
 esac

@@ -293,6 +293,21 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is being moved to this server/m ? $1 : 'accepted' }
 		  "INSERT INTO insta$n.users (name) VALUES ('early')", "UPDATE insta$n.photos SET caption = 'early'", "TRUNCATE insta$n.likes";
 		is("@refused", '55006 55006 55006', "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted");
+		# insta-id status, given both servers, sees the move on each side;
+		# once the killed script's sessions have gone, nobody holds it.
+		my $status = '';
+		my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+		until ($status =~ /no mover/ || time > $deadline)
+		{
+			$status = (PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', $from, '--server', $to ]))[0];
+			select undef, undef, undef, 0.1;
+		}
+		like($status, qr/^  shard $n: leaving: (?:streaming, \d+ bytes behind|slot made, nothing streaming from it); no mover on the servers given: interrupted/m,
+			'insta-id status: the old server publishes the interrupted move, with its slot');
+		like($status, qr/^  shard $n: arriving: copied \(\d+ tables\), streaming until the cutover; no mover on the servers given/m,
+			'insta-id status: the new server has copied it and streams');
+		my ($sout, $serr) = PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', "$from password=x" ]);
+		like($serr, qr/^insta-id: a connection string must not hold a password/, 'insta-id status: a password on the command line is refused');
 	}
 	if ($at eq 'adopted')    # adopted, the cleanup not run: the fence is there, open
 	{

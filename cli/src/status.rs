@@ -1,0 +1,171 @@
+//! `insta-id status`: the shard moves a server takes part in, read from its
+//! catalogs. scripts/move_shard.sh names every object of a move
+//! `insta_move_<shard>`: on the old server a publication and its slot, on
+//! the new one a subscription (whose tables' copy states say how far the
+//! copy is). A session holds the shard's move lock for as long as a mover
+//! runs, on the old server until the cutover and on the new one while the
+//! move is finished; a move nobody holds was interrupted, and running it
+//! again finishes it or rolls it back.
+
+use crate::conninfo::{self, Env, Settings};
+use postgres::{Client, NoTls};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Connects as `s` says, without TLS (conninfo refuses the modes that need it).
+pub fn connect(s: &Settings) -> Result<Client, postgres::Error> {
+    let mut c = postgres::Config::new();
+    c.host(&s.host)
+        .port(s.port)
+        .dbname(&s.dbname)
+        .user(&s.user)
+        .application_name(s.application_name.as_deref().unwrap_or("insta-id"));
+    if let Some(p) = &s.password {
+        c.password(p);
+    }
+    if let Some(t) = s.connect_timeout {
+        c.connect_timeout(Duration::from_secs(t));
+    }
+    if let Some(o) = &s.options {
+        c.options(o);
+    }
+    c.connect(NoTls)
+}
+
+/// An error as psql shows it, with its SQLSTATE when the server sent one.
+pub fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+/// One move as one server sees it.
+struct Move {
+    shard: i32,
+    side: &'static str,
+    step: String,
+    /// The process holding the shard's move lock here, and since when.
+    mover: Option<(i32, String)>,
+}
+
+pub fn run(servers: &[String], env: &Env) -> ExitCode {
+    let mut settings = Vec::new();
+    for conninfo in servers {
+        match conninfo::resolve(conninfo, env) {
+            Ok(s) => settings.push(s),
+            Err(e) => {
+                eprintln!("insta-id: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let mut failed = false;
+    let mut seen: Vec<(String, String, Vec<Move>)> = Vec::new();
+    for s in &settings {
+        match connect(s).and_then(|mut c| moves(&mut c)) {
+            Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
+            Err(e) => {
+                eprintln!("insta-id: server {}: {}", s.label, describe(&e));
+                failed = true;
+            }
+        }
+    }
+    for (label, head, moves) in &seen {
+        println!("server {label}: {head}");
+        if moves.is_empty() {
+            println!("  no move");
+        }
+        for m in moves {
+            // The mover holds the lock on the old server until the cutover,
+            // on the new one while it finishes: look on every server given.
+            let elsewhere = seen
+                .iter()
+                .filter(|(l, _, _)| l != label)
+                .find(|(_, _, ms)| ms.iter().any(|o| o.shard == m.shard && o.mover.is_some()))
+                .map(|(l, _, _)| l);
+            let mover = match (&m.mover, elsewhere) {
+                (Some((pid, since)), _) => format!("mover: process {pid} since {since}"),
+                (None, Some(l)) => format!("mover: on server {l}"),
+                (None, None) => "no mover on the servers given: interrupted (or run from a server not given); \
+                                 run the move again to finish or undo it"
+                    .to_string(),
+            };
+            println!("  shard {}: {}: {}; {}", m.shard, m.side, m.step, mover);
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// What one server holds of moves, and a line about the server.
+fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
+    let head = c.query_one(
+        "SELECT current_setting('server_version'), extversion FROM pg_catalog.pg_extension WHERE extname = 'insta_id'",
+        &[],
+    )?;
+    let head = format!("PostgreSQL {}, insta_id {}", head.get::<_, String>(0), head.get::<_, String>(1));
+    let mut found = Vec::new();
+    // The old server's side: the publication, its slot, how far the slot
+    // has confirmed (NULL on a standby, which has no WAL position of its own).
+    for r in c.query(
+        "SELECT substring(p.pubname FROM '^insta_move_([0-9]+)$')::int, s.slot_name IS NOT NULL, coalesce(s.active, false),
+                CASE WHEN NOT pg_catalog.pg_is_in_recovery()
+                     THEN pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END
+         FROM pg_catalog.pg_publication p
+         LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = p.pubname AND s.database = pg_catalog.current_database()
+         WHERE p.pubname ~ '^insta_move_[0-9]+$'",
+        &[],
+    )? {
+        let (shard, slot, active, behind): (i32, bool, bool, Option<i64>) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let step = match (slot, active, behind) {
+            (false, _, _) => "published, no slot yet".to_string(),
+            (true, false, _) => "slot made, nothing streaming from it".to_string(),
+            (true, true, Some(b)) => format!("streaming, {b} bytes behind"),
+            (true, true, None) => "streaming".to_string(),
+        };
+        found.push((shard, "leaving", step));
+    }
+    // The new server's side: the subscription and its tables' states.
+    for r in c.query(
+        "SELECT substring(s.subname FROM '^insta_move_([0-9]+)$')::int, s.subenabled,
+                (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::int, count(r.srrelid)::int,
+                EXISTS (SELECT 1 FROM insta_id.shard_registry g
+                        WHERE g.shard_id = substring(s.subname FROM '^insta_move_([0-9]+)$')::int)
+         FROM pg_catalog.pg_subscription s
+         LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
+         WHERE s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+           AND s.subname ~ '^insta_move_[0-9]+$'
+         GROUP BY s.oid, s.subname, s.subenabled",
+        &[],
+    )? {
+        let (shard, enabled, ready, tables, adopted): (i32, bool, i32, i32, bool) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+        let step = if adopted {
+            "adopted; its replication is left to drop".to_string()
+        } else if !enabled {
+            "schema made, copy not started".to_string()
+        } else if ready < tables {
+            format!("copying, {ready} of {tables} tables ready")
+        } else {
+            format!("copied ({tables} tables), streaming until the cutover")
+        };
+        found.push((shard, "arriving", step));
+    }
+    found.sort();
+    let mut out = Vec::new();
+    for (shard, side, step) in found {
+        let mover = c
+            .query_opt(
+                "SELECT a.pid, pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+                 FROM pg_catalog.pg_stat_activity a WHERE a.pid = insta_id._lock_holder(insta_id._move_lock_key(), $1)",
+                &[&shard],
+            )?
+            .map(|r| (r.get(0), r.get(1)));
+        out.push(Move { shard, side, step, mover });
+    }
+    Ok((head, out))
+}
