@@ -34,7 +34,9 @@ impl Env {
     pub fn of_process() -> Env {
         let (os_user, passwd_home) = os_user();
         Env {
-            vars: std::env::vars().filter(|(k, _)| k.starts_with("PG")).collect(),
+            vars: std::env::vars()
+                .filter(|(k, _)| k.starts_with("PG"))
+                .collect(),
             home: std::env::var_os("HOME").map(PathBuf::from).or(passwd_home),
             os_user,
             default_socket_dir: if Path::new("/var/run/postgresql").is_dir() {
@@ -46,7 +48,10 @@ impl Env {
     }
 
     fn var(&self, name: &str) -> Option<&str> {
-        self.vars.get(name).map(String::as_str).filter(|v| !v.is_empty())
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 }
 
@@ -152,7 +157,9 @@ pub fn parse(conninfo: &str) -> Result<BTreeMap<String, String>, Error> {
             chars.next();
         }
         if chars.next() != Some('=') {
-            return err(format!("missing \"=\" after \"{key}\" in connection info string"));
+            return err(format!(
+                "missing \"=\" after \"{key}\" in connection info string"
+            ));
         }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
@@ -239,9 +246,15 @@ fn parse_uri(uri: &str) -> Result<BTreeMap<String, String>, Error> {
     if let Some(db) = path.filter(|p| !p.is_empty()) {
         out.insert("dbname".into(), decode(db)?);
     }
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let Some((k, v)) = pair.split_once('=') else {
-            return err(format!("missing key/value separator \"=\" in URI query parameter: \"{pair}\""));
+            return err(format!(
+                "missing key/value separator \"=\" in URI query parameter: \"{pair}\""
+            ));
         };
         let k = decode(k)?;
         known(&k)?;
@@ -274,7 +287,11 @@ fn decode(s: &str) -> Result<String, Error> {
 /// The section `service` of a service file, if the file has it. Lines are
 /// libpq's: `[name]`, `keyword=value` (nothing trimmed around `=`), `#`
 /// comments; the lines of other sections are not looked at.
-fn service_section(text: &str, file: &Path, service: &str) -> Result<Option<BTreeMap<String, String>>, Error> {
+fn service_section(
+    text: &str,
+    file: &Path,
+    service: &str,
+) -> Result<Option<BTreeMap<String, String>>, Error> {
     let mut found: Option<BTreeMap<String, String>> = None;
     let mut in_section = false;
     for (n, raw) in text.lines().enumerate() {
@@ -296,15 +313,33 @@ fn service_section(text: &str, file: &Path, service: &str) -> Result<Option<BTre
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
-            return err(format!("syntax error in service file \"{}\", line {}", file.display(), n + 1));
+            return err(format!(
+                "syntax error in service file \"{}\", line {}",
+                file.display(),
+                n + 1
+            ));
         };
         if key == "service" {
-            return err(format!("nested service specifications not supported in service file \"{}\", line {}", file.display(), n + 1));
+            return err(format!(
+                "nested service specifications not supported in service file \"{}\", line {}",
+                file.display(),
+                n + 1
+            ));
         }
         if key != "password" {
-            known(key).map_err(|e| Error(format!("{e} in service file \"{}\", line {}", file.display(), n + 1)))?;
+            known(key).map_err(|e| {
+                Error(format!(
+                    "{e} in service file \"{}\", line {}",
+                    file.display(),
+                    n + 1
+                ))
+            })?;
         }
-        found.as_mut().expect("in a section").entry(key.to_string()).or_insert_with(|| value.to_string());
+        found
+            .as_mut()
+            .expect("in a section")
+            .entry(key.to_string())
+            .or_insert_with(|| value.to_string());
     }
     Ok(found)
 }
@@ -317,12 +352,18 @@ fn service(name: &str, env: &Env) -> Result<BTreeMap<String, String>, Error> {
         .var("PGSERVICEFILE")
         .map(PathBuf::from)
         .or_else(|| env.home.as_ref().map(|h| h.join(".pg_service.conf")));
-    let system_file = PathBuf::from(env.var("PGSYSCONFDIR").unwrap_or("/etc/postgresql-common")).join("pg_service.conf");
+    let system_file = PathBuf::from(env.var("PGSYSCONFDIR").unwrap_or("/etc/postgresql-common"))
+        .join("pg_service.conf");
     for file in user_file.into_iter().chain([system_file]) {
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return err(format!("could not read service file \"{}\": {e}", file.display())),
+            Err(e) => {
+                return err(format!(
+                    "could not read service file \"{}\": {e}",
+                    file.display()
+                ))
+            }
         };
         if let Some(section) = service_section(&text, &file, name)? {
             return Ok(section);
@@ -338,7 +379,10 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
         return err("PGPASSWORD is set: insta-id reads passwords from the password file (~/.pgpass, or PGPASSFILE) or a service file only");
     }
     let mut opts = parse(conninfo)?;
-    let service_name = opts.get("service").cloned().or_else(|| env.var("PGSERVICE").map(String::from));
+    let service_name = opts
+        .get("service")
+        .cloned()
+        .or_else(|| env.var("PGSERVICE").map(String::from));
     let mut password = None;
     if let Some(name) = service_name {
         for (k, v) in service(&name, env)? {
@@ -351,7 +395,8 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
     }
     for (key, var) in KEYWORDS {
         if let Some(v) = var.and_then(|var| env.var(var)) {
-            opts.entry((*key).to_string()).or_insert_with(|| v.to_string());
+            opts.entry((*key).to_string())
+                .or_insert_with(|| v.to_string());
         }
     }
     let get = |k: &str| opts.get(k).filter(|v| !v.is_empty()).cloned();
@@ -384,7 +429,11 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
         Some(t) => match t.parse::<i64>() {
             Ok(t) if t <= 0 => None,
             Ok(t) => Some(t.max(2) as u64), // libpq's minimum
-            Err(_) => return err(format!("invalid integer value \"{t}\" for connection option \"connect_timeout\"")),
+            Err(_) => {
+                return err(format!(
+                    "invalid integer value \"{t}\" for connection option \"connect_timeout\""
+                ))
+            }
         },
     };
     if password.is_none() {
@@ -412,7 +461,13 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
 /// libpq reads it: `host:port:dbname:user:password`, `*` matching anything,
 /// `\` escaping `:` and itself; a Unix socket matches `localhost`. A file
 /// that others may read is ignored, with libpq's warning.
-pub fn password_from_file(file: &Path, host: &str, port: u16, dbname: &str, user: &str) -> Result<Option<String>, Error> {
+pub fn password_from_file(
+    file: &Path,
+    host: &str,
+    port: u16,
+    dbname: &str,
+    user: &str,
+) -> Result<Option<String>, Error> {
     use std::os::unix::fs::PermissionsExt;
     let Ok(meta) = std::fs::metadata(file) else {
         return Ok(None);
@@ -427,8 +482,17 @@ pub fn password_from_file(file: &Path, host: &str, port: u16, dbname: &str, user
         );
         return Ok(None);
     }
-    let text = std::fs::read_to_string(file).or_else(|e| err(format!("could not read password file \"{}\": {e}", file.display())))?;
-    let host = if host.is_empty() || host.starts_with('/') { "localhost" } else { host };
+    let text = std::fs::read_to_string(file).or_else(|e| {
+        err(format!(
+            "could not read password file \"{}\": {e}",
+            file.display()
+        ))
+    })?;
+    let host = if host.is_empty() || host.starts_with('/') {
+        "localhost"
+    } else {
+        host
+    };
     let port = port.to_string();
     Ok(text
         .lines()
@@ -482,7 +546,10 @@ mod tests {
 
     fn env(vars: &[(&str, &str)], home: Option<&Path>) -> Env {
         Env {
-            vars: vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             home: home.map(Path::to_path_buf),
             os_user: Some("osuser".into()),
             default_socket_dir: "/var/run/postgresql".into(),
@@ -491,7 +558,8 @@ mod tests {
 
     /// A directory of this test's own, emptied.
     fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("insta-id-conninfo-{}-{name}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("insta-id-conninfo-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -504,21 +572,36 @@ mod tests {
 
     #[test]
     fn keyword_value_strings_parse_as_libpq_does() {
-        let got = parse("host=/tmp  port = 5433 dbname='my db' user=it\\'s application_name='a \\'b\\' \\\\c'").unwrap();
+        let got = parse(
+            "host=/tmp  port = 5433 dbname='my db' user=it\\'s application_name='a \\'b\\' \\\\c'",
+        )
+        .unwrap();
         assert_eq!(got["host"], "/tmp");
         assert_eq!(got["port"], "5433");
         assert_eq!(got["dbname"], "my db");
         assert_eq!(got["user"], "it's");
         assert_eq!(got["application_name"], "a 'b' \\c");
         assert!(parse("").unwrap().is_empty());
-        assert_eq!(parse("host").unwrap_err().0, "missing \"=\" after \"host\" in connection info string");
-        assert_eq!(parse("dbname='x").unwrap_err().0, "unterminated quoted string in connection info string");
-        assert_eq!(parse("hots=x").unwrap_err().0, "invalid connection option \"hots\"");
+        assert_eq!(
+            parse("host").unwrap_err().0,
+            "missing \"=\" after \"host\" in connection info string"
+        );
+        assert_eq!(
+            parse("dbname='x").unwrap_err().0,
+            "unterminated quoted string in connection info string"
+        );
+        assert_eq!(
+            parse("hots=x").unwrap_err().0,
+            "invalid connection option \"hots\""
+        );
     }
 
     #[test]
     fn uris_parse_with_percent_decoding() {
-        let got = parse("postgresql://ann@%2Fvar%2Frun%2Fpostgresql:5433/app%20db?application_name=mover").unwrap();
+        let got = parse(
+            "postgresql://ann@%2Fvar%2Frun%2Fpostgresql:5433/app%20db?application_name=mover",
+        )
+        .unwrap();
         assert_eq!(got["user"], "ann");
         assert_eq!(got["host"], "/var/run/postgresql");
         assert_eq!(got["port"], "5433");
@@ -534,7 +617,12 @@ mod tests {
 
     #[test]
     fn a_password_on_the_command_line_or_in_the_environment_is_refused() {
-        for s in ["password=x", "host=h password = 'x'", "postgresql://u:x@h/d", "postgresql://h/d?password=x"] {
+        for s in [
+            "password=x",
+            "host=h password = 'x'",
+            "postgresql://u:x@h/d",
+            "postgresql://h/d?password=x",
+        ] {
             assert_eq!(parse(s).unwrap_err().0, PASSWORD_REFUSED, "{s}");
         }
         let e = resolve("host=h", &env(&[("PGPASSWORD", "x")], None)).unwrap_err();
@@ -543,43 +631,98 @@ mod tests {
 
     #[test]
     fn the_string_wins_over_the_environment_which_wins_over_defaults() {
-        let e = env(&[("PGHOST", "envhost"), ("PGPORT", "6000"), ("PGUSER", "envuser"), ("PGAPPNAME", "app")], None);
+        let e = env(
+            &[
+                ("PGHOST", "envhost"),
+                ("PGPORT", "6000"),
+                ("PGUSER", "envuser"),
+                ("PGAPPNAME", "app"),
+            ],
+            None,
+        );
         let s = resolve("host=h dbname=d", &e).unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.dbname.as_str(), s.user.as_str()), ("h", 6000, "d", "envuser"));
+        assert_eq!(
+            (s.host.as_str(), s.port, s.dbname.as_str(), s.user.as_str()),
+            ("h", 6000, "d", "envuser")
+        );
         assert_eq!(s.application_name.as_deref(), Some("app"));
         // Defaults: the socket directory, 5432, the OS user, a database named after the user.
         let s = resolve("", &env(&[], None)).unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.dbname.as_str(), s.user.as_str()), ("/var/run/postgresql", 5432, "osuser", "osuser"));
+        assert_eq!(
+            (s.host.as_str(), s.port, s.dbname.as_str(), s.user.as_str()),
+            ("/var/run/postgresql", 5432, "osuser", "osuser")
+        );
         // An empty host is given, and means libpq's default socket.
-        assert_eq!(resolve("host=''", &env(&[("PGHOST", "envhost")], None)).unwrap().host, "/var/run/postgresql");
+        assert_eq!(
+            resolve("host=''", &env(&[("PGHOST", "envhost")], None))
+                .unwrap()
+                .host,
+            "/var/run/postgresql"
+        );
         assert!(resolve("port=0", &e).is_err());
         assert!(resolve("port=x", &e).is_err());
-        assert!(resolve("sslmode=require", &e).unwrap_err().0.contains("TLS"));
+        assert!(resolve("sslmode=require", &e)
+            .unwrap_err()
+            .0
+            .contains("TLS"));
         assert!(resolve("sslmode=prefer", &e).is_ok());
-        assert_eq!(resolve("connect_timeout=1", &e).unwrap().connect_timeout, Some(2));
+        assert_eq!(
+            resolve("connect_timeout=1", &e).unwrap().connect_timeout,
+            Some(2)
+        );
     }
 
     #[test]
     fn a_service_fills_what_the_string_leaves_and_the_users_file_comes_first() {
         let d = dir("service");
         let user_file = d.join("user.conf");
-        write(&user_file, "# mine\n[fleet]\nhost=userhost\nport=7000\n\n[other]\nhost=x\n", 0o600);
+        write(
+            &user_file,
+            "# mine\n[fleet]\nhost=userhost\nport=7000\n\n[other]\nhost=x\n",
+            0o600,
+        );
         std::fs::create_dir_all(d.join("sys")).unwrap();
-        write(&d.join("sys/pg_service.conf"), "[fleet]\nhost=syshost\ndbname=sysdb\n[sysonly]\nhost=s\npassword=secret\n", 0o644);
-        let e = env(&[("PGSERVICEFILE", user_file.to_str().unwrap()), ("PGSYSCONFDIR", d.join("sys").to_str().unwrap()), ("PGDATABASE", "envdb")], None);
+        write(
+            &d.join("sys/pg_service.conf"),
+            "[fleet]\nhost=syshost\ndbname=sysdb\n[sysonly]\nhost=s\npassword=secret\n",
+            0o644,
+        );
+        let e = env(
+            &[
+                ("PGSERVICEFILE", user_file.to_str().unwrap()),
+                ("PGSYSCONFDIR", d.join("sys").to_str().unwrap()),
+                ("PGDATABASE", "envdb"),
+            ],
+            None,
+        );
         // Found in the user's file: the system's is not read (no sysdb).
         let s = resolve("service=fleet port=7001", &e).unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.dbname.as_str()), ("userhost", 7001, "envdb"));
+        assert_eq!(
+            (s.host.as_str(), s.port, s.dbname.as_str()),
+            ("userhost", 7001, "envdb")
+        );
         // PGSERVICE names it too; the system file holds the other, with its password.
         let mut e2 = e.clone();
         e2.vars.insert("PGSERVICE".into(), "sysonly".into());
         let s = resolve("", &e2).unwrap();
-        assert_eq!((s.host.as_str(), s.password.as_deref()), ("s", Some("secret")));
-        assert_eq!(resolve("service=nope", &e).unwrap_err().0, "definition of service \"nope\" not found");
+        assert_eq!(
+            (s.host.as_str(), s.password.as_deref()),
+            ("s", Some("secret"))
+        );
+        assert_eq!(
+            resolve("service=nope", &e).unwrap_err().0,
+            "definition of service \"nope\" not found"
+        );
         write(&user_file, "[fleet]\nhost userhost\n", 0o600);
-        assert!(resolve("service=fleet", &e).unwrap_err().0.starts_with("syntax error in service file"));
+        assert!(resolve("service=fleet", &e)
+            .unwrap_err()
+            .0
+            .starts_with("syntax error in service file"));
         write(&user_file, "[fleet]\nservice=other\n", 0o600);
-        assert!(resolve("service=fleet", &e).unwrap_err().0.starts_with("nested service"));
+        assert!(resolve("service=fleet", &e)
+            .unwrap_err()
+            .0
+            .starts_with("nested service"));
     }
 
     #[test]
@@ -592,7 +735,10 @@ mod tests {
             0o600,
         );
         let pw = |host: &str, port| password_from_file(&f, host, port, "app", "ann").unwrap();
-        assert_eq!(pw("/var/run/postgresql", 5432).as_deref(), Some("socket:pw"));
+        assert_eq!(
+            pw("/var/run/postgresql", 5432).as_deref(),
+            Some("socket:pw")
+        );
         assert_eq!(pw("localhost", 5432).as_deref(), Some("socket:pw"));
         assert_eq!(pw("h:x", 1).as_deref(), Some("escaped"));
         assert_eq!(pw("anywhere", 6000).as_deref(), Some("any\\one"));
@@ -603,14 +749,28 @@ mod tests {
         // Through resolve: passfile=, else PGPASSFILE, else ~/.pgpass.
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
         let e = env(&[], None);
-        let s = resolve(&format!("host=/tmp dbname=app user=ann passfile={}", f.display()), &e).unwrap();
+        let s = resolve(
+            &format!("host=/tmp dbname=app user=ann passfile={}", f.display()),
+            &e,
+        )
+        .unwrap();
         assert_eq!(s.password.as_deref(), Some("socket:pw"));
         let e = env(&[("PGPASSFILE", f.to_str().unwrap())], None);
-        assert_eq!(resolve("host=localhost dbname=app user=ann", &e).unwrap().password.as_deref(), Some("socket:pw"));
+        assert_eq!(
+            resolve("host=localhost dbname=app user=ann", &e)
+                .unwrap()
+                .password
+                .as_deref(),
+            Some("socket:pw")
+        );
         std::fs::copy(&f, d.join(".pgpass")).unwrap();
-        std::fs::set_permissions(d.join(".pgpass"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(d.join(".pgpass"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
         let e = env(&[], Some(&d));
-        assert_eq!(resolve("host=x port=6000", &e).unwrap().password.as_deref(), Some("any\\one"));
+        assert_eq!(
+            resolve("host=x port=6000", &e).unwrap().password.as_deref(),
+            Some("any\\one")
+        );
         assert_eq!(resolve("host=x port=6001", &e).unwrap().password, None);
     }
 }

@@ -87,9 +87,11 @@ pub fn run(servers: &[String], env: &Env) -> ExitCode {
             let mover = match (&m.mover, elsewhere) {
                 (Some((pid, since)), _) => format!("mover: process {pid} since {since}"),
                 (None, Some(l)) => format!("mover: on server {l}"),
-                (None, None) => "no mover on the servers given: interrupted (or run from a server not given); \
+                (None, None) => {
+                    "no mover on the servers given: interrupted (or run from a server not given); \
                                  run the move again to finish or undo it"
-                    .to_string(),
+                        .to_string()
+                }
             };
             println!("  shard {}: {}: {}; {}", m.shard, m.side, m.step, mover);
         }
@@ -107,7 +109,11 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
         "SELECT current_setting('server_version'), extversion FROM pg_catalog.pg_extension WHERE extname = 'insta_id'",
         &[],
     )?;
-    let head = format!("PostgreSQL {}, insta_id {}", head.get::<_, String>(0), head.get::<_, String>(1));
+    let head = format!(
+        "PostgreSQL {}, insta_id {}",
+        head.get::<_, String>(0),
+        head.get::<_, String>(1)
+    );
     let mut found = Vec::new();
     // The old server's side: the publication, its slot, how far the slot
     // has confirmed (NULL on a standby, which has no WAL position of its own).
@@ -165,7 +171,12 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
                 &[&shard],
             )?
             .map(|r| (r.get(0), r.get(1)));
-        out.push(Move { shard, side, step, mover });
+        out.push(Move {
+            shard,
+            side,
+            step,
+            mover,
+        });
     }
     Ok((head, out))
 }

@@ -302,6 +302,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 			$status = (PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', $from, '--server', $to ]))[0];
 			select undef, undef, undef, 0.1;
 		}
+		note $status;
 		like($status, qr/^  shard $n: leaving: (?:streaming, \d+ bytes behind|slot made, nothing streaming from it); no mover on the servers given: interrupted/m,
 			'insta-id status: the old server publishes the interrupted move, with its slot');
 		like($status, qr/^  shard $n: arriving: copied \(\d+ tables\), streaming until the cutover; no mover on the servers given/m,
