@@ -35,6 +35,12 @@
 # needs one session holding locks on the old server while another acts on the
 # new one, and an operator runs it from where both servers are reachable.
 #
+# Each server records its side of the move in insta_id.moves (the step and
+# when, in the transaction that makes it; insta-id status shows them): the
+# old server's row reaches 'cutover' in the transaction that drops the
+# shard there, which is how a re-run knows the move is past its point of no
+# return. Each row is deleted once nothing of the move is left there.
+#
 # Steps (each printed with its duration):
 #  1. checks: insta_id 0.9.0+ on both; the shard registered on FROM only; a
 #     session on FROM takes insta_id.lock_shard_for_move and keeps it for the
@@ -172,6 +178,19 @@ read_state() {
   subid=${sub_schema##*|} sub_schema=${sub_schema%|*}
 }
 to_sysid=$(qt -c "SELECT system_identifier FROM pg_control_system()")
+# Each server as the other's insta_id.moves row names it: host (or socket
+# directory):port/database, as the server itself sees them.
+label_sql="SELECT format('%s:%s/%s', coalesce(host(inet_server_addr()), split_part(current_setting('unix_socket_directories'), ',', 1)),
+                         current_setting('port'), current_database())"
+from_label=$(qf -c "$label_sql") to_label=$(qt -c "$label_sql")
+# record_call SIDE STEP SCHEMA: the call that records a step on that side's
+# server; record_sql: the statement.
+record_call() {
+  local peer=$to_label
+  [ "$1" = leaving ] || peer=$from_label
+  printf "insta_id.move_step(%s, '%s', '%s', %s, %s)" "$shard" "$1" "$2" "$(lit "$3")" "$(lit "$peer")"
+}
+record_sql() { echo "SELECT $(record_call "$@");"; }
 read_state
 
 # Drops what the move made for replication, each part only if it is there.
@@ -184,7 +203,8 @@ drop_replication() {
   local slots="slot_name = '$name'" undo_sql=() mine="database = current_database()"
   if [ "${1:-}" = undo ]; then
     undo_sql=(-c "DROP SCHEMA IF EXISTS \"${schema//\"/\"\"}\" CASCADE"
-              -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")")
+              -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")"
+              -c "SELECT insta_id.move_done($shard, 'arriving')")
   fi
   if [ "$has_sub" = 1 ]; then
     qt -1 -c "SET client_min_messages = warning" -c "ALTER SUBSCRIPTION $name DISABLE" \
@@ -195,7 +215,7 @@ drop_replication() {
   fi
   wait_for 30 "the slots of the move to be released" qf -c "SELECT count(*) = 0 FROM pg_replication_slots WHERE ($slots) AND $mine AND active"
   qf -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE ($slots) AND $mine" >/dev/null
-  qf -c "SET client_min_messages = warning" -c "DROP PUBLICATION IF EXISTS $name"
+  qf -1 -c "SET client_min_messages = warning" -c "DROP PUBLICATION IF EXISTS $name" -c "SELECT insta_id.move_done($shard, 'leaving')" >/dev/null
 }
 
 # Finishers of one move (two re-runs, or a re-run beside the mover) queue
@@ -222,16 +242,18 @@ finish_move() {
   local schema=$1
   if [ -z "$on_to" ]; then
     step "adopt $schema on the new server"
-    hold "SELECT insta_id.adopt_shard($(lit "$schema"), $shard);"   # opens the fence
+    hold "SELECT insta_id.adopt_shard($(lit "$schema"), $shard); $(record_sql arriving adopted "$schema")"   # opens the fence
   fi
   stop_after adopted
   if [ -n "$router" ]; then
     step "re-point the router's map"
     version=$(qr -c "SELECT repoint_shard($shard, $(lit "$router_target"))")
+    qt -c "$(record_sql arriving map "$schema")" >/dev/null
     echo "   map version $version"
     stop_after map
   fi
   step "cleanup: subscription, slots, publication, fence"
+  qt -c "$(record_sql arriving cleanup "$schema")" >/dev/null
   drop_replication
   stop_after unsubscribed
   # Dropping a trigger locks its table (ACCESS EXCLUSIVE), which now takes
@@ -246,7 +268,7 @@ finish_move() {
     done
   done < <(qt -c "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
                   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $(lit "$schema")")
-  qt -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()"
+  qt -1 -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()" -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null
   step "moved shard $shard ($schema)"
 }
 
@@ -258,10 +280,10 @@ if [ -z "$on_from" ]; then
   lock_finish
   [ -z "$on_from" ] || die "shard $shard came back to the old server while this waited: run again"
   if [ -n "$on_to" ] || [ "$has_sub" = 1 ]; then
-    # Adopted on TO (only ever after the cutover), or the cutover's own mark
-    # on the publication, committed with the drop: anything else is not a
-    # move this script can finish.
-    [ -n "$on_to" ] || [ "$(qf -c "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = '$name'")" = "insta_id: cutover committed" ] ||
+    # Adopted on TO (only ever after the cutover), or the old server's
+    # record of the cutover, committed with the drop: anything else is not
+    # a move this script can finish.
+    [ -n "$on_to" ] || [ "$(qf -c "SELECT step FROM insta_id.moves WHERE shard_id = $shard AND side = 'leaving'")" = cutover ] ||
       die "shard $shard is on neither server's registry and its cutover did not commit: compare the servers by hand"
     step "shard $shard left the old server: finishing the move"
     finish_move "${on_to:-$sub_schema}"
@@ -277,7 +299,8 @@ done
 # The move's lock first: a mover still running elsewhere is never undone.
 hold_open "$from" "the old server"
 hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SELECT insta_id.lock_shard_for_move($shard);"
-if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()")" ]; then
+if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()
+                                        UNION SELECT 1 FROM insta_id.moves WHERE shard_id = $shard AND side = 'leaving'")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
   drop_replication undo
 fi
@@ -301,7 +324,7 @@ other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
   die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
 
 step "publication on the old server"
-qf -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\""
+qf -1 -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\"" -c "$(record_sql leaving published "$schema")" >/dev/null
 
 step "schema and subscription on the new server (one transaction)"
 # (in memory, not in a file a killed move would leave)
@@ -326,17 +349,19 @@ ddl+=$'\n'"$(qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INS
        WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")"
 ddl+=$'\n'"CREATE SUBSCRIPTION $name CONNECTION $(lit "$subscription") PUBLICATION $name
       WITH (enabled = false, create_slot = false, slot_name = '$name');"
+ddl+=$'\n'"$(record_sql arriving subscribed "$schema")"
 qt -1 -f - <<<"$ddl" >/dev/null
 subid=$(qt -c "SELECT oid FROM pg_subscription WHERE subname = '$name' AND subdbid = $this_db")
 
 step "slot on the old server; copy"
-qf -c "SELECT pg_create_logical_replication_slot('$name', 'pgoutput')" >/dev/null
-qt -c "ALTER SUBSCRIPTION $name ENABLE"
+qf -c "SELECT pg_create_logical_replication_slot('$name', 'pgoutput')" -c "$(record_sql leaving slot "$schema")" >/dev/null
+qt -1 -c "ALTER SUBSCRIPTION $name ENABLE" -c "$(record_sql arriving copying "$schema")" >/dev/null
 stop_after slot
 
 step "waiting for the copy"
 wait_for "${MOVE_COPY_SECONDS:-3600}" "the initial copy" qt -c "SELECT count(*) FILTER (WHERE srsubstate <> 'r') = 0 FROM pg_subscription_rel r
                                          WHERE r.srsubid = $subid"
+qt -c "$(record_sql arriving copied "$schema")" >/dev/null
 stop_after copy
 
 step "cutover"
@@ -395,7 +420,7 @@ if [ -n "$mark" ]; then
 fi
 hold "COPY (SELECT * FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")) TO STDOUT;"
 printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")" \
-        -c "\\copy insta_id.applied_migrations FROM STDIN"
+        -c "\\copy insta_id.applied_migrations FROM STDIN" -c "$(record_sql arriving sequences "$schema")" >/dev/null
 stop_after sequences
 # What the cutover drops on the old server, said before it does.
 nsp="(SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))"
@@ -407,8 +432,7 @@ hold "SELECT coalesce(string_agg(format('%s %I', CASE c.relkind WHEN 'r' THEN 't
                         WHERE y.typnamespace = $nsp AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
       FROM pg_class c WHERE c.relnamespace = $nsp AND c.relkind IN ('r', 'p', 'S', 'v');"
 echo "   dropping schema $schema on the old server: ${HELD%$'\n'} (never another schema's objects: drop_shard refuses those)"
-hold "SELECT insta_id.drop_shard($shard, force => true);
-      COMMENT ON PUBLICATION $name IS 'insta_id: cutover committed'; COMMIT;"
+hold "SELECT insta_id.drop_shard($shard, force => true); $(record_sql leaving cutover "$schema") COMMIT;"
 hold_close
 stop_after cutover
 # At once: until then the shard takes writes nowhere. Under the finishers'
@@ -416,6 +440,7 @@ stop_after cutover
 # first, then this adopts nothing).
 step "adopt $schema on the new server"
 qt -1 -c "SELECT pg_advisory_xact_lock(insta_id._move_lock_key(), $shard)" \
-   -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard) WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)" >/dev/null
+   -c "SELECT insta_id.adopt_shard($(lit "$schema"), $shard), $(record_call arriving adopted "$schema")
+       WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)" >/dev/null
 lock_finish
 finish_move "$schema"

@@ -1696,3 +1696,102 @@ COMMENT ON FUNCTION insta_id.high_water_mark() IS
 'The durable high-water mark of this database (readable on a standby): no ID of it is later; after a restart, a failover, a restore or an upgrade IDs continue above it until the clock passes it (NULL before the first ID)';
 COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
 'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';
+
+-- The state of shard moves (issue 25): as src/sql/moves.sql.
+-- The steps of each side, in order (what the table and move_step accept).
+-- No search_path to set: nothing is resolved, and it inlines.
+CREATE FUNCTION insta_id._move_steps(side text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE side WHEN 'leaving' THEN '{published,slot,cutover}'::text[]
+                     WHEN 'arriving' THEN '{subscribed,copying,copied,sequences,adopted,map,cleanup}'::text[] END
+$$;
+
+-- The state of the moves this server takes part in: one row per shard on
+-- each of the two servers, written by the mover at each step in the same
+-- transaction as what the step makes, so a re-run and `insta-id status` read
+-- how far a move got instead of inferring it. The old server's row reaches
+-- 'cutover' in the transaction that drops the shard there: the point of no
+-- return, after which a re-run only finishes the move. The mover deletes
+-- the rows when nothing of the move is left (move_done). Not configuration:
+-- a dump restored elsewhere is not a server the move runs on, so pg_dump
+-- leaves the rows out.
+CREATE TABLE insta_id.moves (
+    shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
+    side        text NOT NULL CHECK (side IN ('leaving', 'arriving')),
+    schema_name name NOT NULL,
+    -- The other server, as the mover names it (host:port/database; the
+    -- mover refuses connection strings that hold a password).
+    peer        text NOT NULL,
+    step        text NOT NULL,
+    started_at  timestamptz NOT NULL,
+    -- Every step reached, in order: [{"step": ..., "at": ...}, ...].
+    steps       jsonb NOT NULL,
+    CHECK (step = ANY (insta_id._move_steps(side)))
+);
+COMMENT ON TABLE insta_id.moves IS
+'Shard moves this server takes part in, with the step each has reached (scripts/move_shard.sh, insta-id status); not dumped';
+
+-- Records that this server's side of a shard's move reached a step (the
+-- first step makes the row; _move_steps lists each side's). 55006 when the
+-- row is another move's (the other side, or another schema).
+CREATE FUNCTION insta_id.move_step(shard_id int, side text, step text, schema_name name, peer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+    found_row insta_id.moves;
+BEGIN
+    PERFORM insta_id._check_shard_id(move_step.shard_id);
+    IF move_step.side NOT IN ('leaving', 'arriving') THEN
+        RAISE EXCEPTION 'a move''s side is ''leaving'' or ''arriving'', not %', quote_literal(move_step.side)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT move_step.step = ANY (insta_id._move_steps(move_step.side)) THEN
+        RAISE EXCEPTION '% is not a step of the % side of a move', quote_literal(move_step.step), move_step.side
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its steps: %s.', array_to_string(insta_id._move_steps(move_step.side), ', '));
+    END IF;
+    SELECT * INTO found_row FROM insta_id.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO insta_id.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+        VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
+                jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t)));
+        RETURN;
+    END IF;
+    -- The peer is how the mover reached the other server, which a re-run
+    -- may spell otherwise (a socket, an address): the latest is kept.
+    IF (found_row.side, found_row.schema_name) IS DISTINCT FROM (move_step.side, move_step.schema_name) THEN
+        RAISE EXCEPTION 'shard % has another move recorded here', move_step.shard_id
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('Schema %s, %s %s since %s.', found_row.schema_name,
+                                  CASE found_row.side WHEN 'leaving' THEN 'leaving for' ELSE 'arriving from' END,
+                                  found_row.peer, found_row.started_at),
+                  HINT = 'Finish or undo that move first (scripts/move_shard.sh).';
+    END IF;
+    UPDATE insta_id.moves m SET step = move_step.step, peer = move_step.peer,
+           steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
+    WHERE m.shard_id = move_step.shard_id;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_step(int, text, text, name, text) IS
+'Records the step this server''s side of a shard''s move has reached (the mover calls it)';
+
+-- The move of a shard is over on this server (finished or undone): forgets
+-- its row, if it is that side's. Whether there was one.
+CREATE FUNCTION insta_id.move_done(shard_id int, side text)
+RETURNS boolean
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (DELETE FROM insta_id.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side RETURNING 1)
+    SELECT EXISTS (SELECT FROM gone)
+$$;
+COMMENT ON FUNCTION insta_id.move_done(int, text) IS
+'Forgets the record of one side of a shard''s move on this server, once nothing of it is left there';
+
+REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
+    insta_id.move_done(int, text) FROM PUBLIC;

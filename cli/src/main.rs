@@ -4,6 +4,7 @@
 //! (`conninfo`).
 
 mod conninfo;
+mod plan;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -32,12 +33,38 @@ enum Command {
         #[arg(long = "server", value_name = "CONNINFO", required = true)]
         servers: Vec<String>,
     },
+    /// A dry run: the shard moves that would bring every server within 5%
+    /// of the mean bytes (tables, indexes, TOAST and materialized views of
+    /// each shard's schema), largest first, each shard at most once. Shards
+    /// being moved stay where they are. Exits 1 when no plan reaches that
+    /// (a shard alone larger than 5% of the mean widens the bound to its
+    /// size).
+    Plan {
+        /// A server's connection string; give one per server, the new and
+        /// empty ones too.
+        #[arg(long = "server", value_name = "CONNINFO", required = true)]
+        servers: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env = conninfo::Env::of_process();
+    let (Command::Status { servers } | Command::Plan { servers }) = &cli.command;
+    // Every server's settings first: a refused string (a password, say)
+    // stops the command before it connects anywhere (exit 2).
+    let mut settings = Vec::new();
+    for conninfo in servers {
+        match conninfo::resolve(conninfo, &env) {
+            Ok(s) => settings.push(s),
+            Err(e) => {
+                eprintln!("insta-id: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     match cli.command {
-        Command::Status { servers } => status::run(&servers, &env),
+        Command::Status { .. } => status::run(&settings),
+        Command::Plan { .. } => plan::run(&settings),
     }
 }

@@ -1,13 +1,15 @@
-//! `insta-id status`: the shard moves a server takes part in, read from its
-//! catalogs. scripts/move_shard.sh names every object of a move
-//! `insta_move_<shard>`: on the old server a publication and its slot, on
-//! the new one a subscription (whose tables' copy states say how far the
-//! copy is). A session holds the shard's move lock for as long as a mover
-//! runs, on the old server until the cutover and on the new one while the
-//! move is finished; a move nobody holds was interrupted, and running it
-//! again finishes it or rolls it back.
+//! `insta-id status`: the shard moves a server takes part in. Each server
+//! records its side of a move in `insta_id.moves` (the step reached and
+//! when, written by the mover in the same transaction as what the step
+//! makes); the catalogs add how far the copy or the stream is. Every object
+//! of a move is named `insta_move_<shard>`: on the old server a publication
+//! and its slot, on the new one a subscription. A session holds the shard's
+//! move lock for as long as a mover runs, on the old server until the
+//! cutover and on the new one while the move is finished; a move nobody
+//! holds was interrupted, and running it again finishes it or rolls it
+//! back.
 
-use crate::conninfo::{self, Env, Settings};
+use crate::conninfo::Settings;
 use postgres::{Client, NoTls};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,26 +45,16 @@ pub fn describe(e: &postgres::Error) -> String {
 /// One move as one server sees it.
 struct Move {
     shard: i32,
-    side: &'static str,
+    /// The side, its recorded step and what the catalogs add.
     step: String,
     /// The process holding the shard's move lock here, and since when.
     mover: Option<(i32, String)>,
 }
 
-pub fn run(servers: &[String], env: &Env) -> ExitCode {
-    let mut settings = Vec::new();
-    for conninfo in servers {
-        match conninfo::resolve(conninfo, env) {
-            Ok(s) => settings.push(s),
-            Err(e) => {
-                eprintln!("insta-id: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+pub fn run(settings: &[Settings]) -> ExitCode {
     let mut failed = false;
     let mut seen: Vec<(String, String, Vec<Move>)> = Vec::new();
-    for s in &settings {
+    for s in settings {
         match connect(s).and_then(|mut c| moves(&mut c)) {
             Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
             Err(e) => {
@@ -93,7 +85,7 @@ pub fn run(servers: &[String], env: &Env) -> ExitCode {
                         .to_string()
                 }
             };
-            println!("  shard {}: {}: {}; {}", m.shard, m.side, m.step, mover);
+            println!("  shard {}: {}; {}", m.shard, m.step, mover);
         }
     }
     if failed {
@@ -101,6 +93,11 @@ pub fn run(servers: &[String], env: &Env) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The shards a move is under way or interrupted for on this server.
+pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, postgres::Error> {
+    Ok(moves(c)?.1.into_iter().map(|m| m.shard).collect())
 }
 
 /// What one server holds of moves, and a line about the server.
@@ -114,7 +111,9 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
         head.get::<_, String>(0),
         head.get::<_, String>(1)
     );
-    let mut found = Vec::new();
+    // shard -> (side, what the catalogs say of it)
+    let mut found: std::collections::BTreeMap<i32, (&'static str, Option<String>)> =
+        Default::default();
     // The old server's side: the publication, its slot, how far the slot
     // has confirmed (NULL on a standby, which has no WAL position of its own).
     for r in c.query(
@@ -127,13 +126,13 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
         &[],
     )? {
         let (shard, slot, active, behind): (i32, bool, bool, Option<i64>) = (r.get(0), r.get(1), r.get(2), r.get(3));
-        let step = match (slot, active, behind) {
+        let detail = match (slot, active, behind) {
             (false, _, _) => "published, no slot yet".to_string(),
             (true, false, _) => "slot made, nothing streaming from it".to_string(),
             (true, true, Some(b)) => format!("streaming, {b} bytes behind"),
             (true, true, None) => "streaming".to_string(),
         };
-        found.push((shard, "leaving", step));
+        found.insert(shard, ("leaving", Some(detail)));
     }
     // The new server's side: the subscription and its tables' states.
     for r in c.query(
@@ -150,7 +149,7 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
     )? {
         let (shard, enabled, ready, tables, adopted): (i32, bool, i32, i32, bool) =
             (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
-        let step = if adopted {
+        let detail = if adopted {
             "adopted; its replication is left to drop".to_string()
         } else if !enabled {
             "schema made, copy not started".to_string()
@@ -159,11 +158,48 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
         } else {
             format!("copied ({tables} tables), streaming until the cutover")
         };
-        found.push((shard, "arriving", step));
+        found.insert(shard, ("arriving", Some(detail)));
     }
-    found.sort();
+    // The state each server records (insta_id 0.9.0 and later).
+    let mut state = std::collections::BTreeMap::new();
+    let recorded: Option<bool> = c
+        .query_one(
+            "SELECT pg_catalog.to_regclass('insta_id.moves') IS NOT NULL",
+            &[],
+        )?
+        .get(0);
+    if recorded == Some(true) {
+        for r in c.query(
+            "SELECT m.shard_id, m.side, m.peer, m.step,
+                    pg_catalog.to_char((m.steps -> -1 ->> 'at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
+                    pg_catalog.to_char(m.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+             FROM insta_id.moves m",
+            &[],
+        )? {
+            let (shard, side, peer, step, since, started): (i32, String, String, String, String, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+            let toward = if side == "leaving" { "to" } else { "from" };
+            let side = if side == "leaving" { "leaving" } else { "arriving" };
+            state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
+            found.entry(shard).or_insert((side, None));
+        }
+    }
+    let found: Vec<(i32, String)> = found
+        .into_iter()
+        .map(|(shard, (side, detail))| {
+            let head = state
+                .remove(&shard)
+                .unwrap_or_else(|| format!("{side} (no step recorded)"));
+            let step = match detail {
+                Some(d) => format!("{head}: {d}"),
+                None if side == "leaving" => format!("{head}: its replication is gone"),
+                None => format!("{head}: its subscription is gone"),
+            };
+            (shard, step)
+        })
+        .collect();
     let mut out = Vec::new();
-    for (shard, side, step) in found {
+    for (shard, step) in found {
         let mover = c
             .query_opt(
                 "SELECT a.pid, pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
@@ -171,12 +207,7 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
                 &[&shard],
             )?
             .map(|r| (r.get(0), r.get(1)));
-        out.push(Move {
-            shard,
-            side,
-            step,
-            mover,
-        });
+        out.push(Move { shard, step, mover });
     }
     Ok((head, out))
 }

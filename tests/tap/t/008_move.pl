@@ -87,6 +87,13 @@ sub move_start
 	return \%m;
 }
 sub move_finish { my ($m) = @_; $m->{run}->finish; return (shell_status($m->{run}->full_result(0)), $m->{out}); }
+# insta-id ARGS...: its exit status, stdout and stderr.
+sub insta_id_tool
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'insta-id', @_ ], '>', \$out, '2>', \$err);
+	return (shell_status($?), $out, $err);
+}
 # An exit status as a shell says it: 137 for a kill -9.
 sub shell_status { my ($st) = @_; return $st & 127 ? 128 + ($st & 127) : $st >> 8; }
 sub last_line { return (split /\n/, $_[0])[-1] // ''; }
@@ -95,12 +102,27 @@ sub rows_of
 	my ($node, $shard) = @_;
 	return $node->safe_psql('app', "SELECT (SELECT count(*) FROM insta$shard.users) || '/' || (SELECT count(*) FROM insta$shard.photos)");
 }
-# Publications, slots, subscriptions, write fences of a move, on both servers.
+# Publications, slots, subscriptions, write fences and recorded states of a
+# move, on both servers.
 sub nothing_left
 {
-	return $old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') . '|'
-	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')});
+	return $old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM insta_id.moves)') . '|'
+	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')
+	                                   + (SELECT count(*) FROM insta_id.moves)});
 }
+
+# insta-id plan: shard 7 holds most of the bytes, the new server none; the
+# plan moves it and nothing else (the shards left are each smaller than the
+# gap it leaves, and a moved shard does not move again).
+my ($fport, $tport) = ($old->port, $new->port);
+my ($prc, $pout, $perr) = insta_id_tool('plan', '--server', $from, '--server', $to);
+note $pout;
+is($prc, 0, 'insta-id plan: exit 0, the fleet within the bound (the largest shard, 7, is more than 5% of the mean)');
+like($pout, qr/^moves: 1 \(.*\); a dry run, nothing is moved\n  shard 7 \(insta7, \d+ [kM]B\): \S+:$fport\/app -> \S+:$tport\/app$/m,
+	'insta-id plan: one move, shard 7 from the old server to the new one');
+is(join('|', (insta_id_tool('plan', '--server', $from, '--server', "$to password=x"))[0, 2]),
+	"2|insta-id: a connection string must not hold a password: put it in the password file (~/.pgpass, or PGPASSFILE) or a service file\n",
+	'insta-id plan: a password on the command line is refused (exit 2)');
 
 is(last_line((move('0099', $from, $to))[1]), 'move_shard: shard 99 is not registered on the old server',
 	'refused: a shard not registered on the old server (0099 is shard 99)');
@@ -131,6 +153,9 @@ $new->safe_psql('app', q{CREATE TABLE insta8.t (id bigint PRIMARY KEY); SELECT i
 is(last_line((move(8, $from, $to))[1]),
 	'move_shard: shard 8 is registered on both servers: not a state this script leaves; compare them and drop one by hand',
 	'refused: registered on both servers');
+($prc, $pout, $perr) = insta_id_tool('plan', '--server', $from, '--server', $to);
+like("$prc|$perr", qr/^1\|insta-id: shard 8 is registered on more than one server \(one is \S+:$tport\/app\): compare them before planning$/,
+	'insta-id plan: refused while a shard is registered on two servers (exit 1)');
 $new->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(8, force => true);
 	CREATE SCHEMA s50; CREATE TABLE s50.t (id bigint PRIMARY KEY); SELECT insta_id.adopt_shard('s50', 50)});
 is(last_line((move(50, $to, $from))[1]), 'move_shard: wal_level on the old server is not logical', 'refused: wal_level is not logical on the old server');
@@ -299,16 +324,27 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
 		until ($status =~ /no mover/ || time > $deadline)
 		{
-			$status = (PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', $from, '--server', $to ]))[0];
+			$status = (insta_id_tool('status', '--server', $from, '--server', $to))[1];
 			select undef, undef, undef, 0.1;
 		}
 		note $status;
-		like($status, qr/^  shard $n: leaving: (?:streaming, \d+ bytes behind|slot made, nothing streaming from it); no mover on the servers given: interrupted/m,
-			'insta-id status: the old server publishes the interrupted move, with its slot');
-		like($status, qr/^  shard $n: arriving: copied \(\d+ tables\), streaming until the cutover; no mover on the servers given/m,
-			'insta-id status: the new server has copied it and streams');
+		my $time = qr/\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/;
+		like($status, qr/^  shard $n: leaving to \S+:$tport\/app, step slot since $time \(started $time\): (?:streaming, \d+ bytes behind|slot made, nothing streaming from it); no mover on the servers given: interrupted/m,
+			'insta-id status: the old server recorded the slot, and publishes the interrupted move');
+		like($status, qr/^  shard $n: arriving from \S+:$fport\/app, step copied since $time \(started $time\): copied \(\d+ tables\), streaming until the cutover; no mover on the servers given/m,
+			'insta-id status: the new server recorded the copy, and streams');
 		my ($sout, $serr) = PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', "$from password=x" ]);
 		like($serr, qr/^insta-id: a connection string must not hold a password/, 'insta-id status: a password on the command line is refused');
+		like((insta_id_tool('plan', '--server', $from, '--server', $to))[1], qr/^left where they are, being moved: $n$/m,
+			'insta-id plan: a shard being moved stays where it is');
+	}
+	if ($at eq 'sequences' || $at eq 'cutover')    # each server's record of its steps, in order
+	{
+		my $steps = q{SELECT side || ': ' || string_agg(s ->> 'step', ',' ORDER BY o) FROM insta_id.moves, jsonb_array_elements(steps) WITH ORDINALITY e(s, o)
+		              WHERE shard_id = %d GROUP BY side};
+		is($old->safe_psql('app', sprintf($steps, $n)) . ' | ' . $new->safe_psql('app', sprintf($steps, $n)),
+			'leaving: published,slot' . ($at eq 'cutover' ? ',cutover' : '') . ' | arriving: subscribed,copying,copied,sequences',
+			"killed after '$at', each server recorded its steps, in order (the old one's cutover with its drop)");
 	}
 	if ($at eq 'adopted')    # adopted, the cleanup not run: the fence is there, open
 	{

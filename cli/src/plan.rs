@@ -1,0 +1,399 @@
+//! `insta-id plan`: the moves that even out the bytes each server holds.
+//! The decision is pure (`plan`), so it is tested on fleets of any shape
+//! without servers; `run` only reads the servers and prints.
+//!
+//! The rule: while the fleet is not balanced, take the fullest and the
+//! emptiest server and move, from the first to the second, the shard whose
+//! size is nearest half their difference. A move of a shard smaller than
+//! the difference lowers the sum of the squared loads, so the loop ends; the
+//! shard nearest half the gap evens the pair best, so large shards move
+//! first and the plan is short. A shard moves at most once.
+//!
+//! Balanced: every server within 5% of the mean, or, where one shard alone
+//! is larger than 5% of the mean, within that shard's size of it (no plan can
+//! do better than a shard's size).
+
+use crate::conninfo::Settings;
+use crate::status::{self, connect, describe};
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+
+/// The share of the mean a server may be off it.
+pub const TOLERANCE: f64 = 0.05;
+
+/// One shard to move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub shard: i32,
+    pub bytes: u64,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// What a plan leaves: each server's bytes, and whether that is balanced.
+#[derive(Debug)]
+pub struct Plan {
+    pub moves: Vec<Move>,
+    pub before: Vec<u64>,
+    pub after: Vec<u64>,
+    pub balanced: bool,
+}
+
+fn mean(loads: &[u64]) -> f64 {
+    loads.iter().sum::<u64>() as f64 / loads.len().max(1) as f64
+}
+
+/// Whether every server is within `slack` bytes of the mean.
+pub fn within(loads: &[u64], slack: f64) -> bool {
+    let m = mean(loads);
+    loads.iter().all(|&l| (l as f64 - m).abs() <= slack)
+}
+
+/// The moves for servers holding `(shard, bytes)` each; `fixed` shards (a
+/// move of theirs in progress) stay where they are.
+pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>) -> Plan {
+    let mut loads: Vec<u64> = servers
+        .iter()
+        .map(|s| s.iter().map(|&(_, b)| b).sum())
+        .collect();
+    let before = loads.clone();
+    let largest = servers.iter().flatten().map(|&(_, b)| b).max().unwrap_or(0);
+    // Each server's movable shards by size; a moved shard joins no set.
+    let mut movable: Vec<BTreeSet<(u64, i32)>> = servers
+        .iter()
+        .map(|s| {
+            s.iter()
+                .filter(|(id, b)| *b > 0 && !fixed.contains(id))
+                .map(|&(id, b)| (b, id))
+                .collect()
+        })
+        .collect();
+    // Aim at 5%; where a shard alone is larger, it bounds what any plan can
+    // reach, and the loop stops when no move evens the fullest and the
+    // emptiest server any more.
+    let strict = mean(&loads) * TOLERANCE;
+    let bound = strict.max(largest as f64);
+    let mut moves = Vec::new();
+    while !within(&loads, strict) {
+        // Ties go to the first server given: the same fleet, the same plan.
+        let hi = (0..loads.len())
+            .max_by_key(|&i| (loads[i], std::cmp::Reverse(i)))
+            .unwrap();
+        let lo = (0..loads.len()).min_by_key(|&i| (loads[i], i)).unwrap();
+        let gap = loads[hi] - loads[lo];
+        let want = gap / 2;
+        // Of shards of one size, the lowest number.
+        let below = movable[hi]
+            .range(..=(want, i32::MAX))
+            .next_back()
+            .and_then(|&(b, _)| movable[hi].range((b, i32::MIN)..).next())
+            .copied();
+        let above = movable[hi].range((want, i32::MAX)..).next().copied();
+        let pick = [below, above]
+            .into_iter()
+            .flatten()
+            .filter(|&(b, _)| b < gap)
+            .min_by_key(|&(b, id)| (b.abs_diff(want), id));
+        let Some((bytes, shard)) = pick else { break };
+        movable[hi].remove(&(bytes, shard));
+        loads[hi] -= bytes;
+        loads[lo] += bytes;
+        moves.push(Move {
+            shard,
+            bytes,
+            from: hi,
+            to: lo,
+        });
+    }
+    let balanced = within(&loads, bound);
+    Plan {
+        moves,
+        before,
+        after: loads,
+        balanced,
+    }
+}
+
+/// Bytes as PostgreSQL's pg_size_pretty shows them.
+pub fn pretty(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
+    let (mut v, mut u) = (bytes as f64, 0);
+    while v >= 10240.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{} {}", v.round() as u64, UNITS[u])
+}
+
+/// Reads each server's shards and their bytes, then prints the plan. Exits 0
+/// with a plan that balances the fleet (or with nothing to move), 1 when a
+/// server cannot be read or no plan reaches the bound.
+pub fn run(settings: &[Settings]) -> ExitCode {
+    let mut fleet = Vec::new();
+    let mut fixed = BTreeSet::new();
+    for s in settings {
+        let read = connect(s).and_then(|mut c| {
+            let shards = shard_sizes(&mut c)?;
+            let moving = status::moving_shards(&mut c)?;
+            Ok((shards, moving))
+        });
+        match read {
+            Ok((shards, moving)) => {
+                fixed.extend(moving);
+                fleet.push(shards);
+            }
+            Err(e) => {
+                eprintln!("insta-id: server {}: {}", s.label, describe(&e));
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, shards) in fleet.iter().enumerate() {
+        for (id, _, _) in shards {
+            if !seen.insert(*id) {
+                eprintln!(
+                    "insta-id: shard {id} is registered on more than one server (one is {}): compare them before planning",
+                    settings[i].label
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let sizes: Vec<Vec<(i32, u64)>> = fleet
+        .iter()
+        .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
+        .collect();
+    let p = plan(&sizes, &fixed);
+    let total: u64 = p.before.iter().sum();
+    let mean = total as f64 / p.before.len() as f64;
+    let share = |b: u64| {
+        if mean > 0.0 {
+            format!("{:.0}%", b as f64 * 100.0 / mean)
+        } else {
+            "-".into()
+        }
+    };
+    println!(
+        "servers: bytes now -> after the plan (share of the mean, {})",
+        pretty(mean as u64)
+    );
+    for (i, s) in settings.iter().enumerate() {
+        println!(
+            "  {}: {} shards, {} ({}) -> {} ({})",
+            s.label,
+            fleet[i].len(),
+            pretty(p.before[i]),
+            share(p.before[i]),
+            pretty(p.after[i]),
+            share(p.after[i])
+        );
+    }
+    if !fixed.is_empty() {
+        println!(
+            "left where they are, being moved: {}",
+            fixed
+                .iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let moved: u64 = p.moves.iter().map(|m| m.bytes).sum();
+    println!(
+        "moves: {} ({}); a dry run, nothing is moved",
+        p.moves.len(),
+        pretty(moved)
+    );
+    for m in &p.moves {
+        let schema = &fleet[m.from]
+            .iter()
+            .find(|(id, _, _)| *id == m.shard)
+            .unwrap()
+            .1;
+        println!(
+            "  shard {} ({}, {}): {} -> {}",
+            m.shard,
+            schema,
+            pretty(m.bytes),
+            settings[m.from].label,
+            settings[m.to].label
+        );
+    }
+    if p.balanced {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("insta-id: no plan brings every server within 5% of the mean (or the largest shard's size)");
+        ExitCode::FAILURE
+    }
+}
+
+/// A server's shards: number, schema and bytes on disk (tables, their
+/// indexes and TOAST, materialized views).
+fn shard_sizes(c: &mut postgres::Client) -> Result<Vec<(i32, String, u64)>, postgres::Error> {
+    let rows = c.query(
+        "SELECT r.shard_id, r.schema_name::text,
+                coalesce(sum(pg_catalog.pg_total_relation_size(k.oid)), 0)::bigint
+         FROM insta_id.shard_registry r
+         LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+         LEFT JOIN pg_catalog.pg_class k ON k.relnamespace = n.oid AND k.relkind IN ('r', 'm')
+         GROUP BY r.shard_id, r.schema_name ORDER BY r.shard_id",
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2) as u64))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A deterministic generator (xorshift64*), so the fleets are the same
+    /// on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// 8192 shards with skewed sizes (log-normal, the largest about a
+    /// hundred times the median), spread 45/30/25 over three servers and a fourth one empty:
+    /// the fleet that has just grown.
+    fn grown_fleet() -> Vec<Vec<(i32, u64)>> {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut fleet = vec![Vec::new(); 4];
+        for id in 0..8192 {
+            // Box-Muller: a normal variate, sigma 1.2 around 64 MB.
+            let (u1, u2) = (rng.unit().max(1e-12), rng.unit());
+            let normal = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            let bytes = (64.0 * 1024.0 * 1024.0 * (1.2 * normal).exp()) as u64;
+            let server = match id % 20 {
+                0..=8 => 0,
+                9..=14 => 1,
+                _ => 2,
+            };
+            fleet[server].push((id, bytes));
+        }
+        fleet
+    }
+
+    fn check_moves(fleet: &[Vec<(i32, u64)>], p: &Plan) {
+        let mut loads = p.before.clone();
+        let mut moved = BTreeSet::new();
+        for m in &p.moves {
+            assert!(moved.insert(m.shard), "shard {} moved twice", m.shard);
+            assert!(
+                fleet[m.from].contains(&(m.shard, m.bytes)),
+                "shard {} is not on server {}",
+                m.shard,
+                m.from
+            );
+            assert_ne!(m.from, m.to);
+            loads[m.from] -= m.bytes;
+            loads[m.to] += m.bytes;
+        }
+        assert_eq!(loads, p.after);
+    }
+
+    #[test]
+    fn a_grown_fleet_of_8192_shards_is_evened_within_5_percent() {
+        let fleet = grown_fleet();
+        let p = plan(&fleet, &BTreeSet::new());
+        check_moves(&fleet, &p);
+        let mean = p.after.iter().sum::<u64>() as f64 / 4.0;
+        let largest = fleet.iter().flatten().map(|s| s.1).max().unwrap();
+        assert!(
+            (largest as f64) < mean * TOLERANCE,
+            "this fleet's shards are each below 5% of the mean"
+        );
+        assert!(!within(&p.before, mean * TOLERANCE));
+        for a in &p.after {
+            assert!(
+                (*a as f64 - mean).abs() <= mean * TOLERANCE,
+                "{a} is not within 5% of {mean}"
+            );
+        }
+        assert!(p.balanced);
+        // A quarter of the bytes has to reach the new server; the plan moves
+        // little more than that, not thousands of small shards.
+        let moved: u64 = p.moves.iter().map(|m| m.bytes).sum();
+        assert!(p.after[3] as f64 >= mean * (1.0 - TOLERANCE));
+        assert!(
+            (moved as f64) < 0.4 * p.before.iter().sum::<u64>() as f64,
+            "moved {moved}"
+        );
+        assert!(p.moves.len() < 1000, "{} moves", p.moves.len());
+    }
+
+    #[test]
+    fn a_balanced_fleet_gets_no_move() {
+        let fleet = vec![vec![(1, 100), (2, 100)], vec![(3, 101), (4, 99)]];
+        let p = plan(&fleet, &BTreeSet::new());
+        assert!(p.moves.is_empty() && p.balanced);
+    }
+
+    #[test]
+    fn one_shard_larger_than_5_percent_bounds_the_plan_by_its_size() {
+        // 1000 + 10 × 100 over two servers: the mean is 1000, the whale alone
+        // is that; every server within 1000 of the mean is the best there is.
+        let mut a = vec![(0, 1000)];
+        a.extend((1..=10).map(|i| (i, 100)));
+        let fleet = vec![a, vec![]];
+        let p = plan(&fleet, &BTreeSet::new());
+        check_moves(&fleet, &p);
+        assert!(p.balanced);
+        assert!(p.moves.iter().all(|m| m.shard != 0 || p.moves.len() == 1));
+        assert_eq!(p.after.iter().sum::<u64>(), 2000);
+        assert!(p.after.iter().all(|&l| l.abs_diff(1000) <= 1000));
+    }
+
+    #[test]
+    fn shards_being_moved_stay_and_an_unreachable_balance_is_said() {
+        let fleet = vec![(1..=10).map(|id| (id, 100)).collect(), vec![]];
+        let p = plan(&fleet, &(1..=10).collect());
+        assert!(p.moves.is_empty());
+        assert!(!p.balanced);
+        let p = plan(&fleet, &(1..=5).collect());
+        check_moves(&fleet, &p);
+        assert_eq!(
+            p.moves.iter().map(|m| m.shard).collect::<Vec<_>>(),
+            vec![6, 7, 8, 9, 10]
+        );
+        assert!(p.balanced && p.after == vec![500, 500]);
+    }
+
+    #[test]
+    fn sizes_read_as_pg_size_pretty() {
+        assert_eq!(pretty(0), "0 bytes");
+        assert_eq!(pretty(10239), "10239 bytes");
+        assert_eq!(pretty(10240), "10 kB");
+        assert_eq!(pretty(64 * 1024 * 1024), "64 MB");
+        assert_eq!(pretty(3 << 40), "3072 GB");
+    }
+
+    proptest! {
+        /// Whatever the fleet, a plan moves each shard once, from where it is,
+        /// never to where it is, keeps the total, and never leaves the
+        /// squared loads larger than it found them.
+        #[test]
+        fn plans_are_sound(fleet in prop::collection::vec(prop::collection::vec(0u64..1_000_000, 0..40), 1..6)) {
+            let mut id = 0;
+            let fleet: Vec<Vec<(i32, u64)>> = fleet.into_iter().map(|s| s.into_iter().map(|b| { id += 1; (id, b) }).collect()).collect();
+            let p = plan(&fleet, &BTreeSet::new());
+            check_moves(&fleet, &p);
+            let sq = |l: &[u64]| l.iter().map(|&x| (x as u128) * (x as u128)).sum::<u128>();
+            prop_assert!(sq(&p.after) <= sq(&p.before));
+            prop_assert_eq!(p.after.iter().sum::<u64>(), p.before.iter().sum::<u64>());
+        }
+    }
+}
