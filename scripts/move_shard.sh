@@ -49,8 +49,9 @@
 #     under it); wal_level = logical on FROM; the schema absent on TO; every
 #     table with a primary key or replica identity; no fence left in it.
 #  2. on FROM: publication insta_move_<shard> FOR TABLES IN SCHEMA <schema>
-#  3. on TO, in one transaction: the schema (pg_dump -s -n), a trigger on each
-#     table refusing clients' writes (55006) while the shard is not adopted,
+#  3. on TO, in one transaction: the schema (pg_dump -s -n), the fence
+#     (insta_id.move_fence: a trigger on each table refusing clients' writes,
+#     55006, while the shard is not adopted),
 #     and a subscription insta_move_<shard>, disabled, without a slot. So a
 #     schema on TO is ours exactly when that subscription exists: what a
 #     re-run undoes.
@@ -268,7 +269,7 @@ finish_move() {
     done
   done < <(qt -c "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
                   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $(lit "$schema")")
-  qt -1 -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()" -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null
+  qt -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null
   step "moved shard $shard ($schema)"
 }
 
@@ -318,7 +319,8 @@ nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
 other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $(lit "$schema") AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))")
 [ -z "$other" ] || die "unlogged tables or materialized views, which logical replication does not carry: $other"
-[ "$(qf -c "SELECT count(*) FROM pg_proc WHERE proname = 'insta_id_move_fence' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))")" = 0 ] ||
+[ "$(qf -c "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+               WHERE t.tgname = 'insta_id_move_fence' AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))")" = 0 ] ||
   die "$schema still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup"
 [ "$(qf -c "SELECT extract(epoch FROM insta_id.epoch())")" = "$(qt -c "SELECT extract(epoch FROM insta_id.epoch())")" ] ||
   die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
@@ -329,24 +331,10 @@ qf -1 -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\"" 
 step "schema and subscription on the new server (one transaction)"
 # (in memory, not in a file a killed move would leave)
 ddl=$(pg_dump -s -n "\"${schema//\"/\"\"}\"" "$from")   # quoted: a name, not a pattern
-# The copy refuses writes until the shard is adopted here: a client that
-# reaches the new server early would mint IDs for the shard beside the old
-# server, and its rows collide with the stream. The apply and copy workers
-# run with session_replication_role = replica, where ordinary triggers do not
-# fire. The fence reads the registry, so adopt_shard lifts it without the
-# table locks that dropping a trigger takes; the cleanup drops it.
-ddl+=$'\n'"$(qf -c "SELECT format('CREATE FUNCTION %I.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS %L;',
-                     $(lit "$schema"), 'BEGIN
-  IF NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard) THEN
-    RAISE EXCEPTION ''shard $shard is being moved to this server: it takes writes here once the move has finished''
-      USING ERRCODE = ''object_in_use'', HINT = ''Write to the server it is moving from until then (a router does).'';
-  END IF;
-  RETURN NULL;
-END')")"
-ddl+=$'\n'"$(qf -c "SELECT format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I
-                     FOR EACH STATEMENT EXECUTE FUNCTION %I.insta_id_move_fence();', n.nspname, c.relname, n.nspname)
-       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-       WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")"
+# The copy refuses writes until the shard is adopted here (insta_id's
+# fence, src/sql/moves.sql): a client that reaches the new server early
+# would mint IDs for the shard beside the old server.
+ddl+=$'\n'"SELECT insta_id.move_fence($(lit "$schema"), $shard);"
 ddl+=$'\n'"CREATE SUBSCRIPTION $name CONNECTION $(lit "$subscription") PUBLICATION $name
       WITH (enabled = false, create_slot = false, slot_name = '$name');"
 ddl+=$'\n'"$(record_sql arriving subscribed "$schema")"

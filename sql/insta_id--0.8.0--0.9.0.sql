@@ -1793,5 +1793,64 @@ $$;
 COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 'Forgets the record of one side of a shard''s move on this server, once nothing of it is left there';
 
+
+-- The write fence of a shard being moved to this server: until the shard is
+-- registered here (adopt_shard, right after the cutover), a client's
+-- INSERT, UPDATE, DELETE or TRUNCATE on its copy is refused (55006), since
+-- IDs minted here beside the old server would collide with the stream. A
+-- statement trigger on each table (argument: the shard); logical
+-- replication's workers run with session_replication_role = replica, where
+-- it does not fire. It reads the registry, so adopt_shard opens it without
+-- the table locks that dropping a trigger takes; the mover drops the
+-- triggers afterwards. Runs as the client, who reads the registry as PUBLIC.
+CREATE FUNCTION insta_id._move_fence()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
+        RAISE EXCEPTION 'shard % is being moved to this server: it takes writes here once the move has finished', TG_ARGV[0]
+            USING ERRCODE = 'object_in_use', HINT = 'Write to the server it is moving from until then (a router does).';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Fences every table of a schema the mover has just created here (in the
+-- same transaction as the schema): the trigger insta_id_move_fence on each.
+-- Returns how many tables. 55000 when the shard is registered here already
+-- (the fence would never close), 3F000 without the schema.
+CREATE FUNCTION insta_id.move_fence(schema_name name, shard_id int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp oid;
+    rel record;
+    fenced int := 0;
+BEGIN
+    PERFORM insta_id._check_shard_id(move_fence.shard_id);
+    SELECT n.oid INTO nsp FROM pg_namespace n WHERE n.nspname = move_fence.schema_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_fence.shard_id) THEN
+        RAISE EXCEPTION 'shard % is registered on this server: a move''s fence would never open', move_fence.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    FOR rel IN SELECT c.relname FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+        EXECUTE format('CREATE TRIGGER insta_id_move_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I
+                        FOR EACH STATEMENT EXECUTE FUNCTION insta_id._move_fence(%L)',
+                       move_fence.schema_name, rel.relname, move_fence.shard_id);
+        fenced := fenced + 1;
+    END LOOP;
+    RETURN fenced;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_fence(name, int) IS
+'Fences a shard''s copy being moved to this server: clients'' writes refused (55006) until it is registered here';
+
 REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
-    insta_id.move_done(int, text) FROM PUBLIC;
+    insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int) FROM PUBLIC;

@@ -62,3 +62,54 @@ RESET ROLE;
 SELECT step FROM insta_id.moves WHERE shard_id = 8;
 SELECT insta_id.move_done(8, 'arriving');
 DROP ROLE insta_id_regress_mover_nobody;
+
+-- The fence of a shard's copy moved to this server (move_fence): every
+-- table refuses a client's writes (55006) until the shard is registered
+-- here; replication's workers (session_replication_role = replica) pass.
+CREATE SCHEMA arriving;
+CREATE TABLE arriving.users (id bigint PRIMARY KEY, name text);
+CREATE TABLE arriving.events (id bigint, at date) PARTITION BY RANGE (at);
+CREATE TABLE arriving.events_2026 PARTITION OF arriving.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+SELECT insta_id.move_fence('arriving', 12) AS fenced_tables;
+SELECT c.relname, t.tgtype, t.tgnargs, encode(t.tgargs, 'escape') AS argument
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+WHERE t.tgname = 'insta_id_move_fence' ORDER BY c.relname;
+CREATE ROLE insta_id_regress_client;
+GRANT USAGE ON SCHEMA arriving TO insta_id_regress_client;
+GRANT INSERT, UPDATE, DELETE, TRUNCATE ON arriving.users, arriving.events, arriving.events_2026 TO insta_id_regress_client;
+SET ROLE insta_id_regress_client;
+INSERT INTO arriving.users VALUES (1, 'early');
+\echo :LAST_ERROR_SQLSTATE
+UPDATE arriving.users SET name = 'x';
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM arriving.events;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE arriving.events_2026;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SET session_replication_role = replica;
+INSERT INTO arriving.users VALUES (1, 'from the stream');
+INSERT INTO arriving.events VALUES (1, '2026-05-01');
+RESET session_replication_role;
+-- Refused: a schema that does not exist, a shard out of range.
+SELECT insta_id.move_fence('nowhere', 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('arriving', 8192);
+\echo :LAST_ERROR_SQLSTATE
+-- Adopted: the fence opens at once, without a lock on the tables; fencing
+-- a shard registered here is refused (the fence would never open).
+SELECT insta_id.adopt_shard('arriving', 12);
+SELECT insta_id.move_fence('arriving', 12);
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE insta_id_regress_client;
+INSERT INTO arriving.users VALUES (2, 'after the adoption');
+INSERT INTO arriving.events VALUES (2, '2026-06-01');
+RESET ROLE;
+SELECT (SELECT count(*) FROM arriving.users) AS users, (SELECT count(*) FROM arriving.events) AS events;
+-- Not PUBLIC's.
+SET ROLE insta_id_regress_client;
+SELECT insta_id.move_fence('arriving', 13);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT insta_id.drop_shard(12, force => true);
+DROP ROLE insta_id_regress_client;

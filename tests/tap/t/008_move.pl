@@ -143,7 +143,7 @@ is(last_line((move(10, $from, $to))[1]),
 	'move_shard: unlogged tables or materialized views, which logical replication does not carry: insta10.cache',
 	'refused: an unlogged table (a publication leaves it out: its rows would be lost)');
 # What an earlier move's cleanup would have dropped.
-$old->safe_psql('app', q{CREATE FUNCTION insta15.insta_id_move_fence() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'});
+$old->safe_psql('app', q{CREATE TRIGGER insta_id_move_fence BEFORE INSERT ON insta15.likes FOR EACH STATEMENT EXECUTE FUNCTION insta_id._move_fence('15')});
 is(last_line((move(15, $from, $to))[1]),
 	'move_shard: insta15 still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup',
 	'refused: the shard still has the fence of the move that brought it');
