@@ -111,8 +111,13 @@ step() {
   [ "$step_started" = 0 ] || printf '   (%.2f s)\n' "$(echo "$now - $step_started" | bc)"
   step_started=$now; echo "== $*"
 }
-qf() { psql -X -v ON_ERROR_STOP=1 -qtA "$from" "$@"; }
-qt() { psql -X -v ON_ERROR_STOP=1 -qtA "$to" "$@"; }
+# The script's own sessions on both servers (and pg_dump's) resolve
+# nothing through a schema a database owner controls, whatever the
+# database's or role's settings: options the client gives override them.
+# (Not the router's: its repoint_shard is called by name.)
+shard_opts="-c search_path=pg_catalog,pg_temp -c standard_conforming_strings=on"
+qf() { PGOPTIONS="${PGOPTIONS:-} $shard_opts" psql -X -v ON_ERROR_STOP=1 -qtA "$from" "$@"; }
+qt() { PGOPTIONS="${PGOPTIONS:-} $shard_opts" psql -X -v ON_ERROR_STOP=1 -qtA "$to" "$@"; }
 qr() { psql -X -v ON_ERROR_STOP=1 -qtA "$router" "$@"; }
 die() { echo "move_shard: $*" >&2; exit 1; }
 lit() { printf "'%s'" "${1//\'/\'\'}"; }   # an SQL string literal
@@ -132,7 +137,7 @@ wait_for() {
 # lock and, later, the cutover; when finishing, one on TO.
 hold_open() {  # hold_open CONNINFO WHERE
   hold_where=$2
-  coproc HOLD { psql -X -qtA -v ON_ERROR_STOP=1 "$1" 2>&1; }
+  coproc HOLD { PGOPTIONS="${PGOPTIONS:-} $shard_opts" psql -X -qtA -v ON_ERROR_STOP=1 "$1" 2>&1; }
   hold_pid=$!
   # Copies of its pipes: bash closes a coprocess's own as soon as it has
   # reaped it, and an error's last lines would go unread.
@@ -148,6 +153,9 @@ hold_close() {  # psql ends at the end of its input: every copy of that pipe clo
   [ -z "${HOLD[1]:-}" ] || exec {HOLD[1]}>&-
   wait "$hold_pid" 2>/dev/null || true
 }
+# The end of each reply in that session: drawn at random, so that no name
+# a shard's owner chose can end a reply early and shift what follows.
+hold_end="__insta_move_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')__"
 # hold SQL: runs SQL in that session; what it printed is left in HELD (set
 # in this shell: no $(hold ...), no pipes). If
 # the session ends (an error: ON_ERROR_STOP), its transaction is rolled
@@ -156,9 +164,9 @@ hold() {
   local line
   HELD=""
   # A session gone: no SIGPIPE, read what it said.
-  trap '' PIPE; printf '%s\n\\echo __insta_move__\n' "$1" >&"$hold_w" 2>/dev/null || true; trap - PIPE
+  trap '' PIPE; printf '%s\n\\echo %s\n' "$1" "$hold_end" >&"$hold_w" 2>/dev/null || true; trap - PIPE
   while IFS= read -r line <&"$hold_r"; do
-    if [ "$line" = __insta_move__ ]; then return 0; fi
+    if [ "$line" = "$hold_end" ]; then return 0; fi
     case $line in WARNING:*) echo "   $line"; continue ;; esac   # as it comes
     HELD+="$line"$'\n'
   done
@@ -243,7 +251,7 @@ finish_move() {
   local schema=$1
   if [ -z "$on_to" ]; then
     step "adopt $schema on the new server"
-    hold "SELECT insta_id.adopt_shard($(lit "$schema"), $shard); $(record_sql arriving adopted "$schema")"   # opens the fence
+    hold "BEGIN; SELECT insta_id.adopt_shard($(lit "$schema"), $shard); $(record_sql arriving adopted "$schema") COMMIT;"   # opens the fence
   fi
   stop_after adopted
   if [ -n "$router" ]; then
@@ -269,10 +277,15 @@ finish_move() {
     done
   done < <(qt -c "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
                   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $(lit "$schema")")
-  qt -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null
+  # (0.9.0's first script made the fence's function in the schema.)
+  qt -1 -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()" -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null
   step "moved shard $shard ($schema)"
 }
 
+for side in qf qt; do
+  [ "$($side -c "SELECT to_regclass('insta_id.moves') IS NOT NULL")" = t ] ||
+    die "insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
+done
 if [ -n "$on_from" ] && [ -n "$on_to" ]; then
   die "shard $shard is registered on both servers: not a state this script leaves; compare them and drop one by hand"
 fi
@@ -284,7 +297,9 @@ if [ -z "$on_from" ]; then
     # Adopted on TO (only ever after the cutover), or the old server's
     # record of the cutover, committed with the drop: anything else is not
     # a move this script can finish.
+    # (A move begun by 0.9.0's first script put a comment on the publication.)
     [ -n "$on_to" ] || [ "$(qf -c "SELECT step FROM insta_id.moves WHERE shard_id = $shard AND side = 'leaving'")" = cutover ] ||
+      [ "$(qf -c "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = '$name'")" = "insta_id: cutover committed" ] ||
       die "shard $shard is on neither server's registry and its cutover did not commit: compare the servers by hand"
     step "shard $shard left the old server: finishing the move"
     finish_move "${on_to:-$sub_schema}"
@@ -293,13 +308,15 @@ if [ -z "$on_from" ]; then
   die "shard $shard is not registered on the old server"
 fi
 schema=$on_from
-for side in qf qt; do
-  [ "$($side -c "SELECT to_regprocedure('insta_id._move_lock_key()') IS NOT NULL")" = t ] ||
-    die "insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)"
-done
 # The move's lock first: a mover still running elsewhere is never undone.
 hold_open "$from" "the old server"
 hold "SET lock_timeout = '${MOVE_LOCK_TIMEOUT:-5s}'; SELECT insta_id.lock_shard_for_move($shard);"
+# A move whose cutover committed is never undone, even if the shard is
+# registered on the old server again: the new server's copy is the shard.
+if [ "$(qf -c "SELECT step FROM insta_id.moves WHERE shard_id = $shard AND side = 'leaving'")" = cutover ] ||
+   [[ "$(qt -c "SELECT step FROM insta_id.moves WHERE shard_id = $shard AND side = 'arriving'")" =~ ^(adopted|map|cleanup)$ ]]; then
+  die "shard $shard is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand"
+fi
 if [ "$has_sub" = 1 ] || [ -n "$(qf -c "SELECT 1 FROM pg_publication WHERE pubname = '$name' UNION SELECT 1 FROM pg_replication_slots WHERE slot_name = '$name' AND database = current_database()
                                         UNION SELECT 1 FROM insta_id.moves WHERE shard_id = $shard AND side = 'leaving'")" ]; then
   step "undo an interrupted move: the old server still holds shard $shard"
@@ -319,9 +336,32 @@ nokey=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JO
 other=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $(lit "$schema") AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))")
 [ -z "$other" ] || die "unlogged tables or materialized views, which logical replication does not carry: $other"
-[ "$(qf -c "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-               WHERE t.tgname = 'insta_id_move_fence' AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))")" = 0 ] ||
+[ "$(qf -c "SELECT (SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                       WHERE t.tgname = 'insta_id_move_fence' AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema")))
+                    + (SELECT count(*) FROM pg_proc WHERE proname = 'insta_id_move_fence'
+                       AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema")))")" = 0 ] ||
   die "$schema still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup"
+# PostgreSQL 15 applies replicated rows as the subscription's owner (the
+# superuser running this); 16 and later as each table's owner. So onto 15,
+# no code a non-superuser owns may run in the apply: none in the schema,
+# none its tables' constraints, indexes, triggers or defaults call.
+if [ "$(qt -c "SHOW server_version_num")" -lt 160000 ]; then
+  owners=$(qf -c "WITH nsp AS (SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema")),
+                       rels AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)),
+                       owner AS (SELECT c.relowner AS o FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
+                                 UNION SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)
+                                 UNION SELECT t.typowner FROM pg_type t WHERE t.typnamespace = (SELECT oid FROM nsp)
+                                 UNION SELECT o.oprowner FROM pg_operator o WHERE o.oprnamespace = (SELECT oid FROM nsp)
+                                 UNION SELECT p.proowner FROM pg_depend d JOIN pg_proc p ON p.oid = d.refobjid
+                                 WHERE d.refclassid = 'pg_proc'::regclass
+                                   AND (d.classid = 'pg_class'::regclass AND d.objid IN (SELECT oid FROM rels)
+                                        OR d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT oid FROM pg_constraint WHERE conrelid IN (SELECT oid FROM rels))
+                                        OR d.classid = 'pg_trigger'::regclass AND d.objid IN (SELECT oid FROM pg_trigger WHERE tgrelid IN (SELECT oid FROM rels))
+                                        OR d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_attrdef WHERE adrelid IN (SELECT oid FROM rels))))
+                  SELECT string_agg(DISTINCT quote_ident(r.rolname), ', ') FROM owner JOIN pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper")
+  [ -z "$owners" ] ||
+    die "the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of $schema owned by $owners would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first"
+fi
 [ "$(qf -c "SELECT extract(epoch FROM insta_id.epoch())")" = "$(qt -c "SELECT extract(epoch FROM insta_id.epoch())")" ] ||
   die "the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's"
 
@@ -330,7 +370,7 @@ qf -1 -c "CREATE PUBLICATION $name FOR TABLES IN SCHEMA \"${schema//\"/\"\"}\"" 
 
 step "schema and subscription on the new server (one transaction)"
 # (in memory, not in a file a killed move would leave)
-ddl=$(pg_dump -s -n "\"${schema//\"/\"\"}\"" "$from")   # quoted: a name, not a pattern
+ddl=$(PGOPTIONS="${PGOPTIONS:-} $shard_opts" pg_dump -s -n "\"${schema//\"/\"\"}\"" "$from")   # quoted: a name, not a pattern
 # The copy refuses writes until the shard is adopted here (insta_id's
 # fence, src/sql/moves.sql): a client that reaches the new server early
 # would mint IDs for the shard beside the old server.
@@ -378,6 +418,7 @@ hold "BEGIN; DO \$lock\$ BEGIN
 END \$lock\$;"
 hold "SELECT pg_current_wal_insert_lsn();"
 lsn=${HELD%$'\n'}
+[[ "$lsn" =~ ^[0-9A-F]{1,8}/[0-9A-F]{1,8}$ ]] || die "the old server's WAL position is not one: '$lsn'"
 hold "$seqlocks"
 # Everything committed before the lock is before $lsn. A transaction that
 # commits with synchronous_commit on flushes the WAL past it at once, so the
@@ -390,11 +431,12 @@ stop_after blocked
 hold "SELECT format('SELECT setval(%L, %s);', format('%I.%I', schemaname, sequencename), last_value)
       FROM pg_sequences WHERE schemaname = $(lit "$schema") AND last_value IS NOT NULL;"
 printf '%s' "$HELD" | qt >/dev/null
-hold "SELECT string_agg(format('%s %s', sequencename, coalesce(last_value::text, '(unused)')), ', ')
+hold "SELECT string_agg(format('%s %s', quote_ident(sequencename), coalesce(last_value::text, '(unused)')), ', ')
       FROM pg_sequences WHERE schemaname = $(lit "$schema");"
 echo "   sequences continue after the old server's: ${HELD%$'\n'}"
 hold "SELECT extract(epoch FROM insta_id.high_water_mark());"
 mark=${HELD%%$'\n'*}   # seconds since 1970, empty before the old server's first ID
+[[ -z "$mark" || "$mark" =~ ^[0-9]{1,12}(\.[0-9]{1,6})?$ ]] || die "the old server's high-water mark is not a time: '$mark'"
 if [ -n "$mark" ]; then
   raised=$(qt -c "SELECT insta_id.raise_high_water_mark(to_timestamp($mark))")
   [ "$(qt -c "SELECT insta_id.high_water_mark() >= to_timestamp($mark)")" = t ] || die "the new server's high-water mark is not past the old one's"

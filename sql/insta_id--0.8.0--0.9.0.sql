@@ -1819,8 +1819,9 @@ $$;
 
 -- Fences every table of a schema the mover has just created here (in the
 -- same transaction as the schema): the trigger insta_id_move_fence on each.
--- Returns how many tables. 55000 when the shard is registered here already
--- (the fence would never close), 3F000 without the schema.
+-- Returns how many tables. 55000 when the shard or the schema is registered
+-- here already (the fence would never open), 3F000 without the schema, 22023
+-- for insta_id's and PostgreSQL's own schemas.
 CREATE FUNCTION insta_id.move_fence(schema_name name, shard_id int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
@@ -1836,8 +1837,13 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_fence.shard_id) THEN
-        RAISE EXCEPTION 'shard % is registered on this server: a move''s fence would never open', move_fence.shard_id
+    IF move_fence.schema_name IN ('insta_id', 'insta_id_mark', 'information_schema') OR move_fence.schema_name LIKE 'pg\_%' THEN
+        RAISE EXCEPTION 'schema % is not a shard''s', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r
+               WHERE r.shard_id = move_fence.shard_id OR r.schema_name = move_fence.schema_name) THEN
+        RAISE EXCEPTION 'shard % or schema % is registered on this server: a move''s fence would never open',
+                        move_fence.shard_id, quote_ident(move_fence.schema_name)
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     FOR rel IN SELECT c.relname FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP

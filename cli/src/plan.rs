@@ -69,32 +69,27 @@ pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>) -> Plan {
         })
         .collect();
     // Aim at 5%; where a shard alone is larger, it bounds what any plan can
-    // reach, and the loop stops when no move evens the fullest and the
-    // emptiest server any more.
+    // reach, and the loop stops when no move evens any pair of servers.
     let strict = mean(&loads) * TOLERANCE;
     let bound = strict.max(largest as f64);
     let mut moves = Vec::new();
     while !within(&loads, strict) {
-        // Ties go to the first server given: the same fleet, the same plan.
-        let hi = (0..loads.len())
-            .max_by_key(|&i| (loads[i], std::cmp::Reverse(i)))
-            .unwrap();
-        let lo = (0..loads.len()).min_by_key(|&i| (loads[i], i)).unwrap();
-        let gap = loads[hi] - loads[lo];
-        let want = gap / 2;
-        // Of shards of one size, the lowest number.
-        let below = movable[hi]
-            .range(..=(want, i32::MAX))
-            .next_back()
-            .and_then(|&(b, _)| movable[hi].range((b, i32::MIN)..).next())
-            .copied();
-        let above = movable[hi].range((want, i32::MAX)..).next().copied();
-        let pick = [below, above]
-            .into_iter()
-            .flatten()
-            .filter(|&(b, _)| b < gap)
-            .min_by_key(|&(b, id)| (b.abs_diff(want), id));
-        let Some((bytes, shard)) = pick else { break };
+        // The fullest server gives first, to the emptiest first; ties go to
+        // the first server given: the same fleet, the same plan.
+        let mut order: Vec<usize> = (0..loads.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(loads[i]), i));
+        let chosen = order.iter().find_map(|&hi| {
+            order
+                .iter()
+                .rev()
+                .take_while(|&&lo| loads[lo] < loads[hi])
+                .find_map(|&lo| {
+                    nearest_half(&movable[hi], loads[hi] - loads[lo]).map(|pick| (hi, lo, pick))
+                })
+        });
+        let Some((hi, lo, (bytes, shard))) = chosen else {
+            break;
+        };
         movable[hi].remove(&(bytes, shard));
         loads[hi] -= bytes;
         loads[lo] += bytes;
@@ -112,6 +107,24 @@ pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>) -> Plan {
         after: loads,
         balanced,
     }
+}
+
+/// The shard of `shards` whose size is nearest half of `gap` and below
+/// `gap` (a move of it lowers the squared loads), the lowest number of those
+/// of one size.
+fn nearest_half(shards: &BTreeSet<(u64, i32)>, gap: u64) -> Option<(u64, i32)> {
+    let want = gap / 2;
+    let below = shards
+        .range(..=(want, i32::MAX))
+        .next_back()
+        .and_then(|&(b, _)| shards.range((b, i32::MIN)..).next())
+        .copied();
+    let above = shards.range((want, i32::MAX)..).next().copied();
+    [below, above]
+        .into_iter()
+        .flatten()
+        .filter(|&(b, _)| b < gap)
+        .min_by_key(|&(b, id)| (b.abs_diff(want), id))
 }
 
 /// Bytes as PostgreSQL's pg_size_pretty shows them.
@@ -132,9 +145,10 @@ pub fn run(settings: &[Settings]) -> ExitCode {
     let mut fleet = Vec::new();
     let mut fixed = BTreeSet::new();
     for s in settings {
-        let read = connect(s).and_then(|mut c| {
-            let shards = shard_sizes(&mut c)?;
+        // The moves first: they say clearly when insta_id is missing or old.
+        let read = connect(s).map_err(|e| describe(&e)).and_then(|mut c| {
             let moving = status::moving_shards(&mut c)?;
+            let shards = shard_sizes(&mut c).map_err(|e| describe(&e))?;
             Ok((shards, moving))
         });
         match read {
@@ -143,7 +157,7 @@ pub fn run(settings: &[Settings]) -> ExitCode {
                 fleet.push(shards);
             }
             Err(e) => {
-                eprintln!("insta-id: server {}: {}", s.label, describe(&e));
+                eprintln!("insta-id: server {}: {e}", s.label);
                 return ExitCode::FAILURE;
             }
         }
@@ -370,6 +384,26 @@ mod tests {
             vec![6, 7, 8, 9, 10]
         );
         assert!(p.balanced && p.after == vec![500, 500]);
+    }
+
+    #[test]
+    fn when_the_fullest_cannot_give_the_next_one_does() {
+        // The fullest server holds one shard, larger than any gap: the
+        // second fullest gives to the empty one instead.
+        let fleet = vec![vec![(1, 1000)], vec![(2, 300), (3, 300), (4, 300)], vec![]];
+        let p = plan(&fleet, &BTreeSet::new());
+        check_moves(&fleet, &p);
+        assert_eq!(
+            p.moves,
+            vec![Move {
+                shard: 2,
+                bytes: 300,
+                from: 1,
+                to: 2
+            }]
+        );
+        assert_eq!(p.after, vec![1000, 600, 300]);
+        assert!(p.balanced);
     }
 
     #[test]

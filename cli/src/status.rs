@@ -28,9 +28,14 @@ pub fn connect(s: &Settings) -> Result<Client, postgres::Error> {
     if let Some(t) = s.connect_timeout {
         c.connect_timeout(Duration::from_secs(t));
     }
-    if let Some(o) = &s.options {
-        c.options(o);
-    }
+    // Nothing the tool runs resolves through a schema a database owner
+    // controls, whatever the database's or role's settings: options the
+    // client gives come last and win.
+    let ours = "-c search_path=pg_catalog,pg_temp";
+    c.options(&match &s.options {
+        Some(o) => format!("{o} {ours}"),
+        None => ours.to_string(),
+    });
     c.connect(NoTls)
 }
 
@@ -55,10 +60,13 @@ pub fn run(settings: &[Settings]) -> ExitCode {
     let mut failed = false;
     let mut seen: Vec<(String, String, Vec<Move>)> = Vec::new();
     for s in settings {
-        match connect(s).and_then(|mut c| moves(&mut c)) {
+        match connect(s)
+            .map_err(|e| describe(&e))
+            .and_then(|mut c| moves(&mut c))
+        {
             Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
             Err(e) => {
-                eprintln!("insta-id: server {}: {}", s.label, describe(&e));
+                eprintln!("insta-id: server {}: {e}", s.label);
                 failed = true;
             }
         }
@@ -96,21 +104,35 @@ pub fn run(settings: &[Settings]) -> ExitCode {
 }
 
 /// The shards a move is under way or interrupted for on this server.
-pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, postgres::Error> {
+pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, String> {
     Ok(moves(c)?.1.into_iter().map(|m| m.shard).collect())
 }
 
-/// What one server holds of moves, and a line about the server.
-fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
-    let head = c.query_one(
-        "SELECT current_setting('server_version'), extversion FROM pg_catalog.pg_extension WHERE extname = 'insta_id'",
-        &[],
-    )?;
-    let head = format!(
-        "PostgreSQL {}, insta_id {}",
-        head.get::<_, String>(0),
-        head.get::<_, String>(1)
-    );
+/// What one server holds of moves, and a line about the server; an error as
+/// the operator should read it.
+fn moves(c: &mut Client) -> Result<(String, Vec<Move>), String> {
+    let described = |e: postgres::Error| describe(&e);
+    let head = c
+        .query_opt(
+            "SELECT pg_catalog.current_setting('server_version'), e.extversion,
+                    pg_catalog.to_regclass('insta_id.moves') IS NOT NULL
+             FROM pg_catalog.pg_extension e WHERE e.extname = 'insta_id'",
+            &[],
+        )
+        .map_err(described)?
+        .ok_or("insta_id is not installed in this database (CREATE EXTENSION insta_id)")?;
+    let (version, extversion, recorded): (String, String, bool) =
+        (head.get(0), head.get(1), head.get(2));
+    if !recorded {
+        return Err(format!(
+            "insta_id {extversion} here: insta-id needs 0.9.0 or later (ALTER EXTENSION insta_id UPDATE)"
+        ));
+    }
+    let head = format!("PostgreSQL {version}, insta_id {extversion}");
+    moves_of(c, head).map_err(described)
+}
+
+fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgres::Error> {
     // shard -> (side, what the catalogs say of it)
     let mut found: std::collections::BTreeMap<i32, (&'static str, Option<String>)> =
         Default::default();
@@ -160,15 +182,9 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), postgres::Error> {
         };
         found.insert(shard, ("arriving", Some(detail)));
     }
-    // The state each server records (insta_id 0.9.0 and later).
+    // The state each server records.
     let mut state = std::collections::BTreeMap::new();
-    let recorded: Option<bool> = c
-        .query_one(
-            "SELECT pg_catalog.to_regclass('insta_id.moves') IS NOT NULL",
-            &[],
-        )?
-        .get(0);
-    if recorded == Some(true) {
+    {
         for r in c.query(
             "SELECT m.shard_id, m.side, m.peer, m.step,
                     pg_catalog.to_char((m.steps -> -1 ->> 'at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',

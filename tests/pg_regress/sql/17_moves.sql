@@ -91,15 +91,23 @@ SET session_replication_role = replica;
 INSERT INTO arriving.users VALUES (1, 'from the stream');
 INSERT INTO arriving.events VALUES (1, '2026-05-01');
 RESET session_replication_role;
--- Refused: a schema that does not exist, a shard out of range.
+-- Refused: a schema that does not exist, a shard out of range, insta_id's
+-- and PostgreSQL's own schemas.
 SELECT insta_id.move_fence('nowhere', 12);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_fence('arriving', 8192);
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('insta_id', 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('pg_catalog', 12);
+\echo :LAST_ERROR_SQLSTATE
 -- Adopted: the fence opens at once, without a lock on the tables; fencing
--- a shard registered here is refused (the fence would never open).
+-- a shard registered here, or its schema for another shard, is refused (the
+-- fence would never open).
 SELECT insta_id.adopt_shard('arriving', 12);
 SELECT insta_id.move_fence('arriving', 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('arriving', 13);
 \echo :LAST_ERROR_SQLSTATE
 SET ROLE insta_id_regress_client;
 INSERT INTO arriving.users VALUES (2, 'after the adoption');

@@ -291,6 +291,23 @@ for my $n ($old, $new)
 my $planted = $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(16, 16, 'template');
 	ALTER SCHEMA insta16 OWNER TO app_owner; SET ROLE app_owner; SELECT hostile.plant('insta16')});
 $planted = (split /\n/, $planted)[-1];
+# The end of a reply in the script's held session was once the fixed line
+# __insta_move__: a sequence named with it ended a reply early, and the
+# next reply's text reached SQL on the new server as the superuser (here
+# as a call of insta16.e()). It is drawn at random now.
+$old->safe_psql('app', qq{SET ROLE app_owner;
+	CREATE FUNCTION insta16.e() RETURNS SETOF int LANGUAGE sql AS \$\$ SELECT hostile.note('e: a reply shifted'); SELECT 1 \$\$;
+	CREATE SEQUENCE insta16."a\n__insta_move__\nNULL))FROM insta16.e()x--"});
+# Onto PostgreSQL 15, whose subscriptions apply rows as their owner (the
+# superuser): refused, since the shard holds code its owner wrote.
+my $new15 = insta_node('new15', pg_config => $ENV{PG_MOVE_FROM});
+$new15->safe_psql('postgres', 'CREATE DATABASE app');
+$new15->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
+($rc, $out) = move(16, $from, $new15->connstr('app'));
+like("$rc|" . last_line($out) . '|' . $new15->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'}) . '|' . nothing_left(),
+	qr/^1\|move_shard: the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0\|0$/,
+	'refused: a shard holding code of a non-superuser onto PostgreSQL 15 (its apply runs as the superuser), nothing made');
+$new15->stop;
 ($rc, $out) = move(16, $from, $to);
 is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})
 	  . '|' . $old->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
@@ -337,6 +354,9 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		like($serr, qr/^insta-id: a connection string must not hold a password/, 'insta-id status: a password on the command line is refused');
 		like((insta_id_tool('plan', '--server', $from, '--server', $to))[1], qr/^left where they are, being moved: $n$/m,
 			'insta-id plan: a shard being moved stays where it is');
+		like(join('|', (insta_id_tool('status', '--server', $old->connstr('postgres')))[0, 2]),
+			qr/^1\|insta-id: server \S+\/postgres: insta_id is not installed in this database \(CREATE EXTENSION insta_id\)$/,
+			'insta-id status: a database without insta_id is said so (exit 1)');
 	}
 	if ($at eq 'sequences' || $at eq 'cutover')    # each server's record of its steps, in order
 	{
