@@ -268,14 +268,16 @@ finish_move() {
   # Dropping a trigger locks its table (ACCESS EXCLUSIVE), which now takes
   # writes: one table at a time, each wait short. The fence is open already;
   # a re-run drops what this leaves.
-  local table attempt
-  while IFS= read -r table; do
+  # Tables by OID: a name may hold a newline.
+  local rel attempt
+  while IFS= read -r rel; do
     for attempt in $(seq 20); do
-      qt -c "SET lock_timeout = '500ms'" -c "DROP TRIGGER IF EXISTS insta_id_move_fence ON $table" </dev/null && break
-      [ "$attempt" -lt 20 ] || die "the fence's trigger on $table is still there (open; a re-run drops it)"
+      qt -f - <<<"SET lock_timeout = '500ms';
+SELECT format('DROP TRIGGER IF EXISTS insta_id_move_fence ON %s', oid::regclass) FROM pg_class WHERE oid = $rel \gexec" >/dev/null && break
+      [ "$attempt" -lt 20 ] || die "the fence's trigger on $(qt -c "SELECT $rel::regclass") is still there (open; a re-run drops it)"
       sleep 0.5
     done
-  done < <(qt -c "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  done < <(qt -c "SELECT c.oid FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
                   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $(lit "$schema")")
   # (0.9.0's first script made the fence's function in the schema.)
   qt -1 -c "DROP FUNCTION IF EXISTS \"${schema//\"/\"\"}\".insta_id_move_fence()" -c "SELECT insta_id.move_done($shard, 'arriving')" >/dev/null

@@ -1738,13 +1738,16 @@ COMMENT ON TABLE insta_id.moves IS
 -- row is another move's (the other side, or another schema).
 CREATE FUNCTION insta_id.move_step(shard_id int, side text, step text, schema_name name, peer text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t timestamptz := clock_timestamp();
     found_row insta_id.moves;
 BEGIN
+    IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     PERFORM insta_id._check_shard_id(move_step.shard_id);
     IF move_step.side NOT IN ('leaving', 'arriving') THEN
         RAISE EXCEPTION 'a move''s side is ''leaving'' or ''arriving'', not %', quote_literal(move_step.side)
@@ -1784,11 +1787,16 @@ COMMENT ON FUNCTION insta_id.move_step(int, text, text, name, text) IS
 -- its row, if it is that side's. Whether there was one.
 CREATE FUNCTION insta_id.move_done(shard_id int, side text)
 RETURNS boolean
-LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH gone AS (DELETE FROM insta_id.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side RETURNING 1)
-    SELECT EXISTS (SELECT FROM gone)
+BEGIN
+    IF num_nulls(move_done.shard_id, move_done.side) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM insta_id.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
+    RETURN FOUND;
+END
 $$;
 COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 'Forgets the record of one side of a shard''s move on this server, once nothing of it is left there';
@@ -1824,7 +1832,7 @@ $$;
 -- for insta_id's and PostgreSQL's own schemas.
 CREATE FUNCTION insta_id.move_fence(schema_name name, shard_id int)
 RETURNS int
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1832,6 +1840,9 @@ DECLARE
     rel record;
     fenced int := 0;
 BEGIN
+    IF num_nulls(move_fence.schema_name, move_fence.shard_id) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     PERFORM insta_id._check_shard_id(move_fence.shard_id);
     SELECT n.oid INTO nsp FROM pg_namespace n WHERE n.nspname = move_fence.schema_name;
     IF NOT FOUND THEN

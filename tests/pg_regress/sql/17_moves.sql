@@ -34,6 +34,13 @@ SELECT shard_id, side, step, jsonb_array_length(steps) AS steps FROM insta_id.mo
 -- address) records the same move: the peer is the latest.
 SELECT insta_id.move_step(7, 'leaving', 'slot', 'insta7', '10.0.0.4:5433/app');
 SELECT peer, step, jsonb_array_length(steps) AS steps FROM insta_id.moves WHERE shard_id = 7;
+-- A NULL argument is an error (22004), not a call that does nothing.
+SELECT insta_id.move_step(7, 'leaving', NULL, 'insta7', '/tmp:5433/app');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_done(NULL, 'leaving');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('insta7', NULL);
+\echo :LAST_ERROR_SQLSTATE
 -- The table refuses what move_step would (23514), written by hand too.
 INSERT INTO insta_id.moves VALUES (9, 'leaving', 'insta9', 'x', 'adopted', '2026-01-01 00:00:00+00', '[]');
 \echo :LAST_ERROR_SQLSTATE
