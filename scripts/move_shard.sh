@@ -57,7 +57,7 @@
 #     re-run undoes.
 #     Then on FROM the slot insta_move_<shard>; on TO enable: the copy.
 #  4. wait until every table is copied and streaming (MOVE_COPY_SECONDS, 3600)
-#  5. cutover, in the session on FROM: LOCK the shard's tables IN ACCESS
+#  5. cutover, in the session on FROM: insta_id.move_lock locks the shard's tables IN ACCESS
 #     EXCLUSIVE MODE (MOVE_LOCK_TIMEOUT, 5s, then writers go on and it tries
 #     again: MOVE_LOCK_ATTEMPTS, 5) and its sequences (writers, readers and
 #     next_id wait); wait until TO
@@ -395,33 +395,14 @@ qt -c "$(record_sql arriving copied "$schema")" >/dev/null
 stop_after copy
 
 step "cutover"
-tables=$(qf -c "SELECT string_agg(c.oid::regclass::text, ', ') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = $(lit "$schema") AND c.relkind IN ('r', 'p')")
-# An ALTER SEQUENCE that changes nothing locks out nextval() too: next_id
-# called without an INSERT into the shard's tables.
-seqlocks=$(qf -c "SELECT string_agg(format('ALTER SEQUENCE %I.%I INCREMENT BY %s;', schemaname, sequencename, increment_by), ' ')
-                  FROM pg_sequences WHERE schemaname = $(lit "$schema")")
-# ACCESS EXCLUSIVE at once, the mode the drop needs: a lock that waits on a
-# long reader holds writers up, so it waits MOVE_LOCK_TIMEOUT at most (for
-# each table), lets them go on and tries again, up to MOVE_LOCK_ATTEMPTS
-# times.
-hold "BEGIN; DO \$lock\$ BEGIN
-  FOR attempt IN 1..$attempts LOOP
-    BEGIN
-      LOCK TABLE $tables IN ACCESS EXCLUSIVE MODE;
-      RETURN;
-    EXCEPTION WHEN lock_not_available THEN
-      IF attempt = $attempts THEN RAISE; END IF;
-      RAISE WARNING 'the shard''s tables not locked within %, attempt % of $attempts: writers go on, trying again in % s',
-        current_setting('lock_timeout'), attempt, attempt;
-      PERFORM pg_sleep(attempt);
-    END;
-  END LOOP;
-END \$lock\$;"
-hold "SELECT pg_current_wal_insert_lsn();"
+# insta_id.move_lock: the shard's tables in ACCESS EXCLUSIVE mode (the mode
+# the drop needs), each try waiting MOVE_LOCK_TIMEOUT at most behind a long
+# reader before it lets the writers go on and tries again, up to
+# MOVE_LOCK_ATTEMPTS times; then its sequences. It returns the WAL position
+# after which nothing of the shard commits here.
+hold "BEGIN; SELECT insta_id.move_lock($shard, $attempts);"
 lsn=${HELD%$'\n'}
 [[ "$lsn" =~ ^[0-9A-F]{1,8}/[0-9A-F]{1,8}$ ]] || die "the old server's WAL position is not one: '$lsn'"
-hold "$seqlocks"
 # Everything committed before the lock is before $lsn. A transaction that
 # commits with synchronous_commit on flushes the WAL past it at once, so the
 # walsender need not wait for the WAL writer to send it.

@@ -1869,5 +1869,76 @@ $$;
 COMMENT ON FUNCTION insta_id.move_fence(name, int) IS
 'Fences a shard''s copy being moved to this server: clients'' writes refused (55006) until it is registered here';
 
+
+CREATE FUNCTION insta_id._in_transaction_block()
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
+
+-- The cutover's lock, taken by the mover on the old server inside the
+-- transaction that ends with drop_shard: every table of the shard in
+-- ACCESS EXCLUSIVE mode (the mode the drop needs: readers and writers
+-- wait), then every sequence (an ALTER SEQUENCE that changes nothing keeps
+-- nextval() out: next_id called without an INSERT). A lock that waits on a
+-- long reader holds writers up behind it, so each try waits lock_timeout at
+-- most, then lets them go on for 1, 2, 3 ... seconds (a WARNING each time)
+-- and tries again, `attempts` times. Returns the WAL insert position after
+-- the tables are locked: everything committed before the lock is before
+-- it. 25P01 outside a transaction block (the locks would end with the
+-- statement), 42704 for a shard not registered here, 55P03 when the last
+-- try fails.
+CREATE FUNCTION insta_id.move_lock(shard_id int, attempts int)
+RETURNS pg_lsn
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tables text;
+    seq record;
+    position pg_lsn;
+BEGIN
+    IF num_nulls(move_lock.shard_id, move_lock.attempts) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF move_lock.attempts NOT BETWEEN 1 AND 999 THEN
+        RAISE EXCEPTION 'attempts must be between 1 and 999, not %', move_lock.attempts USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT insta_id._in_transaction_block() THEN
+        RAISE EXCEPTION 'insta_id.move_lock can only be used in transaction blocks'
+            USING ERRCODE = 'no_active_sql_transaction', HINT = 'Its locks must last until the cutover commits: BEGIN first.';
+    END IF;
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_lock.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', move_lock.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT string_agg(format('%I.%I', n.nspname, c.relname), ', ' ORDER BY c.relname) INTO tables
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = nsp AND c.relkind IN ('r', 'p');
+    FOR attempt IN 1..move_lock.attempts LOOP
+        EXIT WHEN tables IS NULL;
+        BEGIN
+            EXECUTE 'LOCK TABLE ' || tables || ' IN ACCESS EXCLUSIVE MODE';
+            EXIT;
+        EXCEPTION WHEN lock_not_available THEN
+            IF attempt = move_lock.attempts THEN
+                RAISE;
+            END IF;
+            RAISE WARNING 'the shard''s tables not locked within %, attempt % of %: writers go on, trying again in % s',
+                current_setting('lock_timeout'), attempt, move_lock.attempts, attempt;
+            PERFORM pg_sleep(attempt);
+        END;
+    END LOOP;
+    position := pg_current_wal_insert_lsn();
+    FOR seq IN SELECT s.schemaname, s.sequencename, s.increment_by FROM pg_sequences s WHERE s.schemaname = nsp ORDER BY s.sequencename LOOP
+        EXECUTE format('ALTER SEQUENCE %I.%I INCREMENT BY %s', seq.schemaname, seq.sequencename, seq.increment_by);
+    END LOOP;
+    RETURN position;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_lock(int, int) IS
+'Locks a shard''s tables and sequences for the cutover of its move, trying again behind long readers; returns the WAL position after which nothing of it commits';
+
 REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
-    insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int) FROM PUBLIC;
+    insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int),
+    insta_id._in_transaction_block(), insta_id.move_lock(int, int) FROM PUBLIC;

@@ -227,3 +227,14 @@ pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) 
     let (body, schema) = unsafe { (arg_bytes(fcinfo, 0), arg_name(fcinfo, 1)) };
     Datum::from(sql_text::names_schema(&body, schema.to_bytes(), &clip))
 }
+
+v1!(pg_finfo_insta_id_in_transaction_block);
+/// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
+/// runs inside a transaction block (BEGIN ... COMMIT, or several statements
+/// sent at once), so that locks it takes outlive its statement.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_in_transaction_block(_fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: reads the backend's transaction state; no arguments.
+    Datum::from(unsafe { pg_sys::IsTransactionBlock() })
+}

@@ -21,3 +21,7 @@ CREATE FUNCTION insta_id._names_schema(body text, schema name)
 RETURNS boolean
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_names_schema';
+CREATE FUNCTION insta_id._in_transaction_block()
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';

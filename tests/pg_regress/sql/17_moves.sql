@@ -128,3 +128,46 @@ SELECT insta_id.move_fence('arriving', 13);
 RESET ROLE;
 SELECT insta_id.drop_shard(12, force => true);
 DROP ROLE insta_id_regress_client;
+
+-- The cutover's lock (move_lock): in a transaction block only (25P01
+-- outside: its locks would end with the statement), every table of the
+-- shard in ACCESS EXCLUSIVE mode and every sequence locked, until the end
+-- of the transaction; the WAL position after which nothing of it commits.
+-- The retries behind a long reader, with real sessions:
+-- tests/tap/t/008_move.pl.
+SELECT insta_id.create_shard(20);
+CREATE TABLE insta20.t (id bigserial PRIMARY KEY, v int);
+SELECT insta_id.move_lock(20, 5);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(20, 5) <= pg_current_wal_insert_lsn() AS before_now;
+-- (the table's ACCESS EXCLUSIVE; the sequence's SHARE ROW EXCLUSIVE, which
+-- nextval()'s ROW EXCLUSIVE waits for)
+SELECT c.relname, string_agg(l.mode, ', ' ORDER BY l.mode) FILTER (WHERE l.mode IN ('AccessExclusiveLock', 'ShareRowExclusiveLock')) AS held
+FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'insta20'::regnamespace AND c.relkind IN ('r', 'S')
+GROUP BY c.relname ORDER BY 1;
+COMMIT;
+SELECT count(*) AS locks_left FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'insta20'::regnamespace;
+-- Refused: a shard not registered here (42704), attempts out of range
+-- (22023), NULL (22004); not PUBLIC's.
+BEGIN;
+SELECT insta_id.move_lock(21, 5);
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(20, 0);
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_lock(20, NULL);
+\echo :LAST_ERROR_SQLSTATE
+CREATE ROLE insta_id_regress_mover_nobody;
+SET ROLE insta_id_regress_mover_nobody;
+SELECT insta_id.move_lock(20, 5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id._in_transaction_block();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE insta_id_regress_mover_nobody;
+SELECT insta_id.drop_shard(20, force => true);
