@@ -409,20 +409,19 @@ lsn=${HELD%$'\n'}
 qf -c "SET synchronous_commit = on" -c "SELECT pg_current_xact_id()" >/dev/null
 wait_for 60 "the subscription to apply $lsn" qf -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = '$name'"
 stop_after blocked
-# Logical replication carries neither sequences nor the time of the last ID.
-# Read under the lock: no writer can move them now.
-hold "SELECT format('SELECT setval(%L, %s);', format('%I.%I', schemaname, sequencename), last_value)
-      FROM pg_sequences WHERE schemaname = $(lit "$schema") AND last_value IS NOT NULL;"
-printf '%s' "$HELD" | qt >/dev/null
-hold "SELECT string_agg(format('%s %s', quote_ident(sequencename), coalesce(last_value::text, '(unused)')), ', ')
-      FROM pg_sequences WHERE schemaname = $(lit "$schema");"
-echo "   sequences continue after the old server's: ${HELD%$'\n'}"
-hold "SELECT extract(epoch FROM insta_id.high_water_mark());"
-mark=${HELD%%$'\n'*}   # seconds since 1970, empty before the old server's first ID
-[[ -z "$mark" || "$mark" =~ ^[0-9]{1,12}(\.[0-9]{1,6})?$ ]] || die "the old server's high-water mark is not a time: '$mark'"
+# Logical replication carries neither sequences nor the time of the last ID
+# (nor insta_id's history of the shard): insta_id.move_state reads them
+# under the lock, where no writer can change them, and insta_id.move_carry
+# sets them on the new server in one transaction, with the mark raised so
+# that IDs stay unique when the new server's clock is behind.
+hold "SELECT insta_id.move_state($shard);"
+state=${HELD%$'\n'}
+[[ "$state" == "{"*"}" && "$state" != *$'\n'* ]] || die "the old server's state of the shard is not one: '$state'"
+raised=$(qt -c "SELECT insta_id.move_carry($shard, $(lit "$state"))")
+echo "   sequences continue after the old server's: $(qt -c "SELECT coalesce(string_agg(format('%s %s', quote_ident(key), value), ', ' ORDER BY key), 'none used')
+                                                            FROM jsonb_each_text($(lit "$state")::jsonb -> 'sequences')")"
+mark=$(qt -c "SELECT extract(epoch FROM ($(lit "$state")::jsonb ->> 'mark')::timestamptz)")   # empty before the old server's first ID
 if [ -n "$mark" ]; then
-  raised=$(qt -c "SELECT insta_id.raise_high_water_mark(to_timestamp($mark))")
-  [ "$(qt -c "SELECT insta_id.high_water_mark() >= to_timestamp($mark)")" = t ] || die "the new server's high-water mark is not past the old one's"
   echo "   high-water mark carried over: $(qf -c "SELECT to_timestamp($mark)") (new server's: $raised)"
   mode=$(qt -c "SELECT insta_id.guard_mode()")
   if [ "$mode" = session ]; then
@@ -431,9 +430,6 @@ if [ -n "$mark" ]; then
     wait_for 60 "the new server's clock to pass the old one's mark" qt -c "SELECT clock_timestamp() > to_timestamp($mark)"
   fi
 fi
-hold "COPY (SELECT * FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")) TO STDOUT;"
-printf '%s' "$HELD" | qt -1 -c "DELETE FROM insta_id.applied_migrations WHERE schema_name = $(lit "$schema")" \
-        -c "\\copy insta_id.applied_migrations FROM STDIN" -c "$(record_sql arriving sequences "$schema")" >/dev/null
 stop_after sequences
 # What the cutover drops on the old server, said before it does.
 nsp="(SELECT oid FROM pg_namespace WHERE nspname = $(lit "$schema"))"

@@ -265,3 +265,88 @@ END
 $$;
 COMMENT ON FUNCTION insta_id.move_lock(int, int) IS
 'Locks a shard''s tables and sequences for the cutover of its move, trying again behind long readers; returns the WAL position after which nothing of it commits';
+
+-- What logical replication does not carry, read on the old server under
+-- move_lock (no writer can change it then): the shard's schema, each used
+-- sequence's last value, the high-water mark (no ID of this database is
+-- later) and the shard's migration history. A sequence the caller may not
+-- read is an error (42501), never left out.
+CREATE FUNCTION insta_id.move_state(shard_id int)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    IF move_state.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_state.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', move_state.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN jsonb_build_object(
+        'schema', nsp,
+        'sequences', (SELECT coalesce(jsonb_object_agg(s.relname, s.last_value ORDER BY s.relname), '{}')
+                      FROM (SELECT c.relname, pg_sequence_last_value(c.oid) AS last_value FROM pg_class c
+                            WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) AND c.relkind = 'S') s
+                      WHERE s.last_value IS NOT NULL),
+        'mark', insta_id.high_water_mark(),
+        'history', (SELECT coalesce(jsonb_agg(jsonb_build_object('migration', a.migration, 'applied_at', a.applied_at) ORDER BY a.migration), '[]')
+                    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp));
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_state(int) IS
+'What a shard''s move carries to the new server beside its rows: sequences, high-water mark, migration history (read under move_lock)';
+
+-- On the new server, in one transaction before the old one drops the
+-- shard: sets each sequence of the copy to the old server's value, raises
+-- the high-water mark to the old server's (so IDs stay unique when this
+-- clock is behind), replaces the shard's migration history, and records
+-- the step 'sequences'. Returns this server's mark. 55000 unless a move of
+-- that shard into that schema is recorded here and the shard is not yet
+-- registered; 42P01 for a sequence the copy lacks; 22023 for a malformed
+-- state.
+CREATE FUNCTION insta_id.move_carry(shard_id int, state jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    seq record;
+    recorded insta_id.moves;
+BEGIN
+    IF num_nulls(move_carry.shard_id, move_carry.state) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(move_carry.state) IS DISTINCT FROM 'object' OR jsonb_typeof(move_carry.state -> 'schema') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(move_carry.state -> 'sequences') IS DISTINCT FROM 'object'
+       OR jsonb_typeof(move_carry.state -> 'history') IS DISTINCT FROM 'array'
+       OR coalesce(jsonb_typeof(move_carry.state -> 'mark'), 'missing') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'not the state of a move (insta_id.move_state)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    nsp := move_carry.state ->> 'schema';
+    SELECT * INTO recorded FROM insta_id.moves m
+    WHERE m.shard_id = move_carry.shard_id AND m.side = 'arriving' AND m.schema_name = nsp FOR UPDATE;
+    IF NOT FOUND OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
+        RAISE EXCEPTION 'no move of shard % into schema % waits for its cutover here', move_carry.shard_id, quote_ident(nsp)
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    FOR seq IN SELECT e.key, e.value FROM jsonb_each_text(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
+        PERFORM setval(format('%I.%I', nsp, seq.key)::regclass, seq.value::bigint);
+    END LOOP;
+    IF move_carry.state ->> 'mark' IS NOT NULL THEN
+        PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);
+    END IF;
+    DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at)
+    SELECT nsp, h.migration, h.applied_at
+    FROM jsonb_to_recordset(move_carry.state -> 'history') AS h(migration text, applied_at timestamptz);
+    PERFORM insta_id.move_step(move_carry.shard_id, 'arriving', 'sequences', nsp, recorded.peer);
+    RETURN insta_id.high_water_mark();
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_carry(int, jsonb) IS
+'Carries a shard''s sequences, high-water mark and migration history (insta_id.move_state of the old server) onto its copy here';

@@ -171,3 +171,45 @@ SELECT insta_id._in_transaction_block();
 RESET ROLE;
 DROP ROLE insta_id_regress_mover_nobody;
 SELECT insta_id.drop_shard(20, force => true);
+
+-- What a move carries beside the rows (move_state on the old server, under
+-- move_lock; move_carry on the new one): the used sequences' values, the
+-- high-water mark, the migration history. Both sides in this database: the
+-- shard 30 as the old server's, its copy in schema copy30 as the new one's
+-- (a move of shard 31 recorded into it).
+SELECT insta_id.create_shard(30);
+CREATE TABLE insta30.t (id bigserial PRIMARY KEY, v int);
+CREATE SEQUENCE insta30.unused;
+INSERT INTO insta30.t (v) SELECT g FROM generate_series(1, 5) g;
+INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at) VALUES ('insta30', '0001_t', '2026-01-01 00:00:00+00');
+SELECT jsonb_pretty(insta_id.move_state(30) - 'mark') AS state,
+       (insta_id.move_state(30) ->> 'mark')::timestamptz = insta_id.high_water_mark() AS mark_is_the_servers;
+CREATE SCHEMA copy30;
+CREATE TABLE copy30.t (id bigserial PRIMARY KEY, v int);
+CREATE SEQUENCE copy30.unused;
+SELECT insta_id.move_step(31, 'arriving', 'copied', 'copy30', '/tmp:5433/app');
+SELECT insta_id.move_carry(31, jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"')) >= insta_id.high_water_mark() AS mark_raised;
+SELECT last_value, is_called FROM copy30.t_id_seq;
+SELECT last_value, is_called FROM copy30.unused;
+SELECT migration, applied_at FROM insta_id.applied_migrations WHERE schema_name = 'copy30';
+SELECT step, jsonb_array_length(steps) AS steps FROM insta_id.moves WHERE shard_id = 31;
+-- Refused: no move of that shard into that schema recorded here, or the
+-- shard registered here already (55000); a state that is not one (22023);
+-- a sequence the copy lacks (42P01, nothing carried); NULL (22004); a
+-- shard not registered on the old server (42704).
+SELECT insta_id.move_carry(32, jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(30, insta_id.move_state(30));
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(31, '{"schema": "copy30"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(31, jsonb_set(jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"'), '{sequences,gone}', '7'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(31, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_state(33);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_done(31, 'arriving');
+DROP SCHEMA copy30 CASCADE;
+DELETE FROM insta_id.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
+SELECT insta_id.drop_shard(30, force => true);
