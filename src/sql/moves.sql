@@ -1,7 +1,16 @@
--- Moving a shard online (scripts/move_shard.sh): the mover's lock that
--- migrate respects, and each server's record of how far a move got
--- (insta_id.moves). raise_high_water_mark, the other half, is in guard.sql.
--- search_path and privileges: as registry.sql says.
+-- Moving a shard online: each server's half of the move, which the mover
+-- (scripts/move_shard.sh) only sequences over its two connections.
+--   lock_shard_for_move   the mover's session lock, which migrate respects
+--   moves, move_step, move_done
+--                         each server's record of how far a move got
+--   move_fence            the new server's copy refuses clients' writes
+--   move_lock             the cutover's locks on the old server
+--   move_state, move_carry
+--                         what the rows do not carry: sequences, the
+--                         high-water mark (raise_high_water_mark, in
+--                         guard.sql), the migration history
+-- adopt_shard and drop_shard (registry.sql) end the move on each side.
+-- search_path and privileges: as registry.sql says; none is PUBLIC's.
 
 -- A shard being moved to another server (scripts/move_shard.sh): the mover
 -- holds this lock, for its session, from its checks until the shard has left;
