@@ -121,6 +121,9 @@ qt() { PGOPTIONS="${PGOPTIONS:-} $shard_opts" psql -X -v ON_ERROR_STOP=1 -qtA "$
 qr() { psql -X -v ON_ERROR_STOP=1 -qtA "$router" "$@"; }
 die() { echo "move_shard: $*" >&2; exit 1; }
 lit() { printf "'%s'" "${1//\'/\'\'}"; }   # an SQL string literal
+# Standard input without control characters: names a shard's owner chose
+# reach the operator's terminal and log only as text.
+printable() { tr -d '[:cntrl:]'; }
 stop_after() {
   if [ "${MOVE_STOP_AFTER:-}" = "$1" ]; then echo "   (killed after step '$1': MOVE_STOP_AFTER)"; kill -KILL $$; fi
 }
@@ -417,10 +420,13 @@ stop_after blocked
 hold "SELECT insta_id.move_state($shard);"
 state=${HELD%$'\n'}
 [[ "$state" == "{"*"}" && "$state" != *$'\n'* ]] || die "the old server's state of the shard is not one: '$state'"
-raised=$(qt -c "SELECT insta_id.move_carry($shard, $(lit "$state"))")
-echo "   sequences continue after the old server's: $(qt -c "SELECT coalesce(string_agg(format('%s %s', quote_ident(key), value), ', ' ORDER BY key), 'none used')
-                                                            FROM jsonb_each_text($(lit "$state")::jsonb -> 'sequences')")"
-mark=$(qt -c "SELECT extract(epoch FROM ($(lit "$state")::jsonb ->> 'mark')::timestamptz)")   # empty before the old server's first ID
+# (On standard input: a shard may have sequences enough to pass the limit
+# of one command-line argument.)
+raised=$(qt -f - <<<"SELECT insta_id.move_carry($shard, $(lit "$state"));")
+echo "   sequences continue after the old server's: $(qt -f - <<<"SELECT coalesce(string_agg(format('%s %s', quote_ident(key),
+                                                   CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END), ', ' ORDER BY key), 'none')
+                                                   FROM jsonb_each($(lit "$state")::jsonb -> 'sequences');" | printable)"
+mark=$(qt -f - <<<"SELECT extract(epoch FROM ($(lit "$state")::jsonb ->> 'mark')::timestamptz);")   # empty before the old server's first ID
 if [ -n "$mark" ]; then
   echo "   high-water mark carried over: $(qf -c "SELECT to_timestamp($mark)") (new server's: $raised)"
   mode=$(qt -c "SELECT insta_id.guard_mode()")
@@ -440,7 +446,7 @@ hold "SELECT coalesce(string_agg(format('%s %I', CASE c.relkind WHEN 'r' THEN 't
                        (SELECT count(*) FROM pg_type y LEFT JOIN pg_class t ON t.oid = y.typrelid
                         WHERE y.typnamespace = $nsp AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
       FROM pg_class c WHERE c.relnamespace = $nsp AND c.relkind IN ('r', 'p', 'S', 'v');"
-echo "   dropping schema $schema on the old server: ${HELD%$'\n'} (never another schema's objects: drop_shard refuses those)"
+echo "   dropping schema $(printable <<<"$schema") on the old server: $(printable <<<"${HELD%$'\n'}") (never another schema's objects: drop_shard refuses those)"
 hold "SELECT insta_id.drop_shard($shard, force => true); $(record_sql leaving cutover "$schema") COMMIT;"
 hold_close
 stop_after cutover

@@ -1872,8 +1872,25 @@ COMMENT ON FUNCTION insta_id.move_fence(name, int) IS
 
 CREATE FUNCTION insta_id._in_transaction_block()
 RETURNS boolean
-LANGUAGE c VOLATILE PARALLEL RESTRICTED
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
+
+-- The shard's tables and sequences this backend does not hold in the
+-- cutover's modes (ACCESS EXCLUSIVE; SHARE ROW EXCLUSIVE, which nextval()'s
+-- ROW EXCLUSIVE waits for), by name: empty once move_lock has them all.
+CREATE FUNCTION insta_id._move_unlocked(nsp name)
+RETURNS text[]
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(format('%I.%I', n.nspname, c.relname) ORDER BY c.relname), '{}')
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = nsp AND c.relkind IN ('r', 'p', 'S')
+      AND NOT EXISTS (SELECT FROM pg_locks l
+                      WHERE l.locktype = 'relation' AND l.relation = c.oid AND l.pid = pg_backend_pid() AND l.granted
+                        AND (l.mode = 'AccessExclusiveLock'
+                             OR c.relkind = 'S' AND l.mode IN ('ShareRowExclusiveLock', 'ExclusiveLock')))
+$$;
 
 -- The cutover's lock, taken by the mover on the old server inside the
 -- transaction that ends with drop_shard: every table of the shard in
@@ -1881,12 +1898,13 @@ AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
 -- wait), then every sequence (an ALTER SEQUENCE that changes nothing keeps
 -- nextval() out: next_id called without an INSERT). A lock that waits on a
 -- long reader holds writers up behind it, so each try waits lock_timeout at
--- most, then lets them go on for 1, 2, 3 ... seconds (a WARNING each time)
--- and tries again, `attempts` times. Returns the WAL insert position after
--- the tables are locked: everything committed before the lock is before
--- it. 25P01 outside a transaction block (the locks would end with the
--- statement), 42704 for a shard not registered here, 55P03 when the last
--- try fails.
+-- most for each table, then lets them go on for 1, 2, 3 ... seconds (a
+-- WARNING each time) and tries again, `attempts` times. Tables and
+-- sequences made meanwhile are locked too: it returns only once it holds
+-- every one, with the WAL insert position after the tables were locked
+-- (everything committed before the lock is before it). 25P01 outside a
+-- transaction block (the locks would end with the statement), 42704 for a
+-- shard not registered here, 55P03 when the last try fails.
 CREATE FUNCTION insta_id.move_lock(shard_id int, attempts int)
 RETURNS pg_lsn
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1894,9 +1912,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     nsp name;
-    tables text;
-    seq record;
+    rel record;
     position pg_lsn;
+    attempt int := 1;
+    passes int := 0;
 BEGIN
     IF num_nulls(move_lock.shard_id, move_lock.attempts) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -1912,38 +1931,49 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', move_lock.shard_id USING ERRCODE = 'undefined_object';
     END IF;
-    SELECT string_agg(format('%I.%I', n.nspname, c.relname), ', ' ORDER BY c.relname) INTO tables
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = nsp AND c.relkind IN ('r', 'p');
-    FOR attempt IN 1..move_lock.attempts LOOP
-        EXIT WHEN tables IS NULL;
+    -- Until every table and sequence is held: one that appears while a try
+    -- sleeps is locked on the next pass.
+    WHILE cardinality(insta_id._move_unlocked(nsp)) > 0 LOOP
+        passes := passes + 1;
+        IF passes > move_lock.attempts + 3 THEN
+            RAISE EXCEPTION 'shard % could not be locked: objects keep appearing in it', move_lock.shard_id
+                USING ERRCODE = 'lock_not_available',
+                      DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', '));
+        END IF;
         BEGIN
-            EXECUTE 'LOCK TABLE ' || tables || ' IN ACCESS EXCLUSIVE MODE';
-            EXIT;
+            FOR rel IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                       WHERE n.nspname = nsp AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+                EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', nsp, rel.relname);
+            END LOOP;
+            position := pg_current_wal_insert_lsn();
+            FOR rel IN SELECT s.sequencename, s.increment_by FROM pg_sequences s WHERE s.schemaname = nsp ORDER BY s.sequencename LOOP
+                EXECUTE format('ALTER SEQUENCE %I.%I INCREMENT BY %s', nsp, rel.sequencename, rel.increment_by);
+            END LOOP;
         EXCEPTION WHEN lock_not_available THEN
-            IF attempt = move_lock.attempts THEN
+            IF attempt >= move_lock.attempts THEN
                 RAISE;
             END IF;
             RAISE WARNING 'the shard''s tables not locked within %, attempt % of %: writers go on, trying again in % s',
                 current_setting('lock_timeout'), attempt, move_lock.attempts, attempt;
             PERFORM pg_sleep(attempt);
+            attempt := attempt + 1;
         END;
     END LOOP;
-    position := pg_current_wal_insert_lsn();
-    FOR seq IN SELECT s.schemaname, s.sequencename, s.increment_by FROM pg_sequences s WHERE s.schemaname = nsp ORDER BY s.sequencename LOOP
-        EXECUTE format('ALTER SEQUENCE %I.%I INCREMENT BY %s', seq.schemaname, seq.sequencename, seq.increment_by);
-    END LOOP;
-    RETURN position;
+    RETURN coalesce(position, pg_current_wal_insert_lsn());
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_lock(int, int) IS
 'Locks a shard''s tables and sequences for the cutover of its move, trying again behind long readers; returns the WAL position after which nothing of it commits';
 
 -- What logical replication does not carry, read on the old server under
--- move_lock (no writer can change it then): the shard's schema, each used
--- sequence's last value, the high-water mark (no ID of this database is
--- later) and the shard's migration history. A sequence the caller may not
--- read is an error (42501), never left out.
+-- move_lock (55000 otherwise: a writer could still change it): the shard,
+-- its schema and tables (the new server's copy must have every one: rows
+-- of a table made after the schema was copied would be lost), each
+-- sequence's state (last_value and is_called, used or not: a sequence
+-- restarted higher and not used since must not restart low on the new
+-- server), the high-water mark (no ID of this database is later) and the
+-- shard's migration history. A sequence the caller may not read is an
+-- error (42501), never left out.
 CREATE FUNCTION insta_id.move_state(shard_id int)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1951,6 +1981,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     nsp name;
+    seq record;
+    seq_state record;
+    sequences jsonb := '{}';
 BEGIN
     IF move_state.shard_id IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -1959,28 +1992,43 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', move_state.shard_id USING ERRCODE = 'undefined_object';
     END IF;
+    IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
+        RAISE EXCEPTION 'shard % is not locked for its cutover', move_state.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', ')),
+                  HINT = 'Call insta_id.move_lock first, in the same transaction.';
+    END IF;
+    FOR seq IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = nsp AND c.relkind = 'S' ORDER BY c.relname LOOP
+        EXECUTE format('SELECT last_value, is_called FROM %I.%I', nsp, seq.relname) INTO seq_state;
+        sequences := sequences || jsonb_build_object(seq.relname, jsonb_build_array(seq_state.last_value, seq_state.is_called));
+    END LOOP;
     RETURN jsonb_build_object(
+        'shard', move_state.shard_id,
         'schema', nsp,
-        'sequences', (SELECT coalesce(jsonb_object_agg(s.relname, s.last_value ORDER BY s.relname), '{}')
-                      FROM (SELECT c.relname, pg_sequence_last_value(c.oid) AS last_value FROM pg_class c
-                            WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) AND c.relkind = 'S') s
-                      WHERE s.last_value IS NOT NULL),
+        'tables', (SELECT coalesce(jsonb_agg(c.relname ORDER BY c.relname), '[]')
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = nsp AND c.relkind IN ('r', 'p')),
+        'sequences', sequences,
         'mark', insta_id.high_water_mark(),
         'history', (SELECT coalesce(jsonb_agg(jsonb_build_object('migration', a.migration, 'applied_at', a.applied_at) ORDER BY a.migration), '[]')
                     FROM insta_id.applied_migrations a WHERE a.schema_name = nsp));
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_state(int) IS
-'What a shard''s move carries to the new server beside its rows: sequences, high-water mark, migration history (read under move_lock)';
+'What a shard''s move carries to the new server beside its rows: tables, sequences, high-water mark, migration history (read under move_lock)';
 
 -- On the new server, in one transaction before the old one drops the
--- shard: sets each sequence of the copy to the old server's value, raises
--- the high-water mark to the old server's (so IDs stay unique when this
--- clock is behind), replaces the shard's migration history, and records
--- the step 'sequences'. Returns this server's mark. 55000 unless a move of
--- that shard into that schema is recorded here and the shard is not yet
--- registered; 42P01 for a sequence the copy lacks; 22023 for a malformed
--- state.
+-- shard: checks that the copy has every table of the old one, sets each
+-- sequence of the copy to the old one's state, raises the high-water mark
+-- to the old server's (so IDs stay unique when this clock is behind),
+-- replaces the shard's migration history, and records the step
+-- 'sequences'. Returns this server's mark. 55000 unless a move of that
+-- shard into that schema is recorded here and the shard is not yet
+-- registered, when the copy lacks a table, or when a sequence of the copy
+-- is already past the old one's (used here during the move: carrying it
+-- back could repeat its values); 42P01 for a sequence the copy lacks;
+-- 22023 for a malformed state or another shard's.
 CREATE FUNCTION insta_id.move_carry(shard_id int, state jsonb)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1989,16 +2037,29 @@ AS $$
 DECLARE
     nsp name;
     seq record;
+    here record;
+    target regclass;
     recorded insta_id.moves;
+    missing text;
 BEGIN
     IF num_nulls(move_carry.shard_id, move_carry.state) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF jsonb_typeof(move_carry.state) IS DISTINCT FROM 'object' OR jsonb_typeof(move_carry.state -> 'schema') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(move_carry.state -> 'shard') IS DISTINCT FROM 'number'
+       OR jsonb_typeof(move_carry.state -> 'tables') IS DISTINCT FROM 'array'
        OR jsonb_typeof(move_carry.state -> 'sequences') IS DISTINCT FROM 'object'
        OR jsonb_typeof(move_carry.state -> 'history') IS DISTINCT FROM 'array'
-       OR coalesce(jsonb_typeof(move_carry.state -> 'mark'), 'missing') NOT IN ('string', 'null') THEN
+       OR coalesce(jsonb_typeof(move_carry.state -> 'mark'), 'missing') NOT IN ('string', 'null')
+       OR EXISTS (SELECT FROM jsonb_each(move_carry.state -> 'sequences') e
+                  WHERE jsonb_typeof(e.value) IS DISTINCT FROM 'array' OR jsonb_array_length(e.value) <> 2
+                     OR jsonb_typeof(e.value -> 0) IS DISTINCT FROM 'number' OR (e.value ->> 0) !~ '^-?[0-9]{1,19}$'
+                     OR jsonb_typeof(e.value -> 1) IS DISTINCT FROM 'boolean') THEN
         RAISE EXCEPTION 'not the state of a move (insta_id.move_state)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF (move_carry.state ->> 'shard') IS DISTINCT FROM move_carry.shard_id::text THEN
+        RAISE EXCEPTION 'the state is shard %''s, not shard %''s', move_carry.state ->> 'shard', move_carry.shard_id
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     nsp := move_carry.state ->> 'schema';
     SELECT * INTO recorded FROM insta_id.moves m
@@ -2007,8 +2068,30 @@ BEGIN
         RAISE EXCEPTION 'no move of shard % into schema % waits for its cutover here', move_carry.shard_id, quote_ident(nsp)
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    FOR seq IN SELECT e.key, e.value FROM jsonb_each_text(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
-        PERFORM setval(format('%I.%I', nsp, seq.key)::regclass, seq.value::bigint);
+    SELECT string_agg(quote_ident(t.name), ', ' ORDER BY t.name) INTO missing
+    FROM jsonb_array_elements_text(move_carry.state -> 'tables') t(name)
+    WHERE NOT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE n.nspname = nsp AND c.relname = t.name AND c.relkind IN ('r', 'p'));
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'the copy of shard % lacks tables of the old server: %', move_carry.shard_id, missing
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'They were made after the schema was copied; their rows would be lost. Undo the move and move it again.';
+    END IF;
+    FOR seq IN SELECT e.key, (e.value ->> 0)::bigint AS last_value, (e.value ->> 1)::boolean AS is_called
+               FROM jsonb_each(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
+        target := format('%I.%I', nsp, seq.key)::regclass;
+        EXECUTE format('SELECT s.last_value, s.is_called, q.seqincrement FROM %s s, pg_catalog.pg_sequence q WHERE q.seqrelid = %s',
+                       target, target::oid)
+            INTO here;
+        -- Refused when the copy issued a value the old server's sequence
+        -- would issue next (in the increment's direction).
+        IF here.is_called AND sign(here.seqincrement) * (here.last_value::numeric - seq.last_value
+                                                          - CASE WHEN seq.is_called THEN here.seqincrement ELSE 0 END) >= 0 THEN
+            RAISE EXCEPTION 'sequence % of the copy is past the old server''s (% against %)', target, here.last_value, seq.last_value
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'It was used on this server during the move; carrying the old value could repeat its values.';
+        END IF;
+        PERFORM setval(target, seq.last_value, seq.is_called);
     END LOOP;
     IF move_carry.state ->> 'mark' IS NOT NULL THEN
         PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);
@@ -2026,5 +2109,5 @@ COMMENT ON FUNCTION insta_id.move_carry(int, jsonb) IS
 
 REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
     insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int),
-    insta_id._in_transaction_block(), insta_id.move_lock(int, int),
+    insta_id._in_transaction_block(), insta_id._move_unlocked(name), insta_id.move_lock(int, int),
     insta_id.move_state(int), insta_id.move_carry(int, jsonb) FROM PUBLIC;

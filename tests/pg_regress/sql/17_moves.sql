@@ -173,42 +173,71 @@ DROP ROLE insta_id_regress_mover_nobody;
 SELECT insta_id.drop_shard(20, force => true);
 
 -- What a move carries beside the rows (move_state on the old server, under
--- move_lock; move_carry on the new one): the used sequences' values, the
--- high-water mark, the migration history. Both sides in this database: the
--- shard 30 as the old server's, its copy in schema copy30 as the new one's
--- (a move of shard 31 recorded into it).
+-- move_lock; move_carry on the new one): the tables the copy must have,
+-- every sequence's state (restarted and unused too), the high-water mark,
+-- the migration history. Both sides in this database: the shard 30 as the
+-- old server's, its copy in schema copy30 as the new one's (a move of shard
+-- 31 recorded into it).
 SELECT insta_id.create_shard(30);
 CREATE TABLE insta30.t (id bigserial PRIMARY KEY, v int);
 CREATE SEQUENCE insta30.unused;
+CREATE SEQUENCE insta30.restarted;
+ALTER SEQUENCE insta30.restarted RESTART WITH 1000;
 INSERT INTO insta30.t (v) SELECT g FROM generate_series(1, 5) g;
 INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at) VALUES ('insta30', '0001_t', '2026-01-01 00:00:00+00');
-SELECT jsonb_pretty(insta_id.move_state(30) - 'mark') AS state,
-       (insta_id.move_state(30) ->> 'mark')::timestamptz = insta_id.high_water_mark() AS mark_is_the_servers;
+-- Not under move_lock: refused (55000), since a writer could still change it.
+SELECT insta_id.move_state(30);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(30, 5) IS NOT NULL AS locked;
+SELECT insta_id.move_state(30) AS state \gset
+COMMIT;
+SELECT jsonb_pretty(:'state'::jsonb - 'mark') AS state,
+       (:'state'::jsonb ->> 'mark')::timestamptz = insta_id.high_water_mark() AS mark_is_the_servers;
+SELECT jsonb_set(:'state'::jsonb, '{schema}', '"copy30"') AS copy_state \gset
 CREATE SCHEMA copy30;
 CREATE TABLE copy30.t (id bigserial PRIMARY KEY, v int);
 CREATE SEQUENCE copy30.unused;
+CREATE SEQUENCE copy30.restarted;
 SELECT insta_id.move_step(31, 'arriving', 'copied', 'copy30', '/tmp:5433/app');
-SELECT insta_id.move_carry(31, jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"')) >= insta_id.high_water_mark() AS mark_raised;
+-- Another shard's state (22023); then the carry.
+SELECT insta_id.move_carry(31, :'copy_state');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jsonb_set(:'copy_state'::jsonb, '{shard}', '31') AS copy_state \gset
+SELECT insta_id.move_carry(31, :'copy_state') >= insta_id.high_water_mark() AS mark_raised;
 SELECT last_value, is_called FROM copy30.t_id_seq;
 SELECT last_value, is_called FROM copy30.unused;
 SELECT migration, applied_at FROM insta_id.applied_migrations WHERE schema_name = 'copy30';
 SELECT step, jsonb_array_length(steps) AS steps FROM insta_id.moves WHERE shard_id = 31;
--- Refused: no move of that shard into that schema recorded here, or the
--- shard registered here already (55000); a state that is not one (22023);
--- a sequence the copy lacks (42P01, nothing carried); NULL (22004); a
--- shard not registered on the old server (42704).
-SELECT insta_id.move_carry(32, jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"'));
+-- Refused (55000): a copy whose sequence was used past the old server's
+-- (its values could repeat), one that lacks a table of the old server (its
+-- rows would be lost), no move of that shard into that schema recorded
+-- here, or the shard registered here already. Nothing is carried then.
+SELECT setval('copy30.t_id_seq', 9);
+SELECT insta_id.move_carry(31, :'copy_state');
 \echo :LAST_ERROR_SQLSTATE
-SELECT insta_id.move_carry(30, insta_id.move_state(30));
+SELECT setval('copy30.t_id_seq', 5);
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{tables}', '["t", "made_later"]'));
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(32, jsonb_set(:'copy_state'::jsonb, '{shard}', '32'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(30, :'state');
+\echo :LAST_ERROR_SQLSTATE
+-- A state that is not one (22023), a sequence the copy lacks (42P01), NULL
+-- (22004), a shard not registered on the old server (42704).
 SELECT insta_id.move_carry(31, '{"schema": "copy30"}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT insta_id.move_carry(31, jsonb_set(jsonb_set(insta_id.move_state(30), '{schema}', '"copy30"'), '{sequences,gone}', '7'));
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,t_id_seq}', '[1.5, true]'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,gone}', '[7, true]'));
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_carry(31, NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_state(33);
 \echo :LAST_ERROR_SQLSTATE
+SELECT last_value, is_called FROM copy30.t_id_seq;
+-- The restarted sequence continues where the old server's would have.
+SELECT nextval('copy30.restarted') AS restarted_continues_at;
 SELECT insta_id.move_done(31, 'arriving');
 DROP SCHEMA copy30 CASCADE;
 DELETE FROM insta_id.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
