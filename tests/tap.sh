@@ -2,14 +2,14 @@
 # TAP tests (tests/tap/t/*.pl) on PostgreSQL's own TAP framework: what needs
 # servers, sessions, restarts or a clock (CONTRIBUTING.md says why this
 # framework). The modules (PostgreSQL::Test::Cluster, background_psql,
-# poll_query_until) come from Debian's postgresql-server-dev-15 and drive the
+# poll_query_until) come from Debian's postgresql-server-dev (harness.sh's PG_DEBIAN) and drive the
 # version under test (PG or PG_CONFIG) through its install_path.
 #   tests/tap.sh [name ...]   t/NNN_<name>.pl; default: every test
 # PG_UPGRADE_FROM, PG_MOVE_FROM, PG_MOVE_PER_SESSION=<pg_config>: the other
 # installations of t/004_pg_upgrade.pl and t/008_move.pl (skipped without).
 # As root, initdb and postgres refuse to run: prove then runs as postgres.
 source "$(dirname "$0")/../scripts/dev/harness.sh"
-modules=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
+modules=$(pg_debian_dir)/lib/pgxs/src/test/perl
 [ -f "$modules/PostgreSQL/Test/Cluster.pm" ] || { echo "tap.sh: $modules is missing: scripts/dev/setup.sh tap" >&2; exit 1; }
 out="$repo/target/tap/pg$PG"
 rm -rf "$out"; mkdir -p "$out"

@@ -17,6 +17,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # knows, so pg_upgrade from it fails for any table (README).
 PG_SUPPORTED="15 16 17 18"
 PG_NEWEST=${PG_SUPPORTED##* }
+# The major Debian (bookworm) packages: its server, PL/Proxy, and the TAP
+# framework's modules in its server-dev package.
+PG_DEBIAN=15
+pg_debian_dir() { echo "/usr/lib/postgresql/$PG_DEBIAN"; }
 pg_supported() { echo "$PG_SUPPORTED"; }
 pg_binaries_release() {
   case "$1" in 15) echo 15.19.0 ;; 16) echo 16.15.0 ;; 17) echo 17.11.0 ;; 18) echo 18.6.0 ;; *) return 1 ;; esac
@@ -28,7 +32,7 @@ pg_config_of() {
     *" $1 "*) ;;
     *) echo "insta_id supports PostgreSQL $PG_SUPPORTED, not '$1'" >&2; return 1 ;;
   esac
-  if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15/bin/pg_config; else pg_binaries_config "$1"; fi
+  if [ "$1" = "$PG_DEBIAN" ]; then echo "$(pg_debian_dir)/bin/pg_config"; else pg_binaries_config "$1"; fi
 }
 # pg_major PG_CONFIG: 15, 16, ...
 pg_major() { "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }

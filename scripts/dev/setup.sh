@@ -53,11 +53,11 @@ if [ $build_only = 0 ]; then
   python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)
   python3 -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
   for m in "${majors[@]}"; do
-    [ "$m" = 15 ] && pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy)
+    [ "$m" = "$PG_DEBIAN" ] && pkgs+=(postgresql-$m postgresql-server-dev-$m postgresql-$m-plproxy)
   done
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
   # PostgreSQL's TAP framework: its modules ship with Debian's 15 server-dev.
-  [ $tap = 1 ] && pkgs+=(libipc-run-perl postgresql-server-dev-15)
+  [ $tap = 1 ] && pkgs+=(libipc-run-perl "postgresql-server-dev-$PG_DEBIAN")
   # Node.js: the machine's own when it has one, else Debian's (18, enough).
   [ $clients = 1 ] && ! command -v npm >/dev/null && pkgs+=(nodejs npm)
 fi
@@ -116,7 +116,7 @@ fetch_binaries() { # $1: major
 [ $upgrade_source = 1 ] && fetch_binaries 15
 init_args=()
 for m in "${majors[@]}"; do
-  [ "$m" = 15 ] || fetch_binaries "$m"
+  [ "$m" = "$PG_DEBIAN" ] || fetch_binaries "$m"
   init_args+=("--pg$m" "$(pg_config_of "$m")")
 done
 
