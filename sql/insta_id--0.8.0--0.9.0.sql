@@ -1432,6 +1432,25 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_advisory_xact_lock_shared(insta_id._schema_lock_key(), 2) $$;
 
+-- The schema of a shard registered here: 22003 out of range, 42704 when
+-- none is (what every step of a move on the old server starts with).
+CREATE FUNCTION insta_id._shard_schema(shard_id int)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    PERFORM insta_id._check_shard_id(_shard_schema.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', _shard_schema.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN nsp;
+END
+$$;
+
 -- lock_shard_for_move: the holder named through _lock_holder.
 CREATE OR REPLACE FUNCTION insta_id.lock_shard_for_move(shard_id int)
 RETURNS name
@@ -1442,11 +1461,7 @@ DECLARE
     nsp name;
     holder int;
 BEGIN
-    PERFORM insta_id._check_shard_id(lock_shard_for_move.shard_id);
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = lock_shard_for_move.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(lock_shard_for_move.shard_id);
     IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
         holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
         RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
@@ -1927,10 +1942,7 @@ BEGIN
         RAISE EXCEPTION 'insta_id.move_lock can only be used in transaction blocks'
             USING ERRCODE = 'no_active_sql_transaction', HINT = 'Its locks must last until the cutover commits: BEGIN first.';
     END IF;
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_lock.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', move_lock.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(move_lock.shard_id);
     -- Until every table and sequence is held: one that appears while a try
     -- sleeps is locked on the next pass.
     WHILE cardinality(insta_id._move_unlocked(nsp)) > 0 LOOP
@@ -1988,10 +2000,7 @@ BEGIN
     IF move_state.shard_id IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_state.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', move_state.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(move_state.shard_id);
     IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
         RAISE EXCEPTION 'shard % is not locked for its cutover', move_state.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -2109,5 +2118,5 @@ COMMENT ON FUNCTION insta_id.move_carry(int, jsonb) IS
 
 REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
     insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int),
-    insta_id._in_transaction_block(), insta_id._move_unlocked(name), insta_id.move_lock(int, int),
+    insta_id._in_transaction_block(), insta_id._move_unlocked(name), insta_id.move_lock(int, int), insta_id._shard_schema(int),
     insta_id.move_state(int), insta_id.move_carry(int, jsonb) FROM PUBLIC;

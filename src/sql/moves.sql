@@ -12,6 +12,25 @@
 -- adopt_shard and drop_shard (registry.sql) end the move on each side.
 -- search_path and privileges: as registry.sql says; none is PUBLIC's.
 
+-- The schema of a shard registered here: 22003 out of range, 42704 when
+-- none is (what every step of a move on the old server starts with).
+CREATE FUNCTION insta_id._shard_schema(shard_id int)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    PERFORM insta_id._check_shard_id(_shard_schema.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', _shard_schema.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN nsp;
+END
+$$;
+
 -- A shard being moved to another server (scripts/move_shard.sh): the mover
 -- holds this lock, for its session, from its checks until the shard has left;
 -- insta_id.migrate skips the shard meanwhile. Two movers of one shard, or a
@@ -25,11 +44,7 @@ DECLARE
     nsp name;
     holder int;
 BEGIN
-    PERFORM insta_id._check_shard_id(lock_shard_for_move.shard_id);
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = lock_shard_for_move.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', lock_shard_for_move.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(lock_shard_for_move.shard_id);
     IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
         holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
         RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
@@ -263,10 +278,7 @@ BEGIN
         RAISE EXCEPTION 'insta_id.move_lock can only be used in transaction blocks'
             USING ERRCODE = 'no_active_sql_transaction', HINT = 'Its locks must last until the cutover commits: BEGIN first.';
     END IF;
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_lock.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', move_lock.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(move_lock.shard_id);
     -- Until every table and sequence is held: one that appears while a try
     -- sleeps is locked on the next pass.
     WHILE cardinality(insta_id._move_unlocked(nsp)) > 0 LOOP
@@ -324,10 +336,7 @@ BEGIN
     IF move_state.shard_id IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = move_state.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', move_state.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
+    nsp := insta_id._shard_schema(move_state.shard_id);
     IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
         RAISE EXCEPTION 'shard % is not locked for its cutover', move_state.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state',
