@@ -187,7 +187,7 @@ fuzz:
 	@scripts/dev/build.sh install ci
 	@SMITH_QUERIES=50000 tests/tap.sh sqlsmith
 
-## test-move: a logical shard moved online (scripts/move_shard.sh) from 15 to 18 under writes,
+## test-move: a logical shard moved online (insta-id move) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move
 ##            onto 16 with the per-session guard
 test-move:

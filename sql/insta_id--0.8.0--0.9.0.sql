@@ -1396,7 +1396,7 @@ $$;
 --     history after it.
 --   _move_lock_key(), 1768515634 ('iid2'), object: a shard number. Held for
 --     a session by lock_shard_for_move and by a move's finishers on the new
---     server (scripts/move_shard.sh); migrate tries it shared and skips the
+--     server (insta-id move); migrate tries it shared and skips the
 --     shard when it cannot have it.
 -- The keys are literals (no search_path to set: nothing is resolved) and
 -- inlined into their callers. Not PUBLIC's (privileges.sql).
@@ -1746,7 +1746,7 @@ CREATE TABLE insta_id.moves (
     CHECK (step = ANY (insta_id._move_steps(side)))
 );
 COMMENT ON TABLE insta_id.moves IS
-'Shard moves this server takes part in, with the step each has reached (scripts/move_shard.sh, insta-id status); not dumped';
+'Shard moves this server takes part in, with the step each has reached (insta-id move, insta-id status); not dumped';
 
 -- Records that this server's side of a shard's move reached a step (the
 -- first step makes the row; _move_steps lists each side's). 55006 when the
@@ -1788,7 +1788,7 @@ BEGIN
                   DETAIL = format('Schema %s, %s %s since %s.', found_row.schema_name,
                                   CASE found_row.side WHEN 'leaving' THEN 'leaving for' ELSE 'arriving from' END,
                                   found_row.peer, found_row.started_at),
-                  HINT = 'Finish or undo that move first (scripts/move_shard.sh).';
+                  HINT = 'Finish or undo that move first (insta-id move).';
     END IF;
     UPDATE insta_id.moves m SET step = move_step.step, peer = move_step.peer,
            steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))

@@ -133,8 +133,25 @@ fn known(key: &str) -> Result<(), Error> {
 /// Parses a connection string: `keyword = value` pairs (a value quoted in
 /// single quotes, `\` escaping a quote or itself) or a URI.
 pub fn parse(conninfo: &str) -> Result<BTreeMap<String, String>, Error> {
+    parse_with(conninfo, known)
+}
+
+/// Checks a connection string the tool hands to a server (a subscription's,
+/// a router's target): any keyword libpq knows, but no password, which the
+/// server would store where others read it (pg_subscription, its log).
+pub fn parse_foreign(conninfo: &str) -> Result<BTreeMap<String, String>, Error> {
+    parse_with(conninfo, |k| match k {
+        "password" => err(PASSWORD_REFUSED),
+        _ => Ok(()),
+    })
+}
+
+fn parse_with(
+    conninfo: &str,
+    known: fn(&str) -> Result<(), Error>,
+) -> Result<BTreeMap<String, String>, Error> {
     if conninfo.starts_with("postgresql://") || conninfo.starts_with("postgres://") {
-        return parse_uri(conninfo);
+        return parse_uri(conninfo, known);
     }
     let mut out = BTreeMap::new();
     let mut chars = conninfo.chars().peekable();
@@ -200,7 +217,10 @@ pub fn parse(conninfo: &str) -> Result<BTreeMap<String, String>, Error> {
 
 /// `postgresql://[user[:password]@][host][:port][/dbname][?keyword=value&...]`,
 /// each part percent-decoded.
-fn parse_uri(uri: &str) -> Result<BTreeMap<String, String>, Error> {
+fn parse_uri(
+    uri: &str,
+    known: fn(&str) -> Result<(), Error>,
+) -> Result<BTreeMap<String, String>, Error> {
     let rest = uri.split_once("://").map(|(_, r)| r).unwrap_or_default();
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
@@ -624,7 +644,16 @@ mod tests {
             "postgresql://h/d?password=x",
         ] {
             assert_eq!(parse(s).unwrap_err().0, PASSWORD_REFUSED, "{s}");
+            assert_eq!(parse_foreign(s).unwrap_err().0, PASSWORD_REFUSED, "{s}");
         }
+        // A server's own string (a subscription's) may use any keyword
+        // libpq knows, TLS ones included; the tool's own may not.
+        let tls = "host=h sslmode=verify-full sslrootcert=/etc/ssl/ca.pem";
+        assert_eq!(
+            parse_foreign(tls).unwrap()["sslrootcert"],
+            "/etc/ssl/ca.pem"
+        );
+        assert!(parse(tls).unwrap_err().0.contains("sslrootcert"));
         let e = resolve("host=h", &env(&[("PGPASSWORD", "x")], None)).unwrap_err();
         assert!(e.0.starts_with("PGPASSWORD is set"), "{e}");
     }

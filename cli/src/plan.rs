@@ -14,7 +14,8 @@
 //! do better than a shard's size).
 
 use crate::conninfo::Settings;
-use crate::status::{self, connect, describe};
+use crate::db::{connect, describe};
+use crate::status;
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 

@@ -10,42 +10,9 @@
 //! back.
 
 use crate::conninfo::Settings;
-use postgres::{Client, NoTls};
+use crate::db::{connect, describe};
+use postgres::Client;
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// Connects as `s` says, without TLS (conninfo refuses the modes that need it).
-pub fn connect(s: &Settings) -> Result<Client, postgres::Error> {
-    let mut c = postgres::Config::new();
-    c.host(&s.host)
-        .port(s.port)
-        .dbname(&s.dbname)
-        .user(&s.user)
-        .application_name(s.application_name.as_deref().unwrap_or("insta-id"));
-    if let Some(p) = &s.password {
-        c.password(p);
-    }
-    if let Some(t) = s.connect_timeout {
-        c.connect_timeout(Duration::from_secs(t));
-    }
-    // Nothing the tool runs resolves through a schema a database owner
-    // controls, whatever the database's or role's settings: options the
-    // client gives come last and win.
-    let ours = "-c search_path=pg_catalog,pg_temp";
-    c.options(&match &s.options {
-        Some(o) => format!("{o} {ours}"),
-        None => ours.to_string(),
-    });
-    c.connect(NoTls)
-}
-
-/// An error as psql shows it, with its SQLSTATE when the server sent one.
-pub fn describe(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
-        None => e.to_string(),
-    }
-}
 
 /// One move as one server sees it.
 struct Move {

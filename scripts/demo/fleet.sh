@@ -4,7 +4,7 @@
 #   scripts/demo/fleet.sh up [SERVERS [SHARDS]]   default 3 servers, 300 logical shards
 #   scripts/demo/fleet.sh add N                   one more server, N, holding no shard yet
 #   scripts/demo/fleet.sh move SHARD N            move a logical shard online to server N
-#                                            (scripts/move_shard.sh --router)
+#                                            (insta-id move --router)
 #   scripts/demo/fleet.sh writer STOPFILE OUT SHARD...
 #                                            a client inserting users through the router
 #                                            into these shards in turn, retrying a failed
@@ -78,7 +78,7 @@ case "$cmd" in
     [ -n "$from" ] || from=$(on 1 -d router -c "SELECT connstr FROM shard_map WHERE shard_id = $shard")
     router=$(connstr 1); router=${router/dbname=app/dbname=router}
     # (the demo's application connects as the operator does: one role)
-    "$repo/scripts/move_shard.sh" --router "$router" --router-target "$(connstr "$to")" "$shard" "$from" "$(connstr "$to")"
+    insta-id move "$shard" --from "$from" --to "$(connstr "$to")" --router "$router" --router-target "$(connstr "$to")"
     ;;
   writer)
     stopfile=$2 out=$3; shift 3

@@ -2,7 +2,7 @@
 # `make cluster-demo`: 3 real PostgreSQL servers on this machine, 300 logical
 # shards spread over them from one template, and a PL/Proxy router that runs
 # each call on the server holding the shard; then a fourth server, and a
-# quarter of the shards moved onto it online (scripts/move_shard.sh) while a
+# quarter of the shards moved onto it online (insta-id move) while a
 # client keeps inserting through the router. FLEET_KEEP=1 leaves it running
 # (`scripts/demo/fleet.sh down` stops it).
 source "$(dirname "$0")/../dev/harness.sh"

@@ -37,7 +37,7 @@ CREATE FUNCTION get_user(id bigint) RETURNS text
 LANGUAGE plproxy AS $$ CLUSTER 'fleet'; RUN ON insta_id.shard_id(id); $$;
 
 -- Re-points one logical shard at another server and bumps the map's version
--- in one transaction (scripts/move_shard.sh --router, after the cutover);
+-- in one transaction (insta-id move --router, after the cutover);
 -- returns the new version. A server new to the map gets the next number.
 CREATE FUNCTION repoint_shard(shard int, new_connstr text) RETURNS int
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$

@@ -9,7 +9,7 @@
 --     history after it.
 --   _move_lock_key(), 1768515634 ('iid2'), object: a shard number. Held for
 --     a session by lock_shard_for_move and by a move's finishers on the new
---     server (scripts/move_shard.sh); migrate tries it shared and skips the
+--     server (insta-id move); migrate tries it shared and skips the
 --     shard when it cannot have it.
 -- The keys are literals (no search_path to set: nothing is resolved) and
 -- inlined into their callers. Not PUBLIC's (privileges.sql).

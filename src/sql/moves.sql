@@ -1,5 +1,5 @@
 -- Moving a shard online: each server's half of the move, which the mover
--- (scripts/move_shard.sh) only sequences over its two connections.
+-- (insta-id move) only sequences over its two connections.
 --   lock_shard_for_move   the mover's session lock, which migrate respects
 --   moves, move_step, move_done
 --                         each server's record of how far a move got
@@ -31,7 +31,7 @@ BEGIN
 END
 $$;
 
--- A shard being moved to another server (scripts/move_shard.sh): the mover
+-- A shard being moved to another server (insta-id move): the mover
 -- holds this lock, for its session, from its checks until the shard has left;
 -- insta_id.migrate skips the shard meanwhile. Two movers of one shard, or a
 -- mover and a migration running on it, exclude each other.
@@ -89,7 +89,7 @@ CREATE TABLE insta_id.moves (
     CHECK (step = ANY (insta_id._move_steps(side)))
 );
 COMMENT ON TABLE insta_id.moves IS
-'Shard moves this server takes part in, with the step each has reached (scripts/move_shard.sh, insta-id status); not dumped';
+'Shard moves this server takes part in, with the step each has reached (insta-id move, insta-id status); not dumped';
 
 -- Records that this server's side of a shard's move reached a step (the
 -- first step makes the row; _move_steps lists each side's). 55006 when the
@@ -131,7 +131,7 @@ BEGIN
                   DETAIL = format('Schema %s, %s %s since %s.', found_row.schema_name,
                                   CASE found_row.side WHEN 'leaving' THEN 'leaving for' ELSE 'arriving from' END,
                                   found_row.peer, found_row.started_at),
-                  HINT = 'Finish or undo that move first (scripts/move_shard.sh).';
+                  HINT = 'Finish or undo that move first (insta-id move).';
     END IF;
     UPDATE insta_id.moves m SET step = move_step.step, peer = move_step.peer,
            steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))

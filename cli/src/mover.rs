@@ -1,0 +1,1136 @@
+//! `insta-id move`: one logical shard from one server to another while it
+//! takes writes, with PostgreSQL's logical replication (both servers need
+//! insta_id 0.9.0 or later). Each server's half is the extension's
+//! (src/sql/moves.sql: the lock, the state, the fence, the cutover's locks,
+//! what replication does not carry); this only sequences it over its
+//! sessions, and runs pg_dump and psql for the schema.
+//!
+//! Each server records its side in insta_id.moves in the transaction that
+//! makes the step, so a re-run after an interruption at any point reads how
+//! far the move got: the old server's row reaches 'cutover' in the
+//! transaction that drops the shard there, the point of no return. Before
+//! it, a re-run undoes the partial copy and moves afresh; after it, it only
+//! finishes.
+//!
+//! Steps (each printed with its duration):
+//!  1. checks, under insta_id.lock_shard_for_move on the old server, held by
+//!     one session to the cutover (a second mover is refused; migrate skips
+//!     the shard: DDL is not replicated);
+//!  2. a publication of the schema on the old server;
+//!  3. on the new server, in one transaction: the schema (pg_dump -s), the
+//!     fence (a copy that refuses clients' writes until adopted) and a
+//!     subscription without a slot, so a schema of ours is there exactly
+//!     while that subscription is; then the slot on the old server, and the
+//!     copy;
+//!  4. the copy, its progress printed;
+//!  5. the cutover, in the old server's held session: move_lock (the
+//!     shard's tables and sequences; writers wait), the new server applies
+//!     everything, move_state there and move_carry here carry sequences, the
+//!     high-water mark and the migration history, then drop_shard and
+//!     COMMIT;
+//!  6. the new server adopts the shard (the fence opens); the router's map;
+//!  7. the subscription, slots, publication and fence dropped.
+
+use crate::conninfo::{self, Env, Settings};
+use crate::db::{connect, ident, literal, printable, Described, SESSION_OPTIONS};
+use crate::plan::pretty;
+use postgres::Client;
+use std::io::Write;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// What `insta-id move` was asked.
+pub struct Args {
+    pub shard: u32,
+    pub from: String,
+    pub to: String,
+    pub subscription: Option<String>,
+    pub router: Option<String>,
+    pub router_target: Option<String>,
+    pub undo: bool,
+    pub lock_timeout: String,
+    pub lock_attempts: u16,
+    pub copy_timeout: u64,
+    pub finish_wait: u64,
+}
+
+/// Where a run stands, read again after each lock it waits for.
+struct State {
+    /// The schema registered for the shard on each server.
+    on_from: Option<String>,
+    on_to: Option<String>,
+    /// The move's subscription on the new server: its OID and the schema
+    /// of its tables ('' when it has none yet).
+    sub: Option<(u32, String)>,
+}
+
+struct Mover<'a> {
+    a: &'a Args,
+    shard: i32,
+    /// insta_move_<shard>: the publication, the slot, the subscription.
+    name: String,
+    from_s: Settings,
+    to_s: Settings,
+    from: Client,
+    to: Client,
+    router: Option<Client>,
+    /// Each server as the other's insta_id.moves row names it.
+    from_label: String,
+    to_label: String,
+    to_sysid: String,
+    step_started: Option<Instant>,
+}
+
+pub fn run(a: &Args, env: &Env) -> ExitCode {
+    match Mover::new(a, env).and_then(|mut m| m.run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(e)) => {
+            eprintln!("insta-id: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(e)) => {
+            eprintln!("insta-id: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+enum Failure {
+    /// Refused before connecting anywhere (exit 2).
+    Usage(String),
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Failed(e)
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+fn fail<T>(msg: impl Into<String>) -> Result<T> {
+    Err(Failure::Failed(msg.into()))
+}
+
+/// Polls `done` every 50 ms until it says so, for `secs` at most.
+fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !done()? {
+        if Instant::now() > until {
+            return fail(format!("gave up waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// INSTA_ID_MOVE_STOP_AFTER=<step> kills the tool after that step (slot,
+/// copy, blocked, sequences, cutover, adopted, map, unsubscribed), its
+/// sessions cut as a crash would: how the tests interrupt a move.
+fn stop_after(step: &str) {
+    if std::env::var("INSTA_ID_MOVE_STOP_AFTER").as_deref() == Ok(step) {
+        println!("   (killed after step '{step}': INSTA_ID_MOVE_STOP_AFTER)");
+        let _ = std::io::stdout().flush();
+        extern "C" {
+            fn kill(pid: i32, sig: i32) -> i32;
+        }
+        // SAFETY: kill(2) with this process's own ID and SIGKILL.
+        unsafe {
+            kill(std::process::id() as i32, 9);
+        }
+    }
+}
+
+/// A session kept for a whole phase of the move: on the old server the one
+/// that holds the move's lock and then the cutover's; when finishing, one on
+/// the new server. No timeout of the server cuts its waits short.
+fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
+    let mut c = connect(s).described()?;
+    c.execute(
+        "SELECT pg_catalog.set_config('client_min_messages', 'warning', false),
+                pg_catalog.set_config('statement_timeout', '0', false),
+                pg_catalog.set_config('idle_in_transaction_session_timeout', '0', false),
+                pg_catalog.set_config('idle_session_timeout', '0', false),
+                pg_catalog.set_config('tcp_keepalives_idle', '10', false),
+                pg_catalog.set_config('tcp_keepalives_interval', '5', false),
+                pg_catalog.set_config('tcp_keepalives_count', '3', false),
+                pg_catalog.set_config('lock_timeout', $1, false)",
+        &[&lock_timeout],
+    )
+    .described()?;
+    Ok(c)
+}
+
+const LABEL: &str = "SELECT pg_catalog.format('%s:%s/%s',
+        coalesce(pg_catalog.host(pg_catalog.inet_server_addr()),
+                 pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1)),
+        pg_catalog.current_setting('port'), pg_catalog.current_database())";
+const THIS_DB: &str =
+    "(SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())";
+
+impl<'a> Mover<'a> {
+    fn new(a: &'a Args, env: &Env) -> Result<Mover<'a>> {
+        let usage = |e: conninfo::Error| Failure::Usage(e.to_string());
+        if a.shard > 8191 {
+            return Err(Failure::Usage(format!(
+                "the shard must be a number from 0 to 8191, not {}",
+                a.shard
+            )));
+        }
+        if a.router.is_some() != a.router_target.is_some() {
+            return Err(Failure::Usage(
+                "--router and --router-target go together: the router's database, and the new server's connection string for the application".into(),
+            ));
+        }
+        // Every string first: a refused one (a password) stops the move
+        // before it connects anywhere. The subscription's and the router
+        // target's are the servers' to use, not ours: only checked.
+        let from = conninfo::resolve(&a.from, env).map_err(usage)?;
+        let to = conninfo::resolve(&a.to, env).map_err(usage)?;
+        let router = a
+            .router
+            .as_deref()
+            .map(|r| conninfo::resolve(r, env))
+            .transpose()
+            .map_err(usage)?;
+        for other in [&a.subscription, &a.router_target].into_iter().flatten() {
+            conninfo::parse_foreign(other).map_err(usage)?;
+        }
+        let on = |s: &Settings, what: &str| -> Result<Client> {
+            connect(s).map_err(|e| {
+                Failure::Failed(format!("{what} ({}): {}", s.label, crate::db::describe(&e)))
+            })
+        };
+        let mut from_c = on(&from, "the old server")?;
+        let mut to_c = on(&to, "the new server")?;
+        let router = router.map(|r| on(&r, "the router")).transpose()?;
+        for c in [&mut from_c, &mut to_c] {
+            let recorded: bool = c
+                .query_one(
+                    "SELECT pg_catalog.to_regclass('insta_id.moves') IS NOT NULL",
+                    &[],
+                )
+                .described()?
+                .get(0);
+            if !recorded {
+                return fail("insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)");
+            }
+        }
+        let label =
+            |c: &mut Client| -> Result<String> { Ok(c.query_one(LABEL, &[]).described()?.get(0)) };
+        let (from_label, to_label) = (label(&mut from_c)?, label(&mut to_c)?);
+        let to_sysid: String = to_c
+            .query_one(
+                "SELECT system_identifier::text FROM pg_catalog.pg_control_system()",
+                &[],
+            )
+            .described()?
+            .get(0);
+        Ok(Mover {
+            a,
+            shard: a.shard as i32,
+            name: format!("insta_move_{}", a.shard),
+            from_s: from,
+            to_s: to,
+            from: from_c,
+            to: to_c,
+            router,
+            from_label,
+            to_label,
+            to_sysid,
+            step_started: None,
+        })
+    }
+
+    /// Prints a step, and how long the one before took.
+    fn step(&mut self, what: &str) {
+        if let Some(t) = self.step_started {
+            println!("   ({:.2} s)", t.elapsed().as_secs_f64());
+        }
+        self.step_started = Some(Instant::now());
+        println!("== {what}");
+    }
+
+    fn read_state(&mut self) -> Result<State> {
+        let registered = |c: &mut Client, shard: i32| -> Result<Option<String>> {
+            Ok(c.query_opt(
+                "SELECT schema_name::text FROM insta_id.shard_registry WHERE shard_id = $1::int",
+                &[&shard],
+            )
+            .described()?
+            .map(|r| r.get(0)))
+        };
+        let on_from = registered(&mut self.from, self.shard)?;
+        let on_to = registered(&mut self.to, self.shard)?;
+        let sub = self
+            .to
+            .query_opt(
+                &format!(
+                    "SELECT s.oid::bigint, coalesce((SELECT min(n.nspname::text) FROM pg_catalog.pg_subscription_rel r
+                                               JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
+                                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                               WHERE r.srsubid = s.oid), '')
+                     FROM pg_catalog.pg_subscription s WHERE s.subname = $1::text AND s.subdbid = {THIS_DB}"
+                ),
+                &[&self.name],
+            )
+            .described()?
+            .map(|r| (r.get::<_, i64>(0) as u32, r.get(1)));
+        Ok(State {
+            on_from,
+            on_to,
+            sub,
+        })
+    }
+
+    /// The call that records a step of one side, on that side's server.
+    fn record(
+        c: &mut impl postgres::GenericClient,
+        shard: i32,
+        side: &str,
+        step: &str,
+        schema: &str,
+        peer: &str,
+    ) -> Result<()> {
+        c.execute(
+            "SELECT insta_id.move_step($1::int, $2::text, $3::text, $4::text::name, $5::text)",
+            &[&shard, &side, &step, &schema, &peer],
+        )
+        .described()?;
+        Ok(())
+    }
+    fn record_from(&mut self, step: &str, schema: &str) -> Result<()> {
+        Self::record(
+            &mut self.from,
+            self.shard,
+            "leaving",
+            step,
+            schema,
+            &self.to_label,
+        )
+    }
+    fn record_to(&mut self, step: &str, schema: &str) -> Result<()> {
+        Self::record(
+            &mut self.to,
+            self.shard,
+            "arriving",
+            step,
+            schema,
+            &self.from_label,
+        )
+    }
+
+    fn leaving_step(&mut self) -> Result<Option<String>> {
+        Ok(self
+            .from
+            .query_opt(
+                "SELECT step FROM insta_id.moves WHERE shard_id = $1::int AND side = 'leaving'",
+                &[&self.shard],
+            )
+            .described()?
+            .map(|r| r.get(0)))
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let st = self.read_state()?;
+        if st.on_from.is_some() && st.on_to.is_some() {
+            return fail(format!(
+                "shard {} is registered on both servers: not a state a move leaves; compare them and drop one by hand",
+                self.shard
+            ));
+        }
+        let Some(schema) = st.on_from.clone() else {
+            return self.not_on_from(st);
+        };
+        // The move's lock first: a mover still running elsewhere is never
+        // undone.
+        let mut hold = hold_open(&self.from_s, &self.a.lock_timeout)?;
+        hold.execute(
+            "SELECT insta_id.lock_shard_for_move($1::int)",
+            &[&self.shard],
+        )
+        .described()?;
+        // A move whose cutover committed is never undone, even with the
+        // shard registered on the old server again: the new server's copy
+        // is the shard.
+        let arriving: Option<String> = self
+            .to
+            .query_opt(
+                "SELECT step FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                &[&self.shard],
+            )
+            .described()?
+            .map(|r| r.get(0));
+        if self.leaving_step()?.as_deref() == Some("cutover")
+            || matches!(arriving.as_deref(), Some("adopted" | "map" | "cleanup"))
+        {
+            return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
+        }
+        let leftovers = st.sub.is_some()
+            || self
+                .from
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)
+                         OR EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                    WHERE slot_name = $1::text AND database = pg_catalog.current_database())
+                         OR EXISTS (SELECT FROM insta_id.moves WHERE shard_id = $2::int AND side = 'leaving')",
+                    &[&self.name, &self.shard],
+                )
+                .described()?
+                .get::<_, bool>(0);
+        if leftovers {
+            self.step(&format!(
+                "undo an interrupted move: the old server still holds shard {}",
+                self.shard
+            ));
+            self.drop_replication(&st, Some(&schema))?;
+        }
+        if self.a.undo {
+            self.step(&format!("shard {} is on the old server only", self.shard));
+            return Ok(());
+        }
+        self.step("checks");
+        self.checks(&schema)?;
+
+        self.step("publication on the old server");
+        {
+            let mut tx = self.from.transaction().described()?;
+            tx.batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}",
+                ident(&self.name),
+                ident(&schema)
+            ))
+            .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "leaving",
+                "published",
+                &schema,
+                &self.to_label,
+            )?;
+            tx.commit().described()?;
+        }
+
+        self.step("schema and subscription on the new server (one transaction)");
+        self.copy_schema(&schema)?;
+        let subid: i64 = self
+            .to
+            .query_one(
+                &format!("SELECT oid::bigint FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB}"),
+                &[&self.name],
+            )
+            .described()?
+            .get(0);
+
+        self.step("slot on the old server; copy");
+        self.from
+            .execute(
+                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
+                &[&self.name],
+            )
+            .described()?;
+        self.record_from("slot", &schema)?;
+        {
+            let mut tx = self.to.transaction().described()?;
+            tx.batch_execute(&format!("ALTER SUBSCRIPTION {} ENABLE", ident(&self.name)))
+                .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "arriving",
+                "copying",
+                &schema,
+                &self.from_label,
+            )?;
+            tx.commit().described()?;
+        }
+        stop_after("slot");
+
+        self.step("waiting for the copy");
+        self.wait_copy(subid)?;
+        self.record_to("copied", &schema)?;
+        stop_after("copy");
+
+        self.step("cutover");
+        self.cutover(&mut hold, &schema)?;
+        drop(hold);
+        stop_after("cutover");
+        // At once: until then the shard takes writes nowhere. Under the
+        // finishers' lock, for this transaction (a re-run finishing beside
+        // this one adopts first, then this adopts nothing).
+        self.step(&format!("adopt {} on the new server", printable(&schema)));
+        {
+            let mut tx = self.to.transaction().described()?;
+            tx.execute(
+                "SELECT pg_catalog.pg_advisory_xact_lock(insta_id._move_lock_key(), $1::int)",
+                &[&self.shard],
+            )
+            .described()?;
+            let adopted = tx
+                .execute(
+                    "SELECT insta_id.adopt_shard($1::text::name, $2::int)
+                     WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $2::int)",
+                    &[&schema, &self.shard],
+                )
+                .described()?;
+            if adopted == 1 {
+                Self::record(
+                    &mut tx,
+                    self.shard,
+                    "arriving",
+                    "adopted",
+                    &schema,
+                    &self.from_label,
+                )?;
+            }
+            tx.commit().described()?;
+        }
+        let (hold, st) = self.lock_finish()?;
+        self.finish_move(hold, &st, &schema)
+    }
+
+    /// The shard is not registered on the old server: a move past its
+    /// cutover to finish, or nothing to do.
+    fn not_on_from(&mut self, st: State) -> Result<()> {
+        if self.a.undo {
+            return fail(format!("shard {} is not on the old server: nothing to undo (a move past its cutover is only finished)", self.shard));
+        }
+        if st.on_to.is_none() && st.sub.is_none() {
+            return fail(format!(
+                "shard {} is not registered on the old server",
+                self.shard
+            ));
+        }
+        let (hold, st) = self.lock_finish()?;
+        if st.on_from.is_some() {
+            return fail(format!(
+                "shard {} came back to the old server while this waited: run again",
+                self.shard
+            ));
+        }
+        // Adopted on the new server (only ever after the cutover), or the
+        // old server's record of the cutover, committed with the drop:
+        // anything else is not a move this can finish.
+        if st.on_to.is_none()
+            && self.leaving_step()?.as_deref() != Some("cutover")
+            && !self.legacy_cutover()?
+        {
+            return fail(format!("shard {} is on neither server's registry and its cutover did not commit: compare the servers by hand", self.shard));
+        }
+        let schema = match (&st.on_to, &st.sub) {
+            (Some(s), _) => s.clone(),
+            (None, Some((_, s))) if !s.is_empty() => s.clone(),
+            _ => return fail(format!("shard {} left the old server, but its copy on the new one has no tables: compare the servers by hand", self.shard)),
+        };
+        self.step(&format!(
+            "shard {} left the old server: finishing the move",
+            self.shard
+        ));
+        self.finish_move(hold, &st, &schema)
+    }
+
+    /// A move begun by 0.8.0's scripts/move_shard.sh recorded its cutover
+    /// as a comment on the publication, committed with the drop.
+    fn legacy_cutover(&mut self) -> Result<bool> {
+        Ok(self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubname = $1::text
+                                AND pg_catalog.obj_description(p.oid, 'pg_publication') = 'insta_id: cutover committed')",
+                &[&self.name],
+            )
+            .described()?
+            .get(0))
+    }
+
+    /// What a move needs of the shard and both servers, said before
+    /// anything is made.
+    fn checks(&mut self, schema: &str) -> Result<()> {
+        let one = |c: &mut Client, sql: &str, schema: &str| -> Result<Option<String>> {
+            Ok(c.query_one(sql, &[&schema]).described()?.get(0))
+        };
+        let wal: String = self
+            .from
+            .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
+            .described()?
+            .get(0);
+        if wal != "logical" {
+            return fail("wal_level on the old server is not logical");
+        }
+        let exists: bool = self
+            .to
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        if exists {
+            return fail(format!(
+                "schema {} exists on the new server",
+                printable(schema)
+            ));
+        }
+        if let Some(nokey) = one(
+            &mut self.from,
+            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1::text AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
+               AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_catalog.pg_index x
+                                                        WHERE x.indrelid = c.oid AND x.indisprimary))",
+            schema,
+        )? {
+            return fail(format!("tables without a primary key or replica identity: {}", printable(&nokey)));
+        }
+        // A publication carries permanent tables only: unlogged tables
+        // would lose their rows, materialized views would arrive empty.
+        if let Some(other) = one(
+            &mut self.from,
+            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1::text AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))",
+            schema,
+        )? {
+            return fail(format!("unlogged tables or materialized views, which logical replication does not carry: {}", printable(&other)));
+        }
+        let fenced: bool = self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text)
+                     OR EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                                WHERE p.proname = 'insta_id_move_fence' AND n.nspname = $1::text)",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        if fenced {
+            return fail(format!("{} still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup", printable(schema)));
+        }
+        // PostgreSQL 15 applies replicated rows as the subscription's owner
+        // (the superuser running this); 16 and later as each table's owner.
+        // So onto 15, no code a non-superuser owns may run in the apply:
+        // none in the schema, none its tables' constraints, indexes,
+        // triggers or defaults call.
+        let to_version: i32 = self
+            .to
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::int",
+                &[],
+            )
+            .described()?
+            .get(0);
+        if to_version < 160000 {
+            if let Some(owners) = one(&mut self.from, APPLY_CODE_OWNERS, schema)? {
+                return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
+            }
+        }
+        let epoch = "SELECT pg_catalog.date_part('epoch', insta_id.epoch())::text";
+        let (e1, e2): (String, String) = (
+            self.from.query_one(epoch, &[]).described()?.get(0),
+            self.to.query_one(epoch, &[]).described()?.get(0),
+        );
+        if e1 != e2 {
+            return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
+        }
+        Ok(())
+    }
+
+    /// On the new server, in one transaction (psql -1, which applies
+    /// pg_dump's output as written): the schema, its fence, and the move's
+    /// subscription, disabled and without a slot.
+    fn copy_schema(&mut self, schema: &str) -> Result<()> {
+        let options = match std::env::var("PGOPTIONS") {
+            Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
+            _ => SESSION_OPTIONS.to_string(),
+        };
+        // The schema's name quoted: a name, not a pattern. The DDL stays in
+        // memory, never in a file a killed move would leave.
+        let dump = Command::new("pg_dump")
+            .args(["-s", "-n", &ident(schema), "-d", &self.a.from])
+            .env("PGOPTIONS", &options)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_dump could not be run: {e}"))?;
+        if !dump.status.success() {
+            return fail(format!(
+                "pg_dump of {}: {}",
+                printable(schema),
+                String::from_utf8_lossy(&dump.stderr).trim_end()
+            ));
+        }
+        // pg_dump's output sets search_path to '': what follows names
+        // everything in full.
+        let subscription = self.a.subscription.as_deref().unwrap_or(&self.a.from);
+        let mut sql = dump.stdout;
+        sql.extend_from_slice(
+            format!(
+                "\nSELECT insta_id.move_fence({schema}, {shard});
+CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
+  WITH (enabled = false, create_slot = false, slot_name = {slot});
+SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\n",
+                schema = literal(schema),
+                shard = self.shard,
+                name = ident(&self.name),
+                slot = literal(&self.name),
+                conn = literal(subscription),
+                peer = literal(&self.from_label),
+            )
+            .as_bytes(),
+        );
+        let mut psql = Command::new("psql")
+            .args([
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-1",
+                "-f",
+                "-",
+                "-d",
+                &self.a.to,
+            ])
+            .env("PGOPTIONS", &options)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("psql could not be run: {e}"))?;
+        // psql reads all of it or fails; its error says which.
+        let _ = psql.stdin.take().expect("piped").write_all(&sql);
+        let out = psql.wait_with_output().map_err(|e| format!("psql: {e}"))?;
+        if !out.status.success() {
+            return fail(format!(
+                "the schema on the new server (nothing of it made): {}",
+                String::from_utf8_lossy(&out.stderr).trim_end()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Until every table is copied and streaming, printing how far the copy
+    /// is every 5 s.
+    fn wait_copy(&mut self, subid: i64) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(self.a.copy_timeout);
+        let mut said = Instant::now();
+        loop {
+            let r = self
+                .to
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE r.srsubstate = 'r'), count(*),
+                            coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p
+                                      WHERE p.relid IN (SELECT srrelid FROM pg_catalog.pg_subscription_rel
+                                                        WHERE srsubid = $1::bigint::oid)), 0)::bigint
+                     FROM pg_catalog.pg_subscription_rel r WHERE r.srsubid = $1::bigint::oid",
+                    &[&subid],
+                )
+                .described()?;
+            let (ready, tables, bytes): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+            if ready == tables {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                return fail("gave up waiting for the initial copy");
+            }
+            if said.elapsed() >= Duration::from_secs(5) {
+                said = Instant::now();
+                let behind: Option<i64> = self
+                    .from
+                    .query_opt(
+                        "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+                         FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text",
+                        &[&self.name],
+                    )
+                    .described()?
+                    .and_then(|r| r.get(0));
+                println!(
+                    "   {ready} of {tables} tables copied; {} of the others so far; the stream {} behind",
+                    pretty(bytes as u64),
+                    behind.map_or("-".into(), |b| pretty(b.max(0) as u64))
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// In the held session on the old server: the cutover's locks, the new
+    /// server caught up, what replication does not carry carried, the drop,
+    /// COMMIT (the point of no return).
+    fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        // insta_id.move_lock: the tables in ACCESS EXCLUSIVE mode (the mode
+        // the drop needs), each try waiting lock_timeout at most behind a
+        // long reader before it lets the writers go on and tries again;
+        // then the sequences. The WAL position after which nothing of the
+        // shard commits here.
+        hold.batch_execute("BEGIN").described()?;
+        let lsn: String = hold
+            .query_one(
+                "SELECT insta_id.move_lock($1::int, $2::int)::text",
+                &[&self.shard, &(self.a.lock_attempts as i32)],
+            )
+            .described()?
+            .get(0);
+        // Everything committed before the lock is before it. A transaction
+        // that commits with synchronous_commit on flushes the WAL past it at
+        // once, so the walsender need not wait for the WAL writer.
+        self.from
+            .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
+            .described()?;
+        let (from, name) = (&mut self.from, &self.name);
+        wait_for(60, &format!("the subscription to apply {lsn}"), || {
+            Ok(from
+                .query_opt(
+                    "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                     WHERE slot_name = $2::text",
+                    &[&lsn, name],
+                )
+                .described()?
+                .and_then(|r| r.get::<_, Option<bool>>(0))
+                == Some(true))
+        })?;
+        stop_after("blocked");
+        // Logical replication carries neither sequences nor the time of the
+        // last ID (nor insta_id's history of the shard): move_state reads
+        // them under the lock, move_carry sets them on the new server in
+        // one transaction, the mark raised so that IDs stay unique when the
+        // new server's clock is behind.
+        let state: String = hold
+            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
+            .described()?
+            .get(0);
+        let raised: Option<String> = self
+            .to
+            .query_one(
+                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)::text",
+                &[&self.shard, &state],
+            )
+            .described()?
+            .get(0);
+        let r = self
+            .to
+            .query_one(
+                "SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %s', pg_catalog.quote_ident(key),
+                                   CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END),
+                                 ', ' ORDER BY key), 'none'),
+                        ($1::text::jsonb ->> 'mark')::timestamptz::text
+                 FROM pg_catalog.jsonb_each($1::text::jsonb -> 'sequences')",
+                &[&state],
+            )
+            .described()?;
+        let (sequences, mark): (String, Option<String>) = (r.get(0), r.get(1));
+        println!(
+            "   sequences continue after the old server's: {}",
+            printable(&sequences)
+        );
+        if let Some(mark) = mark {
+            println!(
+                "   high-water mark carried over: {mark} (new server's: {})",
+                raised.as_deref().unwrap_or("none")
+            );
+            let mode: String = self
+                .to
+                .query_one("SELECT insta_id.guard_mode()", &[])
+                .described()?
+                .get(0);
+            if mode == "session" {
+                // The per-session guard (15/16 not preloaded): open sessions
+                // do not see a raised mark, so wait until the new server's
+                // clock is past it.
+                let to = &mut self.to;
+                wait_for(
+                    60,
+                    "the new server's clock to pass the old one's mark",
+                    || {
+                        Ok(to
+                            .query_one(
+                                "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
+                                &[&mark],
+                            )
+                            .described()?
+                            .get(0))
+                    },
+                )?;
+            }
+        }
+        stop_after("sequences");
+        // What the cutover drops on the old server, said before it does.
+        let dropped: String = hold
+            .query_one(
+                "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+                 SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
+                            CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                                 WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
+                          ', ' ORDER BY c.relname), 'nothing')
+                     || pg_catalog.format(', %s functions, %s types',
+                          (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
+                          (SELECT count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
+                           WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
+                 FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        println!(
+            "   dropping schema {} on the old server: {} (never another schema's objects: drop_shard refuses those)",
+            printable(schema),
+            printable(&dropped)
+        );
+        hold.execute(
+            "SELECT insta_id.drop_shard($1::int, force => true)",
+            &[&self.shard],
+        )
+        .described()?;
+        Self::record(
+            hold,
+            self.shard,
+            "leaving",
+            "cutover",
+            schema,
+            &self.to_label,
+        )?;
+        hold.batch_execute("COMMIT").described()?;
+        Ok(())
+    }
+
+    /// Finishers of one move (two re-runs, or a re-run beside the mover)
+    /// queue on an advisory lock on the new server, the key of
+    /// lock_shard_for_move (so migrate skips the shard meanwhile), held by a
+    /// session kept to the end; each reads the state again once it has it.
+    fn lock_finish(&mut self) -> Result<(Client, State)> {
+        let until = Instant::now() + Duration::from_secs(self.a.finish_wait);
+        let mut hold = hold_open(&self.to_s, "0")?;
+        let mut said = false;
+        loop {
+            let got: bool = hold
+                .query_one(
+                    "SELECT pg_catalog.pg_try_advisory_lock(insta_id._move_lock_key(), $1::int)",
+                    &[&self.shard],
+                )
+                .described()?
+                .get(0);
+            if got {
+                break;
+            }
+            if !said {
+                let pid: Option<i32> = self
+                    .to
+                    .query_one(
+                        "SELECT insta_id._lock_holder(insta_id._move_lock_key(), $1::int)",
+                        &[&self.shard],
+                    )
+                    .described()?
+                    .get(0);
+                println!(
+                    "   waiting for process {} on the new server (finishing this move, or moving the shard on)",
+                    pid.map_or("-".into(), |p| p.to_string())
+                );
+                said = true;
+            }
+            if Instant::now() > until {
+                return fail(format!(
+                    "gave up waiting for the lock of shard {} on the new server",
+                    self.shard
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let st = self.read_state()?;
+        Ok((hold, st))
+    }
+
+    /// After the cutover committed, under lock_finish: the shard is the new
+    /// server's; finish what is left.
+    fn finish_move(&mut self, mut hold: Client, st: &State, schema: &str) -> Result<()> {
+        if st.on_to.is_none() {
+            self.step(&format!("adopt {} on the new server", printable(schema)));
+            let mut tx = hold.transaction().described()?;
+            // Opens the fence.
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "arriving",
+                "adopted",
+                schema,
+                &self.from_label,
+            )?;
+            tx.commit().described()?;
+        }
+        stop_after("adopted");
+        if let Some(target) = &self.a.router_target {
+            self.step("re-point the router's map");
+            let router = self.router.as_mut().expect("--router with --router-target");
+            let version: i32 = router
+                .query_one(
+                    "SELECT public.repoint_shard($1::int, $2::text)",
+                    &[&self.shard, target],
+                )
+                .described()?
+                .get(0);
+            self.record_to("map", schema)?;
+            println!("   map version {version}");
+            stop_after("map");
+        }
+        self.step("cleanup: subscription, slots, publication, fence");
+        self.record_to("cleanup", schema)?;
+        self.drop_replication(st, None)?;
+        stop_after("unsubscribed");
+        // Dropping a trigger locks its table (ACCESS EXCLUSIVE), which now
+        // takes writes: one table at a time, each wait short. The fence is
+        // open already; a re-run drops what this leaves.
+        let fenced = self
+            .to
+            .query(
+                "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_trigger t
+                 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text",
+                &[&schema],
+            )
+            .described()?;
+        self.to
+            .batch_execute("SET lock_timeout = '500ms'")
+            .described()?;
+        for r in fenced {
+            let (nsp, rel): (String, String) = (r.get(0), r.get(1));
+            let drop = format!(
+                "DROP TRIGGER IF EXISTS insta_id_move_fence ON {}.{}",
+                ident(&nsp),
+                ident(&rel)
+            );
+            let mut attempt = 1;
+            while let Err(e) = self.to.batch_execute(&drop) {
+                if attempt == 20 {
+                    return fail(format!(
+                        "the fence's trigger on {}.{} is still there (open; a re-run drops it): {}",
+                        printable(&nsp),
+                        printable(&rel),
+                        crate::db::describe(&e)
+                    ));
+                }
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        self.to.batch_execute("RESET lock_timeout").described()?;
+        {
+            let mut tx = self.to.transaction().described()?;
+            // (0.9.0's first script made the fence's function in the schema.)
+            tx.batch_execute(&format!(
+                "DROP FUNCTION IF EXISTS {}.insta_id_move_fence()",
+                ident(schema)
+            ))
+            .described()?;
+            tx.execute(
+                "SELECT insta_id.move_done($1::int, 'arriving')",
+                &[&self.shard],
+            )
+            .described()?;
+            tx.commit().described()?;
+        }
+        drop(hold);
+        self.step(&format!(
+            "moved shard {} ({})",
+            self.shard,
+            printable(schema)
+        ));
+        Ok(())
+    }
+
+    /// Drops what the move made for replication, each part only if it is
+    /// there. On the new server in one transaction: the subscription,
+    /// detached from its slot, and when undoing (`undo`: the schema) the
+    /// schema and its history with it, so that a schema of ours is there
+    /// exactly while the subscription is. Then on the old server the slots
+    /// (the subscription's and its table copies') and the publication.
+    fn drop_replication(&mut self, st: &State, undo: Option<&str>) -> Result<()> {
+        let mut copy_slots = String::new();
+        if let Some((subid, _)) = &st.sub {
+            let mut tx = self.to.transaction().described()?;
+            let name = ident(&self.name);
+            tx.batch_execute(&format!(
+                "SET LOCAL client_min_messages = warning;
+                 ALTER SUBSCRIPTION {name} DISABLE;
+                 ALTER SUBSCRIPTION {name} SET (slot_name = NONE);
+                 DROP SUBSCRIPTION {name}"
+            ))
+            .described()?;
+            if let Some(schema) = undo {
+                tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", ident(schema)))
+                    .described()?;
+                tx.execute(
+                    "DELETE FROM insta_id.applied_migrations WHERE schema_name = $1::text",
+                    &[&schema],
+                )
+                .described()?;
+            }
+            tx.execute(
+                "SELECT insta_id.move_done($1::int, 'arriving')",
+                &[&self.shard],
+            )
+            .described()?;
+            tx.commit().described()?;
+            // Table-copy slots are pg_<subscription oid>_sync_<relid>_<system
+            // identifier of the new server>: only this move's.
+            copy_slots = format!("pg\\_{subid}\\_sync\\_%\\_{}", self.to_sysid);
+        }
+        let ours = "(slot_name = $1::text OR slot_name LIKE $2::text) AND database = pg_catalog.current_database()";
+        let (from, name) = (&mut self.from, &self.name);
+        wait_for(30, "the slots of the move to be released", || {
+            Ok(from
+                .query_one(
+                    &format!("SELECT count(*) = 0 FROM pg_catalog.pg_replication_slots WHERE {ours} AND active"),
+                    &[name, &copy_slots],
+                )
+                .described()?
+                .get(0))
+        })?;
+        self.from
+            .execute(
+                &format!("SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots WHERE {ours}"),
+                &[&self.name, &copy_slots],
+            )
+            .described()?;
+        let mut tx = self.from.transaction().described()?;
+        tx.batch_execute(&format!(
+            "SET LOCAL client_min_messages = warning; DROP PUBLICATION IF EXISTS {}",
+            ident(&self.name)
+        ))
+        .described()?;
+        tx.execute(
+            "SELECT insta_id.move_done($1::int, 'leaving')",
+            &[&self.shard],
+        )
+        .described()?;
+        tx.commit().described()?;
+        Ok(())
+    }
+}
+
+/// The non-superusers owning code a subscription's apply would run for a
+/// schema: its relations, functions, types and operators, and the functions
+/// its tables' constraints, indexes, triggers and defaults call.
+const APPLY_CODE_OWNERS: &str = "
+WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
+     rels AS (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)),
+     owner AS (SELECT c.relowner AS o FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
+               UNION SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)
+               UNION SELECT t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace = (SELECT oid FROM nsp)
+               UNION SELECT o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace = (SELECT oid FROM nsp)
+               UNION SELECT p.proowner FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.refobjid
+               WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                 AND (d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid IN (SELECT oid FROM rels)
+                      OR d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
+                         AND d.objid IN (SELECT oid FROM pg_catalog.pg_constraint WHERE conrelid IN (SELECT oid FROM rels))
+                      OR d.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+                         AND d.objid IN (SELECT oid FROM pg_catalog.pg_trigger WHERE tgrelid IN (SELECT oid FROM rels))
+                      OR d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+                         AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM rels))))
+SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ', ')
+FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
