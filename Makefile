@@ -189,14 +189,15 @@ fuzz:
 
 ## test-move: a logical shard moved online (insta-id move) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move
-##            onto 16 with the per-session guard
+##            onto 16 with the per-session guard; ten moves under pgbench through
+##            PgBouncer, its entries paused and pointed at the new server (0 failed)
 test-move:
-	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults tap
+	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults tap pgbouncer
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
 	@PG=16 scripts/dev/build.sh install ci
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@PG=$(NEWEST) PG_MOVE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) \
-	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move
+	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move pgbouncer
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:

@@ -3,6 +3,7 @@
 //! server's insta_id does, over connections read the way libpq reads them
 //! (`conninfo`).
 
+mod bouncer;
 mod conninfo;
 mod db;
 mod mover;
@@ -55,49 +56,7 @@ enum Command {
     /// afresh. Writers of the shard wait during the cutover (its tables'
     /// locks); those that waited fail once it commits and retry on the new
     /// server.
-    Move {
-        /// The logical shard, 0 to 8191.
-        shard: u32,
-        /// The server holding the shard.
-        #[arg(long, value_name = "CONNINFO")]
-        from: String,
-        /// The server receiving it (insta_id installed; the schema absent).
-        #[arg(long, value_name = "CONNINFO")]
-        to: String,
-        /// How the new server's subscription reaches the old one (default:
-        /// --from). It is stored in pg_subscription: its password belongs
-        /// in the new server's password file, never in it.
-        #[arg(long, value_name = "CONNINFO")]
-        subscription: Option<String>,
-        /// The fleet's router database (the demo's PL/Proxy router,
-        /// scripts/demo/fleet_router.sql), whose map is re-pointed once the
-        /// new server holds the shard.
-        #[arg(long, value_name = "CONNINFO", requires = "router_target")]
-        router: Option<String>,
-        /// The connection string the router's map gets for the new server:
-        /// the application's, not this tool's.
-        #[arg(long, value_name = "CONNINFO", requires = "router")]
-        router_target: Option<String>,
-        /// Only roll back an interrupted move while the old server still
-        /// holds the shard.
-        #[arg(long)]
-        undo: bool,
-        /// How long each try of the cutover's lock waits behind a reader of
-        /// the shard before it lets the writers go on (a PostgreSQL
-        /// interval).
-        #[arg(long, value_name = "INTERVAL", default_value = "5s")]
-        lock_timeout: String,
-        /// How many times the cutover tries its lock.
-        #[arg(long, value_name = "N", default_value_t = 5,
-              value_parser = clap::value_parser!(u16).range(1..=999))]
-        lock_attempts: u16,
-        /// Seconds the initial copy may take.
-        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
-        copy_timeout: u64,
-        /// Seconds to wait for another run finishing the same move.
-        #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-        finish_wait: u64,
-    },
+    Move(Box<mover::Args>),
 }
 
 fn main() -> ExitCode {
@@ -105,34 +64,7 @@ fn main() -> ExitCode {
     let env = conninfo::Env::of_process();
     let servers = match cli.command {
         Command::Status { ref servers } | Command::Plan { ref servers } => servers,
-        Command::Move {
-            shard,
-            from,
-            to,
-            subscription,
-            router,
-            router_target,
-            undo,
-            lock_timeout,
-            lock_attempts,
-            copy_timeout,
-            finish_wait,
-        } => {
-            let args = mover::Args {
-                shard,
-                from,
-                to,
-                subscription,
-                router,
-                router_target,
-                undo,
-                lock_timeout,
-                lock_attempts,
-                copy_timeout,
-                finish_wait,
-            };
-            return mover::run(&args, &env);
-        }
+        Command::Move(args) => return mover::run(&args, &env),
     };
     // Every server's settings first: a refused string (a password, say)
     // stops the command before it connects anywhere (exit 2).
@@ -149,6 +81,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Status { .. } => status::run(&settings),
         Command::Plan { .. } => plan::run(&settings),
-        Command::Move { .. } => unreachable!("handled above"),
+        Command::Move(_) => unreachable!("handled above"),
     }
 }

@@ -31,6 +31,7 @@
 //!  6. the new server adopts the shard (the fence opens); the router's map;
 //!  7. the subscription, slots, publication and fence dropped.
 
+use crate::bouncer::{self, Bouncer};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, Described, SESSION_OPTIONS};
 use crate::plan::pretty;
@@ -40,17 +41,71 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// What `insta-id move` was asked.
+#[derive(clap::Args)]
 pub struct Args {
+    /// The logical shard, 0 to 8191.
     pub shard: u32,
+    /// The server holding the shard.
+    #[arg(long, value_name = "CONNINFO")]
     pub from: String,
+    /// The server receiving it (insta_id installed; the schema absent).
+    #[arg(long, value_name = "CONNINFO")]
     pub to: String,
+    /// How the new server's subscription reaches the old one (default:
+    /// --from). It is stored in pg_subscription: its password belongs
+    /// in the new server's password file, never in it.
+    #[arg(long, value_name = "CONNINFO")]
     pub subscription: Option<String>,
+    /// The fleet's router database (the demo's PL/Proxy router,
+    /// scripts/demo/fleet_router.sql), whose map is re-pointed once the
+    /// new server holds the shard.
+    #[arg(long, value_name = "CONNINFO", requires = "router_target")]
     pub router: Option<String>,
+    /// The connection string the router's map gets for the new server:
+    /// the application's, not this tool's.
+    #[arg(long, value_name = "CONNINFO", requires = "router")]
     pub router_target: Option<String>,
+    /// Only roll back an interrupted move while the old server still
+    /// holds the shard.
+    #[arg(long)]
     pub undo: bool,
+    /// PgBouncer's admin console (dbname=pgbouncer, a user of its
+    /// admin_users): the cutover pauses the shard's entry, shard<N>, so
+    /// its clients wait instead of failing, then points it at the new
+    /// server and resumes it.
+    #[arg(long, value_name = "CONNINFO", requires_all = ["pgbouncer_map", "pgbouncer_target"])]
+    pub pgbouncer: Option<String>,
+    /// The file of PgBouncer's [databases] entries, one per logical
+    /// shard, which pgbouncer.ini includes (%include); rewritten
+    /// atomically with the shard's new entry.
+    #[arg(long, value_name = "FILE", requires = "pgbouncer")]
+    pub pgbouncer_map: Option<std::path::PathBuf>,
+    /// The shard's entry for the new server, as PgBouncer reaches it
+    /// (host=... port=... dbname=...; no password).
+    #[arg(long, value_name = "CONNSTR", requires = "pgbouncer")]
+    pub pgbouncer_target: Option<String>,
+    /// Seconds each try of the pause waits for the transactions open
+    /// through the entry, before it resumes it and tries again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub pause_timeout: u64,
+    /// How many times the cutover tries the pause.
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u16).range(1..=999))]
+    pub pause_attempts: u16,
+    /// How long each try of the cutover's lock waits behind a reader of
+    /// the shard before it lets the writers go on (a PostgreSQL
+    /// interval).
+    #[arg(long, value_name = "INTERVAL", default_value = "5s")]
     pub lock_timeout: String,
+    /// How many times the cutover tries its lock.
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u16).range(1..=999))]
     pub lock_attempts: u16,
+    /// Seconds the initial copy may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub copy_timeout: u64,
+    /// Seconds to wait for another run finishing the same move.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     pub finish_wait: u64,
 }
 
@@ -74,6 +129,9 @@ struct Mover<'a> {
     from: Client,
     to: Client,
     router: Option<Client>,
+    bouncer: Option<Bouncer>,
+    /// When the cutover paused the shard's PgBouncer entry.
+    paused_at: Option<Instant>,
     /// Each server as the other's insta_id.moves row names it.
     from_label: String,
     to_label: String,
@@ -197,6 +255,23 @@ impl<'a> Mover<'a> {
         for other in [&a.subscription, &a.router_target].into_iter().flatten() {
             conninfo::parse_foreign(other).map_err(usage)?;
         }
+        let bouncer = match (&a.pgbouncer, &a.pgbouncer_map, &a.pgbouncer_target) {
+            (Some(admin), Some(map), Some(target)) => {
+                Bouncer::check(target).map_err(Failure::Usage)?;
+                Some(Bouncer {
+                    admin: conninfo::resolve(admin, env).map_err(usage)?,
+                    map: map.clone(),
+                    target: target.clone(),
+                    entry: bouncer::entry_of(a.shard),
+                })
+            }
+            (None, None, None) => None,
+            _ => {
+                return Err(Failure::Usage(
+                    "--pgbouncer, --pgbouncer-map and --pgbouncer-target go together".into(),
+                ))
+            }
+        };
         let on = |s: &Settings, what: &str| -> Result<Client> {
             connect(s).map_err(|e| {
                 Failure::Failed(format!("{what} ({}): {}", s.label, crate::db::describe(&e)))
@@ -236,6 +311,8 @@ impl<'a> Mover<'a> {
             from: from_c,
             to: to_c,
             router,
+            bouncer,
+            paused_at: None,
             from_label,
             to_label,
             to_sysid,
@@ -366,6 +443,18 @@ impl<'a> Mover<'a> {
             || matches!(arriving.as_deref(), Some("adopted" | "map" | "cleanup"))
         {
             return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
+        }
+        // A move killed in its cutover leaves the shard's entry paused, its
+        // clients queued: they go on, on the old server, which still holds
+        // the shard.
+        if let Some(b) = &self.bouncer {
+            if b.paused()? {
+                b.resume_if_paused()?;
+                println!(
+                    "   PgBouncer's entry {} was left paused by an interrupted move: resumed",
+                    b.entry
+                );
+            }
         }
         let leftovers = st.sub.is_some()
             || self
@@ -760,6 +849,29 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// server caught up, what replication does not carry carried, the drop,
     /// COMMIT (the point of no return).
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        // The shard's PgBouncer entry first: once no transaction runs
+        // through it, its clients queue there, and none waits on the locks
+        // below (where the drop would fail it).
+        if let Some(b) = &self.bouncer {
+            self.paused_at = Some(b.pause(
+                Duration::from_secs(self.a.pause_timeout),
+                self.a.pause_attempts,
+            )?);
+            println!("   PgBouncer's entry {} paused", b.entry);
+        }
+        let done = self.cutover_locked(hold, schema);
+        if done.is_err() {
+            // Not cut over: the entry's clients go on, on the old server.
+            if let Some(b) = &self.bouncer {
+                if let Err(e) = b.resume_if_paused() {
+                    eprintln!("insta-id: {e}");
+                }
+            }
+        }
+        done
+    }
+
+    fn cutover_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
         // insta_id.move_lock: the tables in ACCESS EXCLUSIVE mode (the mode
         // the drop needs), each try waiting lock_timeout at most behind a
         // long reader before it lets the writers go on and tries again;
@@ -964,6 +1076,18 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             tx.commit().described()?;
         }
         stop_after("adopted");
+        if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
+            self.step(&format!(
+                "point PgBouncer's entry {entry} at the new server"
+            ));
+            self.bouncer
+                .as_ref()
+                .expect("a bouncer")
+                .point_and_resume()?;
+            if let Some(t) = self.paused_at {
+                println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
+            }
+        }
         if let Some(target) = &self.a.router_target {
             self.step("re-point the router's map");
             let router = self.router.as_mut().expect("--router with --router-target");
@@ -974,8 +1098,10 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 )
                 .described()?
                 .get(0);
-            self.record_to("map", schema)?;
             println!("   map version {version}");
+        }
+        if self.bouncer.is_some() || self.router.is_some() {
+            self.record_to("map", schema)?;
             stop_after("map");
         }
         self.step("cleanup: subscription, slots, publication, fence");

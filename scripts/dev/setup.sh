@@ -16,6 +16,9 @@
 #                                   test upgrades from (see scripts/dev/harness.sh)
 #   scripts/dev/setup.sh tap            PostgreSQL's TAP framework (tests/tap.sh): its
 #                                   modules from postgresql-server-dev-15, IPC::Run
+#   scripts/dev/setup.sh pgbouncer      Debian's PgBouncer (1.18), which routes a fleet's
+#                                   shards in tests/tap/t/013_pgbouncer.pl (which runs
+#                                   its own, on a socket of its own)
 #   scripts/dev/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
 #                                   Django, SQLAlchemy (PyPI, into target/clients-venv)
 #                                   and node-postgres (npm, into examples/node)
@@ -31,13 +34,14 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0
+build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0; pgbouncer=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1; pgbouncer=1 ;;
     faults) faults=1 ;;
     tap) tap=1 ;;
+    pgbouncer) pgbouncer=1 ;;
     clients) clients=1 ;;
     upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
@@ -56,6 +60,7 @@ if [ $build_only = 0 ]; then
     [ "$m" = "$PG_DEBIAN" ] && pkgs+=(postgresql-$m postgresql-server-dev-$m postgresql-$m-plproxy)
   done
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
+  [ $pgbouncer = 1 ] && pkgs+=(pgbouncer)
   # PostgreSQL's TAP framework: its modules ship with Debian's 15 server-dev.
   [ $tap = 1 ] && pkgs+=(libipc-run-perl "postgresql-server-dev-$PG_DEBIAN")
   # Node.js: the machine's own when it has one, else Debian's (18, enough).

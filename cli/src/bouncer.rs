@@ -1,0 +1,250 @@
+//! Routing through PgBouncer during a move: every logical shard has an entry
+//! of its own in PgBouncer's `[databases]`, named `shard<N>`, which
+//! applications connect to (the database name picks the shard, so no
+//! session state crosses transaction pooling). The entries live in a file
+//! of their own, included by pgbouncer.ini (`%include`), which this tool
+//! rewrites. At the cutover the move pauses the shard's entry (PAUSE waits
+//! for the transactions open through it, then its clients queue in
+//! PgBouncer instead of failing), and once the new server holds the shard,
+//! points the entry there, reloads and resumes: the queued clients go on,
+//! on the new server. Only that entry pauses; the other shards' clients are
+//! not held.
+//!
+//! PAUSE has no limit of its own: it is sent from a thread, and given up
+//! after --pause-timeout (the entry resumed, the writers go on) and tried
+//! again, as the cutover's lock is.
+
+use crate::conninfo::{self, Settings};
+use crate::db::printable;
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub struct Bouncer {
+    /// PgBouncer's admin console (dbname=pgbouncer).
+    pub admin: Settings,
+    /// The file of `[databases]` entries pgbouncer.ini includes.
+    pub map: PathBuf,
+    /// The entry's connection string for the new server.
+    pub target: String,
+    /// shard<N>
+    pub entry: String,
+}
+
+/// The entry of a logical shard.
+pub fn entry_of(shard: u32) -> String {
+    format!("shard{shard}")
+}
+
+/// The admin console takes no `options` (PgBouncer refuses startup
+/// parameters it does not track) and only the simple query protocol.
+fn console(s: &Settings) -> Result<Client, String> {
+    let mut c = postgres::Config::new();
+    c.host(&s.host)
+        .port(s.port)
+        .dbname(&s.dbname)
+        .user(&s.user)
+        .application_name("insta-id");
+    if let Some(p) = &s.password {
+        c.password(p);
+    }
+    if let Some(t) = s.connect_timeout {
+        c.connect_timeout(Duration::from_secs(t));
+    }
+    c.connect(NoTls).map_err(|e| {
+        format!(
+            "PgBouncer's console ({}): {}",
+            s.label,
+            crate::db::describe(&e)
+        )
+    })
+}
+
+fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, String> {
+    Ok(c.simple_query(sql)
+        .map_err(|e| format!("PgBouncer: {sql}: {}", crate::db::describe(&e)))?
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The map file with the entry's line set to `target` (appended when the
+/// entry has none); every other line as it was.
+pub fn rewritten(map: &str, entry: &str, target: &str) -> String {
+    let line = format!("{entry} = {target}");
+    let mut found = false;
+    let mut out: Vec<String> = map
+        .lines()
+        .map(|l| {
+            let key = l.split('=').next().unwrap_or("").trim();
+            if !found && key == entry && !l.trim_start().starts_with([';', '#']) {
+                found = true;
+                line.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(line);
+    }
+    out.join("\n") + "\n"
+}
+
+impl Bouncer {
+    /// Checks the entry's target before anything is made: a string
+    /// PgBouncer reads from a file others may read, so no password.
+    pub fn check(target: &str) -> Result<(), String> {
+        if target.contains(['\n', '\r']) {
+            return Err("--pgbouncer-target must be one line".into());
+        }
+        conninfo::parse_foreign(target).map(|_| ()).map_err(|e| e.0)
+    }
+
+    /// The entry as PgBouncer has it: host, port, database and whether it
+    /// is paused.
+    fn show(&self, c: &mut Client) -> Result<(String, String, String, bool), String> {
+        for r in command(c, "SHOW DATABASES")? {
+            if r.get("name") == Some(&self.entry) {
+                let col = |n: &str| r.get(n).unwrap_or("").to_string();
+                return Ok((
+                    col("host"),
+                    col("port"),
+                    col("database"),
+                    col("paused") == "1",
+                ));
+            }
+        }
+        Err(format!(
+            "PgBouncer has no entry {} (its [databases] in {}, included by pgbouncer.ini)",
+            self.entry,
+            self.map.display()
+        ))
+    }
+
+    pub fn paused(&self) -> Result<bool, String> {
+        let mut c = console(&self.admin)?;
+        Ok(self.show(&mut c)?.3)
+    }
+
+    pub fn resume_if_paused(&self) -> Result<(), String> {
+        let mut c = console(&self.admin)?;
+        if self.show(&mut c)?.3 {
+            command(&mut c, &format!("RESUME {}", self.entry))?;
+        }
+        Ok(())
+    }
+
+    /// Pauses the entry: returns once no transaction runs through it, and
+    /// its clients queue. Each try waits `timeout` at most, then resumes the
+    /// entry, lets the clients go on for 1, 2, 3 ... seconds and tries again.
+    pub fn pause(&self, timeout: Duration, attempts: u16) -> Result<Instant, String> {
+        for attempt in 1..=attempts {
+            let started = Instant::now();
+            let (tx, rx) = mpsc::channel();
+            let (admin, entry) = (self.admin.clone(), self.entry.clone());
+            // A try given up leaves this thread waiting on its console
+            // session: PgBouncer answers it when a later PAUSE is done, or
+            // it ends with the process.
+            std::thread::spawn(move || {
+                let r = console(&admin).and_then(|mut c| {
+                    command(&mut c, &format!("PAUSE {entry}"))?;
+                    Ok(c)
+                });
+                let _ = tx.send(r);
+            });
+            match rx.recv_timeout(timeout) {
+                Ok(Ok(_console)) => return Ok(started),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    self.resume_if_paused()?;
+                    if attempt < attempts {
+                        println!(
+                            "   PgBouncer's entry {} not drained within {} s (a transaction open through it), attempt {attempt} of {attempts}: its clients go on, trying again in {attempt} s",
+                            self.entry,
+                            timeout.as_secs_f64()
+                        );
+                        std::thread::sleep(Duration::from_secs(attempt as u64));
+                    }
+                }
+            }
+        }
+        Err(format!(
+            "PgBouncer's entry {} was not drained within {} s in {attempts} tries: a transaction through it stays open (SHOW CLIENTS); the entry is resumed",
+            self.entry,
+            timeout.as_secs_f64()
+        ))
+    }
+
+    /// Points the entry at the new server (the map file replaced
+    /// atomically), reloads PgBouncer, checks that it took the new target,
+    /// and resumes the entry if it is paused.
+    pub fn point_and_resume(&self) -> Result<(), String> {
+        let old = std::fs::read_to_string(&self.map)
+            .map_err(|e| format!("PgBouncer's map {}: {e}", self.map.display()))?;
+        let new = rewritten(&old, &self.entry, &self.target);
+        if new != old {
+            let tmp = self.map.with_extension("insta-id-tmp");
+            let write = || -> std::io::Result<()> {
+                let mut f = std::fs::File::create(&tmp)?;
+                f.set_permissions(std::fs::metadata(&self.map)?.permissions())?;
+                f.write_all(new.as_bytes())?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &self.map)
+            };
+            write().map_err(|e| format!("PgBouncer's map {}: {e}", self.map.display()))?;
+        }
+        let mut c = console(&self.admin)?;
+        command(&mut c, "RELOAD")?;
+        let (host, port, database, paused) = self.show(&mut c)?;
+        let want = conninfo::parse_foreign(&self.target).map_err(|e| e.0)?;
+        let differs = [("host", &host), ("port", &port), ("dbname", &database)]
+            .into_iter()
+            .find(|(k, v)| want.get(*k).is_some_and(|w| w != *v));
+        // Resumed even then: clients queued on a paused entry would wait
+        // until query_wait_timeout; sent to the old server they fail
+        // instead (the shard is gone there), and the operator sees why.
+        if paused {
+            command(&mut c, &format!("RESUME {}", self.entry))?;
+        }
+        if let Some((k, v)) = differs {
+            return Err(format!(
+                "PgBouncer did not take the new target of {} after RELOAD ({k} is {}): is {} included by pgbouncer.ini? Fix it and run the move again",
+                self.entry,
+                printable(v),
+                self.map.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_map_changes_one_entry() {
+        let map = "[databases]\n; shard7 = old comment\nshard7 = host=a dbname=app\nshard70=host=a dbname=app\n";
+        assert_eq!(
+            rewritten(map, "shard7", "host=b dbname=app"),
+            "[databases]\n; shard7 = old comment\nshard7 = host=b dbname=app\nshard70=host=a dbname=app\n"
+        );
+        assert_eq!(
+            rewritten("[databases]", "shard9", "host=b"),
+            "[databases]\nshard9 = host=b\n"
+        );
+    }
+
+    #[test]
+    fn a_target_is_one_line_without_a_password() {
+        assert!(Bouncer::check("host=b port=5432 dbname=app").is_ok());
+        assert!(Bouncer::check("host=b password=x").is_err());
+        assert!(Bouncer::check("host=b\nshard1 = host=evil").is_err());
+    }
+}

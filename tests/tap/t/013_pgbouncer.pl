@@ -1,0 +1,236 @@
+# Moves no client notices: the fleet's shards routed by PgBouncer (Debian's
+# package, run here on a socket of its own), one entry per logical shard in
+# a file pgbouncer.ini includes, and `insta-id move --pgbouncer` pausing the
+# moving shard's entry at the cutover, pointing it at the new server and
+# resuming it:
+# - refusals: an entry PgBouncer does not have, a password in the entry's
+#   target, --pgbouncer without its map;
+# - ten shards moved one after another, each while pgbench (-M simple, the
+#   protocol transaction pooling on 1.18 allows) runs 4 clients on its
+#   entry, and one client on a shard that does not move: 0 failed
+#   transactions, every committed row on the new server once, the entry
+#   pointed at it;
+# - a move killed in its cutover (the entry left paused, clients queued) and
+#   one killed after it committed, each with pgbench running and run again:
+#   the entry of another shard answers meanwhile, and the re-run resumes
+#   (onto the old server, then moves afresh) or points and resumes (onto the
+#   new one); 0 failed transactions.
+# pgbench runs without a time of its own (-T 300 as a bound) and is ended
+# with SIGALRM, which is how -T ends it: it prints its summary.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin . '/..';
+use InstaIdTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $pgbouncer = (grep { -x } map { "$_/pgbouncer" } split(/:/, $ENV{PATH}), '/usr/sbin')[0]
+  or die 'pgbouncer is not installed: scripts/dev/setup.sh pgbouncer';
+my $repo     = "$FindBin::RealBin/../../..";
+my $fixtures = "$repo/tests/fixtures";
+my $logical  = "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n";
+
+my $old = insta_node('old', preload => 1, conf => $logical);
+my $new = insta_node('new', preload => 1);
+for my $n ($old, $new)
+{
+	$n->safe_psql('postgres', 'CREATE DATABASE app');
+	$n->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
+}
+my ($from, $to) = map { $_->connstr('app') } $old, $new;
+psql_file($old, 'app', "$fixtures/shard_template.sql");
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(1, 14, 'template')});
+
+# PgBouncer: transaction pooling, trust on its own socket, the map of
+# shards 1 to 13 in a file of its own (14 has no entry).
+my $dir  = PostgreSQL::Test::Utils::tempdir_short();
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $user = getpwuid($<);
+my $map  = "$dir/shards.ini";
+append_to_file($map, join '', map { "shard$_ = host=" . $old->host . ' port=' . $old->port . " dbname=app\n" } 1 .. 13);
+append_to_file("$dir/userlist.txt", qq{"$user" ""\n});
+append_to_file("$dir/pgbouncer.ini", qq{[databases]
+%include $map
+[pgbouncer]
+listen_addr =
+listen_port = $port
+unix_socket_dir = $dir
+auth_type = trust
+auth_file = $dir/userlist.txt
+admin_users = $user
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 100
+logfile = $dir/pgbouncer.log
+});
+my $bouncer = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', "$dir/stdout", '2>', "$dir/stderr");
+END { $bouncer->kill_kill if $bouncer; }
+my $admin = "host=$dir port=$port dbname=pgbouncer user=$user";
+my $through = "host=$dir port=$port user=$user";    # an application's connection, dbname=shard<N>
+# psql through PgBouncer (simple protocol: -c), its output or undef.
+sub via
+{
+	my ($conninfo, $sql, $flags) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'psql', $flags // '-XqtA', '-d', $conninfo, '-c', $sql ], '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60)) or return undef;
+	chomp $out;
+	return $out;
+}
+# PgBouncer's entry of a shard, by column (SHOW DATABASES).
+sub entry
+{
+	my ($shard) = @_;
+	my ($head, @rows) = split /\n/, via($admin, 'SHOW DATABASES', '-XA') // '';
+	my @names = split /\|/, $head // '';
+	for my $r (@rows)
+	{
+		my %e;
+		@e{@names} = split /\|/, $r, -1;
+		return \%e if ($e{name} // '') eq "shard$shard";
+	}
+	return {};
+}
+for (my $t = 0; !defined via($admin, 'SHOW VERSION'); $t++)
+{
+	die 'PgBouncer did not start: ' . slurp_file("$dir/stderr") if $t > 100;
+	sleep 0.1;
+}
+is(via("$through dbname=shard3", 'SELECT count(*) FROM insta3.users'), 0, 'PgBouncer routes shard 3 to the old server');
+
+# move(SHARD[, TARGET]): insta-id move with PgBouncer, its exit status and
+# output (stdout and stderr, in order), through a file (a killed move's
+# sessions end on their own).
+my $moves = 0;
+sub move
+{
+	my ($shard, $target) = @_;
+	$target //= 'host=' . $new->host . ' port=' . $new->port . ' dbname=app';
+	my $log = "$dir/move-" . ++$moves . '.log';
+	IPC::Run::run(
+		[ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--copy-timeout', 120,
+		  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $target ],
+		'>&', $log);
+	my $rc = $? & 127 ? 128 + ($? & 127) : $? >> 8;
+	return ($rc, slurp_file($log));
+}
+my ($rc, $out) = move(14);
+is("$rc|" . (split /\n/, $out)[-1], "1|insta-id: PgBouncer has no entry shard14 (its [databases] in $map, included by pgbouncer.ini)",
+	'refused: a shard PgBouncer has no entry for');
+is($old->safe_psql('app', 'SELECT count(*) FROM pg_publication') . '|' . $new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'}),
+	'0|0', '... before anything is made');
+($rc, $out) = move(1, 'host=h dbname=app password=x');
+is("$rc|$out", "2|insta-id: a connection string must not hold a password: put it in the password file (~/.pgpass, or PGPASSFILE) or a service file\n",
+	"refused: a password in the entry's target (PgBouncer's map is a file others read)");
+IPC::Run::run([ 'insta-id', 'move', 1, '--from', $from, '--to', $to, '--pgbouncer', $admin ], '>&', \$out);
+like($out, qr/required arguments were not provided:\n  --pgbouncer-map <FILE>\n  --pgbouncer-target <CONNSTR>/, 'refused: --pgbouncer without its map and target');
+
+# pgbench (-M simple) through PgBouncer on a shard's entry, inserting users
+# named 'pgbench', with a per-transaction log.
+sub bench_start
+{
+	my ($shard, $clients) = @_;
+	my $script = "$dir/insert$shard.sql";
+	append_to_file($script, "INSERT INTO insta$shard.users (name) VALUES ('pgbench');\n") unless -e $script;
+	my %b = (out => '', err => '', shard => $shard);
+	$b{run} = IPC::Run::start(
+		[ 'pgbench', '-n', '-M', 'simple', '-c', $clients, '-j', 1, '-T', 300, '-R', 200, '-f', $script,
+		  '-l', "--log-prefix=$dir/pgbench$shard", "$through dbname=shard$shard" ],
+		'>', \$b{out}, '2>', \$b{err});
+	return \%b;
+}
+# Ends a pgbench run as -T would (SIGALRM): its transactions processed and
+# failed, and its exit status.
+sub bench_stop
+{
+	my ($b) = @_;
+	$b->{run}->signal('ALRM');
+	$b->{run}->finish;
+	my ($done)   = $b->{out} =~ /^number of transactions actually processed: (\d+)/m;
+	my ($failed) = $b->{out} =~ /^number of failed transactions: (\d+)/m;
+	return ($done // -1, $failed // -1, $b->{run}->result(0), "$b->{out}$b->{err}");
+}
+# pgbench's rows of a shard on a server; -1 without the shard there.
+sub rows_on
+{
+	my ($node, $shard) = @_;
+	return -1 unless $node->safe_psql('app', "SELECT to_regclass('insta$shard.users') IS NOT NULL") eq 't';
+	return $node->safe_psql('app', "SELECT count(*) FROM insta$shard.users WHERE name = 'pgbench'");
+}
+# Until pgbench has committed rows on NODE (bounded).
+sub until_rows
+{
+	my ($node, $shard, $above) = @_;
+	for (my $t = 0; $t < 600; $t++)
+	{
+		return 1 if rows_on($node, $shard) > $above;
+		sleep 0.05;
+	}
+	return 0;
+}
+
+my $steady = bench_start(13, 1);    # a shard that stays where it is
+until_rows($old, 13, 0) or die 'pgbench on shard 13 wrote nothing';
+my @paused;
+for my $shard (1 .. 10)
+{
+	my $b = bench_start($shard, 4);
+	until_rows($old, $shard, 0) or die "pgbench on shard $shard wrote nothing";
+	($rc, $out) = move($shard);
+	# pgbench goes on through the entry, on the new server, then stops.
+	my $moved = rows_on($new, $shard);
+	until_rows($new, $shard, $moved);
+	my ($done, $failed, $brc, $bout) = bench_stop($b);
+	push @paused, $out =~ /shard$shard paused for ([0-9.]+) s/ ? $1 : 'none';
+	is("$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
+		"0|0|0|$done|-1", "shard $shard moved under pgbench through PgBouncer: 0 failed, its $done rows on the new server once")
+	  or diag "$out\n$bout";
+}
+note 'pauses (s): ' . join(' ', @paused);
+is(join('|', @{ entry(7) }{qw(host port database paused)}), $new->host . '|' . $new->port . '|app|0',
+	"PgBouncer's entry of a moved shard names the new server, not paused");
+is(slurp_file($map) =~ /^shard7 = host=\Q${\ $new->host }\E port=${\ $new->port } dbname=app$/m
+	  && slurp_file($map) =~ /^shard13 = host=\Q${\ $old->host }\E port=${\ $old->port } dbname=app$/m ? 'ok' : slurp_file($map),
+	'ok', 'the map file says so; the entries of shards not moved are as they were');
+
+# Killed in the cutover (its locks held, the entry paused): clients queue in
+# PgBouncer; another shard's entry answers; the re-run resumes the entry
+# (the old server still holds the shard), undoes the copy and moves afresh.
+# Then killed once the cutover committed: the re-run points the entry at the
+# new server and resumes it.
+for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
+{
+	my ($shard, $at) = @$case;
+	my $b = bench_start($shard, 4);
+	until_rows($old, $shard, 0) or die "pgbench on shard $shard wrote nothing";
+	my ($krc, $kout);
+	{
+		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $at;
+		($krc, $kout) = move($shard);
+	}
+	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
+	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
+	($rc, $out) = move($shard);
+	my $moved = rows_on($new, $shard);
+	until_rows($new, $shard, $moved);
+	my ($done, $failed, $brc, $bout) = bench_stop($b);
+	is("$krc|$paused|$other|$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
+		"137|paused|t|0|0|0|$done|-1",
+		"killed after '$at' with its entry paused, another entry answering; the re-run resumed and moved it: 0 failed, $done rows on the new server")
+	  or diag "$kout\n$out\n$bout";
+}
+my ($done, $failed, $brc, $bout) = bench_stop($steady);
+is("$brc|$failed|" . rows_on($old, 13), "0|0|$done", "pgbench on a shard not moved: 0 failed through every move ($done rows)")
+  or diag $bout;
+is($old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') . '|'
+	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')}),
+	'0|0', 'nothing of the moves is left');
+
+$bouncer->signal('INT');
+$bouncer->finish;
+undef $bouncer;
+$new->stop;
+$old->stop;
+done_testing();
