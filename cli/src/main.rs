@@ -8,6 +8,7 @@ mod conninfo;
 mod db;
 mod mover;
 mod plan;
+mod rebalance;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +58,13 @@ enum Command {
     /// locks); those that waited fail once it commits and retry on the new
     /// server.
     Move(Box<mover::Args>),
+    /// Carries out `insta-id plan`: the moves that even out the bytes per
+    /// server, one at a time (each as `insta-id move`), with progress.
+    /// Resumable: it first finishes or redoes every move the servers record
+    /// as interrupted, then plans again, so running it again after any
+    /// interruption goes on. Exits 1 when a move fails (run it again) or no
+    /// plan reaches the bound.
+    Rebalance(Box<rebalance::Args>),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +72,7 @@ fn main() -> ExitCode {
     let env = conninfo::Env::of_process();
     let servers = match cli.command {
         Command::Status { ref servers } | Command::Plan { ref servers } => servers,
+        Command::Rebalance(ref args) => &args.servers,
         Command::Move(args) => return mover::run(&args, &env),
     };
     // Every server's settings first: a refused string (a password, say)
@@ -81,6 +90,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Status { .. } => status::run(&settings),
         Command::Plan { .. } => plan::run(&settings),
+        Command::Rebalance(args) => rebalance::run(&args, &settings, &env),
         Command::Move(_) => unreachable!("handled above"),
     }
 }

@@ -84,6 +84,14 @@ pub struct Args {
     /// (host=... port=... dbname=...; no password).
     #[arg(long, value_name = "CONNSTR", requires = "pgbouncer")]
     pub pgbouncer_target: Option<String>,
+    #[command(flatten)]
+    pub waits: Waits,
+}
+
+/// How long a move waits at each step, before it gives up (a move and a
+/// rebalance take the same).
+#[derive(clap::Args, Clone)]
+pub struct Waits {
     /// Seconds each try of the pause waits for the transactions open
     /// through the entry, before it resumes it and tries again.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
@@ -140,23 +148,43 @@ struct Mover<'a> {
 }
 
 pub fn run(a: &Args, env: &Env) -> ExitCode {
-    match Mover::new(a, env).and_then(|mut m| m.run()) {
+    match move_shard(a, env) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage(e)) => {
-            eprintln!("insta-id: {e}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Failed(e)) => {
-            eprintln!("insta-id: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => e.exit(),
     }
 }
 
-enum Failure {
+/// Moves, finishes or undoes one shard's move, as `a` says.
+pub fn move_shard(a: &Args, env: &Env) -> Result<()> {
+    Mover::new(a, env)?.run()
+}
+
+pub enum Failure {
     /// Refused before connecting anywhere (exit 2).
     Usage(String),
     Failed(String),
+}
+
+impl Failure {
+    /// Says it, and exits 2 for a refusal before any connection, else 1.
+    pub fn exit(self) -> ExitCode {
+        match self {
+            Failure::Usage(e) => {
+                eprintln!("insta-id: {e}");
+                ExitCode::from(2)
+            }
+            Failure::Failed(e) => {
+                eprintln!("insta-id: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Usage(e) | Failure::Failed(e) => e,
+        }
+    }
 }
 
 impl From<String> for Failure {
@@ -165,7 +193,7 @@ impl From<String> for Failure {
     }
 }
 
-type Result<T> = std::result::Result<T, Failure>;
+pub type Result<T> = std::result::Result<T, Failure>;
 
 fn fail<T>(msg: impl Into<String>) -> Result<T> {
     Err(Failure::Failed(msg.into()))
@@ -220,7 +248,7 @@ fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
     Ok(c)
 }
 
-const LABEL: &str = "SELECT pg_catalog.format('%s:%s/%s',
+pub const LABEL: &str = "SELECT pg_catalog.format('%s:%s/%s',
         coalesce(pg_catalog.host(pg_catalog.inet_server_addr()),
                  pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1)),
         pg_catalog.current_setting('port'), pg_catalog.current_database())";
@@ -422,7 +450,7 @@ impl<'a> Mover<'a> {
         };
         // The move's lock first: a mover still running elsewhere is never
         // undone.
-        let mut hold = hold_open(&self.from_s, &self.a.lock_timeout)?;
+        let mut hold = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
         hold.execute(
             "SELECT insta_id.lock_shard_for_move($1::int)",
             &[&self.shard],
@@ -803,7 +831,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// Until every table is copied and streaming, printing how far the copy
     /// is every 5 s.
     fn wait_copy(&mut self, subid: i64) -> Result<()> {
-        let until = Instant::now() + Duration::from_secs(self.a.copy_timeout);
+        let until = Instant::now() + Duration::from_secs(self.a.waits.copy_timeout);
         let mut said = Instant::now();
         loop {
             let r = self
@@ -854,8 +882,8 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         // below (where the drop would fail it).
         if let Some(b) = &self.bouncer {
             self.paused_at = Some(b.pause(
-                Duration::from_secs(self.a.pause_timeout),
-                self.a.pause_attempts,
+                Duration::from_secs(self.a.waits.pause_timeout),
+                self.a.waits.pause_attempts,
             )?);
             println!("   PgBouncer's entry {} paused", b.entry);
         }
@@ -881,7 +909,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         let lsn: String = hold
             .query_one(
                 "SELECT insta_id.move_lock($1::int, $2::int)::text",
-                &[&self.shard, &(self.a.lock_attempts as i32)],
+                &[&self.shard, &(self.a.waits.lock_attempts as i32)],
             )
             .described()?
             .get(0);
@@ -1012,7 +1040,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// lock_shard_for_move (so migrate skips the shard meanwhile), held by a
     /// session kept to the end; each reads the state again once it has it.
     fn lock_finish(&mut self) -> Result<(Client, State)> {
-        let until = Instant::now() + Duration::from_secs(self.a.finish_wait);
+        let until = Instant::now() + Duration::from_secs(self.a.waits.finish_wait);
         let mut hold = hold_open(&self.to_s, "0")?;
         let mut said = false;
         loop {

@@ -139,106 +139,135 @@ pub fn pretty(bytes: u64) -> String {
     format!("{} {}", v.round() as u64, UNITS[u])
 }
 
-/// Reads each server's shards and their bytes, then prints the plan. Exits 0
-/// with a plan that balances the fleet (or with nothing to move), 1 when a
-/// server cannot be read or no plan reaches the bound.
-pub fn run(settings: &[Settings]) -> ExitCode {
-    let mut fleet = Vec::new();
-    let mut fixed = BTreeSet::new();
-    for s in settings {
-        // The moves first: they say clearly when insta_id is missing or old.
-        let read = connect(s).map_err(|e| describe(&e)).and_then(|mut c| {
-            let moving = status::moving_shards(&mut c)?;
-            let shards = shard_sizes(&mut c).map_err(|e| describe(&e))?;
-            Ok((shards, moving))
-        });
-        match read {
-            Ok((shards, moving)) => {
-                fixed.extend(moving);
-                fleet.push(shards);
-            }
-            Err(e) => {
-                eprintln!("insta-id: server {}: {e}", s.label);
-                return ExitCode::FAILURE;
+/// What the servers hold, and the plan for it.
+pub struct Fleet {
+    /// Each server's shards: number, schema, bytes.
+    pub shards: Vec<Vec<(i32, String, u64)>>,
+    /// Shards a move is under way or interrupted for: they stay.
+    pub fixed: BTreeSet<i32>,
+    pub plan: Plan,
+}
+
+impl Fleet {
+    /// Reads each server's shards and their bytes, and plans; an error names
+    /// the server.
+    pub fn read(settings: &[Settings]) -> Result<Fleet, String> {
+        let mut shards = Vec::new();
+        let mut fixed = BTreeSet::new();
+        for s in settings {
+            // The moves first: they say clearly when insta_id is missing or old.
+            let read = connect(s).map_err(|e| describe(&e)).and_then(|mut c| {
+                let moving = status::moving_shards(&mut c)?;
+                let sizes = shard_sizes(&mut c).map_err(|e| describe(&e))?;
+                Ok((sizes, moving))
+            });
+            let (sizes, moving) = read.map_err(|e| format!("server {}: {e}", s.label))?;
+            fixed.extend(moving);
+            shards.push(sizes);
+        }
+        let mut seen = BTreeSet::new();
+        for (i, held) in shards.iter().enumerate() {
+            for (id, _, _) in held {
+                if !seen.insert(*id) {
+                    return Err(format!(
+                        "shard {id} is registered on more than one server (one is {}): compare them before planning",
+                        settings[i].label
+                    ));
+                }
             }
         }
+        let sizes: Vec<Vec<(i32, u64)>> = shards
+            .iter()
+            .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
+            .collect();
+        let plan = plan(&sizes, &fixed);
+        Ok(Fleet {
+            shards,
+            fixed,
+            plan,
+        })
     }
-    let mut seen = BTreeSet::new();
-    for (i, shards) in fleet.iter().enumerate() {
-        for (id, _, _) in shards {
-            if !seen.insert(*id) {
-                eprintln!(
-                    "insta-id: shard {id} is registered on more than one server (one is {}): compare them before planning",
-                    settings[i].label
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    let sizes: Vec<Vec<(i32, u64)>> = fleet
-        .iter()
-        .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
-        .collect();
-    let p = plan(&sizes, &fixed);
-    let total: u64 = p.before.iter().sum();
-    let mean = total as f64 / p.before.len() as f64;
-    let share = |b: u64| {
-        if mean > 0.0 {
-            format!("{:.0}%", b as f64 * 100.0 / mean)
-        } else {
-            "-".into()
-        }
-    };
-    println!(
-        "servers: bytes now -> after the plan (share of the mean, {})",
-        pretty(mean as u64)
-    );
-    for (i, s) in settings.iter().enumerate() {
-        println!(
-            "  {}: {} shards, {} ({}) -> {} ({})",
-            s.label,
-            fleet[i].len(),
-            pretty(p.before[i]),
-            share(p.before[i]),
-            pretty(p.after[i]),
-            share(p.after[i])
-        );
-    }
-    if !fixed.is_empty() {
-        println!(
-            "left where they are, being moved: {}",
-            fixed
-                .iter()
-                .map(i32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    let moved: u64 = p.moves.iter().map(|m| m.bytes).sum();
-    println!(
-        "moves: {} ({}); a dry run, nothing is moved",
-        p.moves.len(),
-        pretty(moved)
-    );
-    for m in &p.moves {
-        let schema = &fleet[m.from]
+
+    /// The schema of a shard the plan moves.
+    pub fn schema(&self, m: &Move) -> &str {
+        &self.shards[m.from]
             .iter()
             .find(|(id, _, _)| *id == m.shard)
-            .unwrap()
-            .1;
-        println!(
-            "  shard {} ({}, {}): {} -> {}",
-            m.shard,
-            schema,
-            pretty(m.bytes),
-            settings[m.from].label,
-            settings[m.to].label
-        );
+            .expect("a planned shard is on its server")
+            .1
     }
-    if p.balanced {
+
+    /// Prints each server's bytes before and after, and the moves.
+    pub fn print(&self, settings: &[Settings], what: &str) {
+        let p = &self.plan;
+        let total: u64 = p.before.iter().sum();
+        let mean = total as f64 / p.before.len() as f64;
+        let share = |b: u64| {
+            if mean > 0.0 {
+                format!("{:.0}%", b as f64 * 100.0 / mean)
+            } else {
+                "-".into()
+            }
+        };
+        println!(
+            "servers: bytes now -> after the plan (share of the mean, {})",
+            pretty(mean as u64)
+        );
+        for (i, s) in settings.iter().enumerate() {
+            println!(
+                "  {}: {} shards, {} ({}) -> {} ({})",
+                s.label,
+                self.shards[i].len(),
+                pretty(p.before[i]),
+                share(p.before[i]),
+                pretty(p.after[i]),
+                share(p.after[i])
+            );
+        }
+        if !self.fixed.is_empty() {
+            println!(
+                "left where they are, being moved: {}",
+                self.fixed
+                    .iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let moved: u64 = p.moves.iter().map(|m| m.bytes).sum();
+        println!("moves: {} ({}); {what}", p.moves.len(), pretty(moved));
+        for m in &p.moves {
+            println!(
+                "  shard {} ({}, {}): {} -> {}",
+                m.shard,
+                self.schema(m),
+                pretty(m.bytes),
+                settings[m.from].label,
+                settings[m.to].label
+            );
+        }
+    }
+}
+
+pub const UNBALANCED: &str =
+    "no plan brings every server within 5% of the mean (or the largest shard's size)";
+
+/// Reads the servers and prints the plan. Exits 0 with a plan that
+/// balances the fleet (or with nothing to move), 1 when a server cannot be
+/// read or no plan reaches the bound.
+pub fn run(settings: &[Settings]) -> ExitCode {
+    let fleet = match Fleet::read(settings) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("insta-id: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    fleet.print(settings, "a dry run, nothing is moved");
+    if fleet.plan.balanced {
         ExitCode::SUCCESS
     } else {
-        eprintln!("insta-id: no plan brings every server within 5% of the mean (or the largest shard's size)");
+        eprintln!("insta-id: {UNBALANCED}");
         ExitCode::FAILURE
     }
 }

@@ -14,7 +14,9 @@
 #   one killed after it committed, each with pgbench running and run again:
 #   the entry of another shard answers meanwhile, and the re-run resumes
 #   (onto the old server, then moves afresh) or points and resumes (onto the
-#   new one); 0 failed transactions.
+#   new one); 0 failed transactions;
+# - insta-id rebalance through PgBouncer, killed in its first move and run
+#   again: it finishes that move, plans again and goes on.
 # pgbench runs without a time of its own (-T 300 as a bound) and is ended
 # with SIGALRM, which is how -T ends it: it prints its summary.
 use strict;
@@ -33,7 +35,7 @@ my $fixtures = "$repo/tests/fixtures";
 my $logical  = "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n";
 
 my $old = insta_node('old', preload => 1, conf => $logical);
-my $new = insta_node('new', preload => 1);
+my $new = insta_node('new', preload => 1, conf => $logical);    # (the rebalance moves shards back)
 for my $n ($old, $new)
 {
 	$n->safe_psql('postgres', 'CREATE DATABASE app');
@@ -224,6 +226,32 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 my ($done, $failed, $brc, $bout) = bench_stop($steady);
 is("$brc|$failed|" . rows_on($old, 13), "0|0|$done", "pgbench on a shard not moved: 0 failed through every move ($done rows)")
   or diag $bout;
+# insta-id rebalance: the new server holds 12 of the 14 shards; the plan
+# moves some back, through PgBouncer. Killed during its first move, then run
+# again: it finishes that move first, plans again, and goes on.
+append_to_file($map, 'shard14 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
+via($admin, 'RELOAD');
+my @rebalance = ('insta-id', 'rebalance', '--server', $from, '--server', $to, '--pgbouncer', $admin, '--pgbouncer-map', $map, '--copy-timeout', 120);
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	IPC::Run::run(\@rebalance, '>&', \$out);
+}
+my $krc = $? & 127 ? 128 + ($? & 127) : $? >> 8;
+my ($first) = $out =~ /^== rebalance: move 1 of \d+: shard (\d+) /m;
+note $out;
+IPC::Run::run(\@rebalance, '>&', \$out);
+$rc = $? >> 8;
+note $out;
+my %holder;
+for my $n ($old, $new)
+{
+	$holder{$_} = $n for split /\n/, $n->safe_psql('app', 'SELECT shard_id FROM insta_id.shards ORDER BY 1');
+}
+my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14;
+is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \(/m ? $1 : 'none', $rc, scalar(keys %holder), "@misrouted"),
+	join('|', 137, $first // 'a first move', 0, 14, ''),
+	'insta-id rebalance, killed in its first move and run again: that move finished first, every shard on one server, its PgBouncer entry pointing there');
+like($out, qr/^== rebalanced: \d+ moves, /m, 'and it said it was done');
 is($old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') . '|'
 	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')}),
 	'0|0', 'nothing of the moves is left');

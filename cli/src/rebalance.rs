@@ -1,0 +1,213 @@
+//! `insta-id rebalance`: carries out `insta-id plan`, one move at a time.
+//! Resumable: a run first finishes (or undoes and redoes) every move the
+//! servers record as interrupted, then plans again from what the servers
+//! hold, so running it again after any interruption goes on where it
+//! stopped. Progress: each move's own (steps, copy), and before each, the
+//! moves and bytes done, the time so far and an estimate of what is left
+//! at the rate so far.
+
+use crate::conninfo::{Env, Settings};
+use crate::db::{connect, describe, Described};
+use crate::mover::{self, Waits, LABEL};
+use crate::plan::{pretty, Fleet, UNBALANCED};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// What `insta-id rebalance` was asked.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A server's connection string; give one per server, the new and
+    /// empty ones too.
+    #[arg(long = "server", value_name = "CONNINFO", required = true)]
+    pub servers: Vec<String>,
+    /// PgBouncer's admin console: each move pauses its shard's entry and
+    /// points it at the new server (as `insta-id move --pgbouncer`), whose
+    /// target is that server's host, port and dbname as given here.
+    #[arg(long, value_name = "CONNINFO", requires = "pgbouncer_map")]
+    pub pgbouncer: Option<String>,
+    /// The file of PgBouncer's [databases] entries pgbouncer.ini includes.
+    #[arg(long, value_name = "FILE", requires = "pgbouncer")]
+    pub pgbouncer_map: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub waits: Waits,
+}
+
+/// A PgBouncer entry's connection string for a server: its host, port and
+/// database, each value quoted when it needs it.
+pub fn target_of(s: &Settings) -> String {
+    let value = |v: &str| {
+        if !v.is_empty() && !v.contains(|c: char| c.is_whitespace() || c == '\'' || c == '\\') {
+            v.to_string()
+        } else {
+            format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+        }
+    };
+    format!(
+        "host={} port={} dbname={}",
+        value(&s.host),
+        s.port,
+        value(&s.dbname)
+    )
+}
+
+/// A move the servers record as interrupted: the shard, its old and new
+/// server (indexes into the servers given).
+fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize)>, String> {
+    let mut labels = Vec::new();
+    let mut rows = Vec::new();
+    for (i, s) in settings.iter().enumerate() {
+        let mut c = connect(s).map_err(|e| format!("server {}: {}", s.label, describe(&e)))?;
+        labels.push(c.query_one(LABEL, &[]).described()?.get::<_, String>(0));
+        for r in c
+            .query(
+                "SELECT shard_id, side, peer FROM insta_id.moves ORDER BY shard_id",
+                &[],
+            )
+            .map_err(|e| format!("server {}: {}", s.label, describe(&e)))?
+        {
+            rows.push((
+                r.get::<_, i32>(0),
+                r.get::<_, String>(1),
+                r.get::<_, String>(2),
+                i,
+            ));
+        }
+    }
+    let mut out: Vec<(i32, usize, usize)> = Vec::new();
+    for (shard, side, peer, i) in rows {
+        let Some(other) = labels.iter().position(|l| *l == peer) else {
+            return Err(format!(
+                "shard {shard} is being moved between server {} and {peer}, which is not among the servers given",
+                settings[i].label
+            ));
+        };
+        let pair = if side == "leaving" {
+            (i, other)
+        } else {
+            (other, i)
+        };
+        if !out.iter().any(|&(s, _, _)| s == shard) {
+            out.push((shard, pair.0, pair.1));
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
+    let one = |shard: i32, from: usize, to: usize| mover::Args {
+        shard: shard as u32,
+        from: a.servers[from].clone(),
+        to: a.servers[to].clone(),
+        subscription: None,
+        router: None,
+        router_target: None,
+        undo: false,
+        pgbouncer: a.pgbouncer.clone(),
+        pgbouncer_map: a.pgbouncer_map.clone(),
+        pgbouncer_target: a.pgbouncer.as_ref().map(|_| target_of(&settings[to])),
+        waits: a.waits.clone(),
+    };
+    let stopped = |shard: i32, e: mover::Failure| {
+        eprintln!(
+            "insta-id: rebalance stopped at shard {shard}: {}\nRun it again: it finishes or undoes that move first, then plans again.",
+            e.message()
+        );
+        ExitCode::FAILURE
+    };
+    let pending = match interrupted(settings) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("insta-id: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for (shard, from, to) in pending {
+        println!(
+            "== rebalance: the interrupted move of shard {shard} ({} -> {})",
+            settings[from].label, settings[to].label
+        );
+        if let Err(e) = mover::move_shard(&one(shard, from, to), env) {
+            return stopped(shard, e);
+        }
+    }
+    let fleet = match Fleet::read(settings) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("insta-id: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    fleet.print(settings, "carried out one at a time");
+    let moves = &fleet.plan.moves;
+    let total: u64 = moves.iter().map(|m| m.bytes).sum();
+    let (started, mut done) = (Instant::now(), 0u64);
+    for (k, m) in moves.iter().enumerate() {
+        let elapsed = started.elapsed().as_secs_f64();
+        let left = if done > 0 {
+            format!(
+                ", about {:.0} s left",
+                elapsed * (total - done) as f64 / done as f64
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "== rebalance: move {} of {}: shard {} ({}, {}) {} -> {}; {} of {} moved in {:.1} s{left}",
+            k + 1,
+            moves.len(),
+            m.shard,
+            fleet.schema(m),
+            pretty(m.bytes),
+            settings[m.from].label,
+            settings[m.to].label,
+            pretty(done),
+            pretty(total),
+            elapsed
+        );
+        if let Err(e) = mover::move_shard(&one(m.shard, m.from, m.to), env) {
+            return stopped(m.shard, e);
+        }
+        done += m.bytes;
+    }
+    println!(
+        "== rebalanced: {} moves, {} in {:.1} s",
+        moves.len(),
+        pretty(total),
+        started.elapsed().as_secs_f64()
+    );
+    if fleet.plan.balanced {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("insta-id: {UNBALANCED}");
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_target_quotes_what_needs_it() {
+        let mut s = crate::conninfo::Settings {
+            host: "/var/run/postgresql".into(),
+            port: 5432,
+            dbname: "app".into(),
+            user: "u".into(),
+            password: None,
+            application_name: None,
+            connect_timeout: None,
+            options: None,
+            label: String::new(),
+        };
+        assert_eq!(
+            target_of(&s),
+            "host=/var/run/postgresql port=5432 dbname=app"
+        );
+        s.dbname = "my app's".into();
+        assert_eq!(
+            target_of(&s),
+            r"host=/var/run/postgresql port=5432 dbname='my app\'s'"
+        );
+    }
+}
