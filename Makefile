@@ -88,7 +88,8 @@ cluster-demo:
 	@PG=15 scripts/demo/fleet_demo.sh
 
 ## bench: benchmarks (release build, never part of make test) on the oldest
-##        and newest version (or PG=NN alone), shards at scale on the first;
+##        and newest version (or PG=NN alone), shards at scale on the first,
+##        shards moved under pgbench through PgBouncer on the last;
 ##        against the previous release's library on a twin cluster; writes
 ##        BENCHMARKS.md
 bench:
@@ -96,6 +97,7 @@ bench:
 	  scripts/dev/setup.sh $$v && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh || exit 1; \
 	done
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
+	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads),

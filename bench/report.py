@@ -103,6 +103,45 @@ pg_dump on the old server, so it needs the same setting there.
 
 
 
+def moves_section():
+    """bench/moves.sh's figures (target/bench/moves-pgNN), if it ran."""
+    out = next((d for d in sorted((repo / "target/bench").glob("moves-pg*"))
+                if (d / "raw.tsv").exists()), None)
+    if out is None:
+        return ""
+    v = defaultdict(dict)
+    for line in (out / "raw.tsv").read_text().splitlines():
+        move, name, value = line.split("\t")
+        v[move][name] = float(value)
+    machine = (out / "machine.txt").read_text().strip().splitlines()
+    moves = sorted((k for k in v if k != "steady"), key=int)
+    rows = "\n".join(f"| {k} | {v[k]['pause'] * 1000:.0f} ms | {v[k]['cutover'] * 1000:.0f} ms | {v[k]['transactions']:.0f} | "
+                     f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
+                     for k in moves)
+    st = v["steady"]
+    return f"""
+## Moving shards under load, through PgBouncer (bench/moves.sh)
+
+{machine[1].split(",")[0].replace("postgres: ", "")} on both servers, fsync and synchronous_commit on;
+{machine[2].split(";")[0]}, transaction pooling, one entry per shard ({machine[0].replace("machine: ", "")}).
+{len(moves)} shards of 20,000 users moved one after another with `insta-id move
+--pgbouncer` while pgbench (`-M simple`, 4 clients, {machine[2].split("rate: ")[1].split(";")[0]} transactions a
+second, one INSERT each) writes through the moving shard's entry, from 1 s
+before the move to 1 s after. The pause is how long the entry was paused
+(its clients queue in PgBouncer); the cutover is the step's time on the
+old server (locks, catching up, carrying sequences and the mark, the drop);
+latencies are every transaction's, from pgbench's per-transaction log,
+measured from its scheduled start (`-R`):
+
+| move | pause | cutover | transactions | failed | p50 | p99 | max |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+A client on a shard that stays, through every move: {st["transactions"]:.0f} transactions, {st["failed"]:.0f} failed,
+p50 {st["p50_ms"]:.1f} ms, p99 {st["p99_ms"]:.1f} ms, max {st["max_ms"]:.0f} ms.
+"""
+
+
 # (label, numerator, denominator, limit, lower is better)
 TARGETS = [
     ("next_id on helper sequences (CACHE 32) / nextval() on a plain sequence, per call", "per_call/next_id_cached", "per_call/nextval", 1.00, True),
@@ -320,6 +359,7 @@ atomic load and a compare.
 - next_id / nextval on each: {m.paired("per_call/next_id", "per_call/nextval"):.2f}x here, {m.paired("per_call/next_id_prev", "per_call/nextval_prev"):.2f}x with {prev}.
 """
 md += shards_section()
+md += moves_section()
 md += f"""
 ## The statements
 

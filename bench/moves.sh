@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Moves no client notices, for `make bench` (never part of `make test`): two
+# servers of one PostgreSQL version (fsync and synchronous_commit on,
+# wal_level = logical), Debian's PgBouncer in front (transaction pooling,
+# one entry per logical shard in a file pgbouncer.ini includes), and
+# MOVES shards of 20,000 users each moved from the first server to the
+# second, one after another, with `insta-id move --pgbouncer`, while
+# pgbench (-M simple) inserts through the moving shard's entry with 4
+# clients at RATE transactions a second, and 1 client through a shard that
+# stays. Per move: the pause the tool held (it prints it), pgbench's failed
+# transactions, and from pgbench's per-transaction log (-l) the latency of
+# every transaction: p50, p99, max. Raw figures go to
+# target/bench/moves-pgNN; bench/report.py reports them.
+#   MOVES=10 RATE=200 PG=18 bench/moves.sh
+source "$(dirname "$0")/../scripts/dev/harness.sh"
+source "$(dirname "$0")/../tests/checks.sh"
+MOVES=${MOVES:-10}
+RATE=${RATE:-200}
+out="$repo/target/bench/moves-pg$PG"; rm -rf "$out"; mkdir -p "$out"
+raw="$out/raw.tsv"; : >"$raw"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "move $1  $2  $3"; }
+durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical')
+bouncer=$(cluster_dir bench-bouncer)
+stop_all() {
+  [ ! -f "$bouncer/pgbouncer.pid" ] || kill "$(cat "$bouncer/pgbouncer.pid")" 2>/dev/null || true
+  stop_cluster bench-move-a; stop_cluster bench-move-b
+}
+trap stop_all EXIT
+for c in bench-move-a bench-move-b; do
+  cluster_destroy "$c"
+  cluster_start "$c" "${durable[@]}"
+  ( eval "$(cluster_env "$c")"; q -d postgres -c "CREATE DATABASE app"
+    q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" )
+done
+conn() { echo "host=$(cluster_dir "$1") port=$(cluster_port "$1") dbname=app user=postgres"; }
+from=$(conn bench-move-a) to=$(conn bench-move-b)
+steady=$((MOVES + 1))
+q -d "$from" -f "$repo/tests/fixtures/shard_template.sql" \
+  -c "SELECT insta_id.create_shards(1, $steady, 'template')" >/dev/null
+for ((s = 1; s <= steady; s++)); do
+  q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
+done
+
+# PgBouncer, run as the clusters' user (it refuses root), on a socket of its own.
+rm -rf "$bouncer"; mkdir -p "$bouncer"
+[ "$(id -u)" != 0 ] || chown postgres "$bouncer"
+bport=$(( $(cluster_port bench-bouncer) + 1000 ))
+for ((s = 1; s <= steady; s++)); do
+  echo "shard$s = host=$(cluster_dir bench-move-a) port=$(cluster_port bench-move-a) dbname=app"
+done | as_pg tee "$bouncer/shards.ini" >/dev/null
+echo '"postgres" ""' | as_pg tee "$bouncer/userlist.txt" >/dev/null
+as_pg tee "$bouncer/pgbouncer.ini" >/dev/null <<INI
+[databases]
+%include $bouncer/shards.ini
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $bouncer
+auth_type = trust
+auth_file = $bouncer/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 100
+logfile = $bouncer/pgbouncer.log
+pidfile = $bouncer/pgbouncer.pid
+INI
+as_pg /usr/sbin/pgbouncer -d "$bouncer/pgbouncer.ini"
+admin="host=$bouncer port=$bport dbname=pgbouncer user=postgres"
+for ((t = 0; t < 100; t++)); do q -d "$admin" -c 'SHOW VERSION' >/dev/null 2>&1 && break; sleep 0.1; done
+through="host=$bouncer port=$bport user=postgres"
+
+# pgbench on a shard's entry until SIGALRM (how -T ends it: with its
+# summary), its per-transaction log in $out/log<shard>.*; its process: $started.
+bench_start() {  # SHARD CLIENTS
+  echo "INSERT INTO insta$1.users (name) VALUES ('pgbench');" >"$out/insert$1.sql"
+  pgbench -n -M simple -c "$2" -j 1 -T 3600 -R "$RATE" -f "$out/insert$1.sql" -l --log-prefix="$out/log$1" \
+    "$through dbname=shard$1" >"$out/pgbench$1.out" 2>&1 &
+  started=$!
+}
+bench_stop() { kill -ALRM "$1"; wait "$1" || true; }
+# p50, p99 and max latency (ms) of a shard's transactions: pgbench -l's third field, in µs.
+latencies() {
+  cat "$out/log$1".* | awk '{print $3}' | sort -n |
+    awk '{v[NR] = $1} END {printf "%.2f %.2f %.2f %d\n", v[int(NR * 0.50) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000, v[NR] / 1000, NR}'
+}
+bench_start "$steady" 1; steady_pid=$started
+for ((s = 1; s <= MOVES; s++)); do
+  bench_start "$s" 4; pid=$started
+  sleep 1
+  insta-id move "$s" --from "$from" --to "$to" --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$s.log" 2>&1 ||
+    { cat "$out/move$s.log" >&2; exit 1; }
+  sleep 1
+  bench_stop "$pid"
+  read -r p50 p99 max n <<<"$(latencies "$s")"
+  record "$s" pause "$(sed -nE "s/^   shard$s paused for ([0-9.]+) s$/\1/p" "$out/move$s.log")"
+  record "$s" cutover "$(awk '/^== cutover/ {c = 1; next} c && /^   \(/ {gsub(/[()s ]/, ""); print; exit}' "$out/move$s.log")"
+  record "$s" failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$s.out")"
+  record "$s" transactions "$n"
+  record "$s" p50_ms "$p50"; record "$s" p99_ms "$p99"; record "$s" max_ms "$max"
+done
+bench_stop "$steady_pid"
+read -r p50 p99 max n <<<"$(latencies "$steady")"
+record steady failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$steady.out")"
+record steady transactions "$n"
+record steady p50_ms "$p50"; record steady p99_ms "$p99"; record steady max_ms "$max"
+check "every shard moved, each on the new server once" \
+  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards")" "$MOVES|1"
+{
+  echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
+  echo "postgres: $(q -d "$from" -c 'SELECT version()')"
+  echo "pgbouncer: $(/usr/sbin/pgbouncer --version | head -n1); moves: $MOVES; rate: $RATE; date: $(date -u +%Y-%m-%d)"
+} >"$out/machine.txt"
+finish
