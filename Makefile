@@ -67,7 +67,8 @@ install:
 	@scripts/dev/build.sh install
 
 ## package: Debian packages (release), one per supported version or PG=NN:
-##        target/packages/postgresql-NN-insta-id_<version>_amd64.deb
+##        target/packages/postgresql-NN-insta-id_<version>_amd64.deb, and the
+##        fleet tool's, for every version: target/packages/insta-id_<version>_amd64.deb
 package:
 	@scripts/dev/setup.sh $(PACKAGE_VERSIONS)
 	@scripts/dev/package.sh $(PACKAGE_VERSIONS)

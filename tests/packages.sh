@@ -8,6 +8,8 @@
 #   machine: CREATE EXTENSION and ALTER EXTENSION UPDATE from 0.1.0 work from
 #   it (preloaded), dpkg -r leaves no file of it behind. Files an earlier
 #   `make install` put there are moved aside first and put back at the end;
+# - the fleet tool's own .deb (insta-id, /usr/bin/insta-id) holds no file of
+#   the per-major packages, so 15's and 18's install side by side, and runs;
 # - scripts/dev/dist.sh: the PGXN archive, with a META.json valid against the PGXN
 #   Meta Spec whose version is Cargo.toml's (and an invalid one is refused).
 # Built with the ci profile (`make package` ships release builds).
@@ -40,6 +42,21 @@ Depends: postgresql-$m"
   check "$m: its control file's default_version is $version" \
     "$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/postgresql/$m/extension/insta_id.control" | sed -nE "s/^default_version = '(.*)'/\1/p")" "$version"
 done
+
+tool=target/packages/insta-id_${version}_$arch.deb
+check "the tool's .deb holds the binary and its docs, and no file of a per-major package" \
+  "$(dpkg-deb -c "$tool" | awk '$1 !~ /^d/ {print $6}' | sort)" \
+  "./usr/bin/insta-id
+./usr/share/doc/insta-id/copyright
+./usr/share/doc/insta-id/fleet.md"
+check "the tool's package: name, version, what it needs" \
+  "$(dpkg-deb -f "$tool" Package Version Recommends)" "Package: insta-id
+Version: $version
+Recommends: postgresql-client"
+tree=$(mktemp -d)
+dpkg-deb -x "$tool" "$tree"
+check "the packaged insta-id runs and says its version" "$("$tree/usr/bin/insta-id" --version)" "insta-id $version"
+rm -rf "$tree"
 
 # Round trip into Debian's PostgreSQL 15.
 use_pg 15

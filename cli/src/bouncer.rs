@@ -74,19 +74,22 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
 }
 
 /// The map file with the entry's line set to `target` (appended when the
-/// entry has none); every other line as it was.
+/// entry has none, and any later line of it dropped); every other line as
+/// it was.
 pub fn rewritten(map: &str, entry: &str, target: &str) -> String {
     let line = format!("{entry} = {target}");
     let mut found = false;
     let mut out: Vec<String> = map
         .lines()
-        .map(|l| {
+        .filter_map(|l| {
             let key = l.split('=').next().unwrap_or("").trim();
-            if !found && key == entry && !l.trim_start().starts_with([';', '#']) {
+            if key != entry || l.trim_start().starts_with([';', '#']) {
+                Some(l.to_string())
+            } else if !found {
                 found = true;
-                line.clone()
+                Some(line.clone())
             } else {
-                l.to_string()
+                None // a second line of the entry would override the first
             }
         })
         .collect();
@@ -100,8 +103,10 @@ impl Bouncer {
     /// Checks the entry's target before anything is made: a string
     /// PgBouncer reads from a file others may read, so no password.
     pub fn check(target: &str) -> Result<(), String> {
-        if target.contains(['\n', '\r']) {
-            return Err("--pgbouncer-target must be one line".into());
+        if target.contains(|c: char| c.is_control() || c == '\'' || c == '\\') {
+            return Err(format!(
+                "PgBouncer's target {target:?}: one line of key=value pairs without quotes or backslashes (PgBouncer does not read libpq's quoting)"
+            ));
         }
         conninfo::parse_foreign(target).map(|_| ()).map_err(|e| e.0)
     }
@@ -145,22 +150,24 @@ impl Bouncer {
     /// entry, lets the clients go on for 1, 2, 3 ... seconds and tries again.
     pub fn pause(&self, timeout: Duration, attempts: u16) -> Result<Instant, String> {
         for attempt in 1..=attempts {
+            // Connected first: the time below is the PAUSE's alone.
+            let mut c = console(&self.admin)?;
             let started = Instant::now();
             let (tx, rx) = mpsc::channel();
-            let (admin, entry) = (self.admin.clone(), self.entry.clone());
+            let entry = self.entry.clone();
             // A try given up leaves this thread waiting on its console
             // session: PgBouncer answers it when a later PAUSE is done, or
             // it ends with the process.
             std::thread::spawn(move || {
-                let r = console(&admin).and_then(|mut c| {
-                    command(&mut c, &format!("PAUSE {entry}"))?;
-                    Ok(c)
-                });
-                let _ = tx.send(r);
+                let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
             });
             match rx.recv_timeout(timeout) {
-                Ok(Ok(_console)) => return Ok(started),
-                Ok(Err(e)) => return Err(e),
+                Ok(Ok(_)) => return Ok(started),
+                Ok(Err(e)) => {
+                    // It may have paused the entry before failing.
+                    self.resume_if_paused()?;
+                    return Err(e);
+                }
                 Err(_) => {
                     self.resume_if_paused()?;
                     if attempt < attempts {
@@ -185,42 +192,71 @@ impl Bouncer {
     /// atomically), reloads PgBouncer, checks that it took the new target,
     /// and resumes the entry if it is paused.
     pub fn point_and_resume(&self) -> Result<(), String> {
-        let old = std::fs::read_to_string(&self.map)
-            .map_err(|e| format!("PgBouncer's map {}: {e}", self.map.display()))?;
+        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        // Moves of other shards rewrite the same file: one at a time, from
+        // reading it to PgBouncer's RELOAD of it.
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.map.with_extension("insta-id-lock"))
+            .map_err(said)?;
+        lock.lock().map_err(said)?;
+        let old = std::fs::read_to_string(&self.map).map_err(said)?;
         let new = rewritten(&old, &self.entry, &self.target);
         if new != old {
-            let tmp = self.map.with_extension("insta-id-tmp");
-            let write = || -> std::io::Result<()> {
-                let mut f = std::fs::File::create(&tmp)?;
-                f.set_permissions(std::fs::metadata(&self.map)?.permissions())?;
-                f.write_all(new.as_bytes())?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, &self.map)
-            };
-            write().map_err(|e| format!("PgBouncer's map {}: {e}", self.map.display()))?;
+            self.replace_map(&new).map_err(said)?;
         }
         let mut c = console(&self.admin)?;
         command(&mut c, "RELOAD")?;
+        drop(lock);
         let (host, port, database, paused) = self.show(&mut c)?;
         let want = conninfo::parse_foreign(&self.target).map_err(|e| e.0)?;
-        let differs = [("host", &host), ("port", &port), ("dbname", &database)]
+        if let Some((k, v)) = [("host", &host), ("port", &port), ("dbname", &database)]
             .into_iter()
-            .find(|(k, v)| want.get(*k).is_some_and(|w| w != *v));
-        // Resumed even then: clients queued on a paused entry would wait
-        // until query_wait_timeout; sent to the old server they fail
-        // instead (the shard is gone there), and the operator sees why.
-        if paused {
-            command(&mut c, &format!("RESUME {}", self.entry))?;
-        }
-        if let Some((k, v)) = differs {
+            .find(|(k, v)| want.get(*k).is_some_and(|w| w != *v))
+        {
+            // Not resumed: resumed, its clients would reach the old server,
+            // where the shard is gone. They wait (query_wait_timeout) for
+            // the run that fixes this.
             return Err(format!(
-                "PgBouncer did not take the new target of {} after RELOAD ({k} is {}): is {} included by pgbouncer.ini? Fix it and run the move again",
+                "PgBouncer did not take the new target of {} after RELOAD ({k} is {}): is {} included by pgbouncer.ini? The entry stays paused: fix it and run the move again",
                 self.entry,
                 printable(v),
                 self.map.display()
             ));
         }
+        if paused {
+            command(&mut c, &format!("RESUME {}", self.entry))?;
+        }
         Ok(())
+    }
+
+    /// Replaces the map file with `text`: a new file of its own, with the
+    /// old one's owner and mode, made durable, then renamed over it.
+    fn replace_map(&self, text: &str) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&self.map)?;
+        let tmp = self
+            .map
+            .with_extension(format!("insta-id-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        let written = (|| {
+            std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid()))?;
+            f.set_permissions(meta.permissions())?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.map)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written?;
+        let dir = self.map.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::File::open(dir.unwrap_or(std::path::Path::new(".")))?.sync_all()
     }
 }
 
@@ -239,6 +275,14 @@ mod tests {
             rewritten("[databases]", "shard9", "host=b"),
             "[databases]\nshard9 = host=b\n"
         );
+        assert_eq!(
+            rewritten(
+                "shard9 = host=a\nx = y\nshard9=host=c\n",
+                "shard9",
+                "host=b"
+            ),
+            "shard9 = host=b\nx = y\n"
+        );
     }
 
     #[test]
@@ -246,5 +290,6 @@ mod tests {
         assert!(Bouncer::check("host=b port=5432 dbname=app").is_ok());
         assert!(Bouncer::check("host=b password=x").is_err());
         assert!(Bouncer::check("host=b\nshard1 = host=evil").is_err());
+        assert!(Bouncer::check("host=b dbname='my db'").is_err());
     }
 }

@@ -58,7 +58,7 @@ pub fn describe(e: &postgres::Error) -> String {
     if let Some(h) = db.hint() {
         said += &format!("\nHINT: {h}");
     }
-    said
+    terminal(&said)
 }
 
 /// A server's error as a message for the operator.
@@ -89,6 +89,14 @@ pub fn printable(text: &str) -> String {
     text.chars().filter(|c| !c.is_control()).collect()
 }
 
+/// A message of several lines that may quote such names (a server's error,
+/// pg_dump's): its lines kept, every other control character dropped.
+pub fn terminal(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c == '\n' || !c.is_control())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,5 +107,6 @@ mod tests {
         assert_eq!(ident("Insta 7"), r#""Insta 7""#);
         assert_eq!(literal(r"it's \'"), r"'it''s \'''");
         assert_eq!(printable("a\nb\u{1b}[2Jc"), "ab[2Jc");
+        assert_eq!(terminal("a\nb\u{1b}[2Jc\r"), "a\nb[2Jc");
     }
 }

@@ -33,7 +33,7 @@
 
 use crate::bouncer::{self, Bouncer};
 use crate::conninfo::{self, Env, Settings};
-use crate::db::{connect, ident, literal, printable, Described, SESSION_OPTIONS};
+use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
 use crate::plan::pretty;
 use postgres::Client;
 use std::io::Write;
@@ -228,11 +228,45 @@ fn stop_after(step: &str) {
     }
 }
 
+/// The first minor release of each major whose pg_dump and psql are fixed
+/// for CVE-2025-8714/8715 (a name with a newline in a dump became psql
+/// meta-commands, run as the restoring superuser); 18 was fixed before its
+/// release.
+const FIXED_CLIENT: [(u32, u32); 5] = [(13, 22), (14, 19), (15, 14), (16, 10), (17, 6)];
+
+/// Whether `pg_dump --version`'s answer is a fixed release.
+pub fn fixed_version(said: &str) -> bool {
+    let Some(v) = said.split("(PostgreSQL) ").nth(1) else {
+        return false;
+    };
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    major >= 18
+        || FIXED_CLIENT
+            .iter()
+            .any(|&(m, fixed)| m == major && minor >= fixed)
+}
+
+/// Refuses a pg_dump or psql (from PATH) older than its major's fix.
+fn fixed_client(tool: &str) -> Result<()> {
+    let out = Command::new(tool)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{tool} could not be run: {e}"))?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !fixed_version(&said) {
+        return fail(format!("{tool} in PATH is {said}: a move needs 13.22, 14.19, 15.14, 16.10, 17.6, 18 or later (CVE-2025-8714 and 8715: a shard's owner could run commands as the superuser restoring its schema)"));
+    }
+    Ok(())
+}
+
 /// A session kept for a whole phase of the move: on the old server the one
 /// that holds the move's lock and then the cutover's; when finishing, one on
 /// the new server. No timeout of the server cuts its waits short.
 fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
-    let mut c = connect(s).described()?;
+    let mut c =
+        connect(s).map_err(|e| format!("server {}: {}", s.label, crate::db::describe(&e)))?;
     c.execute(
         "SELECT pg_catalog.set_config('client_min_messages', 'warning', false),
                 pg_catalog.set_config('statement_timeout', '0', false),
@@ -319,6 +353,20 @@ impl<'a> Mover<'a> {
             if !recorded {
                 return fail("insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)");
             }
+        }
+        // Two strings for one database would move a shard onto itself.
+        let identity = "SELECT s.system_identifier::text || '/' || d.oid::text
+                        FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d
+                        WHERE d.datname = pg_catalog.current_database()";
+        let (i1, i2): (String, String) = (
+            from_c.query_one(identity, &[]).described()?.get(0),
+            to_c.query_one(identity, &[]).described()?.get(0),
+        );
+        if i1 == i2 {
+            return fail(format!(
+                "--from and --to are one database ({} and {}): a shard moves between two",
+                from.label, to.label
+            ));
         }
         let label =
             |c: &mut Client| -> Result<String> { Ok(c.query_one(LABEL, &[]).described()?.get(0)) };
@@ -426,6 +474,33 @@ impl<'a> Mover<'a> {
         )
     }
 
+    /// The new server's record of the move: the old server as it names it,
+    /// and whether the move paused PgBouncer's entry without pointing it
+    /// at the new server yet.
+    fn arriving(&mut self) -> Result<Option<(String, bool)>> {
+        Ok(self
+            .to
+            .query_opt(
+                "SELECT peer, steps @> '[{\"step\": \"paused\"}]' AND NOT steps @> '[{\"step\": \"map\"}]'
+                 FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                &[&self.shard],
+            )
+            .described()?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// A move that paused the shard's PgBouncer entry is finished or undone
+    /// only by a run that can resume it.
+    fn refuse_paused_without_bouncer(&mut self) -> Result<()> {
+        if self.bouncer.is_none() && self.arriving()?.is_some_and(|(_, paused)| paused) {
+            return fail(format!(
+                "this move of shard {} paused its PgBouncer entry (shard{}) at the cutover: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it",
+                self.shard, self.shard
+            ));
+        }
+        Ok(())
+    }
+
     fn leaving_step(&mut self) -> Result<Option<String>> {
         Ok(self
             .from
@@ -472,6 +547,7 @@ impl<'a> Mover<'a> {
         {
             return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
         }
+        self.refuse_paused_without_bouncer()?;
         // A move killed in its cutover leaves the shard's entry paused, its
         // clients queued: they go on, on the old server, which still holds
         // the shard.
@@ -627,6 +703,26 @@ impl<'a> Mover<'a> {
                 self.shard
             ));
         }
+        let arriving = self.arriving()?;
+        if st.on_to.is_some() && arriving.is_none() && st.sub.is_none() {
+            // (A second run finishing the same move finds it finished.)
+            self.step(&format!(
+                "shard {} is on the new server, and no move of it is recorded there: nothing to do",
+                self.shard
+            ));
+            return Ok(());
+        }
+        if let Some((peer, _)) = &arriving {
+            if *peer != self.from_label {
+                return fail(format!(
+                    "shard {} is being moved to the new server from {}, not from {}: give that server as --from",
+                    self.shard,
+                    printable(peer),
+                    self.from_label
+                ));
+            }
+        }
+        self.refuse_paused_without_bouncer()?;
         // Adopted on the new server (only ever after the cutover), or the
         // old server's record of the cutover, committed with the drop:
         // anything else is not a move this can finish.
@@ -745,7 +841,7 @@ impl<'a> Mover<'a> {
                 return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
             }
         }
-        let epoch = "SELECT pg_catalog.date_part('epoch', insta_id.epoch())::text";
+        let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
         let (e1, e2): (String, String) = (
             self.from.query_one(epoch, &[]).described()?.get(0),
             self.to.query_one(epoch, &[]).described()?.get(0),
@@ -764,6 +860,9 @@ impl<'a> Mover<'a> {
             Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
+        for tool in ["pg_dump", "psql"] {
+            fixed_client(tool)?;
+        }
         // The schema's name quoted: a name, not a pattern. The DDL stays in
         // memory, never in a file a killed move would leave.
         let dump = Command::new("pg_dump")
@@ -776,7 +875,7 @@ impl<'a> Mover<'a> {
             return fail(format!(
                 "pg_dump of {}: {}",
                 printable(schema),
-                String::from_utf8_lossy(&dump.stderr).trim_end()
+                terminal(String::from_utf8_lossy(&dump.stderr).trim_end())
             ));
         }
         // pg_dump's output sets search_path to '': what follows names
@@ -822,7 +921,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         if !out.status.success() {
             return fail(format!(
                 "the schema on the new server (nothing of it made): {}",
-                String::from_utf8_lossy(&out.stderr).trim_end()
+                terminal(String::from_utf8_lossy(&out.stderr).trim_end())
             ));
         }
         Ok(())
@@ -880,19 +979,44 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         // The shard's PgBouncer entry first: once no transaction runs
         // through it, its clients queue there, and none waits on the locks
         // below (where the drop would fail it).
-        if let Some(b) = &self.bouncer {
-            self.paused_at = Some(b.pause(
+        if self.bouncer.is_some() {
+            // Recorded first: a run that finishes or undoes this move must
+            // be able to resume the entry.
+            self.record_to("paused", schema)?;
+            let b = self.bouncer.as_ref().expect("a bouncer");
+            match b.pause(
                 Duration::from_secs(self.a.waits.pause_timeout),
                 self.a.waits.pause_attempts,
-            )?);
+            ) {
+                Ok(at) => self.paused_at = Some(at),
+                Err(e) => {
+                    if let Err(r) = b.resume_if_paused() {
+                        eprintln!("insta-id: {r}");
+                    }
+                    return fail(e);
+                }
+            }
             println!("   PgBouncer's entry {} paused", b.entry);
         }
         let done = self.cutover_locked(hold, schema);
-        if done.is_err() {
+        if let (Err(e), true) = (&done, self.bouncer.is_some()) {
             // Not cut over: the entry's clients go on, on the old server.
-            if let Some(b) = &self.bouncer {
-                if let Err(e) = b.resume_if_paused() {
-                    eprintln!("insta-id: {e}");
+            // Unless the COMMIT did happen (its reply lost): then they wait
+            // for the run that finishes the move.
+            let committed = self.leaving_step();
+            let b = self.bouncer.as_ref().expect("a bouncer");
+            match committed {
+                Ok(step) if step.as_deref() != Some("cutover") => {
+                    if let Err(r) = b.resume_if_paused() {
+                        eprintln!("insta-id: {r}");
+                    }
+                }
+                _ => {
+                    return fail(format!(
+                        "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the move is run again, which finishes it",
+                        e.message(),
+                        b.entry
+                    ))
                 }
             }
         }
@@ -941,6 +1065,32 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
+        // Every table of the shard (every partition) must be one this
+        // subscription copied and streams: a table made on both servers
+        // during the move exists on the new one, but its rows never came.
+        let unsubscribed: Option<String> = self
+            .to
+            .query_one(
+                &format!(
+                    "SELECT pg_catalog.string_agg(pg_catalog.quote_ident(t), ', ' ORDER BY t)
+                     FROM pg_catalog.jsonb_array_elements_text($1::text::jsonb -> 'tables') t
+                     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                                       JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                                       JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
+                                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                       WHERE s.subname = $2::text AND s.subdbid = {THIS_DB}
+                                         AND n.nspname = $3::text AND c.relname = t AND r.srsubstate = 'r')
+                       -- (a partitioned table's rows are its partitions')
+                       AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                       WHERE n.nspname = $3::text AND c.relname = t AND c.relkind = 'p')"
+                ),
+                &[&state, &self.name, &schema],
+            )
+            .described()?
+            .get(0);
+        if let Some(t) = unsubscribed {
+            return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
+        }
         let raised: Option<String> = self
             .to
             .query_one(
@@ -1018,6 +1168,23 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             printable(schema),
             printable(&dropped)
         );
+        // The new server must be able to adopt the copy once the old one is
+        // gone: tried now, and rolled back.
+        {
+            let mut tx = self.to.transaction().described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .map_err(|e| {
+                format!(
+                    "the new server could not adopt the copy of shard {} (nothing was dropped): {}",
+                    self.shard,
+                    crate::db::describe(&e)
+                )
+            })?;
+            tx.rollback().described()?;
+        }
         hold.execute(
             "SELECT insta_id.drop_shard($1::int, force => true)",
             &[&self.shard],
@@ -1223,12 +1390,14 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                     &[&schema],
                 )
                 .described()?;
+                // The new server's side ends with its schema; when finishing,
+                // with the fence (finish_move).
+                tx.execute(
+                    "SELECT insta_id.move_done($1::int, 'arriving')",
+                    &[&self.shard],
+                )
+                .described()?;
             }
-            tx.execute(
-                "SELECT insta_id.move_done($1::int, 'arriving')",
-                &[&self.shard],
-            )
-            .described()?;
             tx.commit().described()?;
             // Table-copy slots are pg_<subscription oid>_sync_<relid>_<system
             // identifier of the new server>: only this move's.
@@ -1268,8 +1437,12 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
 }
 
 /// The non-superusers owning code a subscription's apply would run for a
-/// schema: its relations, functions, types and operators, and the functions
-/// its tables' constraints, indexes, triggers and defaults call.
+/// schema: its relations, functions, types and operators, the functions its
+/// tables' constraints, indexes, triggers and defaults call, its columns'
+/// types (a domain elsewhere) and what their constraints call, and its
+/// indexes' operator classes. (The schema's own relations owned by a
+/// non-superuser are refused too, so its owner cannot change the copy on
+/// the new server during the move either.)
 const APPLY_CODE_OWNERS: &str = "
 WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
      rels AS (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)),
@@ -1285,6 +1458,45 @@ WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
                       OR d.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
                          AND d.objid IN (SELECT oid FROM pg_catalog.pg_trigger WHERE tgrelid IN (SELECT oid FROM rels))
                       OR d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
-                         AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM rels))))
+                         AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM rels)))
+               -- the types of its columns, wherever they live (a domain's
+               -- checks run in the apply), and what their constraints call
+               UNION SELECT t.typowner FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+               WHERE a.attrelid IN (SELECT oid FROM rels) AND a.attnum > 0
+               UNION SELECT p.proowner FROM pg_catalog.pg_attribute a
+               JOIN pg_catalog.pg_constraint k ON k.contypid = a.atttypid
+               JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid = k.oid
+                                          AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+               JOIN pg_catalog.pg_proc p ON p.oid = d.refobjid
+               WHERE a.attrelid IN (SELECT oid FROM rels) AND a.attnum > 0
+               -- the operator classes of its indexes
+               UNION SELECT o.opcowner FROM pg_catalog.pg_index x JOIN pg_catalog.pg_opclass o ON o.oid = ANY (x.indclass::pg_catalog.oid[])
+               WHERE x.indrelid IN (SELECT oid FROM rels))
 SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ', ')
 FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
+
+#[cfg(test)]
+mod tests {
+    use super::fixed_version;
+
+    #[test]
+    fn only_fixed_clients_restore_a_shard() {
+        for ok in [
+            "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)",
+            "psql (PostgreSQL) 17.6",
+            "pg_dump (PostgreSQL) 16.10",
+            "pg_dump (PostgreSQL) 18.0",
+            "pg_dump (PostgreSQL) 19devel",
+        ] {
+            assert!(fixed_version(ok), "{ok}");
+        }
+        for old in [
+            "pg_dump (PostgreSQL) 15.13",
+            "psql (PostgreSQL) 17.5",
+            "pg_dump (PostgreSQL) 12.22",
+            "something else",
+        ] {
+            assert!(!fixed_version(old), "{old}");
+        }
+    }
+}

@@ -2,6 +2,9 @@
 # scripts/dev/package.sh [--profile ci] [MAJOR...]: Debian packages of insta_id,
 # one per PostgreSQL major (default: every supported one), in target/packages:
 #   postgresql-<major>-insta-id_<version>_<arch>.deb
+# and one of the fleet tool, for every major alike (so the per-major
+# packages, installed side by side during an upgrade, never share a file):
+#   insta-id_<version>_<arch>.deb   /usr/bin/insta-id
 # laid out like the PostgreSQL project's own packages (apt.postgresql.org,
 # and Debian's for 15): the library in /usr/lib/postgresql/<major>/lib, the
 # control file and every install and upgrade script in
@@ -55,3 +58,33 @@ CONTROL
   dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
   say "$deb ($profile build for PostgreSQL $("$PG_CONFIG" --version | cut -d' ' -f2))"
 done
+
+# The fleet tool: one binary for every major (it speaks the protocol, and
+# runs the pg_dump and psql it finds in PATH).
+cargo build --quiet -p insta-id --profile "$profile"
+root="target/packages/insta-id/root"; rm -rf "$root"
+mkdir -p "$root/usr/bin" "$root/usr/share/doc/insta-id" "$root/DEBIAN"
+install -m 0755 "target/$([ "$profile" = dev ] && echo debug || echo "$profile")/insta-id" "$root/usr/bin/"
+install -m 0644 docs/fleet.md "$root/usr/share/doc/insta-id/"
+install -m 0644 LICENSE "$root/usr/share/doc/insta-id/copyright"
+glibc=$(objdump -T "$root/usr/bin/insta-id" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
+cat >"$root/DEBIAN/control" <<CONTROL
+Package: insta-id
+Version: $version
+Architecture: $arch
+Maintainer: insta_id maintainers <maintainers@users.noreply.a-seed-43a3dcc4.example>
+Depends: libc6 (>= $glibc)
+Recommends: postgresql-client
+Section: database
+Priority: optional
+Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
+Description: fleet tool of insta_id: logical shards across PostgreSQL servers
+ insta-id shows, plans and carries out moves of insta_id's logical shards
+ between PostgreSQL servers (15 and later) with logical replication, pausing
+ the shard's PgBouncer entry at the cutover: status, plan, move, rebalance.
+ The servers need the extension (postgresql-<major>-insta-id); a move runs
+ pg_dump and psql (postgresql-client).
+CONTROL
+deb="target/packages/insta-id_${version}_${arch}.deb"
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+say "$deb ($profile build)"

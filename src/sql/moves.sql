@@ -63,7 +63,7 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
     SELECT CASE side WHEN 'leaving' THEN '{published,slot,cutover}'::text[]
-                     WHEN 'arriving' THEN '{subscribed,copying,copied,sequences,adopted,map,cleanup}'::text[] END
+                     WHEN 'arriving' THEN '{subscribed,copying,copied,paused,sequences,adopted,map,cleanup}'::text[] END
 $$;
 
 -- The state of the moves this server takes part in: one row per shard on
@@ -372,8 +372,9 @@ COMMENT ON FUNCTION insta_id.move_state(int) IS
 -- shard into that schema is recorded here and the shard is not yet
 -- registered, when the copy lacks a table, or when a sequence of the copy
 -- is already past the old one's (used here during the move: carrying it
--- back could repeat its values); 42P01 for a sequence the copy lacks;
--- 22023 for a malformed state or another shard's.
+-- back could repeat its values); 42P01 for a sequence the copy lacks,
+-- 42809 for a relation of that name that is not a sequence; 22023 for a
+-- malformed state or another shard's.
 CREATE FUNCTION insta_id.move_carry(shard_id int, state jsonb)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -382,8 +383,10 @@ AS $$
 DECLARE
     nsp name;
     seq record;
-    here record;
+    found_rel record;
     target regclass;
+    here_last bigint;
+    increment bigint;
     recorded insta_id.moves;
     missing text;
 BEGIN
@@ -424,15 +427,25 @@ BEGIN
     END IF;
     FOR seq IN SELECT e.key, (e.value ->> 0)::bigint AS last_value, (e.value ->> 1)::boolean AS is_called
                FROM jsonb_each(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
-        target := format('%I.%I', nsp, seq.key)::regclass;
-        EXECUTE format('SELECT s.last_value, s.is_called, q.seqincrement FROM %s s, pg_catalog.pg_sequence q WHERE q.seqrelid = %s',
-                       target, target::oid)
-            INTO here;
+        -- By OID from the catalog, never a name parsed into a query: the
+        -- copy's owner may have put a view with that name in its place,
+        -- whose functions planning would run as this caller.
+        SELECT c.oid, c.relkind INTO found_rel FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = nsp AND c.relname = seq.key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'relation "%.%" does not exist', nsp, seq.key USING ERRCODE = 'undefined_table';
+        ELSIF found_rel.relkind <> 'S' THEN
+            RAISE EXCEPTION '%.% is not a sequence', quote_ident(nsp), quote_ident(seq.key) USING ERRCODE = 'wrong_object_type';
+        END IF;
+        target := found_rel.oid;
+        -- NULL until the copy's sequence issued a value (is_called).
+        here_last := pg_sequence_last_value(target);
+        SELECT q.seqincrement INTO increment FROM pg_sequence q WHERE q.seqrelid = target;
         -- Refused when the copy issued a value the old server's sequence
         -- would issue next (in the increment's direction).
-        IF here.is_called AND sign(here.seqincrement) * (here.last_value::numeric - seq.last_value
-                                                          - CASE WHEN seq.is_called THEN here.seqincrement ELSE 0 END) >= 0 THEN
-            RAISE EXCEPTION 'sequence % of the copy is past the old server''s (% against %)', target, here.last_value, seq.last_value
+        IF here_last IS NOT NULL AND sign(increment) * (here_last::numeric - seq.last_value
+                                                       - CASE WHEN seq.is_called THEN increment ELSE 0 END) >= 0 THEN
+            RAISE EXCEPTION 'sequence % of the copy is past the old server''s (% against %)', target, here_last, seq.last_value
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'It was used on this server during the move; carrying the old value could repeat its values.';
         END IF;

@@ -231,6 +231,17 @@ SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,t_id_
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,gone}', '[7, true]'));
 \echo :LAST_ERROR_SQLSTATE
+-- A view in the copy where the old server had a sequence (the copy's owner
+-- can make one): refused (42809) by the catalog, before any query names it,
+-- so its function (IMMUTABLE: planning would run it) never runs as the
+-- caller. No NOTICE from it below.
+CREATE FUNCTION copy30.spy() RETURNS bigint LANGUAGE plpgsql IMMUTABLE
+AS $$ BEGIN RAISE NOTICE 'spy ran as %', current_user; RETURN 1; END $$;
+CREATE VIEW copy30.spyseq AS SELECT copy30.spy() AS last_value, true AS is_called;
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,spyseq}', '[7, true]'));
+\echo :LAST_ERROR_SQLSTATE
+DROP VIEW copy30.spyseq;
+DROP FUNCTION copy30.spy();
 SELECT insta_id.move_carry(31, NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_state(33);

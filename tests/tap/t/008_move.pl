@@ -8,7 +8,7 @@
 #   --router-target, a shard number out of range, a table without a
 #   key or replica identity, an unlogged table, a fence left by an earlier
 #   move, the schema already on the new server, a shard on both servers,
-#   wal_level, a shard another session is moving;
+#   wal_level, a shard another session is moving, one database as both;
 # - insta_id.migrate skips a shard being moved and says so (55006);
 # - a move while a writer keeps inserting (to the old server, else the new
 #   one, like a client behind a router): every committed row on the new
@@ -18,7 +18,9 @@
 #   writes is reported (and bounded generously: this is not a timing test);
 # - until the cutover the new server's copy refuses clients' writes (55006);
 # - a long reader makes the cutover's lock give up after --lock-timeout
-#   and try again;
+#   and try again; a table made on both servers during the move makes the
+#   cutover refuse (its rows were never carried), and a re-run moves it
+#   afresh;
 # - a move killed after each of its steps, then run again: the shard lives
 #   on exactly one server after the kill, and the re-run finishes the move
 #   with every row and nothing left behind (after the router's map switch:
@@ -183,6 +185,8 @@ $holder->quit;
 is($old->safe_psql('app', q{SET client_min_messages = warning;
 	CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)');
 	SELECT count(*) FROM insta_id.pending_migrations}), 0, 'once the move is over, migrate finishes the skipped shard');
+($rc, $out) = move(5, $from, $old->connstr('app'));
+like("$rc|$out", qr/^1\|insta-id: --from and --to are one database \(\S+ and \S+\): a shard moves between two$/m, 'refused: the old and the new server are one database');
 is(nothing_left(), '0|0', 'refused moves made nothing: no publication, slot or subscription');
 
 # The new server's clock 2 s behind the old one's, for the rest of the test.
@@ -283,6 +287,29 @@ is($new->safe_psql('app', q{INSERT INTO insta11.events VALUES (31, '2027-02-01')
 	SELECT (SELECT count(*) FROM insta11.events_rest) || '|' || (SELECT count(*) FROM insta11.events)}),
 	'20|32', 'its partitioned table came along, and takes writes on the new server');
 
+# A table made on both servers while the move runs (an application's
+# migration over every server, say): the new server has it, but the move's
+# subscription never carried its rows. The cutover refuses, before the old
+# server drops anything; run again, the move undoes the copy and moves the
+# shard afresh, the table's rows with it.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(17, 17, 'template')});
+$reader = $old->background_psql('app');
+$reader->query_safe('BEGIN; SELECT count(*) FROM insta17.users');
+$m = move_start(17, $from, $to, '--lock-timeout', '1s');
+pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/attempt 1 of 5/)
+  or die "the cutover never tried again: $m->{out}";
+$old->safe_psql('app', 'CREATE TABLE insta17.late (id int PRIMARY KEY); INSERT INTO insta17.late VALUES (1)');
+$new->safe_psql('app', 'CREATE TABLE insta17.late (id int PRIMARY KEY)');
+$reader->query_safe('COMMIT');
+$reader->quit;
+($rc, $out) = move_finish($m);
+is("$rc|" . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards WHERE shard_id = 17'),
+	"1|insta-id: tables of shard 17 that the move's subscription does not carry (made after it began): late; run the move again, which undoes it and moves the shard afresh|1",
+	'a table made on both servers during the move: the cutover refuses, the old server keeps the shard');
+($rc, $out) = move(17, $from, $to);
+is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta17.late') . '|' . nothing_left(), '0|1|0|0',
+	'run again, the move undid the copy and moved the shard afresh, the late table\'s row with it');
+
 # A hostile shard owner (issue 23): the application role owns shard 16 and
 # fills it with a decoy of every pg_catalog function and operator it can
 # shadow (tests/fixtures/decoys.sql), each logging who called it. The move,
@@ -312,6 +339,18 @@ $new15->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION in
 like("$rc|" . last_line($out) . '|' . $new15->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'}) . '|' . nothing_left(),
 	qr/^1\|insta-id: the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0\|0$/,
 	'refused: a shard holding code of a non-superuser onto PostgreSQL 15 (its apply runs as the superuser), nothing made');
+# A superuser's shard whose column's type is a domain of another role's,
+# elsewhere (public), whose check calls that role's function: the apply on
+# 15 would run it as the superuser too. Refused.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(18, 18, 'template');
+	GRANT CREATE ON SCHEMA public TO app_owner; SET ROLE app_owner;
+	CREATE FUNCTION public.positive(int) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT $1 > 0';
+	CREATE DOMAIN public.score AS int CHECK (public.positive(VALUE));
+	RESET ROLE; ALTER TABLE insta18.users ADD COLUMN score public.score});
+($rc, $out) = move(18, $from, $new15->connstr('app'));
+like("$rc|" . last_line($out) . '|' . nothing_left(),
+	qr/^1\|insta-id: the new server runs PostgreSQL 15, .*: code of insta18 owned by app_owner would run with its rights there\..*\|0\|0$/,
+	"refused onto 15: a superuser's shard whose column is another role's domain, checked by that role's function");
 $new15->stop;
 ($rc, $out) = move(16, $from, $to);
 is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})

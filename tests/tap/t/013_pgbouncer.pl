@@ -12,7 +12,8 @@
 #   pointed at it;
 # - a move killed in its cutover (the entry left paused, clients queued) and
 #   one killed after it committed, each with pgbench running and run again:
-#   the entry of another shard answers meanwhile, and the re-run resumes
+#   the entry of another shard answers meanwhile, a re-run without
+#   --pgbouncer (which could not resume it) is refused, and the re-run resumes
 #   (onto the old server, then moves afresh) or points and resumes (onto the
 #   new one); 0 failed transactions;
 # - insta-id rebalance through PgBouncer, killed in its first move and run
@@ -81,6 +82,8 @@ sub via
 	chomp $out;
 	return $out;
 }
+sub last_line { return (split /\n/, $_[0])[-1] // ''; }
+
 # PgBouncer's entry of a shard, by column (SHOW DATABASES).
 sub entry
 {
@@ -214,13 +217,16 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	}
 	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
 	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
+	# A re-run that could not resume the entry is refused.
+	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to ], '>&', \$out);
+	my $refused = ($? >> 8) . '|' . last_line($out);
 	($rc, $out) = move($shard);
 	my $moved = rows_on($new, $shard);
 	until_rows($new, $shard, $moved);
 	my ($done, $failed, $brc, $bout) = bench_stop($b);
-	is("$krc|$paused|$other|$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
-		"137|paused|t|0|0|0|$done|-1",
-		"killed after '$at' with its entry paused, another entry answering; the re-run resumed and moved it: 0 failed, $done rows on the new server")
+	is("$krc|$paused|$other|$refused|$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
+		"137|paused|t|1|insta-id: this move of shard $shard paused its PgBouncer entry (shard$shard) at the cutover: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it|0|0|0|$done|-1",
+		"killed after '$at' with its entry paused, another entry answering; a re-run without --pgbouncer refused; the re-run resumed and moved it: 0 failed, $done rows on the new server")
 	  or diag "$kout\n$out\n$bout";
 }
 my ($done, $failed, $brc, $bout) = bench_stop($steady);
