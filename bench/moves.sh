@@ -9,7 +9,8 @@
 # clients at RATE transactions a second, and 1 client through a shard that
 # stays. Per move: the pause the tool held (it prints it), pgbench's failed
 # transactions, and from pgbench's per-transaction log (-l) the latency of
-# every transaction: p50, p99, max. Raw figures go to
+# every transaction: p50, p99, max. Also `insta-id plan --sizes` on a
+# synthetic fleet of 8192 shards over 4 servers. Raw figures go to
 # target/bench/moves-pgNN; bench/report.py reports them.
 #   MOVES=10 RATE=200 PG=18 bench/moves.sh
 source "$(dirname "$0")/../scripts/dev/harness.sh"
@@ -19,6 +20,21 @@ RATE=${RATE:-200}
 out="$repo/target/bench/moves-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "move $1  $2  $3"; }
+now() { date +%s.%N; }
+
+# Planning, offline: 8192 shards on 3 servers, sizes log-normal (a fixed
+# seed), a 4th server new and empty; `insta-id plan --sizes`, 5 times.
+awk 'BEGIN { srand(42); print "db4"
+             for (s = 0; s < 8192; s++) { z = sqrt(-2 * log(1 - rand())) * cos(6.28318530718 * rand())
+                                          printf "db%d %d %d\n", 1 + s % 3, s, int(exp(16 + 1.2 * z)) } }' >"$out/fleet8192.txt"
+for ((r = 1; r <= 5; r++)); do
+  t=$(now); status=0
+  insta-id plan --sizes "$out/fleet8192.txt" >"$out/plan8192.out" 2>&1 || status=$?
+  record "$r" plan_seconds "$(echo "$(now) - $t" | bc)"
+done
+record 1 plan_moves "$(sed -nE 's/^moves: ([0-9]+) .*/\1/p' "$out/plan8192.out")"
+record 1 plan_balanced "$([ "$status" = 0 ] && echo 1 || echo 0)"
+
 durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical')
 bouncer=$(cluster_dir bench-bouncer)
 stop_all() {

@@ -114,7 +114,10 @@ def moves_section():
         move, name, value = line.split("\t")
         v[move][name] = float(value)
     machine = (out / "machine.txt").read_text().strip().splitlines()
-    moves = sorted((k for k in v if k != "steady"), key=int)
+    plan_s = statistics.median(float(l.split("\t")[2]) for l in (out / "raw.tsv").read_text().splitlines()
+                               if l.split("\t")[1] == "plan_seconds")
+    plan = v["1"]
+    moves = sorted((k for k in v if k != "steady" and "pause" in v[k]), key=int)
     rows = "\n".join(f"| {k} | {v[k]['pause'] * 1000:.0f} ms | {v[k]['cutover'] * 1000:.0f} ms | {v[k]['transactions']:.0f} | "
                      f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
                      for k in moves)
@@ -136,6 +139,10 @@ measured from its scheduled start (`-R`):
 | move | pause | cutover | transactions | failed | p50 | p99 | max |
 |---|---|---|---|---|---|---|---|
 {rows}
+
+Planning, offline (`insta-id plan --sizes`): 8192 shards on 3 servers, their sizes
+log-normal (a fixed seed), a 4th server new and empty: {plan_s * 1000:.0f} ms (median of 5 runs),
+{plan["plan_moves"]:.0f} moves, {"every server within 5% of the mean" if plan["plan_balanced"] else "no plan within the bound"}.
 
 A client on a shard that stays, through every move: {st["transactions"]:.0f} transactions, {st["failed"]:.0f} failed,
 p50 {st["p50_ms"]:.1f} ms, p99 {st["p99_ms"]:.1f} ms, max {st["max_ms"]:.0f} ms.

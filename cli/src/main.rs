@@ -46,8 +46,18 @@ enum Command {
     Plan {
         /// A server's connection string; give one per server, the new and
         /// empty ones too.
-        #[arg(long = "server", value_name = "CONNINFO", required = true)]
+        #[arg(
+            long = "server",
+            value_name = "CONNINFO",
+            required_unless_present = "sizes"
+        )]
         servers: Vec<String>,
+        /// Plan, without connecting, the fleet this file describes: a line
+        /// per shard, `server shard bytes` (what each server's
+        /// insta_id.shard_registry and pg_total_relation_size say), and a
+        /// server alone on a line for one without shards.
+        #[arg(long, value_name = "FILE", conflicts_with = "servers")]
+        sizes: Option<std::path::PathBuf>,
     },
     /// Moves one logical shard to another server while it takes writes
     /// (logical replication; insta_id 0.9.0 or later on both servers,
@@ -71,7 +81,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let env = conninfo::Env::of_process();
     let servers = match cli.command {
-        Command::Status { ref servers } | Command::Plan { ref servers } => servers,
+        Command::Plan {
+            sizes: Some(ref file),
+            ..
+        } => return plan::run_offline(file),
+        Command::Status { ref servers } | Command::Plan { ref servers, .. } => servers,
         Command::Rebalance(ref args) => &args.servers,
         Command::Move(args) => return mover::run(&args, &env),
     };

@@ -453,6 +453,16 @@ impl<'a> Mover<'a> {
         .described()?;
         Ok(())
     }
+    /// This server's side of the move is over: its row forgotten.
+    fn done(c: &mut impl postgres::GenericClient, shard: i32, side: &str) -> Result<()> {
+        c.execute(
+            "SELECT insta_id.move_done($1::int, $2::text)",
+            &[&shard, &side],
+        )
+        .described()?;
+        Ok(())
+    }
+
     fn record_from(&mut self, step: &str, schema: &str) -> Result<()> {
         Self::record(
             &mut self.from,
@@ -1348,11 +1358,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 ident(schema)
             ))
             .described()?;
-            tx.execute(
-                "SELECT insta_id.move_done($1::int, 'arriving')",
-                &[&self.shard],
-            )
-            .described()?;
+            Self::done(&mut tx, self.shard, "arriving")?;
             tx.commit().described()?;
         }
         drop(hold);
@@ -1392,11 +1398,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 .described()?;
                 // The new server's side ends with its schema; when finishing,
                 // with the fence (finish_move).
-                tx.execute(
-                    "SELECT insta_id.move_done($1::int, 'arriving')",
-                    &[&self.shard],
-                )
-                .described()?;
+                Self::done(&mut tx, self.shard, "arriving")?;
             }
             tx.commit().described()?;
             // Table-copy slots are pg_<subscription oid>_sync_<relid>_<system
@@ -1426,11 +1428,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             ident(&self.name)
         ))
         .described()?;
-        tx.execute(
-            "SELECT insta_id.move_done($1::int, 'leaving')",
-            &[&self.shard],
-        )
-        .described()?;
+        Self::done(&mut tx, self.shard, "leaving")?;
         tx.commit().described()?;
         Ok(())
     }

@@ -188,6 +188,76 @@ impl Fleet {
         })
     }
 
+    /// A fleet described in text instead of read from its servers: a line
+    /// per shard, `server shard bytes` (whitespace between; `#` starts a
+    /// comment), and a server alone on a line for one without shards; the
+    /// servers in the order they first appear. What the
+    /// servers would say of moves in progress is not known: none stay.
+    pub fn from_sizes(text: &str) -> Result<(Vec<String>, Fleet), String> {
+        let mut labels: Vec<String> = Vec::new();
+        let mut shards: Vec<Vec<(i32, String, u64)>> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let [server] = f[..] {
+                // A server of its own line: one without shards (a new one).
+                if !labels.iter().any(|l| l == server) {
+                    labels.push(server.to_string());
+                    shards.push(Vec::new());
+                }
+                continue;
+            }
+            let parsed = match f[..] {
+                [server, shard, bytes] => shard
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|s| (0..=8191).contains(s))
+                    .zip(bytes.parse::<u64>().ok())
+                    .map(|(shard, bytes)| (server, shard, bytes)),
+                _ => None,
+            };
+            let Some((server, shard, bytes)) = parsed else {
+                return Err(format!(
+                    "line {}: not `server shard bytes` (a shard from 0 to 8191): {line}",
+                    n + 1
+                ));
+            };
+            if !seen.insert(shard) {
+                return Err(format!("line {}: shard {shard} is listed twice", n + 1));
+            }
+            let i = match labels.iter().position(|l| l == server) {
+                Some(i) => i,
+                None => {
+                    labels.push(server.to_string());
+                    shards.push(Vec::new());
+                    labels.len() - 1
+                }
+            };
+            shards[i].push((shard, format!("insta{shard}"), bytes));
+        }
+        if labels.is_empty() {
+            return Err("no shard listed".into());
+        }
+        let sizes: Vec<Vec<(i32, u64)>> = shards
+            .iter()
+            .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
+            .collect();
+        let fixed = BTreeSet::new();
+        let plan = plan(&sizes, &fixed);
+        Ok((
+            labels,
+            Fleet {
+                shards,
+                fixed,
+                plan,
+            },
+        ))
+    }
+
     /// The schema of a shard the plan moves.
     pub fn schema(&self, m: &Move) -> &str {
         &self.shards[m.from]
@@ -198,7 +268,7 @@ impl Fleet {
     }
 
     /// Prints each server's bytes before and after, and the moves.
-    pub fn print(&self, settings: &[Settings], what: &str) {
+    pub fn print(&self, labels: &[String], what: &str) {
         let p = &self.plan;
         let total: u64 = p.before.iter().sum();
         let mean = total as f64 / p.before.len() as f64;
@@ -213,10 +283,10 @@ impl Fleet {
             "servers: bytes now -> after the plan (share of the mean, {})",
             pretty(mean as u64)
         );
-        for (i, s) in settings.iter().enumerate() {
+        for (i, label) in labels.iter().enumerate() {
             println!(
                 "  {}: {} shards, {} ({}) -> {} ({})",
-                s.label,
+                label,
                 self.shards[i].len(),
                 pretty(p.before[i]),
                 share(p.before[i]),
@@ -242,8 +312,8 @@ impl Fleet {
                 m.shard,
                 self.schema(m),
                 pretty(m.bytes),
-                settings[m.from].label,
-                settings[m.to].label
+                labels[m.from],
+                labels[m.to]
             );
         }
     }
@@ -256,14 +326,28 @@ pub const UNBALANCED: &str =
 /// balances the fleet (or with nothing to move), 1 when a server cannot be
 /// read or no plan reaches the bound.
 pub fn run(settings: &[Settings]) -> ExitCode {
-    let fleet = match Fleet::read(settings) {
+    let labels: Vec<String> = settings.iter().map(|s| s.label.clone()).collect();
+    show(Fleet::read(settings).map(|f| (labels, f)))
+}
+
+/// `insta-id plan --sizes FILE`: the plan of a fleet the file describes.
+pub fn run_offline(file: &std::path::Path) -> ExitCode {
+    show(
+        std::fs::read_to_string(file)
+            .map_err(|e| format!("{}: {e}", file.display()))
+            .and_then(|text| Fleet::from_sizes(&text)),
+    )
+}
+
+fn show(read: Result<(Vec<String>, Fleet), String>) -> ExitCode {
+    let (labels, fleet) = match read {
         Ok(f) => f,
         Err(e) => {
             eprintln!("insta-id: {e}");
             return ExitCode::FAILURE;
         }
     };
-    fleet.print(settings, "a dry run, nothing is moved");
+    fleet.print(&labels, "a dry run, nothing is moved");
     if fleet.plan.balanced {
         ExitCode::SUCCESS
     } else {
@@ -292,6 +376,31 @@ fn shard_sizes(c: &mut postgres::Client) -> Result<Vec<(i32, String, u64)>, post
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_fleet_described_in_a_file_is_planned_like_one_read() {
+        let (labels, f) = Fleet::from_sizes(
+            "# server shard bytes\ndb1 1 900\ndb1 2 100  # small\n\ndb2 3 100\ndb3 4 0\ndb4\n",
+        )
+        .unwrap();
+        assert_eq!(labels, ["db1", "db2", "db3", "db4"]);
+        assert_eq!(
+            f.shards[0],
+            [(1, "insta1".into(), 900), (2, "insta2".into(), 100)]
+        );
+        assert_eq!(f.plan.before, [1000, 100, 0, 0]);
+        for (bad, said) in [
+            ("db1 1\n", "line 1: not `server shard bytes`"),
+            ("db1 8192 5\n", "line 1: not `server shard bytes`"),
+            ("db1 1 -5\n", "line 1: not `server shard bytes`"),
+            ("db1 1 5\ndb2 1 6\n", "line 2: shard 1 is listed twice"),
+            ("# nothing\n", "no shard listed"),
+        ] {
+            let e = Fleet::from_sizes(bad).err().unwrap();
+            assert!(e.starts_with(said), "{bad:?}: {e}");
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

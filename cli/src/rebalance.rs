@@ -134,7 +134,8 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    fleet.print(settings, "carried out one at a time");
+    let labels: Vec<String> = settings.iter().map(|s| s.label.clone()).collect();
+    fleet.print(&labels, "carried out one at a time");
     let moves = &fleet.plan.moves;
     let total: u64 = moves.iter().map(|m| m.bytes).sum();
     let (started, mut done) = (Instant::now(), 0u64);

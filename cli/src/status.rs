@@ -128,7 +128,9 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
         "SELECT substring(s.subname FROM '^insta_move_([0-9]+)$')::int, s.subenabled,
                 (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::int, count(r.srrelid)::int,
                 EXISTS (SELECT 1 FROM insta_id.shard_registry g
-                        WHERE g.shard_id = substring(s.subname FROM '^insta_move_([0-9]+)$')::int)
+                        WHERE g.shard_id = substring(s.subname FROM '^insta_move_([0-9]+)$')::int),
+                coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p
+                          WHERE p.relid IN (SELECT x.srrelid FROM pg_catalog.pg_subscription_rel x WHERE x.srsubid = s.oid)), 0)::bigint
          FROM pg_catalog.pg_subscription s
          LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
          WHERE s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
@@ -136,14 +138,17 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
          GROUP BY s.oid, s.subname, s.subenabled",
         &[],
     )? {
-        let (shard, enabled, ready, tables, adopted): (i32, bool, i32, i32, bool) =
-            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+        let (shard, enabled, ready, tables, adopted, copying): (i32, bool, i32, i32, bool, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
         let detail = if adopted {
             "adopted; its replication is left to drop".to_string()
         } else if !enabled {
             "schema made, copy not started".to_string()
         } else if ready < tables {
-            format!("copying, {ready} of {tables} tables ready")
+            format!(
+                "copying, {ready} of {tables} tables ready, {} of the others copied so far",
+                crate::plan::pretty(copying.max(0) as u64)
+            )
         } else {
             format!("copied ({tables} tables), streaming until the cutover")
         };

@@ -46,6 +46,17 @@ my ($from, $to) = map { $_->connstr('app') } $old, $new;
 psql_file($old, 'app', "$fixtures/shard_template.sql");
 $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(1, 14, 'template')});
 
+# insta-id plan --sizes: a fleet described in a file, planned without
+# connecting (bench/moves.sh times it on 8192 shards).
+my $dir0 = PostgreSQL::Test::Utils::tempdir();
+append_to_file("$dir0/fleet.txt", "# server shard bytes\ndb1 1 6000\ndb1 2 3000\ndb1 3 1000\ndb2\n");
+IPC::Run::run([ 'insta-id', 'plan', '--sizes', "$dir0/fleet.txt" ], '>', \my $pout, '2>', \my $perr);
+is(($? >> 8) . '|' . join('|', grep { /^(moves|  shard)/ } split /\n/, $pout), '0|moves: 1 (6000 bytes); a dry run, nothing is moved|  shard 1 (insta1, 6000 bytes): db1 -> db2',
+	'insta-id plan --sizes: the plan of the fleet the file describes, without a server');
+append_to_file("$dir0/fleet.txt", "db2 1 5\n");
+IPC::Run::run([ 'insta-id', 'plan', '--sizes', "$dir0/fleet.txt" ], '>', \$pout, '2>', \$perr);
+is(($? >> 8) . "|$perr", "1|insta-id: line 6: shard 1 is listed twice\n", 'insta-id plan --sizes: a shard listed twice is refused');
+
 # PgBouncer: transaction pooling, trust on its own socket, the map of
 # shards 1 to 13 in a file of its own (14 has no entry).
 my $dir  = PostgreSQL::Test::Utils::tempdir_short();
