@@ -14,7 +14,7 @@ NEWEST   := $(lastword $(VERSIONS))
 BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
-.PHONY: help demo test check setup install package stop cluster-demo bench lint clean \
+.PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
 
@@ -81,9 +81,17 @@ dist:
 stop:
 	@scripts/demo/cluster.sh stop --name demo
 
-## cluster-demo: 3 servers, 300 logical shards, PL/Proxy routing; then a 4th server
-##               and 75 shards moved onto it online under routed writes (PostgreSQL 15)
+## cluster-demo: 3 servers (the newest version), 300 logical shards, PgBouncer with
+##               an entry per shard; a 4th server, and insta-id rebalance moving
+##               shards onto it under pgbench through PgBouncer; the map before and after
 cluster-demo:
+	@scripts/dev/setup.sh $(NEWEST) pgbouncer
+	@PG=$(NEWEST) scripts/dev/build.sh install
+	@PG=$(NEWEST) scripts/demo/bouncer_demo.sh
+
+## cluster-demo-plproxy: the same with a PL/Proxy router instead (PostgreSQL 15, the
+##               only version Debian packages PL/Proxy for); 75 shards moved under routed writes
+cluster-demo-plproxy:
 	@scripts/dev/setup.sh 15
 	@PG=15 scripts/dev/build.sh install
 	@PG=15 scripts/demo/fleet_demo.sh
@@ -193,7 +201,8 @@ fuzz:
 ## test-move: a logical shard moved online (insta-id move) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move
 ##            onto 16 with the per-session guard; ten moves under pgbench through
-##            PgBouncer, its entries paused and pointed at the new server (0 failed)
+##            PgBouncer, its entries paused and pointed at the new server (0 failed);
+##            make cluster-demo, checked
 test-move:
 	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults tap pgbouncer
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
@@ -201,6 +210,7 @@ test-move:
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@PG=$(NEWEST) PG_MOVE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) \
 	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move pgbouncer
+	@PG=$(NEWEST) scripts/demo/bouncer_demo.sh
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:
