@@ -200,13 +200,23 @@ fn fail<T>(msg: impl Into<String>) -> Result<T> {
 }
 
 /// Polls `done` every 50 ms until it says so, for `secs` at most.
-fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+fn wait_for(secs: u64, what: &str, done: impl FnMut() -> Result<bool>) -> Result<()> {
+    poll(secs, Duration::from_millis(50), what, done)
+}
+
+/// Polls `done` every `every` until it says so, for `secs` at most.
+fn poll(
+    secs: u64,
+    every: Duration,
+    what: &str,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<()> {
     let until = Instant::now() + Duration::from_secs(secs);
     while !done()? {
         if Instant::now() > until {
             return fail(format!("gave up waiting for {what}"));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
     }
     Ok(())
 }
@@ -986,6 +996,17 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// server caught up, what replication does not carry carried, the drop,
     /// COMMIT (the point of no return).
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        // From here the subscription flushes what it applies at once, and
+        // so confirms it at once: its default (off) leaves that to the new
+        // server's WAL writer, up to 200 ms more of the cutover, with
+        // clients waiting. (Not from the start: during the copy and the
+        // stream a flush per applied transaction would slow the apply.)
+        self.to
+            .batch_execute(&format!(
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = on)",
+                ident(&self.name)
+            ))
+            .described()?;
         // The shard's PgBouncer entry first: once no transaction runs
         // through it, its clients queue there, and none waits on the locks
         // below (where the drop would fail it).
@@ -1053,9 +1074,14 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         self.from
             .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
             .described()?;
+        // Polled every 5 ms: clients wait meanwhile.
         let (from, name) = (&mut self.from, &self.name);
-        wait_for(60, &format!("the subscription to apply {lsn}"), || {
-            Ok(from
+        poll(
+            60,
+            Duration::from_millis(5),
+            &format!("the subscription to apply {lsn}"),
+            || {
+                Ok(from
                 .query_opt(
                     "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
                      WHERE slot_name = $2::text",
@@ -1064,7 +1090,8 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 .described()?
                 .and_then(|r| r.get::<_, Option<bool>>(0))
                 == Some(true))
-        })?;
+            },
+        )?;
         stop_after("blocked");
         // Logical replication carries neither sequences nor the time of the
         // last ID (nor insta_id's history of the shard): move_state reads
