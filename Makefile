@@ -162,7 +162,7 @@ test-fleet:
 
 ## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
 test-tap:
-	@scripts/dev/setup.sh faults tap
+	@scripts/dev/setup.sh faults tap pgbouncer
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh
 

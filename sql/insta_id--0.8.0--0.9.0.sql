@@ -1720,7 +1720,7 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
     SELECT CASE side WHEN 'leaving' THEN '{published,slot,cutover}'::text[]
-                     WHEN 'arriving' THEN '{subscribed,copying,copied,paused,sequences,adopted,map,cleanup}'::text[] END
+                     WHEN 'arriving' THEN '{subscribed,copying,copied,paused,resumed,sequences,adopted,map,cleanup}'::text[] END
 $$;
 
 -- The state of the moves this server takes part in: one row per shard on

@@ -50,9 +50,8 @@ fn console(s: &Settings) -> Result<Client, String> {
     if let Some(p) = &s.password {
         c.password(p);
     }
-    if let Some(t) = s.connect_timeout {
-        c.connect_timeout(Duration::from_secs(t));
-    }
+    // (A console that does not answer must not hold a cutover up.)
+    c.connect_timeout(Duration::from_secs(s.connect_timeout.unwrap_or(10)));
     c.connect(NoTls).map_err(|e| {
         format!(
             "PgBouncer's console ({}): {}",
@@ -165,8 +164,10 @@ impl Bouncer {
                 Ok(Ok(_)) => return Ok(started),
                 Ok(Err(e)) => {
                     // It may have paused the entry before failing.
-                    self.resume_if_paused()?;
-                    return Err(e);
+                    return Err(match self.resume_if_paused() {
+                        Ok(()) => e,
+                        Err(r) => format!("{e}; and resuming the entry: {r}"),
+                    });
                 }
                 Err(_) => {
                     self.resume_if_paused()?;
@@ -186,6 +187,24 @@ impl Bouncer {
             self.entry,
             timeout.as_secs_f64()
         ))
+    }
+
+    /// Before a move pauses anything: the map file can be read, and a file
+    /// can be made beside it (what point_and_resume needs after the
+    /// cutover, when a failure leaves the entry paused).
+    pub fn preflight(&self) -> Result<(), String> {
+        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        std::fs::read_to_string(&self.map).map_err(said)?;
+        let probe = self
+            .map
+            .with_extension(format!("insta-id-probe-{}", std::process::id()));
+        let _ = std::fs::remove_file(&probe);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(said)?;
+        std::fs::remove_file(&probe).map_err(said)
     }
 
     /// Points the entry at the new server (the map file replaced
@@ -240,12 +259,17 @@ impl Bouncer {
         let tmp = self
             .map
             .with_extension(format!("insta-id-{}", std::process::id()));
+        // (One a killed run of the same process ID left.)
+        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)?;
         let written = (|| {
-            std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid()))?;
+            // The old file's owner, where this user may give it (root); else
+            // this user's, with the old mode: the check after RELOAD says
+            // whether PgBouncer reads it.
+            let _ = std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid()));
             f.set_permissions(meta.permissions())?;
             f.write_all(text.as_bytes())?;
             f.sync_all()?;

@@ -501,7 +501,8 @@ impl<'a> Mover<'a> {
         Ok(self
             .to
             .query_opt(
-                "SELECT peer, steps @> '[{\"step\": \"paused\"}]' AND NOT steps @> '[{\"step\": \"map\"}]'
+                "SELECT peer, coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(steps) WITH ORDINALITY x(e, o)
+                                        WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)
                  FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
                 &[&self.shard],
             )
@@ -514,7 +515,7 @@ impl<'a> Mover<'a> {
     fn refuse_paused_without_bouncer(&mut self) -> Result<()> {
         if self.bouncer.is_none() && self.arriving()?.is_some_and(|(_, paused)| paused) {
             return fail(format!(
-                "this move of shard {} paused its PgBouncer entry (shard{}) at the cutover: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it",
+                "this move of shard {} paused its PgBouncer entry (shard{}) at the cutover and did not resume it: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it",
                 self.shard, self.shard
             ));
         }
@@ -568,6 +569,9 @@ impl<'a> Mover<'a> {
             return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
         }
         self.refuse_paused_without_bouncer()?;
+        if let Some(b) = &self.bouncer {
+            b.preflight()?;
+        }
         // A move killed in its cutover leaves the shard's entry paused, its
         // clients queued: they go on, on the old server, which still holds
         // the shard.
@@ -732,12 +736,14 @@ impl<'a> Mover<'a> {
             ));
             return Ok(());
         }
-        if let Some((peer, _)) = &arriving {
-            if *peer != self.from_label {
+        if let Some((peer, _)) = arriving {
+            // A label names a route (a socket, an address), which a re-run
+            // may take otherwise: the old server's own record decides.
+            if peer != self.from_label && self.leaving_step()?.as_deref() != Some("cutover") {
                 return fail(format!(
                     "shard {} is being moved to the new server from {}, not from {}: give that server as --from",
                     self.shard,
-                    printable(peer),
+                    printable(&peer),
                     self.from_label
                 ));
             }
@@ -996,14 +1002,36 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// server caught up, what replication does not carry carried, the drop,
     /// COMMIT (the point of no return).
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        // The new server must be able to adopt the copy once the old one is
+        // gone: tried now, and rolled back, before clients wait.
+        {
+            let mut tx = self.to.transaction().described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .map_err(|e| {
+                format!(
+                    "the new server could not adopt the copy of shard {} (nothing was dropped): {}",
+                    self.shard,
+                    crate::db::describe(&e)
+                )
+            })?;
+            tx.rollback().described()?;
+        }
+        let hold_pid: i32 = hold
+            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+            .described()?
+            .get(0);
         // From here the subscription flushes what it applies at once, and
         // so confirms it at once: its default (off) leaves that to the new
         // server's WAL writer, up to 200 ms more of the cutover, with
         // clients waiting. (Not from the start: during the copy and the
-        // stream a flush per applied transaction would slow the apply.)
+        // stream a flush per applied transaction would slow the apply.
+        // Local: the new server's synchronous standbys have no part in it.)
         self.to
             .batch_execute(&format!(
-                "ALTER SUBSCRIPTION {} SET (synchronous_commit = on)",
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
                 ident(&self.name)
             ))
             .described()?;
@@ -1021,8 +1049,18 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             ) {
                 Ok(at) => self.paused_at = Some(at),
                 Err(e) => {
-                    if let Err(r) = b.resume_if_paused() {
-                        eprintln!("insta-id: {r}");
+                    match b.resume_if_paused() {
+                        Ok(()) => {
+                            let _ = Self::record(
+                                &mut self.to,
+                                self.shard,
+                                "arriving",
+                                "resumed",
+                                schema,
+                                &self.from_label,
+                            );
+                        }
+                        Err(r) => eprintln!("insta-id: {r}"),
                     }
                     return fail(e);
                 }
@@ -1033,13 +1071,35 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         if let (Err(e), true) = (&done, self.bouncer.is_some()) {
             // Not cut over: the entry's clients go on, on the old server.
             // Unless the COMMIT did happen (its reply lost): then they wait
-            // for the run that finishes the move.
-            let committed = self.leaving_step();
+            // for the run that finishes the move. Read once the held
+            // session has ended its transaction, one way or the other.
+            let _ = hold.batch_execute("ROLLBACK");
+            let from = &mut self.from;
+            let settled = poll(
+                30,
+                Duration::from_millis(10),
+                "the cutover's session to end",
+                || {
+                    Ok(from
+                    .query_one(
+                        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1::int AND state <> 'idle')",
+                        &[&hold_pid],
+                    )
+                    .described()?
+                    .get(0))
+                },
+            );
+            let committed = match settled {
+                Ok(()) => self.leaving_step(),
+                Err(e) => Err(e),
+            };
             let b = self.bouncer.as_ref().expect("a bouncer");
             match committed {
                 Ok(step) if step.as_deref() != Some("cutover") => {
                     if let Err(r) = b.resume_if_paused() {
                         eprintln!("insta-id: {r}");
+                    } else {
+                        let _ = Self::record(&mut self.to, self.shard, "arriving", "resumed", schema, &self.from_label);
                     }
                 }
                 _ => {
@@ -1205,23 +1265,6 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             printable(schema),
             printable(&dropped)
         );
-        // The new server must be able to adopt the copy once the old one is
-        // gone: tried now, and rolled back.
-        {
-            let mut tx = self.to.transaction().described()?;
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &self.shard],
-            )
-            .map_err(|e| {
-                format!(
-                    "the new server could not adopt the copy of shard {} (nothing was dropped): {}",
-                    self.shard,
-                    crate::db::describe(&e)
-                )
-            })?;
-            tx.rollback().described()?;
-        }
         hold.execute(
             "SELECT insta_id.drop_shard($1::int, force => true)",
             &[&self.shard],
@@ -1315,7 +1358,8 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             self.bouncer
                 .as_ref()
                 .expect("a bouncer")
-                .point_and_resume()?;
+                .point_and_resume()
+                .map_err(|e| format!("{e}\nThe shard is the new server's; its entry may still be paused: fix this and run the move again"))?;
             if let Some(t) = self.paused_at {
                 println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
             }

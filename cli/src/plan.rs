@@ -216,7 +216,8 @@ impl Fleet {
                     .parse::<i32>()
                     .ok()
                     .filter(|s| (0..=8191).contains(s))
-                    .zip(bytes.parse::<u64>().ok())
+                    // (up to 1 PiB a shard: sums of 8192 stay far from overflow)
+                    .zip(bytes.parse::<u64>().ok().filter(|b| *b <= 1 << 50))
                     .map(|(shard, bytes)| (server, shard, bytes)),
                 _ => None,
             };

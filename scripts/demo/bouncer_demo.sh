@@ -12,7 +12,9 @@ source "$repo/tests/checks.sh"
 servers=(demo-1 demo-2 demo-3 demo-4)
 bouncer=$(cluster_dir demo-bouncer)
 work=$(mktemp -d); [ "$(id -u)" != 0 ] || chmod 755 "$work"
+pids=()
 stop_all() {
+  [ ${#pids[@]} = 0 ] || kill "${pids[@]}" 2>/dev/null || true
   [ ! -f "$bouncer/pgbouncer.pid" ] || kill "$(cat "$bouncer/pgbouncer.pid")" 2>/dev/null || true
   for s in "${servers[@]}"; do stop_cluster "$s"; done
   rm -rf "$work"
@@ -67,7 +69,11 @@ INI
 as_pg /usr/sbin/pgbouncer -d "$bouncer/pgbouncer.ini"
 admin="host=$bouncer port=$bport dbname=pgbouncer user=postgres"
 through="host=$bouncer port=$bport user=postgres"
-for ((t = 0; t < 100; t++)); do q -d "$admin" -c 'SHOW VERSION' >/dev/null 2>&1 && break; sleep 0.1; done
+for ((t = 0; ; t++)); do
+  q -d "$admin" -c 'SHOW VERSION' >/dev/null 2>&1 && break
+  [ $t -lt 100 ] || { cat "$bouncer/pgbouncer.log" >&2; echo "PgBouncer did not start" >&2; exit 1; }
+  sleep 0.1
+done
 map() {  # PgBouncer's entries per server
   q -d "$admin" -c 'SHOW DATABASES' | awk -F'|' '$1 ~ /^shard[0-9]+$/ { n[$3]++; s = substr($1, 6) + 0
       if (!($3 in lo) || s < lo[$3]) lo[$3] = s; if (s > hi[$3]) hi[$3] = s }
@@ -87,7 +93,7 @@ head -n 6 "$work/plan.out"
 echo "   ..."
 # pgbench (-M simple) on the four largest shards the plan moves (it moves
 # them first), one client each.
-pids=() benched=()
+benched=()
 for s in $(sed -nE 's/^  shard ([0-9]+) .*/\1/p' "$work/plan.out" | head -n 4); do
   echo "INSERT INTO insta$s.users (name) VALUES ('pgbench');" >"$work/insert$s.sql"
   pgbench -n -M simple -c 1 -T 3600 -R 50 -f "$work/insert$s.sql" "$through dbname=shard$s" >"$work/pgbench$s.out" 2>&1 &

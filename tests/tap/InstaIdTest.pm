@@ -16,7 +16,7 @@ use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until);
+our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until move_released);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -164,6 +164,21 @@ sub pgbench_stop
 	my ($b) = @_;
 	$b->{run}->signal('TERM');
 	$b->{run}->finish;
+}
+
+# move_released(NODE, SHARD...): until no session holds those shards' move
+# lock on NODE's database app (a killed mover's backend ends once it sees
+# its client gone: not at once on a busy machine; a re-run before then is
+# refused as a second mover).
+sub move_released
+{
+	my ($node, @shards) = @_;
+	for my $shard (@shards)
+	{
+		$node->poll_query_until('app', "SELECT insta_id._lock_holder(insta_id._move_lock_key(), $shard) IS NULL")
+		  or die "shard $shard's move lock is still held on " . $node->name;
+	}
+	return;
 }
 
 # same_text(GOT, EXPECTED, NAME): is() for long texts, a diff on failure.

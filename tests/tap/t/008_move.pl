@@ -372,6 +372,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $at;
 		($krc, $kout) = move($n, $from, $to);
 	}
+	move_released($_, $n) for $old, $new;
 	my $where = $old->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
 	  . $new->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n");
 	if ($at eq 'copy')    # the copy on the new server, before the cutover
@@ -436,6 +437,7 @@ my $rows = rows_of($old, 14);
 	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'cutover';
 	move(14, $from, $to);
 }
+move_released($_, 14) for $old, $new;
 my @finishers = map { move_start(14, $from, $to) } 1 .. 2;
 my @done = map { [ move_finish($_) ] } @finishers;
 is("$done[0][0]$done[1][0]|" . rows_of($new, 14) . '|' . $old->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta14'})

@@ -152,7 +152,9 @@ sub move
 		'>>&', $log);
 	return $? & 127 ? 128 + ($? & 127) : $? >> 8;    # as a shell says it: 137 for a kill -9
 }
-my @rcs = (move(25, 1), move(125, 2), move(225, 3, INSTA_ID_MOVE_STOP_AFTER => 'map'), move(225, 3));
+my @rcs = (move(25, 1), move(125, 2), move(225, 3, INSTA_ID_MOVE_STOP_AFTER => 'map'));
+move_released($_, 225) for $servers[3], $servers[4];
+push @rcs, move(225, 3);
 append_to_file("$work/stop", '');
 $writer{run}->finish;
 note slurp_file("$work/move-125.log") . slurp_file("$work/move-225.log");

@@ -226,6 +226,7 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $at;
 		($krc, $kout) = move($shard);
 	}
+	move_released($_, $shard) for $old, $new;
 	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
 	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
 	# A re-run that could not resume the entry is refused.
@@ -236,7 +237,7 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	until_rows($new, $shard, $moved);
 	my ($done, $failed, $brc, $bout) = bench_stop($b);
 	is("$krc|$paused|$other|$refused|$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
-		"137|paused|t|1|insta-id: this move of shard $shard paused its PgBouncer entry (shard$shard) at the cutover: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it|0|0|0|$done|-1",
+		"137|paused|t|1|insta-id: this move of shard $shard paused its PgBouncer entry (shard$shard) at the cutover and did not resume it: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it|0|0|0|$done|-1",
 		"killed after '$at' with its entry paused, another entry answering; a re-run without --pgbouncer refused; the re-run resumed and moved it: 0 failed, $done rows on the new server")
 	  or diag "$kout\n$out\n$bout";
 }
@@ -255,6 +256,7 @@ my @rebalance = ('insta-id', 'rebalance', '--server', $from, '--server', $to, '-
 }
 my $krc = $? & 127 ? 128 + ($? & 127) : $? >> 8;
 my ($first) = $out =~ /^== rebalance: move 1 of \d+: shard (\d+) /m;
+move_released($_, $first // 0) for $old, $new;
 note $out;
 IPC::Run::run(\@rebalance, '>&', \$out);
 $rc = $? >> 8;
