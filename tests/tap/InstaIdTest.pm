@@ -176,7 +176,7 @@ sub move_released
 	for my $shard (@shards)
 	{
 		$node->poll_query_until('app', "SELECT insta_id._lock_holder(insta_id._move_lock_key(), $shard) IS NULL")
-		  or die "shard $shard's move lock is still held on " . $node->name;
+		  or die "the move lock of shard $shard is still held on " . $node->name;
 	}
 	return;
 }
