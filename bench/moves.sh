@@ -36,9 +36,8 @@ record 1 plan_moves "$(sed -nE 's/^moves: ([0-9]+) .*/\1/p' "$out/plan8192.out")
 record 1 plan_balanced "$([ "$status" = 0 ] && echo 1 || echo 0)"
 
 durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical')
-bouncer=$(cluster_dir bench-bouncer)
 stop_all() {
-  [ ! -f "$bouncer/pgbouncer.pid" ] || kill "$(cat "$bouncer/pgbouncer.pid")" 2>/dev/null || true
+  bouncer_stop bench-bouncer
   stop_cluster bench-move-a; stop_cluster bench-move-b
 }
 trap stop_all EXIT
@@ -57,34 +56,13 @@ for ((s = 1; s <= steady; s++)); do
   q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
 done
 
-# PgBouncer, run as the clusters' user (it refuses root), on a socket of its own.
-rm -rf "$bouncer"; mkdir -p "$bouncer"
-[ "$(id -u)" != 0 ] || chown postgres "$bouncer"
-bport=$(( $(cluster_port bench-bouncer) + 1000 ))
+# PgBouncer, one entry per shard.
+bouncer=$(bouncer_init bench-bouncer)
 for ((s = 1; s <= steady; s++)); do
   echo "shard$s = host=$(cluster_dir bench-move-a) port=$(cluster_port bench-move-a) dbname=app"
 done | as_pg tee "$bouncer/shards.ini" >/dev/null
-echo '"postgres" ""' | as_pg tee "$bouncer/userlist.txt" >/dev/null
-as_pg tee "$bouncer/pgbouncer.ini" >/dev/null <<INI
-[databases]
-%include $bouncer/shards.ini
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $bouncer
-auth_type = trust
-auth_file = $bouncer/userlist.txt
-admin_users = postgres
-pool_mode = transaction
-default_pool_size = 4
-max_client_conn = 100
-logfile = $bouncer/pgbouncer.log
-pidfile = $bouncer/pgbouncer.pid
-INI
-as_pg /usr/sbin/pgbouncer -d "$bouncer/pgbouncer.ini"
-admin="host=$bouncer port=$bport dbname=pgbouncer user=postgres"
-for ((t = 0; t < 100; t++)); do q -d "$admin" -c 'SHOW VERSION' >/dev/null 2>&1 && break; sleep 0.1; done
-through="host=$bouncer port=$bport user=postgres"
+bouncer_start bench-bouncer 4
+admin=$(bouncer_admin bench-bouncer) through=$(bouncer_through bench-bouncer)
 
 # pgbench on a shard's entry until SIGALRM (how -T ends it: with its
 # summary), its per-transaction log in $out/log<shard>.*; its process: $started.

@@ -10,12 +10,11 @@
 source "$(dirname "$0")/../dev/harness.sh"
 source "$repo/tests/checks.sh"
 servers=(demo-1 demo-2 demo-3 demo-4)
-bouncer=$(cluster_dir demo-bouncer)
 work=$(mktemp -d); [ "$(id -u)" != 0 ] || chmod 755 "$work"
 pids=()
 stop_all() {
   [ ${#pids[@]} = 0 ] || kill "${pids[@]}" 2>/dev/null || true
-  [ ! -f "$bouncer/pgbouncer.pid" ] || kill "$(cat "$bouncer/pgbouncer.pid")" 2>/dev/null || true
+  bouncer_stop demo-bouncer
   for s in "${servers[@]}"; do stop_cluster "$s"; done
   rm -rf "$work"
 }
@@ -42,38 +41,12 @@ for s in 297 298 299 300; do
 done
 
 say "PgBouncer in front: transaction pooling, one entry per logical shard"
-rm -rf "$bouncer"; mkdir -p "$bouncer"
-[ "$(id -u)" != 0 ] || chown postgres "$bouncer"
-bport=$(( $(cluster_port demo-bouncer) + 1000 ))
+bouncer=$(bouncer_init demo-bouncer)
 for s in $(seq 1 300); do
   echo "shard$s = $(target "demo-$(( (s - 1) / 100 + 1 ))")"
 done | as_pg tee "$bouncer/shards.ini" >/dev/null
-echo '"postgres" ""' | as_pg tee "$bouncer/userlist.txt" >/dev/null
-as_pg tee "$bouncer/pgbouncer.ini" >/dev/null <<INI
-[databases]
-%include $bouncer/shards.ini
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $bouncer
-auth_type = trust
-auth_file = $bouncer/userlist.txt
-admin_users = postgres
-pool_mode = transaction
-default_pool_size = 2
-server_idle_timeout = 10
-max_client_conn = 200
-logfile = $bouncer/pgbouncer.log
-pidfile = $bouncer/pgbouncer.pid
-INI
-as_pg /usr/sbin/pgbouncer -d "$bouncer/pgbouncer.ini"
-admin="host=$bouncer port=$bport dbname=pgbouncer user=postgres"
-through="host=$bouncer port=$bport user=postgres"
-for ((t = 0; ; t++)); do
-  q -d "$admin" -c 'SHOW VERSION' >/dev/null 2>&1 && break
-  [ $t -lt 100 ] || { cat "$bouncer/pgbouncer.log" >&2; echo "PgBouncer did not start" >&2; exit 1; }
-  sleep 0.1
-done
+bouncer_start demo-bouncer 2 "server_idle_timeout = 10"
+admin=$(bouncer_admin demo-bouncer) through=$(bouncer_through demo-bouncer) bport=$(bouncer_port demo-bouncer)
 map() {  # PgBouncer's entries per server
   q -d "$admin" -c 'SHOW DATABASES' | awk -F'|' '$1 ~ /^shard[0-9]+$/ { n[$3]++; s = substr($1, 6) + 0
       if (!($3 in lo) || s < lo[$3]) lo[$3] = s; if (s > hi[$3]) hi[$3] = s }

@@ -177,5 +177,43 @@ start_cluster() {
 }
 stop_cluster() { cluster_destroy "$1"; }
 
+# PgBouncer for a fleet of throwaway clusters, run as the clusters' user (it
+# refuses root) on a socket of its own: bouncer_init NAME makes its
+# directory afresh and prints it; the caller writes the [databases] entries
+# there, shards.ini (one per logical shard), through as_pg; bouncer_start
+# NAME POOL [SETTING...] starts it (transaction pooling, trust, extra
+# [pgbouncer] lines) and waits until its console answers.
+# bouncer_admin/bouncer_through NAME: the console's and an application's
+# connection strings. bouncer_stop NAME.
+bouncer_port() { echo $(( $(cluster_port "$1") + 1000 )); }
+bouncer_admin() { echo "host=$(cluster_dir "$1") port=$(bouncer_port "$1") dbname=pgbouncer user=postgres"; }
+bouncer_through() { echo "host=$(cluster_dir "$1") port=$(bouncer_port "$1") user=postgres"; }
+bouncer_init() {
+  local dir; dir=$(cluster_dir "$1")
+  rm -rf "$dir"; mkdir -p "$dir"
+  [ "$(id -u)" != 0 ] || chown postgres "$dir"
+  echo "$dir"
+}
+bouncer_start() {
+  local name=$1 pool=$2 dir t; shift 2
+  dir=$(cluster_dir "$name")
+  echo '"postgres" ""' | as_pg tee "$dir/userlist.txt" >/dev/null
+  printf '%s\n' "[databases]" "%include $dir/shards.ini" "[pgbouncer]" "listen_addr =" \
+    "listen_port = $(bouncer_port "$name")" "unix_socket_dir = $dir" "auth_type = trust" \
+    "auth_file = $dir/userlist.txt" "admin_users = postgres" "pool_mode = transaction" \
+    "default_pool_size = $pool" "max_client_conn = 200" "logfile = $dir/pgbouncer.log" \
+    "pidfile = $dir/pgbouncer.pid" "$@" | as_pg tee "$dir/pgbouncer.ini" >/dev/null
+  as_pg /usr/sbin/pgbouncer -d "$dir/pgbouncer.ini"
+  for ((t = 0; ; t++)); do
+    psql -X -qtA -d "$(bouncer_admin "$name")" -c 'SHOW VERSION' >/dev/null 2>&1 && return 0
+    [ $t -lt 100 ] || { cat "$dir/pgbouncer.log" >&2; echo "PgBouncer did not start" >&2; return 1; }
+    sleep 0.1
+  done
+}
+bouncer_stop() {
+  local pid; pid="$(cluster_dir "$1")/pgbouncer.pid"
+  [ ! -f "$pid" ] || kill "$(cat "$pid")" 2>/dev/null || true
+}
+
 # Run directly, it calls one of its functions: scripts/dev/harness.sh pg_config_of 17
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ $# -gt 0 ]; then "$@"; fi
