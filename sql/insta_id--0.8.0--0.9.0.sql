@@ -1719,8 +1719,8 @@ CREATE FUNCTION insta_id._move_steps(side text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT CASE side WHEN 'leaving' THEN '{published,slot,cutover}'::text[]
-                     WHEN 'arriving' THEN '{subscribed,copying,copied,paused,resumed,sequences,adopted,map,cleanup}'::text[] END
+    SELECT CASE side WHEN 'leaving' THEN '{published,slot,cutover,reserved,returning,returned}'::text[]
+                     WHEN 'arriving' THEN '{subscribed,copying,copied,paused,resumed,sequences,adopted,map,cleanup,reserved,returned}'::text[] END
 $$;
 
 -- The state of the moves this server takes part in: one row per shard on
@@ -1728,7 +1728,8 @@ $$;
 -- transaction as what the step makes, so a re-run and `insta-id status` read
 -- how far a move got instead of inferring it. The old server's row reaches
 -- 'cutover' in the transaction that drops the shard there: the point of no
--- return, after which a re-run only finishes the move. The mover deletes
+-- return, after which a re-run only finishes the move ('reserved' instead
+-- when the move keeps the old copy for a rollback). The mover deletes
 -- the rows when nothing of the move is left (move_done). Not configuration:
 -- a dump restored elsewhere is not a server the move runs on, so pg_dump
 -- leaves the rows out.
@@ -1743,6 +1744,10 @@ CREATE TABLE insta_id.moves (
     started_at  timestamptz NOT NULL,
     -- Every step reached, in order: [{"step": ..., "at": ...}, ...].
     steps       jsonb NOT NULL,
+    -- Until when the old server keeps its copy, fenced, for the move's
+    -- rollback (move_reserve); after it the mover drops the copy
+    -- (move_release).
+    reserve_until timestamptz CHECK (reserve_until IS NULL OR side = 'leaving'),
     CHECK (step = ANY (insta_id._move_steps(side)))
 );
 COMMENT ON TABLE insta_id.moves IS
@@ -1816,9 +1821,9 @@ $$;
 COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 'Forgets the record of one side of a shard''s move on this server, once nothing of it is left there';
 
-
--- The write fence of a shard being moved to this server: until the shard is
--- registered here (adopt_shard, right after the cutover), a client's
+-- The write fence of a shard being moved to this server, or of the copy
+-- the old server keeps for the move's rollback (move_reserve): until the
+-- shard is registered here (adopt_shard, right after the cutover), a client's
 -- INSERT, UPDATE, DELETE or TRUNCATE on its copy is refused (55006), since
 -- IDs minted here beside the old server would collide with the stream. A
 -- statement trigger on each table (argument: the shard); logical
@@ -1833,8 +1838,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
-        RAISE EXCEPTION 'shard % is being moved to this server: it takes writes here once the move has finished', TG_ARGV[0]
-            USING ERRCODE = 'object_in_use', HINT = 'Write to the server it is moving from until then (a router does).';
+        RAISE EXCEPTION 'shard % is not registered on this server: this is the copy of a move, which takes no writes', TG_ARGV[0]
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback.',
+                  HINT = 'Write to the server holding the shard (a router does).';
     END IF;
     RETURN NULL;
 END
@@ -1883,7 +1890,6 @@ END
 $$;
 COMMENT ON FUNCTION insta_id.move_fence(name, int) IS
 'Fences a shard''s copy being moved to this server: clients'' writes refused (55006) until it is registered here';
-
 
 CREATE FUNCTION insta_id._in_transaction_block()
 RETURNS boolean
@@ -2032,9 +2038,12 @@ COMMENT ON FUNCTION insta_id.move_state(int) IS
 -- sequence of the copy to the old one's state, raises the high-water mark
 -- to the old server's (so IDs stay unique when this clock is behind),
 -- replaces the shard's migration history, and records the step
--- 'sequences'. Returns this server's mark. 55000 unless a move of that
--- shard into that schema is recorded here and the shard is not yet
--- registered, when the copy lacks a table, or when a sequence of the copy
+-- 'sequences'. The rollback of a move runs it on the old server, on the
+-- copy kept there (move_reserve) within its window, and records
+-- 'returning'. Returns this server's mark. 55000 unless a move of that
+-- shard into that schema (or a kept copy of it) is recorded here and the
+-- shard is not registered, when the rollback's window has closed, when
+-- the copy lacks a table, or when a sequence of the copy
 -- is already past the old one's (used here during the move: carrying it
 -- back could repeat its values); 42P01 for a sequence the copy lacks,
 -- 42809 for a relation of that name that is not a sequence; 22023 for a
@@ -2075,10 +2084,16 @@ BEGIN
     END IF;
     nsp := move_carry.state ->> 'schema';
     SELECT * INTO recorded FROM insta_id.moves m
-    WHERE m.shard_id = move_carry.shard_id AND m.side = 'arriving' AND m.schema_name = nsp FOR UPDATE;
+    WHERE m.shard_id = move_carry.shard_id AND m.schema_name = nsp
+      AND (m.side = 'arriving' OR m.step IN ('reserved', 'returning')) FOR UPDATE;
     IF NOT FOUND OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
         RAISE EXCEPTION 'no move of shard % into schema % waits for its cutover here', move_carry.shard_id, quote_ident(nsp)
             USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF recorded.reserve_until < clock_timestamp() THEN
+        RAISE EXCEPTION 'the rollback window of shard %''s move closed at %', move_carry.shard_id, recorded.reserve_until
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The shard stays on the server it moved to; insta-id move --release drops the copy kept here.';
     END IF;
     SELECT string_agg(quote_ident(t.name), ', ' ORDER BY t.name) INTO missing
     FROM jsonb_array_elements_text(move_carry.state -> 'tables') t(name)
@@ -2122,14 +2137,114 @@ BEGIN
     INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at)
     SELECT nsp, h.migration, h.applied_at
     FROM jsonb_to_recordset(move_carry.state -> 'history') AS h(migration text, applied_at timestamptz);
-    PERFORM insta_id.move_step(move_carry.shard_id, 'arriving', 'sequences', nsp, recorded.peer);
+    PERFORM insta_id.move_step(move_carry.shard_id, recorded.side,
+                               CASE recorded.side WHEN 'arriving' THEN 'sequences' ELSE 'returning' END, nsp, recorded.peer);
     RETURN insta_id.high_water_mark();
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_carry(int, jsonb) IS
 'Carries a shard''s sequences, high-water mark and migration history (insta_id.move_state of the old server) onto its copy here';
 
+-- The cutover on the old server of a move that keeps the old copy for its
+-- rollback, in move_lock's transaction in place of drop_shard: the shard
+-- is no longer registered here, its schema stays, fenced (move_fence:
+-- clients' writes refused, the replication back from the new server
+-- applied), and the step 'reserved' is recorded with the time until which
+-- the copy is kept: now plus keep. Returns that time. 55000 unless the
+-- shard is locked for its cutover (move_lock) and its move away from here
+-- is recorded; 22023 for a keep not between a second and 7 days; 42704 for
+-- a shard not registered here.
+CREATE FUNCTION insta_id.move_reserve(shard_id int, keep interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    recorded insta_id.moves;
+    until timestamptz;
+BEGIN
+    IF num_nulls(move_reserve.shard_id, move_reserve.keep) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF move_reserve.keep < interval '1 second' OR move_reserve.keep > interval '7 days' THEN
+        RAISE EXCEPTION 'a move''s rollback window must be between 1 second and 7 days, not %', move_reserve.keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    nsp := insta_id._shard_schema(move_reserve.shard_id);
+    IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
+        RAISE EXCEPTION 'shard % is not locked for its cutover', move_reserve.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', ')),
+                  HINT = 'Call insta_id.move_lock first, in the same transaction.';
+    END IF;
+    SELECT * INTO recorded FROM insta_id.moves m
+    WHERE m.shard_id = move_reserve.shard_id AND m.side = 'leaving' AND m.schema_name = nsp FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no move of shard % away from this server is recorded', move_reserve.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = move_reserve.shard_id;
+    PERFORM insta_id.move_fence(nsp, move_reserve.shard_id);
+    until := clock_timestamp() + move_reserve.keep;
+    PERFORM insta_id.move_step(move_reserve.shard_id, 'leaving', 'reserved', nsp, recorded.peer);
+    UPDATE insta_id.moves m SET reserve_until = until WHERE m.shard_id = move_reserve.shard_id;
+    RETURN until;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_reserve(int, interval) IS
+'The cutover of a move that keeps the old copy for its rollback: the shard unregistered here, its schema fenced and kept until now + keep';
+
+-- Drops the copy this server keeps for a move's rollback (move_reserve),
+-- once its window has passed or the rollback is not wanted: its schema,
+-- as drop_shard drops a shard's (under its locks, never another schema's
+-- objects: 2BP01), its migration history and the move's record. The
+-- mover drops the replication back into it first. Returns the schema.
+-- 42704 when no copy of the shard is kept here; 55000 when the shard or
+-- the schema is registered here (the copy is a shard again) or a
+-- subscription still applies into it; 22004 for NULL.
+CREATE FUNCTION insta_id.move_release(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    recorded insta_id.moves;
+BEGIN
+    IF move_release.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO recorded FROM insta_id.moves m
+    WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving' AND m.step IN ('reserved', 'returning') FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no copy of shard % is kept on this server for a rollback', move_release.shard_id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id.shard_registry r
+               WHERE r.shard_id = move_release.shard_id OR r.schema_name = recorded.schema_name) THEN
+        RAISE EXCEPTION 'shard % or schema % is registered on this server: not a copy kept for a rollback',
+                        move_release.shard_id, quote_ident(recorded.schema_name)
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF EXISTS (SELECT FROM pg_subscription_rel s JOIN pg_class c ON c.oid = s.srrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = recorded.schema_name) THEN
+        RAISE EXCEPTION 'a subscription still applies changes into schema %', quote_ident(recorded.schema_name)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Drop the move''s subscription back (insta_back_<shard>) first: insta-id move --release does.';
+    END IF;
+    -- Registered for this transaction only, so that drop_shard's checks and
+    -- locks decide what goes.
+    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
+    PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
+    DELETE FROM insta_id.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
+    RETURN recorded.schema_name;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_release(int) IS
+'Drops the copy of a shard this server kept for a move''s rollback, and the move''s record';
+
 REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text, text, name, text),
     insta_id.move_done(int, text), insta_id._move_fence(), insta_id.move_fence(name, int),
     insta_id._in_transaction_block(), insta_id._move_unlocked(name), insta_id.move_lock(int, int), insta_id._shard_schema(int),
-    insta_id.move_state(int), insta_id.move_carry(int, jsonb) FROM PUBLIC;
+    insta_id.move_state(int), insta_id.move_carry(int, jsonb), insta_id.move_reserve(int, interval),
+    insta_id.move_release(int) FROM PUBLIC;

@@ -253,3 +253,83 @@ SELECT insta_id.move_done(31, 'arriving');
 DROP SCHEMA copy30 CASCADE;
 DELETE FROM insta_id.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
 SELECT insta_id.drop_shard(30, force => true);
+
+-- A move that keeps the old copy for its rollback (move_reserve, in place
+-- of drop_shard in the cutover's transaction): the shard unregistered, its
+-- schema kept and fenced, the step 'reserved' with the time it is kept
+-- until. A rollback carries the new server's state back onto it
+-- (move_carry, step 'returning') within the window; move_release drops it.
+SELECT insta_id.create_shard(40);
+CREATE TABLE insta40.t (id bigserial PRIMARY KEY, v int);
+INSERT INTO insta40.t (v) VALUES (1), (2);
+-- Refused: not under move_lock (55000), no move away recorded (55000), a
+-- window out of range (22023), NULL (22004), a shard not here (42704).
+SELECT insta_id.move_reserve(40, '15 minutes');
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(40, 5) IS NOT NULL AS locked;
+SELECT insta_id.move_reserve(40, '15 minutes');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_step(40, 'leaving', 'slot', 'insta40', '/tmp:5433/app');
+SELECT insta_id.move_reserve(40, '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_reserve(40, '8 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_reserve(40, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_reserve(41, '15 minutes');
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(40, 5) IS NOT NULL AS locked;
+SELECT insta_id.move_reserve(40, '15 minutes') AS kept_until \gset
+COMMIT;
+SELECT :'kept_until'::timestamptz - now() BETWEEN interval '14 minutes' AND interval '15 minutes' AS kept_15_minutes;
+SELECT count(*) AS registered FROM insta_id.shard_registry WHERE shard_id = 40;
+SELECT step, reserve_until > now() AS kept FROM insta_id.moves WHERE shard_id = 40;
+-- The copy is fenced (55006), its rows still there.
+INSERT INTO insta40.t (v) VALUES (3);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows_kept FROM insta40.t;
+-- The rollback carries the new server's state onto it (here: the shard's
+-- sequence further on) and records 'returning'.
+SELECT jsonb_build_object('shard', 40, 'schema', 'insta40', 'tables', '["t"]'::jsonb,
+                          'sequences', '{"t_id_seq": [7, true]}'::jsonb, 'mark', NULL, 'history', '[]'::jsonb) AS back \gset
+SELECT insta_id.move_carry(40, :'back') IS NOT DISTINCT FROM insta_id.high_water_mark() AS carried;
+SELECT last_value FROM insta40.t_id_seq;
+SELECT step FROM insta_id.moves WHERE shard_id = 40;
+-- Once the window has closed, no rollback (55000).
+UPDATE insta_id.moves SET reserve_until = '2026-01-01 00:00:00+00' WHERE shard_id = 40;
+SELECT insta_id.move_carry(40, :'back');
+\echo :LAST_ERROR_SQLSTATE
+-- The copy dropped: refused while the schema is registered again (55000)
+-- or while an object of another schema depends on it (2BP01, from
+-- drop_shard: nothing else is dropped; a subscription still applying into
+-- it, 55000, is tests/tap/t/008_move.pl's); nothing kept for a shard
+-- (42704); NULL (22004); not PUBLIC's.
+SELECT insta_id.adopt_shard('insta40', 40);
+SELECT insta_id.move_release(40);
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM insta_id.shard_registry WHERE shard_id = 40;
+CREATE SCHEMA keeper;
+CREATE VIEW keeper.v AS SELECT count(*) AS n FROM insta40.t;
+SELECT insta_id.move_release(40);
+\echo :LAST_ERROR_SQLSTATE
+SELECT n AS rows_kept FROM keeper.v;
+DROP SCHEMA keeper CASCADE;
+CREATE ROLE insta_id_regress_mover_nobody;
+SET ROLE insta_id_regress_mover_nobody;
+SELECT insta_id.move_release(40);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_reserve(40, '15 minutes');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE insta_id_regress_mover_nobody;
+SELECT insta_id.move_release(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_release(40);
+SELECT count(*) AS schema_left FROM pg_namespace WHERE nspname = 'insta40';
+SELECT count(*) AS moves_left FROM insta_id.moves WHERE shard_id = 40;
+SELECT count(*) AS registered FROM insta_id.shard_registry WHERE shard_id = 40;
+SELECT insta_id.move_release(40);
+\echo :LAST_ERROR_SQLSTATE
