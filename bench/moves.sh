@@ -4,7 +4,8 @@
 # wal_level = logical), Debian's PgBouncer in front (transaction pooling,
 # one entry per logical shard in a file pgbouncer.ini includes), and
 # MOVES shards of 20,000 users each moved from the first server to the
-# second, one after another, with `insta-id move --pgbouncer`, while
+# second, one after another, with `insta-id move --pgbouncer` (no rollback
+# window: the old copies dropped at the cutover, as 0.9.0 did first), while
 # pgbench (-M simple) inserts through the moving shard's entry with 4
 # clients at RATE transactions a second, and 1 client through a shard that
 # stays. Per move: the pause the tool held (it prints it), pgbench's failed
@@ -82,7 +83,7 @@ bench_start "$steady" 1; steady_pid=$started
 for ((s = 1; s <= MOVES; s++)); do
   bench_start "$s" 4; pid=$started
   sleep 1
-  insta-id move "$s" --from "$from" --to "$to" --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+  insta-id move "$s" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
     --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$s.log" 2>&1 ||
     { cat "$out/move$s.log" >&2; exit 1; }
   sleep 1

@@ -67,8 +67,32 @@ pub struct Args {
     pub router_target: Option<String>,
     /// Only roll back an interrupted move while the old server still
     /// holds the shard.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["rollback", "release"])]
     pub undo: bool,
+    /// Return a moved shard to the old server (the same --from and --to as
+    /// its move) within its --rollback-window: every write acknowledged on
+    /// the new server comes back, by the replication back that the move
+    /// started at its cutover. With --pgbouncer, --pgbouncer-target is the
+    /// old server's entry.
+    #[arg(long, conflicts_with = "release")]
+    pub rollback: bool,
+    /// Drop the copy the old server keeps for a rollback, and the
+    /// replication back, now rather than when the window has passed.
+    #[arg(long)]
+    pub release: bool,
+    /// How the old server's subscription back (for a rollback) reaches
+    /// the new one (default: --to); stored in pg_subscription like
+    /// --subscription.
+    #[arg(long, value_name = "CONNINFO")]
+    pub rollback_subscription: Option<String>,
+    /// How long after the cutover the old server keeps its copy of the
+    /// shard, fenced and following the new one, for --rollback (a
+    /// PostgreSQL interval up to 7 days; 0: dropped at the cutover). The
+    /// copy holds a replication slot on the new server and an apply
+    /// worker on the old one meanwhile. Any run of the move after the
+    /// window drops it.
+    #[arg(long, value_name = "INTERVAL", default_value = "15 min")]
+    pub rollback_window: String,
     /// PgBouncer's admin console (dbname=pgbouncer, a user of its
     /// admin_users): the cutover pauses the shard's entry, shard<N>, so
     /// its clients wait instead of failing, then points it at the new
@@ -132,6 +156,11 @@ struct Mover<'a> {
     shard: i32,
     /// insta_move_<shard>: the publication, the slot, the subscription.
     name: String,
+    /// insta_back_<shard>: the same, from the new server to the old one,
+    /// for a rollback.
+    back: String,
+    /// The rollback window (None: the old copy is dropped at the cutover).
+    keep: Option<String>,
     from_s: Settings,
     to_s: Settings,
     from: Client,
@@ -308,6 +337,11 @@ impl<'a> Mover<'a> {
                 a.shard
             )));
         }
+        if a.rollback && a.router.is_some() {
+            return Err(Failure::Usage(
+                "--rollback re-points PgBouncer's entry (--pgbouncer), not the PL/Proxy router's map: give --pgbouncer, or re-point the router with repoint_shard yourself".into(),
+            ));
+        }
         if a.router.is_some() != a.router_target.is_some() {
             return Err(Failure::Usage(
                 "--router and --router-target go together: the router's database, and the new server's connection string for the application".into(),
@@ -324,7 +358,10 @@ impl<'a> Mover<'a> {
             .map(|r| conninfo::resolve(r, env))
             .transpose()
             .map_err(usage)?;
-        for other in [&a.subscription, &a.router_target].into_iter().flatten() {
+        for other in [&a.subscription, &a.rollback_subscription, &a.router_target]
+            .into_iter()
+            .flatten()
+        {
             conninfo::parse_foreign(other).map_err(usage)?;
         }
         let bouncer = match (&a.pgbouncer, &a.pgbouncer_map, &a.pgbouncer_target) {
@@ -381,6 +418,14 @@ impl<'a> Mover<'a> {
         let label =
             |c: &mut Client| -> Result<String> { Ok(c.query_one(LABEL, &[]).described()?.get(0)) };
         let (from_label, to_label) = (label(&mut from_c)?, label(&mut to_c)?);
+        let keep = match from_c.query_one(
+            "SELECT $1::text::interval <> interval '0'",
+            &[&a.rollback_window],
+        ) {
+            Ok(r) if r.get::<_, bool>(0) => Some(a.rollback_window.clone()),
+            Ok(_) => None,
+            Err(e) => return fail(format!("--rollback-window: {}", crate::db::describe(&e))),
+        };
         let to_sysid: String = to_c
             .query_one(
                 "SELECT system_identifier::text FROM pg_catalog.pg_control_system()",
@@ -392,6 +437,8 @@ impl<'a> Mover<'a> {
             a,
             shard: a.shard as i32,
             name: format!("insta_move_{}", a.shard),
+            back: format!("insta_back_{}", a.shard),
+            keep,
             from_s: from,
             to_s: to,
             from: from_c,
@@ -534,10 +581,25 @@ impl<'a> Mover<'a> {
     }
 
     fn run(&mut self) -> Result<()> {
+        // A rollback whose cutover committed (the shard dropped on the new
+        // server) is only finished.
+        if let Some((step, schema)) = self.arriving_step()? {
+            if step == "returned" {
+                self.refuse_paused_without_bouncer()?;
+                let (hold, _) = self.lock_finish()?;
+                return self.finish_rollback(hold, &schema);
+            }
+        }
         let st = self.read_state()?;
         if st.on_from.is_some() && st.on_to.is_some() {
             return fail(format!(
                 "shard {} is registered on both servers: not a state a move leaves; compare them and drop one by hand",
+                self.shard
+            ));
+        }
+        if st.on_from.is_some() && (self.a.rollback || self.a.release) {
+            return fail(format!(
+                "shard {} is on the old server: no move of it to roll back or release",
                 self.shard
             ));
         }
@@ -563,8 +625,11 @@ impl<'a> Mover<'a> {
             )
             .described()?
             .map(|r| r.get(0));
-        if self.leaving_step()?.as_deref() == Some("cutover")
-            || matches!(arriving.as_deref(), Some("adopted" | "map" | "cleanup"))
+        if cut_over(self.leaving_step()?.as_deref())
+            || matches!(
+                arriving.as_deref(),
+                Some("adopted" | "map" | "cleanup" | "reserved")
+            )
         {
             return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
         }
@@ -669,6 +734,11 @@ impl<'a> Mover<'a> {
         self.wait_copy(subid)?;
         self.record_to("copied", &schema)?;
         stop_after("copy");
+        if self.keep.is_some() {
+            self.step("publication and slot back on the new server, for a rollback");
+            self.make_back(&schema)?;
+            stop_after("back");
+        }
 
         self.step("cutover");
         self.cutover(&mut hold, &schema)?;
@@ -678,32 +748,13 @@ impl<'a> Mover<'a> {
         // finishers' lock, for this transaction (a re-run finishing beside
         // this one adopts first, then this adopts nothing).
         self.step(&format!("adopt {} on the new server", printable(&schema)));
-        {
-            let mut tx = self.to.transaction().described()?;
-            tx.execute(
-                "SELECT pg_catalog.pg_advisory_xact_lock(insta_id._move_lock_key(), $1::int)",
-                &[&self.shard],
-            )
-            .described()?;
-            let adopted = tx
-                .execute(
-                    "SELECT insta_id.adopt_shard($1::text::name, $2::int)
-                     WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $2::int)",
-                    &[&schema, &self.shard],
-                )
-                .described()?;
-            if adopted == 1 {
-                Self::record(
-                    &mut tx,
-                    self.shard,
-                    "arriving",
-                    "adopted",
-                    &schema,
-                    &self.from_label,
-                )?;
-            }
-            tx.commit().described()?;
-        }
+        Self::adopt(
+            &mut self.to,
+            self.shard,
+            &schema,
+            &self.from_label,
+            &self.back,
+        )?;
         let (hold, st) = self.lock_finish()?;
         self.finish_move(hold, &st, &schema)
     }
@@ -739,7 +790,7 @@ impl<'a> Mover<'a> {
         if let Some((peer, _)) = arriving {
             // A label names a route (a socket, an address), which a re-run
             // may take otherwise: the old server's own record decides.
-            if peer != self.from_label && self.leaving_step()?.as_deref() != Some("cutover") {
+            if peer != self.from_label && !cut_over(self.leaving_step()?.as_deref()) {
                 return fail(format!(
                     "shard {} is being moved to the new server from {}, not from {}: give that server as --from",
                     self.shard,
@@ -749,11 +800,23 @@ impl<'a> Mover<'a> {
             }
         }
         self.refuse_paused_without_bouncer()?;
+        if let (Some(schema), Some((step, _))) = (&st.on_to, self.arriving_step()?) {
+            if step == "reserved" {
+                let schema = schema.clone();
+                return self.kept_copy(hold, &schema);
+            }
+        }
+        if self.a.rollback || self.a.release {
+            return fail(format!(
+                "no finished move of shard {} keeps a copy on the old server: nothing to roll back or release (a move is rolled back once it has finished, within its window)",
+                self.shard
+            ));
+        }
         // Adopted on the new server (only ever after the cutover), or the
         // old server's record of the cutover, committed with the drop:
         // anything else is not a move this can finish.
         if st.on_to.is_none()
-            && self.leaving_step()?.as_deref() != Some("cutover")
+            && !cut_over(self.leaving_step()?.as_deref())
             && !self.legacy_cutover()?
         {
             return fail(format!("shard {} is on neither server's registry and its cutover did not commit: compare the servers by hand", self.shard));
@@ -862,9 +925,42 @@ impl<'a> Mover<'a> {
             )
             .described()?
             .get(0);
-        if to_version < 160000 {
+        let from_version: i32 = self
+            .from
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::int",
+                &[],
+            )
+            .described()?
+            .get(0);
+        // The same onto the old server, when its copy follows the new one.
+        if to_version < 160000 || (self.keep.is_some() && from_version < 160000) {
             if let Some(owners) = one(&mut self.from, APPLY_CODE_OWNERS, schema)? {
-                return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
+                if to_version < 160000 {
+                    return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
+                }
+                return fail(format!("the old server runs PostgreSQL 15, which would apply the replication back (for a rollback) as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it with --rollback-window 0 (no rollback), or give those objects to a superuser first", printable(schema), printable(&owners)));
+            }
+        }
+        if self.keep.is_some() {
+            let wal: String = self
+                .to
+                .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
+                .described()?
+                .get(0);
+            if wal != "logical" {
+                return fail("wal_level on the new server is not logical: the replication back to the old server's copy, for a rollback, needs it (or --rollback-window 0)");
+            }
+            let free: bool = self
+                .to
+                .query_one(
+                    "SELECT count(*) < pg_catalog.current_setting('max_replication_slots')::int FROM pg_catalog.pg_replication_slots",
+                    &[],
+                )
+                .described()?
+                .get(0);
+            if !free {
+                return fail("no replication slot is free on the new server for the replication back, for a rollback (max_replication_slots): drop unused slots, release kept copies (--release), or --rollback-window 0");
             }
         }
         let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
@@ -1035,83 +1131,93 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 ident(&self.name)
             ))
             .described()?;
-        // The shard's PgBouncer entry first: once no transaction runs
-        // through it, its clients queue there, and none waits on the locks
-        // below (where the drop would fail it).
-        if self.bouncer.is_some() {
-            // Recorded first: a run that finishes or undoes this move must
-            // be able to resume the entry.
-            self.record_to("paused", schema)?;
-            let b = self.bouncer.as_ref().expect("a bouncer");
-            match b.pause(
-                Duration::from_secs(self.a.waits.pause_timeout),
-                self.a.waits.pause_attempts,
-            ) {
-                Ok(at) => self.paused_at = Some(at),
-                Err(e) => {
-                    match b.resume_if_paused() {
-                        Ok(()) => {
-                            let _ = Self::record(
-                                &mut self.to,
-                                self.shard,
-                                "arriving",
-                                "resumed",
-                                schema,
-                                &self.from_label,
-                            );
-                        }
-                        Err(r) => eprintln!("insta-id: {r}"),
-                    }
-                    return fail(e);
-                }
-            }
-            println!("   PgBouncer's entry {} paused", b.entry);
-        }
+        self.pause_entry(schema)?;
         let done = self.cutover_locked(hold, schema);
-        if let (Err(e), true) = (&done, self.bouncer.is_some()) {
-            // Not cut over: the entry's clients go on, on the old server.
-            // Unless the COMMIT did happen (its reply lost): then they wait
-            // for the run that finishes the move. Read once the held
-            // session has ended its transaction, one way or the other.
-            let _ = hold.batch_execute("ROLLBACK");
-            let from = &mut self.from;
-            let settled = poll(
-                30,
-                Duration::from_millis(10),
-                "the cutover's session to end",
-                || {
-                    Ok(from
+        self.settle(done, hold, hold_pid, false)
+    }
+
+    /// The shard's PgBouncer entry first: once no transaction runs through
+    /// it, its clients queue there, and none waits on the cutover's locks
+    /// (where the drop would fail it).
+    fn pause_entry(&mut self, schema: &str) -> Result<()> {
+        if self.bouncer.is_none() {
+            return Ok(());
+        }
+        // Recorded first: a run that finishes or undoes this move must be
+        // able to resume the entry.
+        self.record_to("paused", schema)?;
+        let b = self.bouncer.as_ref().expect("a bouncer");
+        match b.pause(
+            Duration::from_secs(self.a.waits.pause_timeout),
+            self.a.waits.pause_attempts,
+        ) {
+            Ok(at) => self.paused_at = Some(at),
+            Err(e) => {
+                match b.resume_if_paused() {
+                    Ok(()) => {
+                        let _ = self.record_to("resumed", schema);
+                    }
+                    Err(r) => eprintln!("insta-id: {r}"),
+                }
+                return fail(e);
+            }
+        }
+        println!("   PgBouncer's entry {} paused", b.entry);
+        Ok(())
+    }
+
+    /// After a cutover (`back`: a rollback's, held on the new server) that
+    /// failed: its transaction ended, and the entry's clients go on where
+    /// the shard still is. Unless the COMMIT did happen (its reply lost):
+    /// then they wait for the run that finishes. Read once the held session
+    /// has ended its transaction, one way or the other.
+    fn settle(
+        &mut self,
+        done: Result<()>,
+        hold: &mut Client,
+        hold_pid: i32,
+        back: bool,
+    ) -> Result<()> {
+        let (Err(e), true) = (&done, self.bouncer.is_some()) else {
+            return done;
+        };
+        let _ = hold.batch_execute("ROLLBACK");
+        let c = if back { &mut self.to } else { &mut self.from };
+        let settled = poll(
+            30,
+            Duration::from_millis(10),
+            "the cutover's session to end",
+            || {
+                Ok(c
                     .query_one(
                         "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1::int AND state <> 'idle')",
                         &[&hold_pid],
                     )
                     .described()?
                     .get(0))
-                },
-            );
-            let committed = match settled {
-                Ok(()) => self.leaving_step(),
-                Err(e) => Err(e),
-            };
-            let b = self.bouncer.as_ref().expect("a bouncer");
-            match committed {
-                Ok(step) if step.as_deref() != Some("cutover") => {
-                    if let Err(r) = b.resume_if_paused() {
-                        eprintln!("insta-id: {r}");
-                    } else {
-                        let _ = Self::record(&mut self.to, self.shard, "arriving", "resumed", schema, &self.from_label);
-                    }
-                }
-                _ => {
-                    return fail(format!(
-                        "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the move is run again, which finishes it",
-                        e.message(),
-                        b.entry
-                    ))
-                }
+            },
+        );
+        let committed = settled.and_then(|()| {
+            if back {
+                Ok(self.arriving_step()?.is_some_and(|(s, _)| s == "returned"))
+            } else {
+                Ok(cut_over(self.leaving_step()?.as_deref()))
             }
+        });
+        let b = self.bouncer.as_ref().expect("a bouncer");
+        if let Ok(false) = committed {
+            if let Err(r) = b.resume_if_paused() {
+                eprintln!("insta-id: {r}");
+            } else if let Some((_, schema)) = self.arriving_step()? {
+                let _ = self.record_to("resumed", &schema);
+            }
+            return done;
         }
-        done
+        fail(format!(
+            "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the move is run again, which finishes it",
+            e.message(),
+            b.entry
+        ))
     }
 
     fn cutover_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
@@ -1217,32 +1323,25 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 "   high-water mark carried over: {mark} (new server's: {})",
                 raised.as_deref().unwrap_or("none")
             );
-            let mode: String = self
-                .to
-                .query_one("SELECT insta_id.guard_mode()", &[])
-                .described()?
-                .get(0);
-            if mode == "session" {
-                // The per-session guard (15/16 not preloaded): open sessions
-                // do not see a raised mark, so wait until the new server's
-                // clock is past it.
-                let to = &mut self.to;
-                wait_for(
-                    60,
-                    "the new server's clock to pass the old one's mark",
-                    || {
-                        Ok(to
-                            .query_one(
-                                "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
-                                &[&mark],
-                            )
-                            .described()?
-                            .get(0))
-                    },
-                )?;
-            }
+            wait_past_mark(&mut self.to, &mark)?;
         }
         stop_after("sequences");
+        if let Some(keep) = &self.keep {
+            let until: String = hold
+                .query_one(
+                    "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
+                                               'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
+                    &[&self.shard, keep],
+                )
+                .described()?
+                .get(0);
+            hold.batch_execute("COMMIT").described()?;
+            println!(
+                "   schema {} stays on the old server, fenced, for a rollback until {until}",
+                printable(schema)
+            );
+            return Ok(());
+        }
         // What the cutover drops on the old server, said before it does.
         let dropped: String = hold
             .query_one(
@@ -1333,22 +1432,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     fn finish_move(&mut self, mut hold: Client, st: &State, schema: &str) -> Result<()> {
         if st.on_to.is_none() {
             self.step(&format!("adopt {} on the new server", printable(schema)));
-            let mut tx = hold.transaction().described()?;
-            // Opens the fence.
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &self.shard],
-            )
-            .described()?;
-            Self::record(
-                &mut tx,
-                self.shard,
-                "arriving",
-                "adopted",
-                schema,
-                &self.from_label,
-            )?;
-            tx.commit().described()?;
+            Self::adopt(&mut hold, self.shard, schema, &self.from_label, &self.back)?;
         }
         stop_after("adopted");
         if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
@@ -1384,43 +1468,13 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         self.record_to("cleanup", schema)?;
         self.drop_replication(st, None)?;
         stop_after("unsubscribed");
-        // Dropping a trigger locks its table (ACCESS EXCLUSIVE), which now
-        // takes writes: one table at a time, each wait short. The fence is
-        // open already; a re-run drops what this leaves.
-        let fenced = self
-            .to
-            .query(
-                "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_trigger t
-                 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                 WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text",
-                &[&schema],
-            )
-            .described()?;
-        self.to
-            .batch_execute("SET lock_timeout = '500ms'")
-            .described()?;
-        for r in fenced {
-            let (nsp, rel): (String, String) = (r.get(0), r.get(1));
-            let drop = format!(
-                "DROP TRIGGER IF EXISTS insta_id_move_fence ON {}.{}",
-                ident(&nsp),
-                ident(&rel)
-            );
-            let mut attempt = 1;
-            while let Err(e) = self.to.batch_execute(&drop) {
-                if attempt == 20 {
-                    return fail(format!(
-                        "the fence's trigger on {}.{} is still there (open; a re-run drops it): {}",
-                        printable(&nsp),
-                        printable(&rel),
-                        crate::db::describe(&e)
-                    ));
-                }
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(500));
-            }
+        drop_fence(&mut self.to, schema)?;
+        // The old server keeps its copy for a rollback: it follows the new
+        // server from now on (the forward stream gone, nothing loops).
+        let kept = self.kept()?.is_some();
+        if kept {
+            self.subscribe_back()?;
         }
-        self.to.batch_execute("RESET lock_timeout").described()?;
         {
             let mut tx = self.to.transaction().described()?;
             // (0.9.0's first script made the fence's function in the schema.)
@@ -1429,12 +1483,458 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 ident(schema)
             ))
             .described()?;
-            Self::done(&mut tx, self.shard, "arriving")?;
+            if kept {
+                Self::record(
+                    &mut tx,
+                    self.shard,
+                    "arriving",
+                    "reserved",
+                    schema,
+                    &self.from_label,
+                )?;
+            } else {
+                Self::done(&mut tx, self.shard, "arriving")?;
+            }
             tx.commit().described()?;
         }
         drop(hold);
         self.step(&format!(
             "moved shard {} ({})",
+            self.shard,
+            printable(schema)
+        ));
+        if let Some((_, until, _)) = self.kept()? {
+            println!("   the old server keeps its copy, fenced and following this one, for a rollback until {until}");
+        }
+        Ok(())
+    }
+
+    /// The new server's record of the move: its step and schema.
+    fn arriving_step(&mut self) -> Result<Option<(String, String)>> {
+        Ok(self
+            .to
+            .query_opt(
+                "SELECT step, schema_name::text FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                &[&self.shard],
+            )
+            .described()?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// The old server's record of a copy it keeps for a rollback: its step
+    /// ('reserved'; 'returning' once a rollback carried the new server's
+    /// state onto it), until when, and whether that time has passed.
+    fn kept(&mut self) -> Result<Option<(String, String, bool)>> {
+        Ok(self
+            .from
+            .query_opt(
+                "SELECT step, pg_catalog.to_char(reserve_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
+                        reserve_until < pg_catalog.clock_timestamp()
+                 FROM insta_id.moves
+                 WHERE shard_id = $1::int AND side = 'leaving' AND step IN ('reserved', 'returning')",
+                &[&self.shard],
+            )
+            .described()?
+            .map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
+    /// On the new server, once the copy is streaming: the publication and
+    /// the slot the old server's copy will follow after the cutover, made
+    /// now so that no client waits on the slot's snapshot at the cutover.
+    fn make_back(&mut self, schema: &str) -> Result<()> {
+        let published: bool = self
+            .to
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)",
+                &[&self.back],
+            )
+            .described()?
+            .get(0);
+        if !published {
+            self.to
+                .batch_execute(&format!(
+                    "CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}",
+                    ident(&self.back),
+                    ident(schema)
+                ))
+                .described()?;
+        }
+        self.to
+            .execute(
+                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')
+                 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text)",
+                &[&self.back],
+            )
+            .described()?;
+        Ok(())
+    }
+
+    /// Registers the copy on the new server (the fence opens), under the
+    /// finishers' lock for this transaction, unless a run beside this one
+    /// did. First the slot back, if the move made one, is moved past
+    /// everything written here so far (the forward stream's rows, which the
+    /// old copy has): only what clients write from now on goes back.
+    fn adopt(c: &mut Client, shard: i32, schema: &str, from_label: &str, back: &str) -> Result<()> {
+        let mut tx = c.transaction().described()?;
+        tx.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock(insta_id._move_lock_key(), $1::int)",
+            &[&shard],
+        )
+        .described()?;
+        let registered: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $1::int)",
+                &[&shard],
+            )
+            .described()?
+            .get(0);
+        if !registered {
+            tx.execute(
+                "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+                &[&back],
+            )
+            .described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &shard],
+            )
+            .described()?;
+            Self::record(&mut tx, shard, "arriving", "adopted", schema, from_label)?;
+        }
+        tx.commit().described()?;
+        Ok(())
+    }
+
+    /// On the old server, once the forward stream is gone: the subscription
+    /// that keeps its copy following the new server, from the slot back
+    /// (nothing copied: the copy has every row up to the slot's start).
+    fn subscribe_back(&mut self) -> Result<()> {
+        let exists: bool = self
+            .from
+            .query_one(
+                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
+                &[&self.back],
+            )
+            .described()?
+            .get(0);
+        if exists {
+            return Ok(());
+        }
+        let conn = self
+            .a
+            .rollback_subscription
+            .as_deref()
+            .unwrap_or(&self.a.to);
+        self.from
+            .batch_execute(&format!(
+                "CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
+                   WITH (create_slot = false, slot_name = {slot}, copy_data = false)",
+                name = ident(&self.back),
+                slot = literal(&self.back),
+                conn = literal(conn),
+            ))
+            .described()?;
+        Ok(())
+    }
+
+    /// In a transaction on the old server: the subscription back, detached
+    /// from its slot (the new server's, dropped there), if it is there.
+    fn unsubscribe_back(tx: &mut postgres::Transaction, back: &str) -> Result<()> {
+        let exists: bool = tx
+            .query_one(
+                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
+                &[&back],
+            )
+            .described()?
+            .get(0);
+        if exists {
+            let name = ident(back);
+            tx.batch_execute(&format!(
+                "SET LOCAL client_min_messages = warning;
+                 ALTER SUBSCRIPTION {name} DISABLE;
+                 ALTER SUBSCRIPTION {name} SET (slot_name = NONE);
+                 DROP SUBSCRIPTION {name}"
+            ))
+            .described()?;
+        }
+        Ok(())
+    }
+
+    /// On the new server: the slot and the publication back, then its
+    /// record of the move.
+    fn drop_back(&mut self) -> Result<()> {
+        let (to, back) = (&mut self.to, &self.back);
+        wait_for(30, "the slot back to be released", || {
+            Ok(to
+                .query_one(
+                    "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)",
+                    &[back],
+                )
+                .described()?
+                .get(0))
+        })?;
+        self.to
+            .execute(
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+                &[&self.back],
+            )
+            .described()?;
+        let mut tx = self.to.transaction().described()?;
+        tx.batch_execute(&format!(
+            "SET LOCAL client_min_messages = warning; DROP PUBLICATION IF EXISTS {}",
+            ident(&self.back)
+        ))
+        .described()?;
+        Self::done(&mut tx, self.shard, "arriving")?;
+        tx.commit().described()?;
+        Ok(())
+    }
+
+    /// The shard is the new server's and the old one keeps a copy (under
+    /// lock_finish's session): rolled back, released, or left as it is.
+    fn kept_copy(&mut self, hold: Client, schema: &str) -> Result<()> {
+        let Some((_, until, expired)) = self.kept()? else {
+            return fail(format!("shard {} is on the new server, which records a copy kept on the old one, but the old server records none: compare them by hand", self.shard));
+        };
+        // A rollback interrupted before its cutover committed: the shard
+        // is still the new server's, its clients go on there.
+        let paused = self.arriving()?.is_some_and(|(_, paused)| paused);
+        if let (Some(b), true) = (&self.bouncer, paused) {
+            b.resume_if_paused()?;
+            println!(
+                "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
+                b.entry
+            );
+            self.record_to("resumed", schema)?;
+        }
+        if self.a.rollback {
+            if expired {
+                return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
+            }
+            return self.rollback(hold, schema);
+        }
+        if self.a.release || expired {
+            return self.release(hold, schema);
+        }
+        self.step(&format!(
+            "shard {} is on the new server; the old server keeps its copy for a rollback until {until}: nothing to do (--rollback returns the shard, --release drops the copy now)",
+            self.shard
+        ));
+        Ok(())
+    }
+
+    /// Returns the shard to the old server, whose copy the subscription back
+    /// kept up to date: the cutover the other way (the new server's locks,
+    /// the copy caught up, sequences, mark and history carried back, the
+    /// shard dropped on the new server: the point of no return), then the
+    /// old server adopts it.
+    fn rollback(&mut self, mut hold: Client, schema: &str) -> Result<()> {
+        self.step(&format!(
+            "roll back shard {} to the old server: checks",
+            self.shard
+        ));
+        let (from, back) = (&mut self.from, &self.back);
+        let ready: Option<(i64, i64)> = from
+            .query_opt(
+                &format!(
+                    "SELECT (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::bigint, count(r.srrelid)::bigint
+                     FROM pg_catalog.pg_subscription s LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
+                     WHERE s.subname = $1::text AND s.subdbid = {THIS_DB} AND s.subenabled GROUP BY s.oid"
+                ),
+                &[back],
+            )
+            .described()?
+            .map(|r| (r.get(0), r.get(1)));
+        match ready {
+            Some((r, n)) if r == n && n > 0 => {}
+            _ => return fail(format!("the old server's subscription back ({}) is missing, disabled or not streaming every table: the copy may not be up to date, so nothing was changed", self.back)),
+        }
+        {
+            let mut tx = self.from.transaction().described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .map_err(|e| {
+                format!(
+                    "the old server could not adopt its copy of shard {} (nothing was changed): {}",
+                    self.shard,
+                    crate::db::describe(&e)
+                )
+            })?;
+            tx.rollback().described()?;
+        }
+        let hold_pid: i32 = hold
+            .query_one(
+                "SELECT pg_catalog.pg_backend_pid(), pg_catalog.set_config('lock_timeout', $1, false)",
+                &[&self.a.waits.lock_timeout],
+            )
+            .described()?
+            .get(0);
+        self.from
+            .batch_execute(&format!(
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
+                ident(&self.back)
+            ))
+            .described()?;
+        self.step("rollback: cutover");
+        self.pause_entry(schema)?;
+        let done = self.rollback_locked(&mut hold, schema);
+        self.settle(done, &mut hold, hold_pid, true)?;
+        stop_after("rolled-back");
+        self.finish_rollback(hold, schema)
+    }
+
+    /// In the held session on the new server.
+    fn rollback_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        hold.batch_execute("BEGIN").described()?;
+        let lsn: String = hold
+            .query_one(
+                "SELECT insta_id.move_lock($1::int, $2::int)::text",
+                &[&self.shard, &(self.a.waits.lock_attempts as i32)],
+            )
+            .described()?
+            .get(0);
+        self.to
+            .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
+            .described()?;
+        let (to, back) = (&mut self.to, &self.back);
+        poll(
+            60,
+            Duration::from_millis(5),
+            &format!("the subscription back to apply {lsn}"),
+            || {
+                Ok(to
+                    .query_opt(
+                        "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                         WHERE slot_name = $2::text",
+                        &[&lsn, back],
+                    )
+                    .described()?
+                    .and_then(|r| r.get::<_, Option<bool>>(0))
+                    == Some(true))
+            },
+        )?;
+        let state: String = hold
+            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
+            .described()?
+            .get(0);
+        self.from
+            .execute(
+                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)",
+                &[&self.shard, &state],
+            )
+            .described()?;
+        let mark: Option<String> = self
+            .from
+            .query_one(
+                "SELECT ($1::text::jsonb ->> 'mark')::timestamptz::text",
+                &[&state],
+            )
+            .described()?
+            .get(0);
+        if let Some(mark) = mark {
+            println!("   sequences and the high-water mark ({mark}) carried back");
+            wait_past_mark(&mut self.from, &mark)?;
+        }
+        hold.execute(
+            "SELECT insta_id.drop_shard($1::int, force => true)",
+            &[&self.shard],
+        )
+        .described()?;
+        Self::record(
+            hold,
+            self.shard,
+            "arriving",
+            "returned",
+            schema,
+            &self.from_label,
+        )?;
+        hold.batch_execute("COMMIT").described()?;
+        println!("   schema {} dropped on the new server", printable(schema));
+        Ok(())
+    }
+
+    /// After a rollback's cutover committed: the old server adopts its copy
+    /// (the fence opens), the entry points back at it, and the replication
+    /// back and the fence are dropped.
+    fn finish_rollback(&mut self, hold: Client, schema: &str) -> Result<()> {
+        let registered: bool = self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $1::int)",
+                &[&self.shard],
+            )
+            .described()?
+            .get(0);
+        if !registered {
+            self.step(&format!("adopt {} on the old server", printable(schema)));
+            let mut tx = self.from.transaction().described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "leaving",
+                "returned",
+                schema,
+                &self.to_label,
+            )?;
+            tx.commit().described()?;
+        }
+        if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
+            self.step(&format!(
+                "point PgBouncer's entry {entry} at the old server"
+            ));
+            self.bouncer
+                .as_ref()
+                .expect("a bouncer")
+                .point_and_resume()
+                .map_err(|e| format!("{e}\nThe shard is the old server's again; its entry may still be paused: fix this and run the rollback again"))?;
+            if let Some(t) = self.paused_at {
+                println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
+            }
+        }
+        self.step("cleanup: the replication back, the fence");
+        {
+            let mut tx = self.from.transaction().described()?;
+            Self::unsubscribe_back(&mut tx, &self.back)?;
+            tx.commit().described()?;
+        }
+        drop_fence(&mut self.from, schema)?;
+        Self::done(&mut self.from, self.shard, "leaving")?;
+        self.drop_back()?;
+        drop(hold);
+        self.step(&format!(
+            "rolled back shard {} ({}) to the old server",
+            self.shard,
+            printable(schema)
+        ));
+        Ok(())
+    }
+
+    /// Drops the old server's copy and the replication back.
+    fn release(&mut self, hold: Client, schema: &str) -> Result<()> {
+        self.step(&format!(
+            "release: the copy of shard {} kept on the old server, and the replication back",
+            self.shard
+        ));
+        {
+            let mut tx = self.from.transaction().described()?;
+            Self::unsubscribe_back(&mut tx, &self.back)?;
+            tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard])
+                .described()?;
+            tx.commit().described()?;
+        }
+        self.drop_back()?;
+        drop(hold);
+        self.step(&format!(
+            "shard {} ({}) is the new server's alone",
             self.shard,
             printable(schema)
         ));
@@ -1499,10 +1999,84 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             ident(&self.name)
         ))
         .described()?;
-        Self::done(&mut tx, self.shard, "leaving")?;
+        // (A copy kept for a rollback keeps its record.)
+        tx.execute(
+            "SELECT insta_id.move_done($1::int, 'leaving') FROM insta_id.moves
+             WHERE shard_id = $1::int AND side = 'leaving' AND step NOT IN ('reserved', 'returning')",
+            &[&self.shard],
+        )
+        .described()?;
         tx.commit().described()?;
+        if undo.is_some() {
+            self.drop_back()?;
+        }
         Ok(())
     }
+}
+
+/// Where the guard is per session (15 and 16 not preloaded), open sessions
+/// do not see a raised high-water mark: waits until the server's clock is
+/// past it.
+fn wait_past_mark(c: &mut Client, mark: &str) -> Result<()> {
+    let mode: String = c
+        .query_one("SELECT insta_id.guard_mode()", &[])
+        .described()?
+        .get(0);
+    if mode != "session" {
+        return Ok(());
+    }
+    wait_for(60, "the server's clock to pass the carried mark", || {
+        Ok(c.query_one(
+            "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
+            &[&mark],
+        )
+        .described()?
+        .get(0))
+    })
+}
+
+/// Where a move's old server records a committed cutover: the shard
+/// dropped there, or its copy kept for a rollback.
+fn cut_over(step: Option<&str>) -> bool {
+    matches!(step, Some("cutover" | "reserved" | "returning"))
+}
+
+/// Drops the fence's triggers from a schema's tables. Dropping a trigger
+/// locks its table (ACCESS EXCLUSIVE), which now takes writes: one table at
+/// a time, each wait short. The fence is open already; a re-run drops what
+/// this leaves.
+fn drop_fence(c: &mut Client, schema: &str) -> Result<()> {
+    let fenced = c.query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_trigger t
+             JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text",
+            &[&schema],
+        )
+        .described()?;
+    c.batch_execute("SET lock_timeout = '500ms'").described()?;
+    for r in fenced {
+        let (nsp, rel): (String, String) = (r.get(0), r.get(1));
+        let drop = format!(
+            "DROP TRIGGER IF EXISTS insta_id_move_fence ON {}.{}",
+            ident(&nsp),
+            ident(&rel)
+        );
+        let mut attempt = 1;
+        while let Err(e) = c.batch_execute(&drop) {
+            if attempt == 20 {
+                return fail(format!(
+                    "the fence's trigger on {}.{} is still there (open; a re-run drops it): {}",
+                    printable(&nsp),
+                    printable(&rel),
+                    crate::db::describe(&e)
+                ));
+            }
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    c.batch_execute("RESET lock_timeout").described()?;
+    Ok(())
 }
 
 /// The non-superusers owning code a subscription's apply would run for a

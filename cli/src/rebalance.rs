@@ -28,6 +28,12 @@ pub struct Args {
     /// The file of PgBouncer's [databases] entries pgbouncer.ini includes.
     #[arg(long, value_name = "FILE", requires = "pgbouncer")]
     pub pgbouncer_map: Option<std::path::PathBuf>,
+    /// Each move's rollback window (as `insta-id move`). 0 by default: a
+    /// kept copy holds a replication slot on its new server and an apply
+    /// worker on its old one, which a rebalance of many shards would
+    /// exhaust.
+    #[arg(long, value_name = "INTERVAL", default_value = "0")]
+    pub rollback_window: String,
     #[command(flatten)]
     pub waits: Waits,
 }
@@ -99,6 +105,10 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
         router: None,
         router_target: None,
         undo: false,
+        rollback: false,
+        release: false,
+        rollback_subscription: None,
+        rollback_window: a.rollback_window.clone(),
         pgbouncer: a.pgbouncer.clone(),
         pgbouncer_map: a.pgbouncer_map.clone(),
         pgbouncer_target: a.pgbouncer.as_ref().map(|_| target_of(&settings[to])),

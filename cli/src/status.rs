@@ -160,16 +160,31 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
         for r in c.query(
             "SELECT m.shard_id, m.side, m.peer, m.step,
                     pg_catalog.to_char((m.steps -> -1 ->> 'at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
-                    pg_catalog.to_char(m.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+                    pg_catalog.to_char(m.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
+                    pg_catalog.to_char(m.reserve_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
              FROM insta_id.moves m",
             &[],
         )? {
-            let (shard, side, peer, step, since, started): (i32, String, String, String, String, String) =
-                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+            let (shard, side, peer, step, since, started, until): (i32, String, String, String, String, String, Option<String>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6));
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
-            found.entry(shard).or_insert((side, None));
+            // The old copy of a finished move, kept for its rollback, and
+            // the new server's side of it: their replication is the way back.
+            let kept = match (until, step.as_str()) {
+                (Some(u), _) => Some(format!("the old copy kept for a rollback until {u}, following the new server")),
+                (None, "reserved") => Some("moved; the old server keeps a copy for a rollback".to_string()),
+                _ => None,
+            };
+            match kept {
+                Some(k) => {
+                    found.insert(shard, (side, Some(k)));
+                }
+                None => {
+                    found.entry(shard).or_insert((side, None));
+                }
+            }
         }
     }
     let found: Vec<(i32, String)> = found

@@ -78,7 +78,7 @@ case "$cmd" in
     [ -n "$from" ] || from=$(on 1 -d router -c "SELECT connstr FROM shard_map WHERE shard_id = $shard")
     router=$(connstr 1); router=${router/dbname=app/dbname=router}
     # (the demo's application connects as the operator does: one role)
-    insta-id move "$shard" --from "$from" --to "$(connstr "$to")" --router "$router" --router-target "$(connstr "$to")"
+    insta-id move "$shard" --from "$from" --to "$(connstr "$to")" --rollback-window 0 --router "$router" --router-target "$(connstr "$to")"
     ;;
   writer)
     stopfile=$2 out=$3; shift 3

@@ -164,6 +164,16 @@ BEGIN
             moving := moving || target_shard;
             CONTINUE;
         END IF;
+        -- So is one moved here whose old server keeps a copy following it
+        -- for a rollback (this server's record of the move stays until the
+        -- copy is dropped): the rows that follow would no longer fit it.
+        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id.moves m
+                                                WHERE m.shard_id = target_shard AND m.side = 'arriving') THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) was moved here and is not done yet (its old copy may follow it for a rollback), skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
         -- The shard's registry row, held against a drop_shard (which takes
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
@@ -238,7 +248,7 @@ BEGIN
                         array_to_string(moving, ', ')
             USING ERRCODE = 'object_in_use',
                   DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
-                  HINT = 'Call insta_id.migrate again once the moves are done, on the server that holds each shard: its migration history moves with it.';
+                  HINT = 'Call insta_id.migrate again once the moves are done (a kept old copy released: insta-id move --release), on the server that holds each shard: its migration history moves with it.';
     END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,

@@ -333,3 +333,25 @@ SELECT count(*) AS moves_left FROM insta_id.moves WHERE shard_id = 40;
 SELECT count(*) AS registered FROM insta_id.shard_registry WHERE shard_id = 40;
 SELECT insta_id.move_release(40);
 \echo :LAST_ERROR_SQLSTATE
+
+-- insta_id.migrate skips a shard moved here whose record of the move is
+-- still here (its old copy may follow it for a rollback; DDL is not
+-- replicated): 55006 at the end, naming it; the template and the other
+-- shards migrated.
+SELECT count(*) AS other_shards FROM insta_id.shard_registry;
+CREATE SCHEMA tpl50;
+CREATE TABLE tpl50.t (id bigint PRIMARY KEY);
+SELECT insta_id.create_shard(50), insta_id.create_shard(51);
+CREATE TABLE insta50.t (id bigint PRIMARY KEY);
+CREATE TABLE insta51.t (id bigint PRIMARY KEY);
+SELECT insta_id.move_step(50, 'arriving', 'reserved', 'insta50', '/tmp:5433/app');
+CALL insta_id.migrate('0001_v', 'tpl50', 'ALTER TABLE t ADD COLUMN v int');
+\echo :LAST_ERROR_SQLSTATE
+SELECT c.relnamespace::regnamespace AS schema, count(a.attname) AS has_v
+FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'v'
+WHERE c.relname = 't' AND c.relnamespace::regnamespace::text IN ('tpl50', 'insta50', 'insta51')
+GROUP BY 1 ORDER BY 1;
+SELECT insta_id.move_done(50, 'arriving');
+SELECT insta_id.drop_shard(50, force => true), insta_id.drop_shard(51, force => true);
+DROP SCHEMA tpl50 CASCADE;
+DELETE FROM insta_id.migrations WHERE name = '0001_v';

@@ -77,6 +77,9 @@ my $moves = 0;
 sub move_command
 {
 	my ($shard, $from, $to, @options) = @_;
+	# The old copy dropped at the cutover unless OPTIONS say otherwise
+	# (rollbacks: 013_pgbouncer.pl).
+	push @options, '--rollback-window', 0 unless grep { /^--rollback/ } @options;
 	return [ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--copy-timeout', 120, @options ];
 }
 sub move
@@ -352,6 +355,13 @@ like("$rc|" . last_line($out) . '|' . nothing_left(),
 	qr/^1\|insta-id: the new server runs PostgreSQL 15, .*: code of insta18 owned by app_owner would run with its rights there\..*\|0\|0$/,
 	"refused onto 15: a superuser's shard whose column is another role's domain, checked by that role's function");
 $new15->stop;
+# From PostgreSQL 15 with a rollback window, the old server's subscription
+# back would apply the new server's rows there as the superuser: refused the
+# same way, nothing made.
+($rc, $out) = move(16, $from, $to, '--rollback-window', '15 min');
+like("$rc|" . last_line($out) . '|' . nothing_left(),
+	qr/^1\|insta-id: the old server runs PostgreSQL 15, which would apply the replication back \(for a rollback\) as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0$/,
+	'refused from 15 with a rollback window: the replication back would run the shard owner\'s code as the superuser');
 ($rc, $out) = move(16, $from, $to);
 is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})
 	  . '|' . $old->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
@@ -377,7 +387,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 	  . $new->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n");
 	if ($at eq 'copy')    # the copy on the new server, before the cutover
 	{
-		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is being moved to this server/m ? $1 : 'accepted' }
+		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is not registered on this server: this is the copy of a move/m ? $1 : 'accepted' }
 		  "INSERT INTO insta$n.users (name) VALUES ('early')", "UPDATE insta$n.photos SET caption = 'early'", "TRUNCATE insta$n.likes";
 		is("@refused", '55006 55006 55006', "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted");
 		# insta-id status, given both servers, sees the move on each side;

@@ -147,7 +147,7 @@ sub move
 	my ($shard, $from, %env) = @_;
 	local %ENV = (%ENV, %env);
 	my $log = "$work/move-$shard.log";
-	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', app($from), '--to', app(4), '--copy-timeout', 120,
+	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', app($from), '--to', app(4), '--copy-timeout', 120, '--rollback-window', 0,
 			'--router', $router->connstr('router'), '--router-target', app(4) ],
 		'>>&', $log);
 	return $? & 127 ? 128 + ($? & 127) : $? >> 8;    # as a shell says it: 137 for a kill -9

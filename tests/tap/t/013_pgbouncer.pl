@@ -116,18 +116,20 @@ for (my $t = 0; !defined via($admin, 'SHOW VERSION'); $t++)
 }
 is(via("$through dbname=shard3", 'SELECT count(*) FROM insta3.users'), 0, 'PgBouncer routes shard 3 to the old server');
 
-# move(SHARD[, TARGET]): insta-id move with PgBouncer, its exit status and
-# output (stdout and stderr, in order), through a file (a killed move's
-# sessions end on their own).
+# move(SHARD[, TARGET[, OPTIONS...]]): insta-id move with PgBouncer, its
+# exit status and output (stdout and stderr, in order), through a file (a
+# killed move's sessions end on their own). Without a rollback window
+# unless OPTIONS give one: the old copy dropped at the cutover.
 my $moves = 0;
 sub move
 {
-	my ($shard, $target) = @_;
+	my ($shard, $target, @options) = @_;
 	$target //= 'host=' . $new->host . ' port=' . $new->port . ' dbname=app';
+	@options = ('--rollback-window', 0) unless @options;
 	my $log = "$dir/move-" . ++$moves . '.log';
 	IPC::Run::run(
 		[ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--copy-timeout', 120,
-		  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $target ],
+		  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $target, @options ],
 		'>&', $log);
 	my $rc = $? & 127 ? 128 + ($? & 127) : $? >> 8;
 	return ($rc, slurp_file($log));
@@ -230,7 +232,7 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
 	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
 	# A re-run that could not resume the entry is refused.
-	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to ], '>&', \$out);
+	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--rollback-window', 0 ], '>&', \$out);
 	my $refused = ($? >> 8) . '|' . last_line($out);
 	($rc, $out) = move($shard);
 	my $moved = rows_on($new, $shard);
@@ -244,6 +246,86 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 my ($done, $failed, $brc, $bout) = bench_stop($steady);
 is("$brc|$failed|" . rows_on($old, 13), "0|0|$done", "pgbench on a shard not moved: 0 failed through every move ($done rows)")
   or diag $bout;
+
+# Rollback. Shard 13 moved with the default window (15 minutes) under
+# pgbench: the old server keeps its copy, unregistered, fenced, following
+# the new one; pgbench goes on through the entry, on the new server. Then
+# `insta-id move --rollback`, under pgbench too, returns the shard with
+# every write acknowledged on the new server: 0 failed, every row on the old
+# server once, nothing of either direction's replication left. Once as is,
+# once killed after the rollback's cutover committed (the shard dropped on
+# the new server, the entry paused) and run again.
+my $old_target = 'host=' . $old->host . ' port=' . $old->port . ' dbname=app';
+# What the moves of shard 13 leave on a server: publications, subscriptions,
+# slots, fence triggers, records, the schema unless it holds the shard.
+sub left_of
+{
+	my ($node) = @_;
+	return $node->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription)
+	  + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')
+	  + (SELECT count(*) FROM insta_id.moves)
+	  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13' AND NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = 13))});
+}
+for my $kill (undef, 'rolled-back')
+{
+	my $before = rows_on($old, 13);
+	my $b = bench_start(13, 4);
+	until_rows($old, 13, $before) or die 'pgbench on shard 13 wrote nothing';
+	($rc, $out) = move(13, undef, '--rollback-window', '15 min');
+	my $at_cutover = rows_on($new, 13);
+	# The old copy follows the new server's writes.
+	my $follows = until_rows($new, 13, $at_cutover) && until_rows($old, 13, $at_cutover);
+	my $kept = $old->safe_psql('app', q{SELECT step || '|' || (reserve_until > now() + interval '14 minutes')
+	  || '|' || NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = 13) FROM insta_id.moves WHERE shard_id = 13});
+	my ($frc, undef, $ferr) = $old->psql('app', q{INSERT INTO insta13.users (name) VALUES ('direct')});
+	IPC::Run::run([ 'insta-id', 'status', '--server', $from, '--server', $to ], '>&', \my $status);
+	my ($rrc, $rout) = move(13, undef, '--rollback-window', '15 min');
+	is(join('|', $rc, $follows, $kept, $frc, $ferr =~ /shard 13 is not registered on this server/ ? 'fenced' : $ferr, $rrc, last_line($rout)),
+		"0|1|reserved|true|true|3|fenced|0|== shard 13 is on the new server; the old server keeps its copy for a rollback until "
+		  . ($rout =~ /until (\S+ \S+ UTC)/ ? $1 : 'a time') . ': nothing to do (--rollback returns the shard, --release drops the copy now)',
+		'moved with a window: the old copy kept (unregistered, fenced, following the new server); a re-run in the window changes nothing')
+	  or diag "$out\n$rout";
+	like($status, qr/shard 13: leaving to \S+, step reserved .*kept for a rollback until/, 'insta-id status: the old copy kept, and until when');
+	my ($krc, $kout, $paused) = (0, '', 'not paused');
+	if ($kill)
+	{
+		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $kill;
+		($krc, $kout) = move(13, $old_target, '--rollback');
+		move_released($_, 13) for $old, $new;
+		$paused = entry(13)->{paused} ? 'paused' : 'not paused';
+	}
+	($rc, $out) = move(13, $old_target, '--rollback');
+	my $back = rows_on($old, 13);
+	until_rows($old, 13, $back);
+	($done, $failed, $brc, $bout) = bench_stop($b);
+	is(join('|', $krc, $paused, $rc, $brc, $failed, rows_on($old, 13) - $before, rows_on($new, 13), left_of($old), left_of($new)),
+		join('|', $kill ? (137, 'paused') : (0, 'not paused'), 0, 0, 0, $done, -1, 0, 0),
+		'rolled back under pgbench' . ($kill ? ", killed after '$kill' and run again" : '')
+		  . ": 0 failed, its $done rows on the old server once, nothing of either replication left")
+	  or diag "$kout\n$out\n$bout";
+	is(join('|', @{ entry(13) }{qw(host port paused)}), $old->host . '|' . $old->port . '|0', "PgBouncer's entry names the old server again");
+}
+# A window that passes: a rollback after it is refused; the next run of the
+# move drops the old copy and the replication back.
+($rc, $out) = move(13, undef, '--rollback-window', '2 s');
+$old->poll_query_until('app', 'SELECT reserve_until < now() FROM insta_id.moves WHERE shard_id = 13')
+  or die 'the window of shard 13 did not pass';
+my ($lrc, $lout) = move(13, $old_target, '--rollback');
+my ($erc, $eout) = move(13, undef, '--rollback-window', '2 s');
+is(join('|', $rc, $lrc, last_line($lout) =~ s/closed at .* UTC/closed at T/r, $erc, left_of($old), left_of($new), rows_on($new, 13) > 0 ? 'on new' : 'lost'),
+	"0|1|insta-id: the rollback window of shard 13's move closed at T: the shard stays on the new server (--release drops the old copy)|0|0|0|on new",
+	'after its window: the rollback refused; the next run dropped the old copy and the replication back, nothing left on either server')
+  or diag "$out\n$lout\n$eout";
+# --release drops them at once; the shard returns to the old server by a
+# plain move.
+($rc, $out) = move(13, undef, '--rollback-window', '15 min');
+my ($src, $sout) = move(13, undef, '--release');
+my @back = ('insta-id', 'move', 13, '--from', $to, '--to', $from, '--copy-timeout', 120, '--rollback-window', 0,
+	'--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $old_target);
+IPC::Run::run(\@back, '>&', \my $bkout);
+is(join('|', $rc, $src, left_of($old), $? >> 8, rows_on($old, 13) > 0 ? 'on old' : 'lost', left_of($new)), '0|0|0|0|on old|0',
+	'--release dropped the copy and the replication back at once; the shard moved back by a move of its own')
+  or diag "$out\n$sout\n$bkout";
 # insta-id rebalance: the new server holds 12 of the 14 shards; the plan
 # moves some back, through PgBouncer. Killed during its first move, then run
 # again: it finishes that move first, plans again, and goes on.
