@@ -800,8 +800,11 @@ impl<'a> Mover<'a> {
             }
         }
         self.refuse_paused_without_bouncer()?;
-        if let (Some(schema), Some((step, _))) = (&st.on_to, self.arriving_step()?) {
-            if step == "reserved" {
+        // A finished move whose old copy is kept: the forward subscription
+        // gone, the one back made (a rollback given up since may have left
+        // the new server's row at 'paused' or 'resumed').
+        if let (Some(schema), None, Some(_)) = (&st.on_to, &st.sub, self.kept()?) {
+            if self.subscribed_back()? {
                 let schema = schema.clone();
                 return self.kept_copy(hold, &schema);
             }
@@ -1610,15 +1613,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// that keeps its copy following the new server, from the slot back
     /// (nothing copied: the copy has every row up to the slot's start).
     fn subscribe_back(&mut self) -> Result<()> {
-        let exists: bool = self
-            .from
-            .query_one(
-                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
-                &[&self.back],
-            )
-            .described()?
-            .get(0);
-        if exists {
+        if self.subscribed_back()? {
             return Ok(());
         }
         let conn = self
@@ -1636,6 +1631,18 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             ))
             .described()?;
         Ok(())
+    }
+
+    /// Whether the old server has the subscription back.
+    fn subscribed_back(&mut self) -> Result<bool> {
+        Ok(self
+            .from
+            .query_one(
+                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
+                &[&self.back],
+            )
+            .described()?
+            .get(0))
     }
 
     /// In a transaction on the old server: the subscription back, detached
@@ -1817,6 +1824,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                     == Some(true))
             },
         )?;
+        stop_after("back-blocked");
         let state: String = hold
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?

@@ -45,9 +45,22 @@ pub fn target_of(s: &Settings) -> String {
     format!("host={} port={} dbname={}", s.host, s.port, s.dbname)
 }
 
-/// A move the servers record as interrupted: the shard, its old and new
-/// server (indexes into the servers given).
-fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize)>, String> {
+/// What a rebalance finishes first, of what the servers record.
+#[derive(Clone, Copy, PartialEq)]
+enum Pending {
+    /// A move interrupted: finished, or undone and made afresh.
+    Move,
+    /// The old copy a move kept for a rollback, past its window: dropped.
+    Expired,
+    /// A rollback interrupted after its cutover: finished (the PgBouncer
+    /// entry points back at the old server).
+    Rollback,
+}
+
+/// What the servers record of moves to finish first: the shard, its old
+/// and new server (indexes into the servers given, as the move named them)
+/// and what is pending. Kept copies still in their window are left alone.
+fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)>, String> {
     let mut labels = Vec::new();
     let mut rows = Vec::new();
     for (i, s) in settings.iter().enumerate() {
@@ -55,16 +68,30 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize)>, String
         labels.push(c.query_one(LABEL, &[]).described()?.get::<_, String>(0));
         for r in c
             .query(
-                "SELECT shard_id, side, peer FROM insta_id.moves ORDER BY shard_id",
+                "SELECT shard_id, side, peer, step IN ('reserved', 'returning'),
+                        coalesce(reserve_until < pg_catalog.clock_timestamp(), false), step = 'returned'
+                 FROM insta_id.moves ORDER BY shard_id",
                 &[],
             )
             .map_err(|e| format!("server {}: {}", s.label, describe(&e)))?
         {
+            let (kept, expired, returned): (bool, bool, bool) = (r.get(3), r.get(4), r.get(5));
+            // (A kept copy is the old server's row; the new server's row
+            // of that move is at 'reserved' too.)
+            if kept && !expired {
+                continue;
+            }
+            let pending = match (expired, returned) {
+                (true, _) => Pending::Expired,
+                (_, true) => Pending::Rollback,
+                _ => Pending::Move,
+            };
             rows.push((
                 r.get::<_, i32>(0),
                 r.get::<_, String>(1),
                 r.get::<_, String>(2),
                 i,
+                pending,
             ));
         }
     }
@@ -76,8 +103,8 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize)>, String
             ));
         }
     }
-    let mut out: Vec<(i32, usize, usize)> = Vec::new();
-    for (shard, side, peer, i) in rows {
+    let mut out: Vec<(i32, usize, usize, Pending)> = Vec::new();
+    for (shard, side, peer, i, pending) in rows {
         let Some(other) = labels.iter().position(|l| *l == peer) else {
             return Err(format!(
                 "shard {shard} is being moved between server {} and {peer}, which is not among the servers given",
@@ -89,8 +116,10 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize)>, String
         } else {
             (other, i)
         };
-        if !out.iter().any(|&(s, _, _)| s == shard) {
-            out.push((shard, pair.0, pair.1));
+        match out.iter_mut().find(|(s, _, _, _)| *s == shard) {
+            Some(seen) if seen.3 == Pending::Move => seen.3 = pending,
+            Some(_) => {}
+            None => out.push((shard, pair.0, pair.1, pending)),
         }
     }
     Ok(out)
@@ -128,12 +157,23 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    for (shard, from, to) in pending {
+    for (shard, from, to, what) in pending {
         println!(
-            "== rebalance: the interrupted move of shard {shard} ({} -> {})",
-            settings[from].label, settings[to].label
+            "== rebalance: {} of shard {shard} ({} -> {})",
+            match what {
+                Pending::Move => "the interrupted move",
+                Pending::Expired => "the old copy, past its rollback window,",
+                Pending::Rollback => "the interrupted rollback",
+            },
+            settings[from].label,
+            settings[to].label
         );
-        if let Err(e) = mover::move_shard(&one(shard, from, to), env) {
+        let mut args = one(shard, from, to);
+        if what == Pending::Rollback {
+            args.rollback = true;
+            args.pgbouncer_target = a.pgbouncer.as_ref().map(|_| target_of(&settings[from]));
+        }
+        if let Err(e) = mover::move_shard(&args, env) {
             return stopped(shard, e);
         }
     }

@@ -253,8 +253,10 @@ is("$brc|$failed|" . rows_on($old, 13), "0|0|$done", "pgbench on a shard not mov
 # `insta-id move --rollback`, under pgbench too, returns the shard with
 # every write acknowledged on the new server: 0 failed, every row on the old
 # server once, nothing of either direction's replication left. Once as is,
-# once killed after the rollback's cutover committed (the shard dropped on
-# the new server, the entry paused) and run again.
+# once killed in the rollback's cutover (its locks held on the new server,
+# the entry paused: the re-run resumes it, then rolls back), once killed
+# after it committed (the shard dropped on the new server, the entry
+# paused: the re-run finishes), each run again.
 my $old_target = 'host=' . $old->host . ' port=' . $old->port . ' dbname=app';
 # What the moves of shard 13 leave on a server: publications, subscriptions,
 # slots, fence triggers, records, the schema unless it holds the shard.
@@ -266,7 +268,7 @@ sub left_of
 	  + (SELECT count(*) FROM insta_id.moves)
 	  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13' AND NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = 13))});
 }
-for my $kill (undef, 'rolled-back')
+for my $kill (undef, 'back-blocked', 'rolled-back')
 {
 	my $before = rows_on($old, 13);
 	my $b = bench_start(13, 4);
