@@ -1224,42 +1224,13 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     }
 
     fn cutover_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        // insta_id.move_lock: the tables in ACCESS EXCLUSIVE mode (the mode
-        // the drop needs), each try waiting lock_timeout at most behind a
-        // long reader before it lets the writers go on and tries again;
-        // then the sequences. The WAL position after which nothing of the
-        // shard commits here.
         hold.batch_execute("BEGIN").described()?;
-        let lsn: String = hold
-            .query_one(
-                "SELECT insta_id.move_lock($1::int, $2::int)::text",
-                &[&self.shard, &(self.a.waits.lock_attempts as i32)],
-            )
-            .described()?
-            .get(0);
-        // Everything committed before the lock is before it. A transaction
-        // that commits with synchronous_commit on flushes the WAL past it at
-        // once, so the walsender need not wait for the WAL writer.
-        self.from
-            .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
-            .described()?;
-        // Polled every 5 ms: clients wait meanwhile.
-        let (from, name) = (&mut self.from, &self.name);
-        poll(
-            60,
-            Duration::from_millis(5),
-            &format!("the subscription to apply {lsn}"),
-            || {
-                Ok(from
-                .query_opt(
-                    "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                     WHERE slot_name = $2::text",
-                    &[&lsn, name],
-                )
-                .described()?
-                .and_then(|r| r.get::<_, Option<bool>>(0))
-                == Some(true))
-            },
+        lock_caught_up(
+            hold,
+            &mut self.from,
+            &self.name,
+            self.shard,
+            self.a.waits.lock_attempts,
         )?;
         stop_after("blocked");
         // Logical replication carries neither sequences nor the time of the
@@ -1797,32 +1768,12 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// In the held session on the new server.
     fn rollback_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
         hold.batch_execute("BEGIN").described()?;
-        let lsn: String = hold
-            .query_one(
-                "SELECT insta_id.move_lock($1::int, $2::int)::text",
-                &[&self.shard, &(self.a.waits.lock_attempts as i32)],
-            )
-            .described()?
-            .get(0);
-        self.to
-            .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
-            .described()?;
-        let (to, back) = (&mut self.to, &self.back);
-        poll(
-            60,
-            Duration::from_millis(5),
-            &format!("the subscription back to apply {lsn}"),
-            || {
-                Ok(to
-                    .query_opt(
-                        "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                         WHERE slot_name = $2::text",
-                        &[&lsn, back],
-                    )
-                    .described()?
-                    .and_then(|r| r.get::<_, Option<bool>>(0))
-                    == Some(true))
-            },
+        lock_caught_up(
+            hold,
+            &mut self.to,
+            &self.back,
+            self.shard,
+            self.a.waits.lock_attempts,
         )?;
         stop_after("back-blocked");
         let state: String = hold
@@ -2020,6 +1971,53 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         }
         Ok(())
     }
+}
+
+/// The first half of a cutover, in `hold`'s transaction on the server
+/// holding the shard (`publisher`, another session there): move_lock (the
+/// tables in ACCESS EXCLUSIVE mode, the mode the drop needs, each try
+/// waiting lock_timeout at most behind a long reader before it lets the
+/// writers go on and tries again; then the sequences), then until the
+/// subscriber has confirmed, on `slot`, everything committed before the
+/// lock. Returns the lock's WAL position.
+fn lock_caught_up(
+    hold: &mut Client,
+    publisher: &mut Client,
+    slot: &str,
+    shard: i32,
+    attempts: u16,
+) -> Result<String> {
+    let lsn: String = hold
+        .query_one(
+            "SELECT insta_id.move_lock($1::int, $2::int)::text",
+            &[&shard, &(attempts as i32)],
+        )
+        .described()?
+        .get(0);
+    // Everything committed before the lock is before it. A transaction
+    // that commits with synchronous_commit on flushes the WAL past it at
+    // once, so the walsender need not wait for the WAL writer.
+    publisher
+        .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
+        .described()?;
+    // Polled every 5 ms: clients wait meanwhile.
+    poll(
+        60,
+        Duration::from_millis(5),
+        &format!("the subscription of {slot} to apply {lsn}"),
+        || {
+            Ok(publisher
+                .query_opt(
+                    "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                     WHERE slot_name = $2::text",
+                    &[&lsn, &slot],
+                )
+                .described()?
+                .and_then(|r| r.get::<_, Option<bool>>(0))
+                == Some(true))
+        },
+    )?;
+    Ok(lsn)
 }
 
 /// Where the guard is per session (15 and 16 not preloaded), open sessions

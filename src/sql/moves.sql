@@ -254,6 +254,24 @@ AS $$
                              OR c.relkind = 'S' AND l.mode IN ('ShareRowExclusiveLock', 'ExclusiveLock')))
 $$;
 
+-- 55000 unless this backend holds every table and sequence of the shard
+-- (schema nsp) in the cutover's modes (move_lock): what is read or changed
+-- under the lock must not change meanwhile.
+CREATE FUNCTION insta_id._check_move_locked(shard_id int, nsp name)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
+        RAISE EXCEPTION 'shard % is not locked for its cutover', shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', ')),
+                  HINT = 'Call insta_id.move_lock first, in the same transaction.';
+    END IF;
+END
+$$;
+
 -- The cutover's lock, taken by the mover on the old server inside the
 -- transaction that ends with drop_shard: every table of the shard in
 -- ACCESS EXCLUSIVE mode (the mode the drop needs: readers and writers
@@ -348,12 +366,7 @@ BEGIN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     nsp := insta_id._shard_schema(move_state.shard_id);
-    IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
-        RAISE EXCEPTION 'shard % is not locked for its cutover', move_state.shard_id
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', ')),
-                  HINT = 'Call insta_id.move_lock first, in the same transaction.';
-    END IF;
+    PERFORM insta_id._check_move_locked(move_state.shard_id, nsp);
     FOR seq IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = nsp AND c.relkind = 'S' ORDER BY c.relname LOOP
         EXECUTE format('SELECT last_value, is_called FROM %I.%I', nsp, seq.relname) INTO seq_state;
@@ -513,12 +526,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     nsp := insta_id._shard_schema(move_reserve.shard_id);
-    IF cardinality(insta_id._move_unlocked(nsp)) > 0 THEN
-        RAISE EXCEPTION 'shard % is not locked for its cutover', move_reserve.shard_id
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('Not locked: %s.', array_to_string(insta_id._move_unlocked(nsp), ', ')),
-                  HINT = 'Call insta_id.move_lock first, in the same transaction.';
-    END IF;
+    PERFORM insta_id._check_move_locked(move_reserve.shard_id, nsp);
     SELECT * INTO recorded FROM insta_id.moves m
     WHERE m.shard_id = move_reserve.shard_id AND m.side = 'leaving' AND m.schema_name = nsp FOR UPDATE;
     IF NOT FOUND THEN
