@@ -2267,3 +2267,7 @@ REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text,
     insta_id.move_lock(int, int), insta_id._shard_schema(int),
     insta_id.move_state(int), insta_id.move_carry(int, jsonb), insta_id.move_reserve(int, interval),
     insta_id.move_release(int) FROM PUBLIC;
+-- Which shards have a move recorded here, and on which side: what
+-- insta_id.migrate checks (as its caller) to skip them. No more of a move
+-- than pg_publication and pg_subscription show anyone already.
+GRANT SELECT (shard_id, side) ON insta_id.moves TO PUBLIC;

@@ -161,6 +161,8 @@ struct Mover<'a> {
     back: String,
     /// The rollback window (None: the old copy is dropped at the cutover).
     keep: Option<String>,
+    /// Both servers 16 or later: the subscription back filters by origin.
+    origin_filter: bool,
     from_s: Settings,
     to_s: Settings,
     from: Client,
@@ -251,7 +253,8 @@ fn poll(
 }
 
 /// INSTA_ID_MOVE_STOP_AFTER=<step> kills the tool after that step (slot,
-/// copy, blocked, sequences, cutover, adopted, map, unsubscribed), its
+/// copy, back, blocked, sequences, cutover, adopted, map, unsubscribed; of
+/// a rollback back-blocked, rolled-back), its
 /// sessions cut as a crash would: how the tests interrupt a move.
 fn stop_after(step: &str) {
     if std::env::var("INSTA_ID_MOVE_STOP_AFTER").as_deref() == Ok(step) {
@@ -418,14 +421,29 @@ impl<'a> Mover<'a> {
         let label =
             |c: &mut Client| -> Result<String> { Ok(c.query_one(LABEL, &[]).described()?.get(0)) };
         let (from_label, to_label) = (label(&mut from_c)?, label(&mut to_c)?);
+        // Checked now, not at the cutover (move_reserve's range), after
+        // what may be hours of copy.
         let keep = match from_c.query_one(
-            "SELECT $1::text::interval <> interval '0'",
+            "SELECT $1::text::interval <> interval '0',
+                    $1::text::interval = interval '0' OR $1::text::interval BETWEEN interval '1 second' AND interval '7 days'",
             &[&a.rollback_window],
         ) {
+            Ok(r) if !r.get::<_, bool>(1) => {
+                return fail(format!(
+                    "--rollback-window must be 0 or between 1 second and 7 days, not {}",
+                    printable(&a.rollback_window)
+                ))
+            }
             Ok(r) if r.get::<_, bool>(0) => Some(a.rollback_window.clone()),
             Ok(_) => None,
             Err(e) => return fail(format!("--rollback-window: {}", crate::db::describe(&e))),
         };
+        // From 16 on both, the subscription back asks for the changes that
+        // no replication made (origin = none): the forward stream's rows
+        // never go back, whatever the slot back's position after a crash.
+        let version = "SELECT pg_catalog.current_setting('server_version_num')::int";
+        let origin_filter = from_c.query_one(version, &[]).described()?.get::<_, i32>(0) >= 160000
+            && to_c.query_one(version, &[]).described()?.get::<_, i32>(0) >= 160000;
         let to_sysid: String = to_c
             .query_one(
                 "SELECT system_identifier::text FROM pg_catalog.pg_control_system()",
@@ -439,6 +457,7 @@ impl<'a> Mover<'a> {
             name: format!("insta_move_{}", a.shard),
             back: format!("insta_back_{}", a.shard),
             keep,
+            origin_filter,
             from_s: from,
             to_s: to,
             from: from_c,
@@ -585,6 +604,11 @@ impl<'a> Mover<'a> {
         // server) is only finished.
         if let Some((step, schema)) = self.arriving_step()? {
             if step == "returned" {
+                // Only a run that knows it is a rollback: its PgBouncer
+                // target is the old server's, not the move's.
+                if !self.a.rollback {
+                    return fail(format!("a rollback of shard {} committed (the shard was dropped on the new server): finish it with --rollback, and with --pgbouncer-target naming the old server", self.shard));
+                }
                 self.refuse_paused_without_bouncer()?;
                 let (hold, _) = self.lock_finish()?;
                 return self.finish_rollback(hold, &schema);
@@ -660,7 +684,8 @@ impl<'a> Mover<'a> {
                     &[&self.name, &self.shard],
                 )
                 .described()?
-                .get::<_, bool>(0);
+                .get::<_, bool>(0)
+            || self.back_left()?;
         if leftovers {
             self.step(&format!(
                 "undo an interrupted move: the old server still holds shard {}",
@@ -748,13 +773,8 @@ impl<'a> Mover<'a> {
         // finishers' lock, for this transaction (a re-run finishing beside
         // this one adopts first, then this adopts nothing).
         self.step(&format!("adopt {} on the new server", printable(&schema)));
-        Self::adopt(
-            &mut self.to,
-            self.shard,
-            &schema,
-            &self.from_label,
-            &self.back,
-        )?;
+        let advance = (!self.origin_filter).then_some(self.back.as_str());
+        Self::adopt(&mut self.to, self.shard, &schema, &self.from_label, advance)?;
         let (hold, st) = self.lock_finish()?;
         self.finish_move(hold, &st, &schema)
     }
@@ -809,9 +829,11 @@ impl<'a> Mover<'a> {
                 return self.kept_copy(hold, &schema);
             }
         }
-        if self.a.rollback || self.a.release {
+        // (--release goes on: a release interrupted after the old server's
+        // part is finished by the cleanup below.)
+        if self.a.rollback {
             return fail(format!(
-                "no finished move of shard {} keeps a copy on the old server: nothing to roll back or release (a move is rolled back once it has finished, within its window)",
+                "no finished move of shard {} keeps a copy on the old server: nothing to roll back (a move is rolled back once it has finished, within its window)",
                 self.shard
             ));
         }
@@ -1217,9 +1239,10 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             return done;
         }
         fail(format!(
-            "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the move is run again, which finishes it",
+            "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the {} is run again, which finishes it",
             e.message(),
-            b.entry
+            b.entry,
+            if back { "rollback (--rollback)" } else { "move" }
         ))
     }
 
@@ -1242,29 +1265,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
-        // Every table of the shard (every partition) must be one this
-        // subscription copied and streams: a table made on both servers
-        // during the move exists on the new one, but its rows never came.
-        let unsubscribed: Option<String> = self
-            .to
-            .query_one(
-                &format!(
-                    "SELECT pg_catalog.string_agg(pg_catalog.quote_ident(t), ', ' ORDER BY t)
-                     FROM pg_catalog.jsonb_array_elements_text($1::text::jsonb -> 'tables') t
-                     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
-                                       JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
-                                       JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
-                                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                                       WHERE s.subname = $2::text AND s.subdbid = {THIS_DB}
-                                         AND n.nspname = $3::text AND c.relname = t AND r.srsubstate = 'r')
-                       -- (a partitioned table's rows are its partitions')
-                       AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                                       WHERE n.nspname = $3::text AND c.relname = t AND c.relkind = 'p')"
-                ),
-                &[&state, &self.name, &schema],
-            )
-            .described()?
-            .get(0);
+        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema)?;
         if let Some(t) = unsubscribed {
             return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
         }
@@ -1406,7 +1407,8 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     fn finish_move(&mut self, mut hold: Client, st: &State, schema: &str) -> Result<()> {
         if st.on_to.is_none() {
             self.step(&format!("adopt {} on the new server", printable(schema)));
-            Self::adopt(&mut hold, self.shard, schema, &self.from_label, &self.back)?;
+            let advance = (!self.origin_filter).then_some(self.back.as_str());
+            Self::adopt(&mut hold, self.shard, schema, &self.from_label, advance)?;
         }
         stop_after("adopted");
         if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
@@ -1466,10 +1468,13 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                     schema,
                     &self.from_label,
                 )?;
-            } else {
-                Self::done(&mut tx, self.shard, "arriving")?;
             }
             tx.commit().described()?;
+        }
+        // No copy kept (any more): the slot and publication back, if a
+        // window or an interrupted release left them, go with the record.
+        if !kept {
+            self.drop_back()?;
         }
         drop(hold);
         self.step(&format!(
@@ -1512,31 +1517,43 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             .map(|r| (r.get(0), r.get(1), r.get(2))))
     }
 
-    /// On the new server, once the copy is streaming: the publication and
-    /// the slot the old server's copy will follow after the cutover, made
-    /// now so that no client waits on the slot's snapshot at the cutover.
-    fn make_back(&mut self, schema: &str) -> Result<()> {
-        let published: bool = self
+    /// Whether the new server has the publication or the slot back.
+    fn back_left(&mut self) -> Result<bool> {
+        Ok(self
             .to
             .query_one(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)",
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)
+                     OR EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                WHERE slot_name = $1::text AND database = pg_catalog.current_database())",
                 &[&self.back],
             )
             .described()?
-            .get(0);
-        if !published {
-            self.to
-                .batch_execute(&format!(
-                    "CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}",
-                    ident(&self.back),
-                    ident(schema)
-                ))
-                .described()?;
-        }
+            .get(0))
+    }
+
+    /// On the new server, once the copy is streaming: the publication and
+    /// the slot the old server's copy will follow after the cutover, made
+    /// now so that no client waits on the slot's snapshot at the cutover.
+    /// Made afresh: a slot left by a run killed here is from before it.
+    fn make_back(&mut self, schema: &str) -> Result<()> {
         self.to
             .execute(
-                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')
-                 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text)",
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+                &[&self.back],
+            )
+            .described()?;
+        self.to
+            .batch_execute(&format!(
+                "SET client_min_messages = warning; DROP PUBLICATION IF EXISTS {name};
+                 RESET client_min_messages; CREATE PUBLICATION {name} FOR TABLES IN SCHEMA {schema}",
+                name = ident(&self.back),
+                schema = ident(schema)
+            ))
+            .described()?;
+        self.to
+            .execute(
+                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
                 &[&self.back],
             )
             .described()?;
@@ -1545,10 +1562,20 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
 
     /// Registers the copy on the new server (the fence opens), under the
     /// finishers' lock for this transaction, unless a run beside this one
-    /// did. First the slot back, if the move made one, is moved past
-    /// everything written here so far (the forward stream's rows, which the
-    /// old copy has): only what clients write from now on goes back.
-    fn adopt(c: &mut Client, shard: i32, schema: &str, from_label: &str, back: &str) -> Result<()> {
+    /// did. On 15 (no origin filter), the slot back `advance`, if the move
+    /// made one, is first moved past everything written here so far (the
+    /// forward stream's rows, which the old copy has): only what clients
+    /// write from now on goes back. (A logical slot's advance reaches disk
+    /// at the next checkpoint: a crash of the new server before it would
+    /// send those rows back, and the copy stop following; the rollback is
+    /// then refused, nothing lost.)
+    fn adopt(
+        c: &mut Client,
+        shard: i32,
+        schema: &str,
+        from_label: &str,
+        back: Option<&str>,
+    ) -> Result<()> {
         let mut tx = c.transaction().described()?;
         tx.execute(
             "SELECT pg_catalog.pg_advisory_xact_lock(insta_id._move_lock_key(), $1::int)",
@@ -1563,12 +1590,14 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             .described()?
             .get(0);
         if !registered {
-            tx.execute(
-                "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())
-                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
-                &[&back],
-            )
-            .described()?;
+            if let Some(back) = back {
+                tx.execute(
+                    "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())
+                     FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+                    &[&back],
+                )
+                .described()?;
+            }
             tx.execute(
                 "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
                 &[&schema, &shard],
@@ -1595,10 +1624,15 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         self.from
             .batch_execute(&format!(
                 "CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
-                   WITH (create_slot = false, slot_name = {slot}, copy_data = false)",
+                   WITH (create_slot = false, slot_name = {slot}, copy_data = false{origin})",
                 name = ident(&self.back),
                 slot = literal(&self.back),
                 conn = literal(conn),
+                origin = if self.origin_filter {
+                    ", origin = none"
+                } else {
+                    ""
+                },
             ))
             .described()?;
         Ok(())
@@ -1643,15 +1677,25 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// record of the move.
     fn drop_back(&mut self) -> Result<()> {
         let (to, back) = (&mut self.to, &self.back);
-        wait_for(30, "the slot back to be released", || {
-            Ok(to
-                .query_one(
-                    "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)",
-                    &[back],
-                )
-                .described()?
-                .get(0))
-        })?;
+        let free = "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)";
+        // Its subscriber is gone (dropped on the old server, or the old
+        // server itself): a walsender still holding the slot is one whose
+        // peer vanished, which wal_sender_timeout would end later.
+        if wait_for(10, "the slot back to be released", || {
+            Ok(to.query_one(free, &[back]).described()?.get(0))
+        })
+        .is_err()
+        {
+            to.execute(
+                "SELECT pg_catalog.pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $1::text AND active",
+                &[back],
+            )
+            .described()?;
+            wait_for(20, "the slot back to be released", || {
+                Ok(to.query_one(free, &[back]).described()?.get(0))
+            })?;
+        }
         self.to
             .execute(
                 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
@@ -1688,6 +1732,21 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             self.record_to("resumed", schema)?;
         }
         if self.a.rollback {
+            // A move that re-pointed a router leaves it pointing at the new
+            // server: a rollback that could not point it back would send
+            // every client to a dropped shard.
+            let routed: bool = self
+                .to
+                .query_one(
+                    "SELECT coalesce((SELECT steps @> '[{\"step\": \"map\"}]' FROM insta_id.moves
+                                      WHERE shard_id = $1::int AND side = 'arriving'), false)",
+                    &[&self.shard],
+                )
+                .described()?
+                .get(0);
+            if routed && self.bouncer.is_none() {
+                return fail(format!("the move of shard {} re-pointed a router at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
+            }
             if expired {
                 return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
             }
@@ -1729,6 +1788,28 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             Some((r, n)) if r == n && n > 0 => {}
             _ => return fail(format!("the old server's subscription back ({}) is missing, disabled or not streaming every table: the copy may not be up to date, so nothing was changed", self.back)),
         }
+        // Streaming now (an apply worker on the old server, the slot in use
+        // on the new one), before clients are paused for it.
+        let (from, to, back) = (&mut self.from, &mut self.to, &self.back);
+        wait_for(10, "the subscription back to stream", || {
+            let worker: bool = from
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_subscription
+                                    WHERE subname = $1::text AND relid IS NULL AND pid IS NOT NULL)",
+                    &[back],
+                )
+                .described()?
+                .get(0);
+            let slot: bool = to
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)",
+                    &[back],
+                )
+                .described()?
+                .get(0);
+            Ok(worker && slot)
+        })
+        .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
         {
             let mut tx = self.from.transaction().described()?;
             tx.execute(
@@ -1780,6 +1861,12 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
+        // As at the move's cutover: a table made on both servers in the
+        // window exists on the old copy, but the rows written to it on the
+        // new server never came back.
+        if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema)? {
+            return fail(format!("tables of shard {} that the subscription back does not carry (made after the move): {}; nothing was changed, the shard stays on the new server", self.shard, printable(&t)));
+        }
         self.from
             .execute(
                 "SELECT insta_id.move_carry($1::int, $2::text::jsonb)",
@@ -2018,6 +2105,35 @@ fn lock_caught_up(
         },
     )?;
     Ok(lsn)
+}
+
+/// The shard's tables (every partition) that `subscription`, on the
+/// subscriber `c`, does not both have and stream: a table made on both
+/// servers during a move exists on each, but its rows never came. `state`
+/// is move_state's. (A partitioned table's rows are its partitions'.)
+fn unsubscribed(
+    c: &mut Client,
+    state: &str,
+    subscription: &str,
+    schema: &str,
+) -> Result<Option<String>> {
+    Ok(c.query_one(
+        &format!(
+            "SELECT pg_catalog.string_agg(pg_catalog.quote_ident(t), ', ' ORDER BY t)
+             FROM pg_catalog.jsonb_array_elements_text($1::text::jsonb -> 'tables') t
+             WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                               JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                               JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
+                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                               WHERE s.subname = $2::text AND s.subdbid = {THIS_DB}
+                                 AND n.nspname = $3::text AND c.relname = t AND r.srsubstate = 'r')
+               AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                               WHERE n.nspname = $3::text AND c.relname = t AND c.relkind = 'p')"
+        ),
+        &[&state, &subscription, &schema],
+    )
+    .described()?
+    .get(0))
 }
 
 /// Where the guard is per session (15 and 16 not preloaded), open sessions

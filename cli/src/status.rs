@@ -162,11 +162,19 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
                     pg_catalog.to_char((m.steps -> -1 ->> 'at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
                     pg_catalog.to_char(m.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
                     pg_catalog.to_char(m.reserve_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+                      || CASE WHEN m.reserve_until < pg_catalog.clock_timestamp()
+                              THEN ' (past: the next run of the move, or --release, drops it)' ELSE '' END,
+                    (SELECT pg_catalog.format('the slot back %s, holding %s of WAL',
+                                              CASE WHEN s.active THEN 'streaming' ELSE 'idle' END,
+                                              pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn)))
+                     FROM pg_catalog.pg_replication_slots s
+                     WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
+                       AND NOT pg_catalog.pg_is_in_recovery())
              FROM insta_id.moves m",
             &[],
         )? {
-            let (shard, side, peer, step, since, started, until): (i32, String, String, String, String, String, Option<String>) =
-                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6));
+            let (shard, side, peer, step, since, started, until, back): (i32, String, String, String, String, String, Option<String>, Option<String>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6), r.get(7));
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
@@ -174,7 +182,10 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
             // the new server's side of it: their replication is the way back.
             let kept = match (until, step.as_str()) {
                 (Some(u), _) => Some(format!("the old copy kept for a rollback until {u}, following the new server")),
-                (None, "reserved") => Some("moved; the old server keeps a copy for a rollback".to_string()),
+                (None, "reserved") => Some(format!(
+                    "moved; the old server keeps a copy for a rollback{}",
+                    back.map_or(String::new(), |b| format!(", {b}"))
+                )),
                 _ => None,
             };
             match kept {

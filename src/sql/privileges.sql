@@ -34,3 +34,7 @@ GRANT SELECT ON insta_id.shard_registry, insta_id.shards TO PUBLIC;
 -- EXECUTE on insta_id.migrate; superusers).
 GRANT SELECT (name, template_schema, created_at) ON insta_id.migrations TO PUBLIC;
 GRANT SELECT ON insta_id.applied_migrations, insta_id.pending_migrations TO PUBLIC;
+-- Which shards have a move recorded here, and on which side: what
+-- insta_id.migrate checks (as its caller) to skip them. No more of a move
+-- than pg_publication and pg_subscription show anyone already.
+GRANT SELECT (shard_id, side) ON insta_id.moves TO PUBLIC;

@@ -291,10 +291,21 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 	my ($krc, $kout, $paused) = (0, '', 'not paused');
 	if ($kill)
 	{
-		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $kill;
-		($krc, $kout) = move(13, $old_target, '--rollback');
+		{
+			local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $kill;
+			($krc, $kout) = move(13, $old_target, '--rollback');
+		}
 		move_released($_, 13) for $old, $new;
 		$paused = entry(13)->{paused} ? 'paused' : 'not paused';
+		if ($kill eq 'rolled-back')
+		{
+			# Only --rollback finishes it: the move's own command line
+			# would point the entry at the server that dropped the shard.
+			my ($prc, $pout) = move(13, undef, '--rollback-window', '15 min');
+			is("$prc|" . last_line($pout),
+				"1|insta-id: a rollback of shard 13 committed (the shard was dropped on the new server): finish it with --rollback, and with --pgbouncer-target naming the old server",
+				'a rollback past its commit is not finished by a run of the move');
+		}
 	}
 	($rc, $out) = move(13, $old_target, '--rollback');
 	my $back = rows_on($old, 13);
@@ -318,17 +329,36 @@ is(join('|', $rc, $lrc, last_line($lout) =~ s/closed at .* UTC/closed at T/r, $e
 	"0|1|insta-id: the rollback window of shard 13's move closed at T: the shard stays on the new server (--release drops the old copy)|0|0|0|on new",
 	'after its window: the rollback refused; the next run dropped the old copy and the replication back, nothing left on either server')
   or diag "$out\n$lout\n$eout";
-# --release drops them at once; the shard returns to the old server by a
-# plain move.
-($rc, $out) = move(13, undef, '--rollback-window', '15 min');
-my ($src, $sout) = move(13, undef, '--release');
+# The shard returns to the old server by a move of its own (the copy there
+# is gone). Then: a window out of range is refused before anything is
+# made; a table made on both servers in the window, whose rows written on
+# the new server the subscription back does not carry, makes the rollback
+# refuse (nothing changed, the entry resumed on the new server); --release
+# drops the copy and the replication back at once, the table's row on the
+# new server.
 my @back = ('insta-id', 'move', 13, '--from', $to, '--to', $from, '--copy-timeout', 120, '--rollback-window', 0,
 	'--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $old_target);
 IPC::Run::run(\@back, '>&', \my $bkout);
-is(join('|', $rc, $src, left_of($old), $? >> 8, rows_on($old, 13) > 0 ? 'on old' : 'lost', left_of($new)), '0|0|0|0|on old|0',
-	'--release dropped the copy and the replication back at once; the shard moved back by a move of its own')
-  or diag "$out\n$sout\n$bkout";
-# insta-id rebalance: the new server holds 12 of the 14 shards; the plan
+is(join('|', $? >> 8, rows_on($old, 13) > 0 ? 'on old' : 'lost', left_of($old), left_of($new)), '0|on old|0|0',
+	'the shard moved back to the old server by a move of its own')
+  or diag $bkout;
+my ($wrc, $wout) = move(13, undef, '--rollback-window', '8 days');
+my $made = $new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13'});
+($rc, $out) = move(13, undef, '--rollback-window', '15 min');
+$_->safe_psql('app', 'CREATE TABLE insta13.late (id bigint PRIMARY KEY)') for $old, $new;
+$new->safe_psql('app', 'INSERT INTO insta13.late VALUES (1)');
+my ($trc, $tout) = move(13, $old_target, '--rollback');
+is(join('|', $wrc, last_line($wout), $made, $rc, $trc, last_line($tout), rows_on($new, 13) > 0 ? 'on new' : 'lost', entry(13)->{paused}, entry(13)->{port}),
+	join('|', 1, 'insta-id: --rollback-window must be 0 or between 1 second and 7 days, not 8 days', 0, 0, 1,
+		'insta-id: tables of shard 13 that the subscription back does not carry (made after the move): late; nothing was changed, the shard stays on the new server',
+		'on new', 0, $new->port),
+	'refused: a window of 8 days, nothing made; a rollback that would lose the rows of a table made in the window')
+  or diag "$out\n$tout";
+my ($src, $sout) = move(13, undef, '--release');
+is(join('|', $src, left_of($old), left_of($new), $new->safe_psql('app', 'SELECT count(*) FROM insta13.late')), '0|0|0|1',
+	'--release dropped the old copy and the replication back at once, nothing left on either server')
+  or diag $sout;
+# insta-id rebalance: the new server holds 13 of the 14 shards; the plan
 # moves some back, through PgBouncer. Killed during its first move, then run
 # again: it finishes that move first, plans again, and goes on.
 append_to_file($map, 'shard14 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
