@@ -1125,21 +1125,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
         // The new server must be able to adopt the copy once the old one is
         // gone: tried now, and rolled back, before clients wait.
-        {
-            let mut tx = self.to.transaction().described()?;
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &self.shard],
-            )
-            .map_err(|e| {
-                format!(
-                    "the new server could not adopt the copy of shard {} (nothing was dropped): {}",
-                    self.shard,
-                    crate::db::describe(&e)
-                )
-            })?;
-            tx.rollback().described()?;
-        }
+        try_adopt(&mut self.to, schema, self.shard, "the new server")?;
         let hold_pid: i32 = hold
             .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
             .described()?
@@ -1810,21 +1796,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             Ok(worker && slot)
         })
         .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
-        {
-            let mut tx = self.from.transaction().described()?;
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &self.shard],
-            )
-            .map_err(|e| {
-                format!(
-                    "the old server could not adopt its copy of shard {} (nothing was changed): {}",
-                    self.shard,
-                    crate::db::describe(&e)
-                )
-            })?;
-            tx.rollback().described()?;
-        }
+        try_adopt(&mut self.from, schema, self.shard, "the old server")?;
         let hold_pid: i32 = hold
             .query_one(
                 "SELECT pg_catalog.pg_backend_pid(), pg_catalog.set_config('lock_timeout', $1, false)",
@@ -2134,6 +2106,24 @@ fn unsubscribed(
     )
     .described()?
     .get(0))
+}
+
+/// Whether `server` (c) can adopt the copy once the other side has let
+/// the shard go: adopt_shard tried, and rolled back, before clients wait.
+fn try_adopt(c: &mut Client, schema: &str, shard: i32, server: &str) -> Result<()> {
+    let mut tx = c.transaction().described()?;
+    tx.execute(
+        "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+        &[&schema, &shard],
+    )
+    .map_err(|e| {
+        format!(
+            "{server} could not adopt the copy of shard {shard} (nothing was changed): {}",
+            crate::db::describe(&e)
+        )
+    })?;
+    tx.rollback().described()?;
+    Ok(())
 }
 
 /// Where the guard is per session (15 and 16 not preloaded), open sessions
