@@ -202,7 +202,8 @@ fuzz:
 ##            the new clock behind; moves killed after each step and run again; a move
 ##            onto 16 with the per-session guard; ten moves under pgbench through
 ##            PgBouncer, its entries paused and pointed at the new server (0 failed);
-##            make cluster-demo, checked
+##            rollbacks under pgbench, killed and run again, and releases (on 18 and
+##            on 15, which has no origin filter); make cluster-demo, checked
 test-move:
 	@scripts/dev/setup.sh 16 $(NEWEST) upgrade-source faults tap pgbouncer
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
@@ -210,6 +211,7 @@ test-move:
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@PG=$(NEWEST) PG_MOVE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) \
 	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move pgbouncer
+	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) tests/tap.sh pgbouncer
 	@PG=$(NEWEST) scripts/demo/bouncer_demo.sh
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version

@@ -16,6 +16,13 @@
 #   --pgbouncer (which could not resume it) is refused, and the re-run resumes
 #   (onto the old server, then moves afresh) or points and resumes (onto the
 #   new one); 0 failed transactions;
+# - rollback (insta-id move --rollback) of a move that kept the old copy,
+#   under pgbench, as is and killed twice (before and after its commit):
+#   0 failed, every row on the old server once, nothing left; a rollback
+#   after the window refused and the copy dropped by the next run;
+#   --release; refusals (the window's range, a table the replication back
+#   does not carry). On 18 and on 15 (make test-move): with 15 the copy
+#   follows through the slot's advance, from 16 through origin = none;
 # - insta-id rebalance through PgBouncer, killed in its first move and run
 #   again: it finishes that move, plans again and goes on.
 # pgbench runs without a time of its own (-T 300 as a bound) and is ended
