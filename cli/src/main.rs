@@ -61,12 +61,14 @@ enum Command {
     },
     /// Moves one logical shard to another server while it takes writes
     /// (logical replication; insta_id 0.9.0 or later on both servers,
-    /// wal_level = logical on the old one). Run it again after an
-    /// interruption at any step: it finishes the move, or, while the old
-    /// server still holds the shard, rolls the partial copy back and moves
-    /// afresh. Writers of the shard wait during the cutover (its tables'
-    /// locks); those that waited fail once it commits and retry on the new
-    /// server.
+    /// wal_level = logical on the old one, and on the new one for the
+    /// rollback window). Run it again after an interruption at any step:
+    /// it finishes the move, or, while the old server still holds the
+    /// shard, undoes the partial copy and moves afresh. Writers of the
+    /// shard wait during the cutover (its tables' locks): through PgBouncer
+    /// (--pgbouncer) they then go on on the new server; without it those
+    /// that waited fail once it commits and retry there. The old server
+    /// keeps its copy for --rollback-window (--rollback, --release).
     Move(Box<mover::Args>),
     /// Carries out `insta-id plan`: the moves that even out the bytes per
     /// server, one at a time (each as `insta-id move`), with progress.

@@ -65,8 +65,8 @@ pub struct Args {
     /// the application's, not this tool's.
     #[arg(long, value_name = "CONNINFO", requires = "router")]
     pub router_target: Option<String>,
-    /// Only roll back an interrupted move while the old server still
-    /// holds the shard.
+    /// Only undo an interrupted move while the old server still holds the
+    /// shard (before its cutover): the partial copy dropped.
     #[arg(long, conflicts_with_all = ["rollback", "release"])]
     pub undo: bool,
     /// Return a moved shard to the old server (the same --from and --to as
@@ -104,8 +104,9 @@ pub struct Args {
     /// atomically with the shard's new entry.
     #[arg(long, value_name = "FILE", requires = "pgbouncer")]
     pub pgbouncer_map: Option<std::path::PathBuf>,
-    /// The shard's entry for the new server, as PgBouncer reaches it
-    /// (host=... port=... dbname=...; no password).
+    /// The shard's entry for the new server (with --rollback: the old
+    /// one), as PgBouncer reaches it (host=... port=... dbname=...; no
+    /// password).
     #[arg(long, value_name = "CONNSTR", requires = "pgbouncer")]
     pub pgbouncer_target: Option<String>,
     #[command(flatten)]
@@ -1597,7 +1598,10 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
 
     /// On the old server, once the forward stream is gone: the subscription
     /// that keeps its copy following the new server, from the slot back
-    /// (nothing copied: the copy has every row up to the slot's start).
+    /// (nothing copied: the copy has every row up to the slot's start). It
+    /// flushes what it applies at once (synchronous_commit = local), so a
+    /// rollback's cutover waits for no WAL writer; set now, since changing
+    /// it at the rollback would restart its worker while clients wait.
     fn subscribe_back(&mut self) -> Result<()> {
         if self.subscribed_back()? {
             return Ok(());
@@ -1610,7 +1614,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         self.from
             .batch_execute(&format!(
                 "CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
-                   WITH (create_slot = false, slot_name = {slot}, copy_data = false{origin})",
+                   WITH (create_slot = false, slot_name = {slot}, copy_data = false, synchronous_commit = local{origin})",
                 name = ident(&self.back),
                 slot = literal(&self.back),
                 conn = literal(conn),
@@ -1804,12 +1808,6 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             )
             .described()?
             .get(0);
-        self.from
-            .batch_execute(&format!(
-                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
-                ident(&self.back)
-            ))
-            .described()?;
         self.step("rollback: cutover");
         self.pause_entry(schema)?;
         let done = self.rollback_locked(&mut hold, schema);

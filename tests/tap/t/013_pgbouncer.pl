@@ -315,6 +315,7 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 		}
 	}
 	($rc, $out) = move(13, $old_target, '--rollback');
+	note 'rollback' . ($kill ? " (re-run after '$kill')" : '') . ': shard13 paused for ' . ($out =~ /shard13 paused for ([0-9.]+) s/ ? $1 : 'none') . ' s';
 	my $back = rows_on($old, 13);
 	until_rows($old, 13, $back);
 	($done, $failed, $brc, $bout) = bench_stop($b);
