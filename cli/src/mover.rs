@@ -824,10 +824,19 @@ impl<'a> Mover<'a> {
         // A finished move whose old copy is kept: the forward subscription
         // gone, the one back made (a rollback given up since may have left
         // the new server's row at 'paused' or 'resumed').
-        if let (Some(schema), None, Some(_)) = (&st.on_to, &st.sub, self.kept()?) {
+        if let (Some(schema), None, Some((_, _, expired))) = (&st.on_to, &st.sub, self.kept()?) {
+            let schema = schema.clone();
             if self.subscribed_back()? {
-                let schema = schema.clone();
                 return self.kept_copy(hold, &schema);
+            }
+            // Its subscription back gone (a run killed before making it,
+            // or dropped by hand): a release needs none; a plain run
+            // within the window makes it again (below).
+            if self.a.release || expired {
+                return self.release(hold, &schema);
+            }
+            if self.a.rollback {
+                return fail(format!("the old server's copy of shard {} does not follow the new server (no subscription {} there): run the move once without --rollback, which subscribes it again, then roll back", self.shard, self.back));
             }
         }
         // (--release goes on: a release interrupted after the old server's
@@ -1725,17 +1734,21 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
             // A move that re-pointed a router leaves it pointing at the new
             // server: a rollback that could not point it back would send
             // every client to a dropped shard.
-            let routed: bool = self
+            // ('paused' is PgBouncer's; 'map' alone, the PL/Proxy router's.)
+            let r = self
                 .to
                 .query_one(
-                    "SELECT coalesce((SELECT steps @> '[{\"step\": \"map\"}]' FROM insta_id.moves
-                                      WHERE shard_id = $1::int AND side = 'arriving'), false)",
+                    "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
+                     FROM (SELECT (SELECT steps FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
                     &[&self.shard],
                 )
-                .described()?
-                .get(0);
-            if routed && self.bouncer.is_none() {
-                return fail(format!("the move of shard {} re-pointed a router at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
+                .described()?;
+            let (bounced, mapped): (bool, bool) = (r.get(0), r.get(1));
+            if bounced && self.bouncer.is_none() {
+                return fail(format!("the move of shard {} re-pointed PgBouncer at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
+            }
+            if mapped && !bounced {
+                return fail(format!("the move of shard {} re-pointed the PL/Proxy router, which --rollback does not: --release, then move the shard back with a move of its own (--router)", self.shard));
             }
             if expired {
                 return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
@@ -1947,6 +1960,8 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 .described()?;
             tx.commit().described()?;
         }
+        // (A finish killed before it dropped the fence on the new server.)
+        drop_fence(&mut self.to, schema)?;
         self.drop_back()?;
         drop(hold);
         self.step(&format!(

@@ -45,8 +45,9 @@ pub fn target_of(s: &Settings) -> String {
     format!("host={} port={} dbname={}", s.host, s.port, s.dbname)
 }
 
-/// What a rebalance finishes first, of what the servers record.
-#[derive(Clone, Copy, PartialEq)]
+/// What a rebalance finishes first, of what the servers record; a shard's
+/// two rows may say different things, and the later variant wins.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
 enum Pending {
     /// A move interrupted: finished, or undone and made afresh.
     Move,
@@ -63,36 +64,48 @@ enum Pending {
 fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)>, String> {
     let mut labels = Vec::new();
     let mut rows = Vec::new();
+    // Shards whose old server keeps a copy (a row at 'reserved' or
+    // 'returning'): the new server's row at 'reserved' is that copy's.
+    let mut kept_somewhere = std::collections::BTreeSet::new();
+    let mut reserved_arriving = Vec::new();
     for (i, s) in settings.iter().enumerate() {
         let mut c = connect(s).map_err(|e| format!("server {}: {}", s.label, describe(&e)))?;
         labels.push(c.query_one(LABEL, &[]).described()?.get::<_, String>(0));
         for r in c
             .query(
                 "SELECT shard_id, side, peer, step IN ('reserved', 'returning'),
-                        coalesce(reserve_until < pg_catalog.clock_timestamp(), false), step = 'returned'
+                        step IN ('reserved', 'returning') AND reserve_until < pg_catalog.clock_timestamp(),
+                        step = 'returned'
                  FROM insta_id.moves ORDER BY shard_id",
                 &[],
             )
             .map_err(|e| format!("server {}: {}", s.label, describe(&e)))?
         {
+            let (shard, side, peer): (i32, String, String) = (r.get(0), r.get(1), r.get(2));
             let (kept, expired, returned): (bool, bool, bool) = (r.get(3), r.get(4), r.get(5));
-            // (A kept copy is the old server's row; the new server's row
-            // of that move is at 'reserved' too.)
+            if kept && side == "leaving" {
+                kept_somewhere.insert(shard);
+            }
             if kept && !expired {
+                // Its window still open: left alone, unless (the new
+                // server's row) no old server keeps the copy any more: a
+                // release interrupted half-way, which a run finishes.
+                if side == "arriving" {
+                    reserved_arriving.push((shard, side, peer, i));
+                }
                 continue;
             }
-            let pending = match (expired, returned) {
-                (true, _) => Pending::Expired,
-                (_, true) => Pending::Rollback,
+            let pending = match (returned, expired) {
+                (true, _) => Pending::Rollback,
+                (_, true) => Pending::Expired,
                 _ => Pending::Move,
             };
-            rows.push((
-                r.get::<_, i32>(0),
-                r.get::<_, String>(1),
-                r.get::<_, String>(2),
-                i,
-                pending,
-            ));
+            rows.push((shard, side, peer, i, pending));
+        }
+    }
+    for (shard, side, peer, i) in reserved_arriving {
+        if !kept_somewhere.contains(&shard) {
+            rows.push((shard, side, peer, i, Pending::Move));
         }
     }
     for (i, l) in labels.iter().enumerate() {
@@ -117,7 +130,7 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
             (other, i)
         };
         match out.iter_mut().find(|(s, _, _, _)| *s == shard) {
-            Some(seen) if seen.3 == Pending::Move => seen.3 = pending,
+            Some(seen) if seen.3 < pending => seen.3 = pending,
             Some(_) => {}
             None => out.push((shard, pair.0, pair.1, pending)),
         }
