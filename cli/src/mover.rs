@@ -255,7 +255,7 @@ fn poll(
 
 /// INSTA_ID_MOVE_STOP_AFTER=<step> kills the tool after that step (slot,
 /// copy, back, blocked, sequences, cutover, adopted, map, unsubscribed; of
-/// a rollback back-blocked, rolled-back), its
+/// a rollback back-blocked, rolled-back; of a release released-old), its
 /// sessions cut as a crash would: how the tests interrupt a move.
 fn stop_after(step: &str) {
     if std::env::var("INSTA_ID_MOVE_STOP_AFTER").as_deref() == Ok(step) {
@@ -1960,6 +1960,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
                 .described()?;
             tx.commit().described()?;
         }
+        stop_after("released-old");
         // (A finish killed before it dropped the fence on the new server.)
         drop_fence(&mut self.to, schema)?;
         self.drop_back()?;

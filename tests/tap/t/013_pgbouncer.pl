@@ -371,7 +371,26 @@ is(join('|', $nrc, last_line($nout), $src, left_of($old), left_of($new), $new->s
 	"1|insta-id: the old server's copy of shard 13 does not follow the new server (no subscription insta_back_13 there): run the move once without --rollback, which subscribes it again, then roll back|0|0|0|1",
 	'--release dropped the old copy and the replication back at once (its subscription dropped by hand before), nothing left on either server')
   or diag "$nout\n$sout";
-# insta-id rebalance: the new server holds 13 of the 14 shards; the plan
+# A release killed between the two servers: shard 13 moved back to the old
+# server with a window (its copy kept on the new one), then --release
+# killed once the copy is dropped: the slot and publication back are left
+# on the old server, with its record at 'reserved'. The rebalance below
+# finishes that first.
+my @back_kept = ('insta-id', 'move', 13, '--from', $to, '--to', $from, '--copy-timeout', 120,
+	'--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', $old_target);
+IPC::Run::run(\@back_kept, '>&', \my $bkept);
+my $kept_rc = $? >> 8;
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'released-old';
+	IPC::Run::run([ @back_kept, '--release' ], '>&', \my $rkill);
+}
+move_released($_, 13) for $old, $new;
+is(join('|', $kept_rc, $old->safe_psql('app', q{SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'insta_back_13'}),
+		$old->safe_psql('app', 'SELECT step FROM insta_id.moves WHERE shard_id = 13'),
+		$new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13'})),
+	'0|1|reserved|0', 'a release killed half-way: the copy dropped, the slot back and the record left')
+  or diag $bkept;
+# insta-id rebalance: the old server holds 2 of the 14 shards; the plan
 # moves some back, through PgBouncer. Killed during its first move, then run
 # again: it finishes that move first, plans again, and goes on.
 append_to_file($map, 'shard14 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
@@ -383,6 +402,7 @@ my @rebalance = ('insta-id', 'rebalance', '--server', $from, '--server', $to, '-
 }
 my $krc = $? & 127 ? 128 + ($? & 127) : $? >> 8;
 my ($first) = $out =~ /^== rebalance: move 1 of \d+: shard (\d+) /m;
+my $release_finished = $out =~ /^== rebalance: the interrupted move of shard 13 \(/m ? 'finished first' : 'not finished';
 move_released($_, $first // 0) for $old, $new;
 note $out;
 IPC::Run::run(\@rebalance, '>&', \$out);
@@ -398,9 +418,8 @@ is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \
 	join('|', 137, $first // 'a first move', 0, 14, ''),
 	'insta-id rebalance, killed in its first move and run again: that move finished first, every shard on one server, its PgBouncer entry pointing there');
 like($out, qr/^== rebalanced: \d+ moves, /m, 'and it said it was done');
-is($old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') . '|'
-	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')}),
-	'0|0', 'nothing of the moves is left');
+is("$release_finished|" . left_of($old) . '|' . left_of($new), 'finished first|0|0',
+	'the release killed half-way was finished by the rebalance first; nothing of any move is left on either server');
 
 $bouncer->signal('INT');
 $bouncer->finish;
