@@ -74,7 +74,7 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
         for r in c
             .query(
                 "SELECT shard_id, side, peer, step IN ('reserved', 'returning'),
-                        step IN ('reserved', 'returning') AND reserve_until < pg_catalog.clock_timestamp(),
+                        coalesce(step IN ('reserved', 'returning') AND reserve_until < pg_catalog.clock_timestamp(), false),
                         step = 'returned'
                  FROM insta_id.moves ORDER BY shard_id",
                 &[],
