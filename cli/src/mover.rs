@@ -1641,10 +1641,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     fn subscribed_back(&mut self) -> Result<bool> {
         Ok(self
             .from
-            .query_one(
-                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
-                &[&self.back],
-            )
+            .query_one(&subscribed_sql(), &[&self.back])
             .described()?
             .get(0))
     }
@@ -1653,10 +1650,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     /// from its slot (the new server's, dropped there), if it is there.
     fn unsubscribe_back(tx: &mut postgres::Transaction, back: &str) -> Result<()> {
         let exists: bool = tx
-            .query_one(
-                &format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})"),
-                &[&back],
-            )
+            .query_one(&subscribed_sql(), &[&back])
             .described()?
             .get(0);
         if exists {
@@ -2138,6 +2132,11 @@ fn try_adopt(c: &mut Client, schema: &str, shard: i32, server: &str) -> Result<(
     })?;
     tx.rollback().described()?;
     Ok(())
+}
+
+/// Whether this database has the subscription named $1.
+fn subscribed_sql() -> String {
+    format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})")
 }
 
 /// Where the guard is per session (15 and 16 not preloaded), open sessions
