@@ -30,8 +30,13 @@ status=0
 (cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" \
    INSTA_ID_VERSION="$(insta_id_version)" "${pass[@]}" \
    PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
-   PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") || status=$?
+   PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") 2>&1 | tee "$out/prove.log" || status=$?
 faketime_cleanup
-[ $status = 0 ] || find "$out" -name 'regress_log_*' -exec tail -n 40 {} + 2>/dev/null
+if [ $status != 0 ]; then
+  find "$out" -name 'regress_log_*' -exec tail -n 40 {} + 2>/dev/null || true
+  # Last, so that the tail of a CI log names what failed.
+  echo "tap on PostgreSQL $PG: what failed:"
+  grep -E '^(not ok|t/.*(Wstat|Failed)|  Failed test)|Dubious|^Failed [0-9]+/' "$out/prove.log" | tail -n 30 || true
+fi
 echo "tap on PostgreSQL $PG: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status

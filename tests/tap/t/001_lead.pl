@@ -70,8 +70,11 @@ sub as_mallory
 sub checks
 {
 	my ($node, $label, $scenario) = @_;
-	my $mark = $node->safe_psql('postgres',
+	# The mark of the database the IDs were made in (each has its own; one
+	# with no ID has none).
+	my $mark = $node->safe_psql('mdb',
 		'SELECT round(extract(epoch FROM insta_id.high_water_mark() - clock_timestamp()) * 1000)');
+	like($mark, qr/^-?\d+$/, "$label: the database has a mark");
 	note "$label: "
 	  . as_mallory($node, "SELECT count(*) || ' IDs, at most ' || round(extract(epoch FROM max(insta_id.created_at(id) - at)) * 1000) || ' ms ahead of their clock' FROM minted WHERE scenario = '$scenario'")
 	  . "; mark $mark ms ahead";
