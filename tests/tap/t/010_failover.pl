@@ -127,11 +127,11 @@ sub failover
 	if ($c{expect_repeats})
 	{
 		# The new burst's clock runs through the old burst's milliseconds:
-		# it starts at their middle. The offset is from the real clock, 60 s
+		# it starts a quarter into them. The offset is from the real clock, 60 s
 		# ahead of this one, and the burst starts once the clock file has
 		# settled (1.2 s).
 		my $offset = $standby->safe_psql('f', q{
-			SELECT round(extract(epoch FROM min(c) + (max(c) - min(c)) / 2 - clock_timestamp()) - 61.2, 1)
+			SELECT round(extract(epoch FROM min(c) + (max(c) - min(c)) / 4 - clock_timestamp()) - 61.2, 1)
 			FROM (SELECT insta_id.created_at(id) c FROM ids) x});
 		clock_offset($standby, $offset);
 	}
