@@ -99,11 +99,12 @@ cluster-demo-plproxy:
 ## bench: benchmarks (release build, never part of make test) on the oldest
 ##        and newest version (or PG=NN alone), shards at scale on the first,
 ##        shards moved under pgbench through PgBouncer on the last;
-##        against the previous release's library on a twin cluster; writes
-##        BENCHMARKS.md
+##        against the previous release's library on a twin cluster; the
+##        instructions of a call counted by callgrind; writes BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
-	  scripts/dev/setup.sh $$v && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh || exit 1; \
+	  scripts/dev/setup.sh $$v bench && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh && \
+	  PG=$$v bench/instructions.sh || exit 1; \
 	done
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh

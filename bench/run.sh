@@ -104,8 +104,12 @@ done
 for name in "${names[@]}"; do printf '%s\t%s\n' "$name" "${sql[$name]}"; done >"$out/statements.tsv"
 
 # The ratios of the targets, as adjacent pairs in one session (see paired()
-# in bench/time_of.sql): PAIRS pairs each, recorded as pair/<a>/<b>.
+# in bench/time_of.sql): PAIRS pairs each, INTERVAL_PAIRS for the INSERTs
+# and the decoders, whose targets are the upper bound of a bootstrap
+# interval (bench/report.py). Recorded as pair/<a>/<b> (time(a) / time(b))
+# and diff/<a>/<b> (time(a) - time(b), seconds).
 PAIRS=${PAIRS:-15}
+INTERVAL_PAIRS=${INTERVAL_PAIRS:-60}
 pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextval
        per_call/next_id_cached:per_call/nextval_cached per_call/next_id_untracked:per_call/next_id
        per_call/next_id_pg_extern:per_call/next_id per_call/plpgsql_original:per_call/next_id
@@ -126,15 +130,18 @@ for pair in "${pairs[@]}"; do
       ta=$(on "$c" q -d bench -c "SELECT time_of(\$q\$${sql[$a]}\$q\$)")
       tb=$(on "$(cluster_of "$b")" q -d bench -c "SELECT time_of(\$q\$${sql[$b]}\$q\$)")
       record "$i" "pair/$a/$b" "$(awk -v a="$ta" -v b="$tb" 'BEGIN { print a / b }')"
+      record "$i" "diff/$a/$b" "$(awk -v a="$ta" -v b="$tb" 'BEGIN { print a - b }')"
     done
     continue
   fi
+  n=$PAIRS
+  case "$a" in insert_500k/*|decode/id_parts) n=$INTERVAL_PAIRS ;; esac
   prep="\$p\$RESET insta_id.track_guard_stats\$p\$"
   case "$a" in insert_500k/*) prep="\$p\$TRUNCATE $(ins_table "$a"), $(ins_table "$b")\$p\$" ;; esac
   i=0
-  while read -r r; do
-    i=$((i + 1)); record "$i" "pair/$a/$b" "$r"
-  done < <(on "$c" q -d bench -c "SELECT paired(\$a\$${sql[$a]}\$a\$, \$b\$${sql[$b]}\$b\$, $PAIRS, $prep)")
+  while IFS='|' read -r r d; do
+    i=$((i + 1)); record "$i" "pair/$a/$b" "$r"; record "$i" "diff/$a/$b" "$d"
+  done < <(on "$c" q -d bench -c "SELECT ta / tb, ta - tb FROM paired(\$a\$${sql[$a]}\$a\$, \$b\$${sql[$b]}\$b\$, $n, $prep)")
 done
 
 # Sequences in use: 300,000 calls round-robin over 10, 10,000 and 100,000
