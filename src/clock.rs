@@ -91,8 +91,7 @@ pub fn wall_minus_monotonic_us() -> i64 {
     let mut n = 0;
     while n < GAP_READINGS {
         let mono_before = monotonic_us();
-        // SAFETY: GetCurrentTimestamp only reads the system clock.
-        let wall = unsafe { pg_sys::GetCurrentTimestamp() } + PG_EPOCH_OFFSET_US;
+        let wall = pg_now() + PG_EPOCH_OFFSET_US;
         let mono_after = monotonic_us();
         readings[n] = GapReading {
             mono_before,
@@ -107,11 +106,26 @@ pub fn wall_minus_monotonic_us() -> i64 {
     gap_from(&readings[..n]).expect("at least one reading")
 }
 
+// PostgreSQL's clock, declared here instead of taken from pgrx's bindings,
+// whose wrapper puts a sigsetjmp boundary (and a thread check) around every
+// call: GetCurrentTimestamp only reads gettimeofday and raises nothing, and
+// next_id reads it on every call.
+unsafe extern "C-unwind" {
+    #[link_name = "GetCurrentTimestamp"]
+    fn get_current_timestamp() -> pg_sys::TimestampTz;
+}
+
+/// The server's clock, as PostgreSQL reads it (timestamptz, µs since 2000).
+#[inline(always)]
+pub fn pg_now() -> pg_sys::TimestampTz {
+    // SAFETY: see above; callable from any frame, it cannot longjmp.
+    unsafe { get_current_timestamp() }
+}
+
 #[cfg(not(feature = "pg_test"))]
 #[inline]
 pub fn now_unix_ms() -> i64 {
-    // SAFETY: GetCurrentTimestamp only reads the system clock.
-    timestamptz_to_unix_ms(unsafe { pg_sys::GetCurrentTimestamp() })
+    timestamptz_to_unix_ms(pg_now())
 }
 
 #[cfg(feature = "pg_test")]
@@ -158,7 +172,7 @@ pub mod test_clock {
 
     pub fn now_unix_ms() -> i64 {
         match SCRIPT.with(Cell::get) {
-            None => timestamptz_to_unix_ms(unsafe { pg_sys::GetCurrentTimestamp() }),
+            None => timestamptz_to_unix_ms(pg_now()),
             Some((start, per_ms)) => {
                 let n = READS.with(|r| {
                     let n = r.get();

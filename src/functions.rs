@@ -153,13 +153,17 @@ pub(crate) fn init() {
     unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget_checked), Datum::from(0)) };
 }
 
-#[inline]
-fn check_is_sequence_cached(relid: pg_sys::Oid) {
+/// Whether `relid` passed check_is_sequence since its last invalidation.
+#[inline(always)]
+fn is_checked_sequence(relid: pg_sys::Oid) -> bool {
     let oid = relid.to_u32();
-    let slot = &CHECKED[oid as usize % CHECKED_SLOTS];
-    if slot.get() != oid {
+    CHECKED[oid as usize % CHECKED_SLOTS].get() == oid
+}
+
+fn check_is_sequence_cached(relid: pg_sys::Oid) {
+    if !is_checked_sequence(relid) {
         check_is_sequence(relid);
-        slot.set(oid);
+        CHECKED[relid.to_u32() as usize % CHECKED_SLOTS].set(relid.to_u32());
     }
 }
 
@@ -192,8 +196,66 @@ fn wait_past(ms: i64) -> (i64, u64) {
     }
 }
 
-/// The ID for `shard` and the sequence value `seq_value` of `relid`.
-fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
+/// Where the usual path of a call left off when it could not finish: the
+/// slow path (`mint`) takes over from there.
+#[derive(Clone, Copy)]
+enum Taken {
+    /// Nothing done after nextval.
+    Nothing,
+    /// The guard's first answer at clock reading `now` (already counted).
+    Admitted(Admit, i64),
+}
+
+/// The usual path after nextval: the clock read, the guard admits the
+/// millisecond, the mark already covers it. Raises nothing and calls nothing
+/// that can (it runs outside pgrx's guard); anything else is `Err`, with what
+/// was done, for `mint`.
+#[inline(always)]
+fn mint_fast(guard: &Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> Result<i64, Taken> {
+    let epoch = settings::epoch_ms();
+    let Ok(residue) = layout::seq_field(seq_value) else {
+        return Err(Taken::Nothing);
+    };
+    let overflow = match settings::on_overflow() {
+        OnOverflow::Wait => Overflow::Wait,
+        OnOverflow::Error => Overflow::Error,
+        OnOverflow::Legacy => return Err(Taken::Nothing),
+    };
+    let now = clock::now_unix_ms();
+    if layout::check_ms(now - epoch).is_err() {
+        return Err(Taken::Nothing);
+    }
+    let policy = Policy {
+        overflow,
+        max_lead_ms: settings::max_lead_ms(),
+    };
+    let counted = settings::track_guard_stats().then_some(0);
+    let admit = guard
+        .table
+        .admit_counted(seq_key(relid), residue as u16, now, policy, counted);
+    match admit {
+        Admit::Issue(ms) if guard.settled(ms, now) => match layout::check_ms(ms - epoch) {
+            Ok(since_epoch) => Ok(layout::pack(since_epoch, shard, residue)),
+            Err(_) => Err(Taken::Admitted(admit, now)),
+        },
+        _ => Err(Taken::Admitted(admit, now)),
+    }
+}
+
+#[inline(always)]
+fn seq_key(relid: pg_sys::Oid) -> SeqKey {
+    SeqKey {
+        // SAFETY: MyDatabaseId is set for the life of a backend.
+        database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        relation: relid.to_u32(),
+    }
+}
+
+/// The ID for `shard` and the sequence value `seq_value` of `relid`, from
+/// where `mint_fast` left off: the errors, the waits, the claims and the
+/// mark's renewals.
+#[cold]
+fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Taken) -> i64 {
     let epoch = settings::epoch_ms();
     let residue = ok_or_raise(layout::seq_field(seq_value), epoch);
     let overflow = match settings::on_overflow() {
@@ -208,23 +270,24 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
         overflow,
         max_lead_ms: settings::max_lead_ms(),
     };
-    let key = SeqKey {
-        // SAFETY: MyDatabaseId is set for the life of a backend.
-        database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        relation: relid.to_u32(),
+    let key = seq_key(relid);
+    let (mut now, mut first) = match taken {
+        Taken::Admitted(admit, now) => (now, Some(admit)),
+        Taken::Nothing => (clock::now_unix_ms(), None),
     };
-    let mut now = clock::now_unix_ms();
     // Refuse a clock outside the time field before the guard remembers it.
     ok_or_raise(layout::check_ms(now - epoch), epoch);
     let track = settings::track_guard_stats();
     let mut waited_us = 0;
     let ms = loop {
         // The guard works in ms since 1970; the epoch only matters for packing.
-        let counted = track.then_some(waited_us);
-        match guard
-            .table
-            .admit_counted(key, residue as u16, now, policy, counted)
-        {
+        let admit = first.take().unwrap_or_else(|| {
+            let counted = track.then_some(waited_us);
+            guard
+                .table
+                .admit_counted(key, residue as u16, now, policy, counted)
+        });
+        match admit {
             Admit::Issue(ms) => match guard.claim(ms, now) {
                 Ok(()) => break ms,
                 // Another session (per-session guard) issues ahead of the
@@ -265,31 +328,76 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> i64 {
     layout::pack(since_epoch, shard, residue)
 }
 
-/// next_id's body: the ID for `shard` from sequence `relid`.
-#[inline(always)]
-pub(crate) fn next_id(shard: i32, relid: pg_sys::Oid) -> i64 {
-    // Check the shard before nextval so a bad call consumes no value.
-    let shard = ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
+/// Runs `f`, the rare path of next_id, under pgrx's guard (what #[pg_guard]
+/// puts around a function): a Rust panic in it (`raise!`) becomes a
+/// PostgreSQL error, and an error PostgreSQL raises in a call it makes
+/// through pgrx's bindings unwinds its Rust frames before going on.
+#[cold]
+#[inline(never)]
+fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: called only from next_id, whose caller guarantees plain
+    // frames up to PostgreSQL's handler for the error's longjmp.
+    unsafe { pg_sys::panic::pgrx_extern_c_guard(f) }
+}
+
+/// Before nextval, the checks the usual path skips: the shard's range, the
+/// relation (first call in this backend, or after an invalidation), and the
+/// guard (resolved, or refused). Raises what it finds.
+#[cold]
+fn prepare(shard: i32, relid: pg_sys::Oid) -> Guard {
+    ok_or_raise(layout::check_shard(shard as i64), settings::epoch_ms());
     check_is_sequence_cached(relid);
-    // Before nextval too: the guard may refuse (insta_id.require_shared_guard).
-    let guard = guard_store::guard();
-    // SAFETY: a plain C call; nothing with a destructor is live across it.
-    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(relid, true)) };
-    mint(guard, shard, relid, value)
+    guard_store::guard()
+}
+
+/// next_id's body: the ID for `shard` from sequence `relid`.
+///
+/// Outside pgrx's guard. Between PostgreSQL and nextval, these frames hold
+/// only plain values (`Guard` is references and flags), so an error raised
+/// in nextval (a longjmp) passes them as it passes C frames; the Rust that
+/// can raise runs in `guarded`. The usual path is checks against this
+/// backend's cells, nextval, and `mint_fast`: none of it raises, and none of
+/// it panics but on a broken invariant (an index out of its table), where
+/// the entry point below aborts the backend.
+///
+/// # Safety
+/// Every frame between the caller's and PostgreSQL's error handler (its
+/// sigsetjmp) must be plain: nothing to drop, no cleanup to run. An fmgr
+/// entry point's frame is; a #[pg_extern] wrapper's is not (put
+/// `pg_guard_ffi_boundary` around the call there).
+#[inline(always)]
+pub(crate) unsafe fn next_id(shard: i32, relid: pg_sys::Oid) -> i64 {
+    // Before nextval, so that a refusal uses up no value.
+    let checked = layout::check_shard(shard as i64).is_ok() && is_checked_sequence(relid);
+    let guard = match guard_store::ready() {
+        Some(guard) if checked => guard,
+        _ => guarded(|| prepare(shard, relid)),
+    };
+    // SAFETY: PostgreSQL's own function; see above for its errors.
+    let value = unsafe { nextval_internal(relid, true) };
+    match mint_fast(&guard, shard, relid, value) {
+        Ok(id) => id,
+        Err(taken) => guarded(|| mint(guard, shard, relid, value, taken)),
+    }
 }
 
 v1!(pg_finfo_insta_id_next_id);
 /// `insta_id.next_id(schema_shard int, seq regclass) RETURNS bigint`
+///
+/// Not #[pg_guard]: see `next_id`. "C", not "C-unwind": a Rust panic that
+/// escaped `guarded` would abort the backend (PostgreSQL restarts the
+/// server) rather than unwind into PostgreSQL's frames, past its cleanup.
+/// Errors PostgreSQL raises are longjmps, which pass either ABI.
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C" fn insta_id_next_id(fcinfo: FunctionCallInfo) -> Datum {
     let (shard, relid) = unsafe {
         (
             arg_i32(fcinfo, 0),
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
         )
     };
-    Datum::from(next_id(shard, relid))
+    // SAFETY: called by fmgr, from PostgreSQL's frames only.
+    Datum::from(unsafe { next_id(shard, relid) })
 }
 
 /// The epoch argument of the explicit-epoch overloads, as ms since 1970.

@@ -373,6 +373,7 @@ impl Seed {
 }
 
 /// A view of `buckets` (in shared memory or in a session's own memory).
+#[derive(Clone, Copy)]
 pub struct Table<'a> {
     buckets: &'a [Bucket],
     seed: Seed,

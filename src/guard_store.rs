@@ -668,7 +668,30 @@ pub fn guard() -> Guard {
     }
 }
 
-/// The table and the high-water mark of one next_id call.
+/// `guard()` when taking it only reads this backend's cells: the store and
+/// the database's mark already resolved, and nothing to refuse. `None` sends
+/// the caller to `guard()`, which resolves, loads or refuses. Raises nothing
+/// and calls nothing: next_id takes it outside pgrx's guard.
+#[inline(always)]
+pub fn ready() -> Option<Guard> {
+    let store = STORE.get()?;
+    let (mark, backing) = DB_MARK.get()?;
+    let per_session = store.mode == GuardMode::Session;
+    // SAFETY: a plain read of a global of this backend.
+    if (per_session && settings::require_shared_guard()) || unsafe { pg_sys::XactReadOnly } {
+        return None;
+    }
+    Some(Guard {
+        table: store.table(),
+        mark,
+        backing,
+        per_session,
+    })
+}
+
+/// The table and the high-water mark of one next_id call. Plain data (no
+/// destructor): next_id holds it across the call into nextval.
+#[derive(Clone, Copy)]
 pub struct Guard {
     pub table: Table<'static>,
     mark: &'static MarkState,
@@ -687,6 +710,15 @@ impl Guard {
             return Ok(());
         }
         claim_ahead(ms)
+    }
+
+    /// Whether an ID of `ms`, issued at clock reading `now`, needs neither a
+    /// claim (`claim`) nor a renewal of the mark (`cover`): the usual path,
+    /// which raises nothing.
+    #[inline(always)]
+    pub fn settled(&self, ms: i64, now: i64) -> bool {
+        let claimed = !self.per_session || ms <= now || ms <= CLAIMED.get();
+        (claimed && self.mark.covers(ms)) || crate::clock::scripted()
     }
 
     /// Returns once a durable mark covers `ms`: on the usual path, one
