@@ -80,6 +80,9 @@ case "${1:-}" in
     if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
       rm -rf "$dir"; mkdir -p "$dir/src"
       git archive "$commit" | tar -x -C "$dir/src"
+      # Under target/, cargo would take this repository's workspace for its
+      # own: a copy with no [workspace] of its own gets an empty one.
+      grep -q '^\[workspace\]' "$dir/src/Cargo.toml" || printf '\n[workspace]\n' >>"$dir/src/Cargo.toml"
       echo "$commit" >"$dir/commit"
     fi
     if [ ! -f "$lib" ]; then
