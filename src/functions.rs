@@ -216,19 +216,13 @@ fn mint_fast(guard: &Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> R
     let Ok(residue) = layout::seq_field(seq_value) else {
         return Err(Taken::Nothing);
     };
-    let overflow = match settings::on_overflow() {
-        OnOverflow::Wait => Overflow::Wait,
-        OnOverflow::Error => Overflow::Error,
-        OnOverflow::Legacy => return Err(Taken::Nothing),
+    let Some(policy) = policy() else {
+        return Err(Taken::Nothing);
     };
     let now = clock::now_unix_ms();
     if layout::check_ms(now - epoch).is_err() {
         return Err(Taken::Nothing);
     }
-    let policy = Policy {
-        overflow,
-        max_lead_ms: settings::max_lead_ms(),
-    };
     let counted = settings::track_guard_stats().then_some(0);
     let admit = guard
         .table
@@ -240,6 +234,21 @@ fn mint_fast(guard: &Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> R
         },
         _ => Err(Taken::Admitted(admit, now)),
     }
+}
+
+/// The guard's policy from the settings; `None` with on_overflow = 'legacy',
+/// which bypasses the guard.
+#[inline(always)]
+fn policy() -> Option<Policy> {
+    let overflow = match settings::on_overflow() {
+        OnOverflow::Wait => Overflow::Wait,
+        OnOverflow::Error => Overflow::Error,
+        OnOverflow::Legacy => return None,
+    };
+    Some(Policy {
+        overflow,
+        max_lead_ms: settings::max_lead_ms(),
+    })
 }
 
 #[inline(always)]
@@ -258,17 +267,9 @@ fn seq_key(relid: pg_sys::Oid) -> SeqKey {
 fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Taken) -> i64 {
     let epoch = settings::epoch_ms();
     let residue = ok_or_raise(layout::seq_field(seq_value), epoch);
-    let overflow = match settings::on_overflow() {
-        OnOverflow::Legacy => {
-            let ms = ok_or_raise(layout::check_ms(clock::now_unix_ms() - epoch), epoch);
-            return layout::pack(ms, shard, residue);
-        }
-        OnOverflow::Wait => Overflow::Wait,
-        OnOverflow::Error => Overflow::Error,
-    };
-    let policy = Policy {
-        overflow,
-        max_lead_ms: settings::max_lead_ms(),
+    let Some(policy) = policy() else {
+        let ms = ok_or_raise(layout::check_ms(clock::now_unix_ms() - epoch), epoch);
+        return layout::pack(ms, shard, residue);
     };
     let key = seq_key(relid);
     let (mut now, mut first) = match taken {
