@@ -36,7 +36,7 @@ if [ $status != 0 ]; then
   find "$out" -name 'regress_log_*' -exec tail -n 40 {} + 2>/dev/null || true
   # Last, so that the tail of a CI log names what failed.
   echo "tap on PostgreSQL $PG: what failed:"
-  grep -E '^(not ok|t/.*(Wstat|Failed)|  Failed test)|Dubious|^Failed [0-9]+/' "$out/prove.log" | tail -n 30 || true
+  grep -E '^(not ok|t/.*(Wstat|Failed)|  Failed test)|Dubious|Bailout called|^Failed [0-9]+/' "$out/prove.log" | tail -n 30 || true
 fi
 echo "tap on PostgreSQL $PG: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
