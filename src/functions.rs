@@ -419,16 +419,11 @@ fn epoch_arg(ts: i64) -> i64 {
     ms
 }
 
-/// Returns `values` as the function's composite result. The blessed tuple
-/// descriptor is cached in fn_extra (allocated in fn_mcxt), so it is built
-/// once per call site.
-unsafe fn composite_result(
-    fcinfo: FunctionCallInfo,
-    values: &mut [Datum],
-    nulls: &mut [bool],
-) -> Datum {
-    // SAFETY: standard fmgr idiom on a valid fcinfo; values and nulls match
-    // the declared OUT parameters.
+/// The function's result descriptor, blessed and cached in fn_extra
+/// (allocated in fn_mcxt): built on the first call of a call site only.
+#[cold]
+unsafe fn result_desc(fcinfo: FunctionCallInfo) -> pg_sys::TupleDesc {
+    // SAFETY: standard fmgr idiom on a valid fcinfo.
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         let mut tupdesc = (*flinfo).fn_extra as pg_sys::TupleDesc;
@@ -447,46 +442,92 @@ unsafe fn composite_result(
             pg_sys::MemoryContextSwitchTo(old);
             (*flinfo).fn_extra = tupdesc.cast();
         }
-        let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        tupdesc
+    }
+}
+
+/// Returns `values` as the function's composite result.
+unsafe fn composite_result(
+    fcinfo: FunctionCallInfo,
+    values: &mut [Datum],
+    nulls: &mut [bool],
+) -> Datum {
+    // SAFETY: values and nulls match the declared OUT parameters.
+    unsafe {
+        let tuple =
+            pg_sys::heap_form_tuple(result_desc(fcinfo), values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
     }
 }
 
-/// Decodes `id` into a record of (created_at, shard_id, seq_id, ms_since_epoch).
+// PostgreSQL's tuple forming, declared here instead of taken from pgrx's
+// bindings (a sigsetjmp boundary and a thread check around every call, a
+// tenth of id_parts' time): id_parts forms a tuple per row. What they can
+// raise (out of memory) is a longjmp, which passes id_parts' plain frames.
+unsafe extern "C-unwind" {
+    fn heap_form_tuple(
+        desc: pg_sys::TupleDesc,
+        values: *const Datum,
+        isnull: *const bool,
+    ) -> pg_sys::HeapTuple;
+    #[link_name = "HeapTupleHeaderGetDatum"]
+    fn heap_tuple_header_get_datum(tuple: pg_sys::HeapTupleHeader) -> Datum;
+}
+
+/// `id` decoded as the record (created_at, shard_id, seq_id, ms_since_epoch).
+///
+/// # Safety
+/// As `next_id`: only plain frames between this and PostgreSQL's error
+/// handler (an fmgr entry point without #[pg_guard]).
+#[inline(always)]
 unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> Datum {
     let parts = layout::decompose(id);
     let created_at = clock::unix_ms_to_timestamptz(epoch_ms + parts.ms);
-    let mut values = [
+    let values = [
         Datum::from(created_at),
         Datum::from(parts.shard),
         Datum::from(parts.seq),
         Datum::from(parts.ms),
     ];
-    unsafe { composite_result(fcinfo, &mut values, &mut [false; 4]) }
+    // SAFETY: a valid fcinfo; values match the declared OUT parameters.
+    unsafe {
+        let mut desc = (*(*fcinfo).flinfo).fn_extra as pg_sys::TupleDesc;
+        if desc.is_null() {
+            desc = guarded(|| result_desc(fcinfo));
+        }
+        let tuple = heap_form_tuple(desc, values.as_ptr(), [false; 4].as_ptr());
+        heap_tuple_header_get_datum((*tuple).t_data)
+    }
 }
 
 v1!(pg_finfo_insta_id_id_parts);
 /// `insta_id.id_parts(id bigint)`: decode with the epoch in force.
+///
+/// Not #[pg_guard], like next_id: nothing on its path panics, and the first
+/// call's descriptor is built under `guarded`.
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_id_parts(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C" fn insta_id_id_parts(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: called by fmgr, from PostgreSQL's frames only.
     unsafe { id_parts_record(fcinfo, arg_i64(fcinfo, 0), settings::epoch_ms()) }
 }
 
 v1!(pg_finfo_insta_id_id_parts_epoch);
 /// `insta_id.id_parts(id bigint, epoch timestamptz)`: decode with an explicit epoch.
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_id_parts_epoch(fcinfo: FunctionCallInfo) -> Datum {
-    let (id, epoch) = unsafe { (arg_i64(fcinfo, 0), epoch_arg(arg_i64(fcinfo, 1))) };
+pub unsafe extern "C" fn insta_id_id_parts_epoch(fcinfo: FunctionCallInfo) -> Datum {
+    let (id, epoch) = unsafe { (arg_i64(fcinfo, 0), arg_i64(fcinfo, 1)) };
+    let epoch = guarded(|| epoch_arg(epoch));
+    // SAFETY: called by fmgr, from PostgreSQL's frames only.
     unsafe { id_parts_record(fcinfo, id, epoch) }
 }
+
+// The scalar decoders are shifts and a conversion of the time field: nothing
+// on their path raises or panics, so they run without pgrx's guard.
 
 v1!(pg_finfo_insta_id_created_at);
 /// `insta_id.created_at(id bigint) RETURNS timestamptz`
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_created_at(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C" fn insta_id_created_at(fcinfo: FunctionCallInfo) -> Datum {
     let ms = layout::decompose(unsafe { arg_i64(fcinfo, 0) }).ms;
     Datum::from(clock::unix_ms_to_timestamptz(settings::epoch_ms() + ms))
 }
@@ -494,16 +535,14 @@ pub unsafe extern "C-unwind" fn insta_id_created_at(fcinfo: FunctionCallInfo) ->
 v1!(pg_finfo_insta_id_shard_id);
 /// `insta_id.shard_id(id bigint) RETURNS int`
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_shard_id(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C" fn insta_id_shard_id(fcinfo: FunctionCallInfo) -> Datum {
     Datum::from(layout::decompose(unsafe { arg_i64(fcinfo, 0) }).shard)
 }
 
 v1!(pg_finfo_insta_id_seq_id);
 /// `insta_id.seq_id(id bigint) RETURNS int`
 #[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_seq_id(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C" fn insta_id_seq_id(fcinfo: FunctionCallInfo) -> Datum {
     Datum::from(layout::decompose(unsafe { arg_i64(fcinfo, 0) }).seq)
 }
 
