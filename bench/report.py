@@ -181,6 +181,8 @@ TARGETS = [
     ("INSERT 500k over 64 plain sequences, next_id / nextval", "insert_500k/next_id_spread", "insert_500k/nextval_spread", 1.05, True),
     ("PL/pgSQL original / next_id, per call", "per_call/plpgsql_original", "per_call/next_id", 9.0, False),
     ("decode: created_at+shard_id+seq_id / the SQL expression", "decode/scalar_decoders", "decode/sql_expression", 0.50, True),
+    ("PostgreSQL 18's uuidv7() / next_id, per call", "per_call/uuidv7", "per_call/next_id", 1.00, False),
+    ("INSERT 500k, uuidv7() default / a helper-made next_id default", "insert_500k/uuidv7", "insert_500k/next_id_helper", 1.00, False),
 ]
 DSM_TARGETS = [(l + " (DSM registry)", a + "_dsm", b + "_dsm", lim, low) for l, a, b, lim, low in TARGETS[:2]]
 # The same, judged by the upper bound of the bootstrap interval (Run.upper95).
@@ -255,6 +257,23 @@ def table(r, names, unit="per call"):
     out = [f"| contender | time | {unit} |", "|---|---|---|"]
     out += [f"| {n.split('/', 1)[1]} | {r.fmt_s(n)} | {r.ns(n):.0f} ns |" for n in names if r.has(n)]
     return "\n".join(out)
+
+
+def key_order(r):
+    """What the order of next_id's keys alone costs a primary key."""
+    a, b = "insert_500k/ids_next_id_order", "insert_500k/ids_serial_order"
+    if f"pair/{a}/{b}" not in r.runs:
+        return ""
+    hi, n = r.upper95(a, b)
+    pages = {t: r.med.get(f"pages/{t}", float("nan")) for t in
+             ("ins_ids_next_id_order", "ins_ids_serial_order", "ins_next_id", "ins_bigserial")}
+    return (f"The order of the keys alone, no function called (ids_next_id_order: the 500,000 IDs one INSERT with a "
+            f"next_id default on a plain sequence made, inserted again in the order they were made; ids_serial_order: "
+            f"1 to 500,000): {r.paired(a, b):.2f}x, ≤ {hi:.2f}x ({n} pairs). One sequence's values wrap "
+            f"(`nextval % 1024`) every 1,024 IDs, mostly inside a millisecond, and the IDs after the wrap sort "
+            f"before the ones just made: the primary key ends up {pages['ins_ids_next_id_order']:,.0f} pages "
+            f"against {pages['ins_ids_serial_order']:,.0f} (with the defaults themselves: next_id "
+            f"{pages['ins_next_id']:,.0f}, bigserial {pages['ins_bigserial']:,.0f}).")
 
 
 def instructions_table():
@@ -357,7 +376,7 @@ generate_series and an array subscript, alike for all. "cached" is over 64
 sequences made by `insta_id.add_id_column` (CACHE 32); the others over plain
 `CREATE SEQUENCE` ones.
 
-{table(m, ["per_call/nextval", "per_call/next_id", "per_call/nextval_cached", "per_call/next_id_cached", "per_call/next_id_untracked", "per_call/next_id_pg_extern", "per_call/gen_random_uuid", "per_call/plpgsql_original"])}
+{table(m, ["per_call/nextval", "per_call/next_id", "per_call/nextval_cached", "per_call/next_id_cached", "per_call/next_id_untracked", "per_call/next_id_pg_extern", "per_call/gen_random_uuid", "per_call/uuidv7", "per_call/plpgsql_original"])}
 
 - next_id / nextval, plain: {m.paired("per_call/next_id", "per_call/nextval"):.2f}x; on the same cached sequences: {m.paired("per_call/next_id_cached", "per_call/nextval_cached"):.2f}x; cached next_id / plain nextval: {m.paired("per_call/next_id_cached", "per_call/nextval"):.2f}x.
 - The guard's statistics: next_id with `insta_id.track_guard_stats = off` / on: {m.paired("per_call/next_id_untracked", "per_call/next_id"):.2f}x.
@@ -400,7 +419,9 @@ add_id_column (CACHE 32); and explicit ids spread over the 64 plain
 sequences, `nextval(s) * 64 + i` against `next_id(1, s)`, so that the
 one-sequence ceiling is not what is measured.
 
-{table(m, ["insert_500k/bigserial", "insert_500k/next_id", "insert_500k/next_id_helper", "insert_500k/nextval_spread", "insert_500k/next_id_spread"], "per row")}
+{table(m, ["insert_500k/bigserial", "insert_500k/next_id", "insert_500k/next_id_helper", "insert_500k/nextval_spread", "insert_500k/next_id_spread", "insert_500k/ids_next_id_order", "insert_500k/ids_serial_order", "insert_500k/uuidv7"], "per row")}
+
+{key_order(m)}
 
 ## Scaling with sessions (PostgreSQL {m.version})
 

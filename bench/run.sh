@@ -64,6 +64,8 @@ declare -A sql=(
   [insert_500k/bigserial]="INSERT INTO ins_bigserial (v) SELECT g FROM generate_series(1, 500000) g"
   [insert_500k/next_id]="INSERT INTO ins_next_id (v) SELECT g FROM generate_series(1, 500000) g"
   [insert_500k/next_id_helper]="INSERT INTO ins_next_id_helper (v) SELECT g FROM generate_series(1, 500000) g"
+  [insert_500k/ids_next_id_order]="INSERT INTO ins_ids_next_id_order (id, v) SELECT id, v FROM ids_made ORDER BY v"
+  [insert_500k/ids_serial_order]="INSERT INTO ins_ids_serial_order (id, v) SELECT serial_id, v FROM ids_made ORDER BY v"
   [insert_500k/nextval_spread]="INSERT INTO ins_nextval_spread (id, v) SELECT nextval(s[(g & 63) + 1]) * 64 + (g & 63), g FROM generate_series(1, 500000) g, seqs"
   [insert_500k/next_id_spread]="INSERT INTO ins_next_id_spread (id, v) SELECT insta_id.next_id((g & 63) + 1, s[(g & 63) + 1]), g FROM generate_series(1, 500000) g, seqs"
   [decode/id_parts]="SELECT count(*) FROM (SELECT insta_id.id_parts(id) AS p FROM decode_ids OFFSET 0) x WHERE (p).created_at IS NOT NULL AND (p).shard_id >= 0 AND (p).seq_id >= 0"
@@ -77,7 +79,14 @@ names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/nex
        ceiling/next_id_one_sequence
        insert_500k/bigserial insert_500k/next_id insert_500k/next_id_helper
        insert_500k/nextval_spread insert_500k/next_id_spread
+       insert_500k/ids_next_id_order insert_500k/ids_serial_order
        decode/id_parts decode/sql_expression decode/scalar_decoders decode/shard_id decode/shard_id_pg_extern)
+if [ "$PG" -ge 18 ]; then
+  # PostgreSQL 18's uuidv7(): next_id must stay cheaper, per call and per row.
+  sql[per_call/uuidv7]="SELECT count(uuidv7()) $spread"
+  sql[insert_500k/uuidv7]="INSERT INTO ins_uuidv7 (v) SELECT g FROM generate_series(1, 500000) g"
+  names+=(per_call/uuidv7 insert_500k/uuidv7)
+fi
 # The previous release, preloaded, on the same plain sequences.
 for n in per_call/nextval per_call/next_id; do sql[${n}_prev]=${sql[$n]}; names+=("${n}_prev"); done
 if [ "$PG" -ge 17 ]; then
@@ -114,10 +123,11 @@ pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextva
        per_call/next_id_cached:per_call/nextval_cached per_call/next_id_untracked:per_call/next_id
        per_call/next_id_pg_extern:per_call/next_id per_call/plpgsql_original:per_call/next_id
        insert_500k/next_id_helper:insert_500k/bigserial insert_500k/next_id_spread:insert_500k/nextval_spread
-       insert_500k/next_id:insert_500k/bigserial
+       insert_500k/next_id:insert_500k/bigserial insert_500k/ids_next_id_order:insert_500k/ids_serial_order
        decode/id_parts:decode/sql_expression decode/scalar_decoders:decode/sql_expression
        decode/shard_id_pg_extern:decode/shard_id
        per_call/next_id:per_call/next_id_prev per_call/next_id_prev:per_call/nextval_prev)
+[ "$PG" -ge 18 ] && pairs+=(per_call/uuidv7:per_call/next_id insert_500k/uuidv7:insert_500k/next_id_helper)
 [ "$PG" -ge 17 ] && pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm
                             insert_500k/next_id_helper_dsm:insert_500k/bigserial_dsm
                             insert_500k/next_id_spread_dsm:insert_500k/nextval_spread_dsm
@@ -134,6 +144,8 @@ for pair in "${pairs[@]}"; do
     done
     continue
   fi
+  # What the series before left dirty is written now, not during this one.
+  on "$c" q -d bench -c "CHECKPOINT"
   n=$PAIRS
   case "$a" in insert_500k/*|decode/id_parts) n=$INTERVAL_PAIRS ;; esac
   prep="\$p\$RESET insta_id.track_guard_stats\$p\$"
@@ -142,6 +154,14 @@ for pair in "${pairs[@]}"; do
   while IFS='|' read -r r d; do
     i=$((i + 1)); record "$i" "pair/$a/$b" "$r"; record "$i" "diff/$a/$b" "$d"
   done < <(on "$c" q -d bench -c "SELECT ta / tb, ta - tb FROM paired(\$a\$${sql[$a]}\$a\$, \$b\$${sql[$b]}\$b\$, $n, $prep)")
+done
+
+# The primary keys' sizes, in pages, after one insert of each: the keys'
+# order is what differs.
+for name in insert_500k/ids_next_id_order insert_500k/ids_serial_order insert_500k/next_id insert_500k/bigserial; do
+  t=$(ins_table "$name")
+  record 1 "pages/$t" "$(q -d bench -c "TRUNCATE $t" -c "${sql[$name]}" \
+    -c "SELECT pg_relation_size('${t}_pkey') / current_setting('block_size')::int")"
 done
 
 # Sequences in use: 300,000 calls round-robin over 10, 10,000 and 100,000

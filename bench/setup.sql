@@ -52,6 +52,26 @@ CREATE TABLE ins_next_id (id bigint PRIMARY KEY DEFAULT insta_id.next_id(1, 'ins
 CREATE TABLE ins_next_id_helper (v int);
 SELECT insta_id.add_id_column('ins_next_id_helper', 'id', 1);
 ALTER TABLE ins_next_id_helper ADD PRIMARY KEY (id);
+-- What the order of the keys alone costs a primary key: the IDs one INSERT
+-- with a next_id default on a plain sequence made (ids_made), inserted again
+-- in the order they were made, against 1..500,000 in order. Every 1,024
+-- values nextval % 1024 wraps, mostly inside a millisecond, and the IDs
+-- after the wrap sort before the ones just made there.
+-- Both read their keys from the heap, in v's order, the same way.
+CREATE SEQUENCE ids_made_seq;
+CREATE TABLE ids_insert (id bigint PRIMARY KEY DEFAULT insta_id.next_id(1, 'ids_made_seq'), v int);
+INSERT INTO ids_insert (v) SELECT g FROM generate_series(1, 500000) g;
+CREATE TABLE ids_made AS SELECT v, id, v::bigint AS serial_id FROM ids_insert ORDER BY v;
+CREATE INDEX ON ids_made (v);
+DROP TABLE ids_insert;
+CREATE TABLE ins_ids_next_id_order (id bigint PRIMARY KEY, v int);
+CREATE TABLE ins_ids_serial_order (id bigint PRIMARY KEY, v int);
+-- PostgreSQL 18's own time-ordered IDs, for the INSERT beside next_id's.
+DO $$ BEGIN
+  IF current_setting('server_version_num')::int >= 180000 THEN
+    CREATE TABLE ins_uuidv7 (id uuid PRIMARY KEY DEFAULT uuidv7(), v int);
+  END IF;
+END $$;
 -- Rows spread over the 64 plain sequences, by explicit id.
 CREATE TABLE ins_nextval_spread (id bigint PRIMARY KEY, v int);
 CREATE TABLE ins_next_id_spread (id bigint PRIMARY KEY, v int);
