@@ -329,15 +329,19 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
     layout::pack(since_epoch, shard, residue)
 }
 
-/// Runs `f`, the rare path of next_id, under pgrx's guard (what #[pg_guard]
-/// puts around a function): a Rust panic in it (`raise!`) becomes a
-/// PostgreSQL error, and an error PostgreSQL raises in a call it makes
-/// through pgrx's bindings unwinds its Rust frames before going on.
+/// Runs `f`, a rare path of a function outside pgrx's guard (next_id,
+/// id_parts), under that guard (what #[pg_guard] puts around a function): a
+/// Rust panic in it (`raise!`) becomes a PostgreSQL error, and an error
+/// PostgreSQL raises in a call it makes through pgrx's bindings unwinds its
+/// Rust frames before going on.
+///
+/// # Safety
+/// The error it reports is a longjmp to PostgreSQL's handler: every frame
+/// between the caller's and that handler must be plain (see `next_id`).
 #[cold]
 #[inline(never)]
-fn guarded<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: called only from next_id, whose caller guarantees plain
-    // frames up to PostgreSQL's handler for the error's longjmp.
+unsafe fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: the caller's contract.
     unsafe { pg_sys::panic::pgrx_extern_c_guard(f) }
 }
 
@@ -372,13 +376,15 @@ pub(crate) unsafe fn next_id(shard: i32, relid: pg_sys::Oid) -> i64 {
     let checked = layout::check_shard(shard as i64).is_ok() && is_checked_sequence(relid);
     let guard = match guard_store::ready() {
         Some(guard) if checked => guard,
-        _ => guarded(|| prepare(shard, relid)),
+        // SAFETY: this function's own contract.
+        _ => unsafe { guarded(|| prepare(shard, relid)) },
     };
     // SAFETY: PostgreSQL's own function; see above for its errors.
     let value = unsafe { nextval_internal(relid, true) };
     match mint_fast(&guard, shard, relid, value) {
         Ok(id) => id,
-        Err(taken) => guarded(|| mint(guard, shard, relid, value, taken)),
+        // SAFETY: as above.
+        Err(taken) => unsafe { guarded(|| mint(guard, shard, relid, value, taken)) },
     }
 }
 
@@ -422,7 +428,7 @@ fn epoch_arg(ts: i64) -> i64 {
 /// The function's result descriptor, blessed and cached in fn_extra
 /// (allocated in fn_mcxt): built on the first call of a call site only.
 #[cold]
-unsafe fn result_desc(fcinfo: FunctionCallInfo) -> pg_sys::TupleDesc {
+unsafe fn result_desc(fcinfo: FunctionCallInfo, natts: usize) -> pg_sys::TupleDesc {
     // SAFETY: standard fmgr idiom on a valid fcinfo.
     unsafe {
         let flinfo = (*fcinfo).flinfo;
@@ -435,6 +441,19 @@ unsafe fn result_desc(fcinfo: FunctionCallInfo) -> pg_sys::TupleDesc {
                 raise!(
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                     "function returning a record called where a record is not expected",
+                );
+            }
+            // The values formed per row must fill the declared columns
+            // exactly: a library and SQL of different releases may not.
+            if (*desc).natts as usize != natts {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                    format!(
+                        "the function's result has {} columns where this build of insta_id returns {natts}",
+                        (*desc).natts
+                    ),
+                    "Its SQL declaration and this library are of different releases.",
+                    "Run ALTER EXTENSION insta_id UPDATE so that the SQL matches the library.",
                 );
             }
             let old = pg_sys::MemoryContextSwitchTo((*flinfo).fn_mcxt);
@@ -454,8 +473,8 @@ unsafe fn composite_result(
 ) -> Datum {
     // SAFETY: values and nulls match the declared OUT parameters.
     unsafe {
-        let tuple =
-            pg_sys::heap_form_tuple(result_desc(fcinfo), values.as_mut_ptr(), nulls.as_mut_ptr());
+        let desc = result_desc(fcinfo, values.len());
+        let tuple = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
     }
 }
@@ -493,7 +512,7 @@ unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> D
     unsafe {
         let mut desc = (*(*fcinfo).flinfo).fn_extra as pg_sys::TupleDesc;
         if desc.is_null() {
-            desc = guarded(|| result_desc(fcinfo));
+            desc = guarded(|| result_desc(fcinfo, values.len()));
         }
         let tuple = heap_form_tuple(desc, values.as_ptr(), [false; 4].as_ptr());
         heap_tuple_header_get_datum((*tuple).t_data)
@@ -503,8 +522,9 @@ unsafe fn id_parts_record(fcinfo: FunctionCallInfo, id: i64, epoch_ms: i64) -> D
 v1!(pg_finfo_insta_id_id_parts);
 /// `insta_id.id_parts(id bigint)`: decode with the epoch in force.
 ///
-/// Not #[pg_guard], like next_id: nothing on its path panics, and the first
-/// call's descriptor is built under `guarded`.
+/// Not #[pg_guard], like next_id: what can raise on the first call of a call
+/// site (building the result's descriptor) runs under `guarded`; after it,
+/// only heap_form_tuple can (out of memory), a longjmp past plain frames.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn insta_id_id_parts(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: called by fmgr, from PostgreSQL's frames only.
@@ -516,7 +536,8 @@ v1!(pg_finfo_insta_id_id_parts_epoch);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn insta_id_id_parts_epoch(fcinfo: FunctionCallInfo) -> Datum {
     let (id, epoch) = unsafe { (arg_i64(fcinfo, 0), arg_i64(fcinfo, 1)) };
-    let epoch = guarded(|| epoch_arg(epoch));
+    // SAFETY: called by fmgr, from PostgreSQL's frames only.
+    let epoch = unsafe { guarded(|| epoch_arg(epoch)) };
     // SAFETY: called by fmgr, from PostgreSQL's frames only.
     unsafe { id_parts_record(fcinfo, id, epoch) }
 }

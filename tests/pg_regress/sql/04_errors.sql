@@ -46,5 +46,13 @@ SET insta_id.epoch = '4102444800000';
 SELECT insta_id.next_id(1, 's');
 \echo :LAST_ERROR_SQLSTATE
 RESET insta_id.epoch;
+-- A record declared with other columns than the library forms (SQL and
+-- library of different releases): refused, never formed from the wrong
+-- number of values.
+CREATE FUNCTION id_parts_other_sql(id bigint, OUT created_at timestamptz, OUT shard_id int)
+  LANGUAGE c IMMUTABLE STRICT AS '$libdir/insta_id', 'insta_id_id_parts';
+SELECT * FROM id_parts_other_sql(1);
+\echo :LAST_ERROR_SQLSTATE
+DROP FUNCTION id_parts_other_sql;
 DROP OWNED BY insta_id_regress_nobody;
 DROP ROLE insta_id_regress_nobody;
