@@ -535,11 +535,12 @@ v1!(pg_finfo_insta_id_id_parts_epoch);
 /// `insta_id.id_parts(id bigint, epoch timestamptz)`: decode with an explicit epoch.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn insta_id_id_parts_epoch(fcinfo: FunctionCallInfo) -> Datum {
-    let (id, epoch) = unsafe { (arg_i64(fcinfo, 0), arg_i64(fcinfo, 1)) };
     // SAFETY: called by fmgr, from PostgreSQL's frames only.
-    let epoch = unsafe { guarded(|| epoch_arg(epoch)) };
-    // SAFETY: called by fmgr, from PostgreSQL's frames only.
-    unsafe { id_parts_record(fcinfo, id, epoch) }
+    unsafe {
+        let (id, epoch) = (arg_i64(fcinfo, 0), arg_i64(fcinfo, 1));
+        let epoch = guarded(|| epoch_arg(epoch));
+        id_parts_record(fcinfo, id, epoch)
+    }
 }
 
 // The scalar decoders are shifts and a conversion of the time field: nothing
