@@ -13,6 +13,15 @@
 //! PAUSE has no limit of its own: it is sent from a thread, and given up
 //! after --pause-timeout (the entry resumed, the writers go on) and tried
 //! again, as the cutover's lock is.
+//!
+//! A PAUSE also closes the server connections PgBouncer is still logging in
+//! for the entry (its pool was growing), and PgBouncer takes a login closed
+//! before it finished for a failed one (`per_loop_pause`,
+//! `disconnect_server`, 1.18 to today): after the RESUME it would open no
+//! server connection for that pool until `server_login_retry` (15 s by
+//! default) had passed, its queued clients waiting all along (make bench
+//! saw it once in ten moves). So every RESUME here lifts that delay until
+//! the entry's queued clients have a server connection (`resume`).
 
 use crate::conninfo::{self, Settings};
 use crate::db::printable;
@@ -70,6 +79,42 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
             _ => None,
         })
         .collect())
+}
+
+/// How long a RESUME waits at most for the entry's queued clients to get a
+/// server connection, with PgBouncer's retry delay lifted.
+const SERVED_WITHIN: Duration = Duration::from_secs(5);
+
+/// PgBouncer's `server_login_retry` in seconds, as SHOW CONFIG has it.
+fn login_retry(c: &mut Client) -> Result<f64, String> {
+    let rows = command(c, "SHOW CONFIG")?;
+    let value = rows
+        .iter()
+        .find(|r| r.get("key") == Some("server_login_retry"))
+        .and_then(|r| r.get("value"))
+        .ok_or_else(|| "PgBouncer's SHOW CONFIG has no server_login_retry".to_string())?;
+    match value.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "PgBouncer's server_login_retry is {}, not a number of seconds",
+            printable(value)
+        )),
+    }
+}
+
+/// A pool of PgBouncer's SHOW POOLS: whether it has a client waiting and
+/// no server connection ready or in use (one logging in does not count:
+/// it may fail).
+fn unserved(r: &postgres::SimpleQueryRow) -> bool {
+    let n = |col: &str| r.get(col).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let servers: u64 = r
+        .columns()
+        .iter()
+        .map(|col| col.name())
+        .filter(|name| name.starts_with("sv_") && *name != "sv_login")
+        .map(n)
+        .sum();
+    n("cl_waiting") > 0 && servers == 0
 }
 
 /// The map file with the entry's line set to `target` (appended when the
@@ -137,11 +182,76 @@ impl Bouncer {
     }
 
     pub fn resume_if_paused(&self) -> Result<(), String> {
+        // Without the lock (the map's directory not writable) the entry is
+        // resumed all the same: its clients matter more than the set-back.
+        let _lock = self.lock_map().ok();
         let mut c = console(&self.admin)?;
         if self.show(&mut c)?.3 {
-            command(&mut c, &format!("RESUME {}", self.entry))?;
+            self.resume(&mut c)?;
         }
         Ok(())
+    }
+
+    /// RESUMEs the entry, with PgBouncer's retry delay after a failed
+    /// login lifted (`SET server_login_retry = 0`, PgBouncer-wide) until
+    /// every pool of the entry with a client waiting has a server
+    /// connection, for SERVED_WITHIN at most; then set back to what it was.
+    /// A PgBouncer that does not let the delay be read or changed is
+    /// resumed all the same. Callers hold the map's lock, so that two
+    /// moves never take each other's 0 for the value to set back.
+    fn resume(&self, c: &mut Client) -> Result<(), String> {
+        let lifted = login_retry(c)
+            .ok()
+            .filter(|_| command(c, "SET server_login_retry = 0").is_ok());
+        let resumed = command(c, &format!("RESUME {}", self.entry));
+        let Some(retry) = lifted else {
+            return resumed.map(drop);
+        };
+        let served = resumed.and_then(|_| self.until_served(c));
+        let restored = command(c, &format!("SET server_login_retry = {retry}"));
+        if served? {
+            return restored.map(drop);
+        }
+        restored?;
+        println!(
+            "   PgBouncer's entry {} still has clients waiting without a server connection {} s after its RESUME: does its server refuse PgBouncer's logins? (PgBouncer's log says)",
+            self.entry,
+            SERVED_WITHIN.as_secs()
+        );
+        Ok(())
+    }
+
+    /// Waits until no pool of the entry has a client waiting without a
+    /// server connection: true, or false after SERVED_WITHIN.
+    fn until_served(&self, c: &mut Client) -> Result<bool, String> {
+        let started = Instant::now();
+        loop {
+            let pools = command(c, "SHOW POOLS")?;
+            if !pools
+                .iter()
+                .any(|r| r.get("database") == Some(&self.entry) && unserved(r))
+            {
+                return Ok(true);
+            }
+            if started.elapsed() >= SERVED_WITHIN {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The lock that moves of different shards take on the map, from
+    /// reading it to the end of the RESUME.
+    fn lock_map(&self) -> Result<std::fs::File, String> {
+        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.map.with_extension("insta-id-lock"))
+            .map_err(said)?;
+        lock.lock().map_err(said)?;
+        Ok(lock)
     }
 
     /// Pauses the entry: returns once no transaction runs through it, and
@@ -213,14 +323,8 @@ impl Bouncer {
     pub fn point_and_resume(&self) -> Result<(), String> {
         let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
         // Moves of other shards rewrite the same file: one at a time, from
-        // reading it to PgBouncer's RELOAD of it.
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.map.with_extension("insta-id-lock"))
-            .map_err(said)?;
-        lock.lock().map_err(said)?;
+        // reading it to the RESUME.
+        let _lock = self.lock_map()?;
         let old = std::fs::read_to_string(&self.map).map_err(said)?;
         let new = rewritten(&old, &self.entry, &self.target);
         if new != old {
@@ -228,7 +332,6 @@ impl Bouncer {
         }
         let mut c = console(&self.admin)?;
         command(&mut c, "RELOAD")?;
-        drop(lock);
         let (host, port, database, paused) = self.show(&mut c)?;
         let want = conninfo::parse_foreign(&self.target).map_err(|e| e.0)?;
         if let Some((k, v)) = [("host", &host), ("port", &port), ("dbname", &database)]
@@ -246,7 +349,7 @@ impl Bouncer {
             ));
         }
         if paused {
-            command(&mut c, &format!("RESUME {}", self.entry))?;
+            self.resume(&mut c)?;
         }
         Ok(())
     }

@@ -24,7 +24,10 @@
 #   does not carry). On 18 and on 15 (make test-move): with 15 the copy
 #   follows through the slot's advance, from 16 through origin = none;
 # - insta-id rebalance through PgBouncer, killed in its first move and run
-#   again: it finishes that move, plans again and goes on.
+#   again: it finishes that move, plans again and goes on;
+# - PgBouncer's delay after a failed login (what a PAUSE that cuts a login
+#   short leaves): the client queued at the cutover is answered once the
+#   move resumes the entry, not server_login_retry later.
 # pgbench runs without a time of its own (-T 300 as a bound) and is ended
 # with SIGALRM, which is how -T ends it: it prints its summary.
 use strict;
@@ -425,6 +428,58 @@ is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \
 like($out, qr/^== rebalanced: \d+ moves, /m, 'and it said it was done');
 is("$release_finished|" . left_of($old) . '|' . left_of($new), 'finished first|0|0',
 	'the release killed half-way was finished by the rebalance first; nothing of any move is left on either server');
+
+# PgBouncer's delay after a failed login. A PAUSE closes the server
+# connections PgBouncer is still logging in, and PgBouncer takes that for a
+# failed login: for server_login_retry (15 s by default) it opens no server
+# connection for that pool, its queued clients waiting (make bench saw it
+# in one move of ten). A login refused by the server leaves the pool in the
+# same state, and that one a test can make on demand: the role newcomer
+# exists on the new server only. Its refused login, then a transaction open
+# through shard 15's entry holds the move's PAUSE while newcomer's query
+# queues behind it. server_login_retry is an hour (in pgbouncer.ini: a
+# RELOAD, as every move does, sets back what SET changed), so only the
+# move's RESUME can have that query answered within the minute it is given
+# (without it, 15 s after the RESUME in this test's first run).
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(15, 15, 'template')});
+append_to_file($map, 'shard15 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
+append_to_file("$dir/userlist.txt", qq{"newcomer" ""\n});
+$new->safe_psql('app', 'CREATE ROLE newcomer LOGIN');
+append_to_file("$dir/pgbouncer.ini", "server_login_retry = 3600\n");
+via($admin, 'RELOAD');
+my $newcomer = "host=$dir port=$port user=newcomer dbname=shard15";
+my $refused_first = defined(via($newcomer, 'SELECT 1')) ? 'answered' : 'refused';
+my ($hin, $hout) = ("BEGIN;\nSELECT 'open';\n", '');
+my $holder = IPC::Run::start([ 'psql', '-XqtA', '-d', "$through dbname=shard15" ], '<', \$hin, '>', \$hout, IPC::Run::timeout(120));
+$holder->pump until $hout =~ /open/;
+my $mover = IPC::Run::start(
+	[ 'insta-id', 'move', 15, '--from', $from, '--to', $to, '--copy-timeout', 120, '--rollback-window', 0, '--pause-timeout', 60,
+	  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', 'host=' . $new->host . ' port=' . $new->port . ' dbname=app' ],
+	'>&', "$dir/move-newcomer.log");
+# Until the entry is paused, then until newcomer's query waits in its pool.
+sub until_true
+{
+	my ($what, $cond) = @_;
+	for (my $t = 0; $t < 1200; $t++)
+	{
+		return if $cond->();
+		sleep 0.05;
+	}
+	die "waited a minute for $what";
+}
+until_true('the PAUSE of shard15', sub { (entry(15)->{paused} // '') eq '1' });
+my ($qout, $qerr) = ('', '');
+my $queued = IPC::Run::start([ 'psql', '-XqtA', '-d', $newcomer, '-c', 'SELECT 42' ], '>', \$qout, '2>', \$qerr, IPC::Run::timeout(60));
+until_true("newcomer's query queued", sub { (via($admin, 'SHOW POOLS', '-XtA') // '') =~ /^shard15\|newcomer\|\d+\|[1-9]/m });
+$hin .= "COMMIT;\n";
+$holder->finish;
+$mover->finish;
+my $mrc = $mover->result(0);
+my $answer = eval { $queued->finish; $qout =~ s/\s+$//r } // do { $queued->kill_kill; 'still waiting after a minute' };
+my ($retry) = (via($admin, 'SHOW CONFIG', '-XtA') // '') =~ /^server_login_retry\|([^|]*)\|/m;
+is(join('|', $refused_first, $mrc, $answer, via($newcomer, 'SELECT 7') // 'refused', $retry // 'none'), 'refused|0|42|7|3600',
+	"a pool PgBouncer held back after a failed login: its query queued at the cutover answered on the new server once the move resumed the entry, and the next at once; server_login_retry as it was")
+  or diag slurp_file("$dir/move-newcomer.log") . "\n$qerr";
 
 $bouncer->signal('INT');
 $bouncer->finish;
