@@ -85,8 +85,10 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
 /// server connection, with PgBouncer's retry delay lifted.
 const SERVED_WITHIN: Duration = Duration::from_secs(5);
 
-/// PgBouncer's `server_login_retry` in seconds, as SHOW CONFIG has it.
-fn login_retry(c: &mut Client) -> Result<f64, String> {
+/// PgBouncer's `server_login_retry` as SHOW CONFIG prints it (seconds,
+/// `%g`), checked to be a number: it goes back quoted into a SET, which
+/// PgBouncer's console takes unquoted only for `[0-9a-z_]+` (not `0.5`).
+fn login_retry(c: &mut Client) -> Result<String, String> {
     let rows = command(c, "SHOW CONFIG")?;
     let value = rows
         .iter()
@@ -94,7 +96,13 @@ fn login_retry(c: &mut Client) -> Result<f64, String> {
         .and_then(|r| r.get("value"))
         .ok_or_else(|| "PgBouncer's SHOW CONFIG has no server_login_retry".to_string())?;
     match value.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v)
+            if v.is_finite()
+                && v >= 0.0
+                && value.bytes().all(|b| b"0123456789.e+-".contains(&b)) =>
+        {
+            Ok(value.to_string())
+        }
         _ => Err(format!(
             "PgBouncer's server_login_retry is {}, not a number of seconds",
             printable(value)
@@ -102,19 +110,13 @@ fn login_retry(c: &mut Client) -> Result<f64, String> {
     }
 }
 
-/// A pool of PgBouncer's SHOW POOLS: whether it has a client waiting and
-/// no server connection ready or in use (one logging in does not count:
-/// it may fail).
-fn unserved(r: &postgres::SimpleQueryRow) -> bool {
-    let n = |col: &str| r.get(col).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let servers: u64 = r
-        .columns()
-        .iter()
-        .map(|col| col.name())
-        .filter(|name| name.starts_with("sv_") && *name != "sv_login")
-        .map(n)
-        .sum();
-    n("cl_waiting") > 0 && servers == 0
+/// A pool of PgBouncer: (database, user).
+type Pool = (String, String);
+
+/// The pool of a SHOW POOLS or SHOW SERVERS row.
+fn pool_of(r: &postgres::SimpleQueryRow) -> Pool {
+    let col = |n: &str| r.get(n).unwrap_or("").to_string();
+    (col("database"), col("user"))
 }
 
 /// The map file with the entry's line set to `target` (appended when the
@@ -195,42 +197,91 @@ impl Bouncer {
     /// RESUMEs the entry, with PgBouncer's retry delay after a failed
     /// login lifted (`SET server_login_retry = 0`, PgBouncer-wide) until
     /// every pool of the entry with a client waiting has a server
-    /// connection, for SERVED_WITHIN at most; then set back to what it was.
-    /// A PgBouncer that does not let the delay be read or changed is
-    /// resumed all the same. Callers hold the map's lock, so that two
-    /// moves never take each other's 0 for the value to set back.
+    /// connection that logged in after the RESUME, for SERVED_WITHIN at
+    /// most; then set back to what it was. Callers hold the map's lock, so
+    /// that two moves never take each other's 0 for the value to set back.
+    /// Once the RESUME is sent, nothing here fails the move: what went
+    /// wrong after it is printed.
     fn resume(&self, c: &mut Client) -> Result<(), String> {
-        let lifted = login_retry(c)
-            .ok()
-            .filter(|_| command(c, "SET server_login_retry = 0").is_ok());
+        // A PgBouncer that does not let the delay be read or changed is
+        // resumed all the same, as before.
+        let lifted = login_retry(c).ok().and_then(|retry| {
+            let before = self.servers(c).ok()?;
+            command(c, "SET server_login_retry = 0").ok()?;
+            Some((retry, before))
+        });
         let resumed = command(c, &format!("RESUME {}", self.entry));
-        let Some(retry) = lifted else {
+        let Some((retry, before)) = lifted else {
             return resumed.map(drop);
         };
-        let served = resumed.and_then(|_| self.until_served(c));
-        let restored = command(c, &format!("SET server_login_retry = {retry}"));
-        if served? {
-            return restored.map(drop);
+        let served = match &resumed {
+            Ok(_) => self.until_served(c, &before),
+            Err(_) => Ok(true),
+        };
+        let restored = command(c, &format!("SET server_login_retry = '{retry}'"));
+        resumed?;
+        match (served, restored) {
+            (_, Err(e)) => println!(
+                "   WARNING:  PgBouncer's server_login_retry is still 0 after the RESUME of {} ({e}): set it back to {retry} (RELOAD reads pgbouncer.ini again)",
+                self.entry
+            ),
+            (Ok(false), _) => println!(
+                "   PgBouncer's entry {} still has clients waiting without a new server connection {} s after its RESUME: does its server refuse PgBouncer's logins? (PgBouncer's log says)",
+                self.entry,
+                SERVED_WITHIN.as_secs()
+            ),
+            (Err(e), _) => println!(
+                "   PgBouncer's entry {} resumed; its pools could not be watched after: {e}",
+                self.entry
+            ),
+            (Ok(true), Ok(_)) => {}
         }
-        restored?;
-        println!(
-            "   PgBouncer's entry {} still has clients waiting without a server connection {} s after its RESUME: does its server refuse PgBouncer's logins? (PgBouncer's log says)",
-            self.entry,
-            SERVED_WITHIN.as_secs()
-        );
         Ok(())
     }
 
-    /// Waits until no pool of the entry has a client waiting without a
-    /// server connection: true, or false after SERVED_WITHIN.
-    fn until_served(&self, c: &mut Client) -> Result<bool, String> {
+    /// The entry's server connections: their pool and PgBouncer's id
+    /// (`ptr`), and whether they are still logging in.
+    fn servers(&self, c: &mut Client) -> Result<Vec<(Pool, String, bool)>, String> {
+        Ok(command(c, "SHOW SERVERS")?
+            .iter()
+            .filter(|r| r.get("database") == Some(&self.entry))
+            .map(|r| {
+                let ptr = r.get("ptr").unwrap_or("").to_string();
+                (pool_of(r), ptr, r.get("state") == Some("login"))
+            })
+            .collect())
+    }
+
+    /// Waits until every pool of the entry with a client waiting has a
+    /// server connection `before` did not list, past its login: PgBouncer
+    /// clears a pool's failed-login mark only on a login that succeeds (a
+    /// server kept through a PAUSE given up, in its long transaction, does
+    /// not count). True, or false after SERVED_WITHIN.
+    fn until_served(
+        &self,
+        c: &mut Client,
+        before: &[(Pool, String, bool)],
+    ) -> Result<bool, String> {
         let started = Instant::now();
         loop {
-            let pools = command(c, "SHOW POOLS")?;
-            if !pools
+            let waiting: Vec<Pool> = command(c, "SHOW POOLS")?
                 .iter()
-                .any(|r| r.get("database") == Some(&self.entry) && unserved(r))
-            {
+                .filter(|r| r.get("database") == Some(&self.entry))
+                .filter(|r| {
+                    r.get("cl_waiting")
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                        > 0
+                })
+                .map(pool_of)
+                .collect();
+            let fresh: Vec<Pool> = self
+                .servers(c)?
+                .into_iter()
+                .filter(|(_, ptr, login)| !login && !before.iter().any(|(_, p, _)| p == ptr))
+                .map(|(pool, _, _)| pool)
+                .collect();
+            if waiting.iter().all(|p| fresh.contains(p)) {
                 return Ok(true);
             }
             if started.elapsed() >= SERVED_WITHIN {

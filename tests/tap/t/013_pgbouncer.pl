@@ -473,9 +473,10 @@ my $queued = IPC::Run::start([ 'psql', '-XqtA', '-d', $newcomer, '-c', 'SELECT 4
 until_true("newcomer's query queued", sub { (via($admin, 'SHOW POOLS', '-XtA') // '') =~ /^shard15\|newcomer\|\d+\|[1-9]/m });
 $hin .= "COMMIT;\n";
 $holder->finish;
+# The queued query first: its minute runs from its start.
+my $answer = eval { $queued->finish; $qout =~ s/\s+$//r } // do { $queued->kill_kill; 'still waiting after a minute' };
 $mover->finish;
 my $mrc = $mover->result(0);
-my $answer = eval { $queued->finish; $qout =~ s/\s+$//r } // do { $queued->kill_kill; 'still waiting after a minute' };
 my ($retry) = (via($admin, 'SHOW CONFIG', '-XtA') // '') =~ /^server_login_retry\|([^|]*)\|/m;
 is(join('|', $refused_first, $mrc, $answer, via($newcomer, 'SELECT 7') // 'refused', $retry // 'none'), 'refused|0|42|7|3600',
 	"a pool PgBouncer held back after a failed login: its query queued at the cutover answered on the new server once the move resumed the entry, and the next at once; server_login_retry as it was")
