@@ -113,11 +113,23 @@ fn login_retry(c: &mut Client) -> Result<String, String> {
 /// A pool of PgBouncer: (database, user).
 type Pool = (String, String);
 
+/// A column of a console row, `None` when this PgBouncer has no such
+/// column (`SimpleQueryRow::get` by name would panic).
+fn field<'r>(r: &'r postgres::SimpleQueryRow, name: &str) -> Option<&'r str> {
+    let i = r.columns().iter().position(|c| c.name() == name)?;
+    r.get(i)
+}
+
 /// The pool of a SHOW POOLS or SHOW SERVERS row.
 fn pool_of(r: &postgres::SimpleQueryRow) -> Pool {
-    let col = |n: &str| r.get(n).unwrap_or("").to_string();
+    let col = |n: &str| field(r, n).unwrap_or("").to_string();
     (col("database"), col("user"))
 }
+
+/// A server connection as SHOW SERVERS lists it: its pool, and what tells
+/// it from another (`ptr` is an address PgBouncer hands out again; the
+/// backend's process ID is new with every connection).
+type Server = (Pool, String);
 
 /// The map file with the entry's line set to `target` (appended when the
 /// entry has none, and any later line of it dropped); every other line as
@@ -219,14 +231,19 @@ impl Bouncer {
             Err(_) => Ok(true),
         };
         let restored = command(c, &format!("SET server_login_retry = '{retry}'"));
-        resumed?;
+        if let Err(e) = resumed {
+            return Err(match restored {
+                Ok(_) => e,
+                Err(r) => format!("{e}; and setting server_login_retry back to {retry}: {r}"),
+            });
+        }
         match (served, restored) {
             (_, Err(e)) => println!(
                 "   WARNING:  PgBouncer's server_login_retry is still 0 after the RESUME of {} ({e}): set it back to {retry} (RELOAD reads pgbouncer.ini again)",
                 self.entry
             ),
             (Ok(false), _) => println!(
-                "   PgBouncer's entry {} still has clients waiting without a new server connection {} s after its RESUME: does its server refuse PgBouncer's logins? (PgBouncer's log says)",
+                "   PgBouncer's entry {} still has clients waiting and no server connection opened since its RESUME, {} s after it: its pool is full, or its server refuses PgBouncer's logins (PgBouncer's log says)",
                 self.entry,
                 SERVED_WITHIN.as_secs()
             ),
@@ -239,49 +256,55 @@ impl Bouncer {
         Ok(())
     }
 
-    /// The entry's server connections: their pool and PgBouncer's id
-    /// (`ptr`), and whether they are still logging in.
-    fn servers(&self, c: &mut Client) -> Result<Vec<(Pool, String, bool)>, String> {
+    /// The entry's server connections that are logged in: in SHOW
+    /// SERVERS' states `idle`, `used`, `tested` or `active` (one logging in
+    /// is `new`; `active_cancel` only carries a cancel request).
+    fn servers(&self, c: &mut Client) -> Result<Vec<Server>, String> {
         Ok(command(c, "SHOW SERVERS")?
             .iter()
-            .filter(|r| r.get("database") == Some(&self.entry))
+            .filter(|r| field(r, "database") == Some(self.entry.as_str()))
+            .filter(|r| {
+                matches!(
+                    field(r, "state"),
+                    Some("idle" | "used" | "tested" | "active")
+                )
+            })
             .map(|r| {
-                let ptr = r.get("ptr").unwrap_or("").to_string();
-                (pool_of(r), ptr, r.get("state") == Some("login"))
+                let id = ["ptr", "remote_pid"].map(|n| field(r, n).unwrap_or(""));
+                (pool_of(r), id.join(" "))
             })
             .collect())
     }
 
     /// Waits until every pool of the entry with a client waiting has a
-    /// server connection `before` did not list, past its login: PgBouncer
-    /// clears a pool's failed-login mark only on a login that succeeds (a
-    /// server kept through a PAUSE given up, in its long transaction, does
-    /// not count). True, or false after SERVED_WITHIN.
-    fn until_served(
-        &self,
-        c: &mut Client,
-        before: &[(Pool, String, bool)],
-    ) -> Result<bool, String> {
+    /// server connection logged in that `before` did not list: PgBouncer
+    /// clears a pool's failed-login mark when a login succeeds, in the
+    /// same step that takes the connection out of `new` (a server kept
+    /// through a PAUSE given up, in its long transaction, does not count).
+    /// True, or false after SERVED_WITHIN.
+    fn until_served(&self, c: &mut Client, before: &[Server]) -> Result<bool, String> {
         let started = Instant::now();
         loop {
             let waiting: Vec<Pool> = command(c, "SHOW POOLS")?
                 .iter()
-                .filter(|r| r.get("database") == Some(&self.entry))
+                .filter(|r| field(r, "database") == Some(self.entry.as_str()))
                 .filter(|r| {
-                    r.get("cl_waiting")
+                    field(r, "cl_waiting")
                         .and_then(|v| v.parse::<u64>().ok())
                         .unwrap_or(0)
                         > 0
                 })
                 .map(pool_of)
                 .collect();
-            let fresh: Vec<Pool> = self
+            let fresh: Vec<Server> = self
                 .servers(c)?
                 .into_iter()
-                .filter(|(_, ptr, login)| !login && !before.iter().any(|(_, p, _)| p == ptr))
-                .map(|(pool, _, _)| pool)
+                .filter(|s| !before.contains(s))
                 .collect();
-            if waiting.iter().all(|p| fresh.contains(p)) {
+            if waiting
+                .iter()
+                .all(|p| fresh.iter().any(|(pool, _)| pool == p))
+            {
                 return Ok(true);
             }
             if started.elapsed() >= SERVED_WITHIN {
