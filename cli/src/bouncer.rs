@@ -92,8 +92,8 @@ fn login_retry(c: &mut Client) -> Result<String, String> {
     let rows = command(c, "SHOW CONFIG")?;
     let value = rows
         .iter()
-        .find(|r| r.get("key") == Some("server_login_retry"))
-        .and_then(|r| r.get("value"))
+        .find(|r| field(r, "key") == Some("server_login_retry"))
+        .and_then(|r| field(r, "value"))
         .ok_or_else(|| "PgBouncer's SHOW CONFIG has no server_login_retry".to_string())?;
     match value.parse::<f64>() {
         Ok(v)
@@ -314,10 +314,15 @@ impl Bouncer {
         }
     }
 
+    /// An I/O error on the map file or beside it, said with the map's path.
+    fn map_error(&self, e: std::io::Error) -> String {
+        format!("PgBouncer's map {}: {e}", self.map.display())
+    }
+
     /// The lock that moves of different shards take on the map, from
     /// reading it to the end of the RESUME.
     fn lock_map(&self) -> Result<std::fs::File, String> {
-        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        let said = |e| self.map_error(e);
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -377,7 +382,7 @@ impl Bouncer {
     /// can be made beside it (what point_and_resume needs after the
     /// cutover, when a failure leaves the entry paused).
     pub fn preflight(&self) -> Result<(), String> {
-        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        let said = |e| self.map_error(e);
         std::fs::read_to_string(&self.map).map_err(said)?;
         let probe = self
             .map
@@ -395,7 +400,7 @@ impl Bouncer {
     /// atomically), reloads PgBouncer, checks that it took the new target,
     /// and resumes the entry if it is paused.
     pub fn point_and_resume(&self) -> Result<(), String> {
-        let said = |e: std::io::Error| format!("PgBouncer's map {}: {e}", self.map.display());
+        let said = |e| self.map_error(e);
         // Moves of other shards rewrite the same file: one at a time, from
         // reading it to the RESUME.
         let _lock = self.lock_map()?;
