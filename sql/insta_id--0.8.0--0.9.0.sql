@@ -1,4 +1,5 @@
--- insta_id 0.8.0 -> 0.9.0: safe in a DBA's hands (issue 23). Every function
+-- insta_id 0.8.0 -> 0.9.0: safe in a DBA's hands (issues 23 and 40: code runs
+-- with its owner's rights wherever PostgreSQL evaluates it). Every function
 -- below is the one in src/shards.sql; tests/upgrade.sh checks that an
 -- updated database matches a fresh 0.9.0 install.
 \echo Use "ALTER EXTENSION insta_id UPDATE TO '0.9.0'" to load this file. \quit
@@ -76,6 +77,85 @@ CREATE OR REPLACE FUNCTION insta_id._names_schema(body text, schema name)
 RETURNS boolean
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_names_schema';
+
+CREATE FUNCTION insta_id._lock_schema(nsp oid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
+
+-- Who runs a schema's statements (docs/shards.md, "Privileges"): the one
+-- role that owns the objects in it, so that the code those statements reach
+-- (triggers, CHECKs, defaults, index expressions, functions called by views)
+-- runs with its owner's rights and no one else's. A statement written
+-- against a whole schema (a migration) cannot be split by owner, so a schema
+-- whose objects have several owners is refused, naming them: one owner's
+-- code would otherwise run with another's rights. The schema's own owner
+-- does not count (a schema holds no code); an empty schema is run by it.
+-- Objects are found through their dependency on the schema (indexed), their
+-- owners in their own catalogs; parts of a relation (indexes, constraints,
+-- triggers, policies, rules, its row type) are its owner's by construction.
+CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
+RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE classid
+        WHEN 'pg_class'::regclass THEN (SELECT c.relowner FROM pg_class c WHERE c.oid = objid)
+        WHEN 'pg_proc'::regclass THEN (SELECT p.proowner FROM pg_proc p WHERE p.oid = objid)
+        WHEN 'pg_type'::regclass THEN (SELECT y.typowner FROM pg_type y WHERE y.oid = objid)
+        WHEN 'pg_collation'::regclass THEN (SELECT c.collowner FROM pg_collation c WHERE c.oid = objid)
+        WHEN 'pg_conversion'::regclass THEN (SELECT c.conowner FROM pg_conversion c WHERE c.oid = objid)
+        WHEN 'pg_operator'::regclass THEN (SELECT o.oprowner FROM pg_operator o WHERE o.oid = objid)
+        WHEN 'pg_opclass'::regclass THEN (SELECT o.opcowner FROM pg_opclass o WHERE o.oid = objid)
+        WHEN 'pg_opfamily'::regclass THEN (SELECT o.opfowner FROM pg_opfamily o WHERE o.oid = objid)
+        WHEN 'pg_ts_config'::regclass THEN (SELECT c.cfgowner FROM pg_ts_config c WHERE c.oid = objid)
+        WHEN 'pg_ts_dict'::regclass THEN (SELECT d.dictowner FROM pg_ts_dict d WHERE d.oid = objid)
+        WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxowner FROM pg_statistic_ext s WHERE s.oid = objid)
+        -- (text search parsers and templates have no owner: a superuser's C code)
+        END
+$$;
+
+CREATE FUNCTION insta_id._code_owner(nsp name)
+RETURNS regrole
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp_oid oid;
+    schema_owner regrole;
+    owners regrole[];
+    listing text;
+BEGIN
+    SELECT n.oid, n.nspowner::regrole INTO nsp_oid, schema_owner FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    WITH o AS (
+        SELECT d.classid, d.objid, insta_id._object_owner(d.classid, d.objid)::regrole AS owner
+        FROM pg_depend d
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n')
+    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
+           -- (the first five of each owner's, in name order, and how many more)
+           (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
+                                     CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
+                              '; ' ORDER BY w.owner::text)
+            FROM (SELECT o2.owner, array_agg(pg_describe_object(o2.classid, o2.objid, 0)
+                                             ORDER BY pg_describe_object(o2.classid, o2.objid, 0)) AS objects
+                  FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
+    INTO owners, listing FROM o;
+    IF coalesce(cardinality(owners), 0) = 0 THEN
+        RETURN schema_owner;
+    ELSIF cardinality(owners) = 1 THEN
+        RETURN owners[1];
+    END IF;
+    RAISE EXCEPTION 'the objects of schema % have % owners', quote_ident(nsp), cardinality(owners)
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = format('Owned by %s.', listing),
+              HINT = format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp));
+END
+$$;
+REVOKE ALL ON FUNCTION insta_id._lock_schema(oid), insta_id._object_owner(oid, oid),
+    insta_id._code_owner(name) FROM PUBLIC;
 
 -- A definition as PostgreSQL's deparsers write it with schema nsp first on
 -- search_path, so that nsp's own objects come out unqualified (run in a
@@ -503,18 +583,8 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
-RETURNS regclass
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    seq_name name := insta_id._sequence_name(nsp, tblname, col);
-BEGIN
-    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
-    RETURN format('%I.%I', nsp, seq_name)::regclass;
-END
-$$;
+-- A copy's sequences are made by their owner (_copy_planned): no longer a function.
+DROP FUNCTION insta_id._new_sequence(name, name, name, int);
 
 CREATE OR REPLACE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
 RETURNS regclass
@@ -630,7 +700,7 @@ BEGIN
     JOIN pg_attrdef d ON d.adrelid = c.oid
     JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
     WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
-      AND EXISTS (SELECT FROM pg_depend dep
+      AND EXISTS (SELECT FROM pg_depend dep JOIN pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
                   WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
                     AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
       AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
@@ -744,6 +814,8 @@ BEGIN
                   DETAIL = format('Not copied: %s.', uncopyable),
                   HINT = 'A copy holds tables, partitioned tables with their partitions (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
     END IF;
+    -- Objects of one owner, who makes every object of a copy (42501 naming them).
+    PERFORM insta_id._code_owner(template);
 END
 $$;
 
@@ -815,8 +887,7 @@ BEGIN
                              CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
-               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
-               'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END)))
     INTO pending FROM obj o;
     -- Each after what it uses: rounds of those whose uses are all placed.
     WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
@@ -829,7 +900,7 @@ BEGIN
         INTO out, placed FROM jsonb_array_elements(ready) e;
         SELECT jsonb_agg(e) INTO pending FROM jsonb_array_elements(pending) e WHERE NOT (e->>'key' = ANY (placed));
     END LOOP;
-    -- Triggers, row-level security and policies of tables and views, and ownership.
+    -- Triggers, row-level security and policies of tables and views.
     RETURN jsonb_build_object('objects', out, 'after', coalesce((
         SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
             -- (a partitioned table's trigger is cloned onto its partitions)
@@ -862,12 +933,9 @@ BEGIN
                            FROM unnest(p.polroles) r),
                           ' USING (' || insta_id._deparse(template, 'expr', p.polrelid, p.polqual) || ')',
                           ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
-            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
-            UNION ALL
-            SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
-            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.relowner <> current_user::regrole) s), '[]'),
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl) s), '[]'),
         -- Enum, composite and domain types, in creation order, with their
-        -- constraints, grants and comments; then what they are owned by.
+        -- constraints, grants and comments.
         'types', coalesce((
             SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
                 SELECT y.oid AS o, 1 AS ord, CASE y.typtype
@@ -899,11 +967,6 @@ BEGIN
                 SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
                 FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
-        'type_owners', coalesce((
-            SELECT jsonb_agg(format('ALTER %s %I OWNER TO %s', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
-                                    y.typname, y.typowner::regrole) ORDER BY y.oid)
-            FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
-              AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
         -- Materialized views the copy fills (REFRESH) once it is complete.
         'populated', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.oid) FROM pg_class c
                                WHERE c.relnamespace = tmpl AND c.relkind = 'm' AND c.relispopulated), '[]'),
@@ -993,13 +1056,9 @@ BEGIN
         'schema_comment', obj_description(tmpl, 'pg_namespace'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
-        'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
-                       SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
-                       UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
-                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
-                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl
-                                     AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))) x
-                   WHERE o <> current_user::regrole));
+        -- Who makes every object of a copy (refused here, 42501, when the
+        -- template's objects have several owners).
+        'code_owner', insta_id._code_owner(template)::text);
 END
 $$;
 
@@ -1076,62 +1135,69 @@ DECLARE
     extra jsonb := plan->'extra';
     src jsonb;
     col jsonb;
-    fk jsonb;
-    stmt text;
-    tbl regclass;
-    seq regclass;
-    -- Deparsed statements name the copy's objects unqualified: they run
-    -- with the copy's schema first on search_path, through _run_in_schema,
-    -- never under this function's own path. As the caller: they create
-    -- objects in an empty schema and run none of the template's code
-    -- (docs/shards.md, "Privileges").
-    caller regrole := current_user::regrole;
+    tbl text;
+    seq text;
+    -- Every statement below that makes or changes an object of the copy
+    -- runs as this role, in a security-restricted operation with the copy's
+    -- schema first on search_path (deparsed statements name the copy's
+    -- objects unqualified), never under this function's own path.
+    owner regrole := (plan->'extra'->>'code_owner')::regrole;
 BEGIN
+    -- The schema first, as the template's: its grants and owner, before
+    -- anything is made in it (the owner of its objects may need its CREATE).
     PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        tbl := format('%I.%I', target, src->>'rel');
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
-        IF src ? 'partition_of' THEN
-            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
-                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
-        ELSE
-            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
-                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
-                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
-                           ' PARTITION BY ' || (src->>'partition_by'));
-        END IF;
-        tbl := format('%I.%I', target, src->>'rel')::regclass;
         -- Columns of the template's types get the copy's (before any partition exists).
-        IF extra->'retype' ? (src->>'rel') THEN
-            PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
-        END IF;
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+            CASE WHEN src ? 'partition_of'
+                 THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
+                             src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
+                 ELSE format('CREATE %sTABLE %s (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                             CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',
+                             CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                             ' PARTITION BY ' || (src->>'partition_by')) END]
+            || ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
                 -- What add_id_column would do to the copy (bigint NOT NULL,
-                -- empty), in two statements instead of seven.
-                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
-                               'ALTER SEQUENCE %s OWNED BY %s.%I',
-                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+                -- empty), in three statements instead of seven.
+                seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+                    format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
+                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)', tbl, col->>'col', shard, seq),
+                    format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
             ELSE
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
-                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
+                -- (which runs its statements as the table's owner, this one)
+                seq := insta_id.add_id_column(tbl::regclass, col->>'col', shard)::text;
             END IF;
             -- Writers of the template's table may use its sequence: the same here.
-            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+            PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(
+                insta_id._grant_statements(col->'sequence_grants', format('SEQUENCE %s', seq)))));
         END LOOP;
-        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
-        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
-            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
-        END LOOP;
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(src->'grants', format('TABLE %s', tbl)))
+            UNION ALL
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(c->'grants', format('TABLE %s', tbl), format(' (%I)', c->>'col')))
+            FROM jsonb_array_elements(src->'column_grants') c));
     END LOOP;
     -- Functions, procedures and views, each after what it uses (a
     -- function's search_path naming the template names the copy instead);
     -- then defaults and CHECKs of the tables made without them (they may use
     -- the functions); indexes, primary key, unique and exclusion
-    -- constraints, statistics objects, their comments.
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+    -- constraints, statistics objects, their comments; replica identities;
+    -- foreign keys; triggers, row-level security, policies.
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(
         SELECT x.statement FROM (
             SELECT o.ord, s.ord AS sub, s.statement
             FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
@@ -1143,43 +1209,59 @@ BEGIN
                                          FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
                      WHERE o.obj->'path' IS NOT NULL) s
             UNION ALL
-            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)) x
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            SELECT 2e9 + e.ord, 0, format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, e.t->>'rel', e.t->>'replica_identity')
+            FROM jsonb_array_elements(plan->'tables') WITH ORDINALITY e(t, ord) WHERE e.t->>'replica_identity' IS NOT NULL
+            UNION ALL
+            SELECT 3e9 + e.ord, 0, format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, e.fk->>'rel', e.fk->>'name',
+                                          replace(e.fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                                                'REFERENCES ' || quote_ident(target) || '.'))
+            FROM jsonb_array_elements(plan->'foreign_keys') WITH ORDINALITY e(fk, ord)
+            UNION ALL
+            SELECT 4e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            -- Materialized views populated in the template are filled last
+            -- (PostgreSQL's REFRESH runs their query as their owner too).
+            SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
+            FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
         ORDER BY x.ord, x.sub));
-    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
-        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
-    END LOOP;
-    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
-        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
-                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
-                                           'REFERENCES ' || quote_ident(target) || '.'));
-    END LOOP;
-    -- Triggers, row-level security, policies; then owners, last (the caller
-    -- may lose rights on what it gives away).
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
-        SELECT x.statement FROM (SELECT 1 AS part, e.ord, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
-                                 UNION ALL
-                                 SELECT 2, e.ord, e.obj->>'owner' FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY e(obj, ord)
-                                 WHERE e.obj->>'owner' IS NOT NULL
-                                 UNION ALL
-                                 SELECT 3, e.ord, e.statement FROM jsonb_array_elements_text(extra->'type_owners') WITH ORDINALITY e(statement, ord)) x
-        ORDER BY x.part, x.ord));
-    IF extra->>'schema_comment' IS NOT NULL THEN
-        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
-    END IF;
-    IF extra->>'schema_owner' IS NOT NULL THEN
-        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
-    END IF;
-    -- Materialized views populated in the template are filled now, by
-    -- PostgreSQL's REFRESH, which runs their query as their owner.
-    FOR stmt IN SELECT format('REFRESH MATERIALIZED VIEW %I.%I', target, m) FROM jsonb_array_elements_text(extra->'populated') m LOOP
-        EXECUTE stmt;
-    END LOOP;
     UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
         INSERT INTO insta_id.applied_migrations (schema_name, migration)
         SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id._check_owners(plan jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    code_owner regrole := (plan->'extra'->>'code_owner')::regrole;
+    refused text := (SELECT string_agg(r, ', ' ORDER BY r)
+                     FROM (SELECT DISTINCT r FROM unnest(ARRAY[code_owner::text, plan->'extra'->>'schema_owner']) r) x
+                     WHERE r IS NOT NULL
+                       AND NOT pg_has_role(current_user, r::regrole,
+                                           CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END));
+    template name := plan->>'template';
+BEGIN
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'copies of template % would be owned by %, and role % may not give objects to them',
+                        quote_ident(template), refused, current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s schema and objects are owned as the template''s are; its objects are made by their owner.',
+                  HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
+    END IF;
+    IF NOT has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE, USAGE') THEN
+        RAISE EXCEPTION 'role %, which owns the objects of template %, may not create objects in it', code_owner, quote_ident(template)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s objects are made by their owner, in a schema owned and granted as the template''s is.',
+                  HINT = format('GRANT USAGE, CREATE ON SCHEMA %I TO %s (the copies get the template''s grants), or give the schema to that role.', template, code_owner);
     END IF;
 END
 $$;
@@ -1207,22 +1289,45 @@ BEGIN
     END IF;
     nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     IF nsp_oid IS NOT NULL THEN
-        -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
-        -- objects of other schemas that depend on the shard's (views,
-        -- foreign keys, columns of its types, functions taking them,
-        -- operators on its functions), and schemaless ones (casts).
-        WITH inside AS (
-            SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
-            UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
-            UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = nsp_oid),
-        dependent AS (
-            SELECT DISTINCT d.classid, d.objid, d.objsubid FROM pg_depend d
-            JOIN inside i ON i.classid = d.refclassid AND i.oid = d.refobjid
-            WHERE d.deptype = 'n')
-        SELECT string_agg(pg_describe_object(x.classid, x.objid, x.objsubid), ', ' ORDER BY 1) INTO outside
-        FROM dependent x
-        WHERE coalesce(CASE x.classid
-                  WHEN 'pg_class'::regclass THEN (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.objid)
+        -- The schema's own lock first: no object arrives in it (every CREATE
+        -- there holds that lock shared) between the check and the DROP.
+        IF NOT insta_id._lock_schema(nsp_oid) THEN
+            nsp_oid := NULL;  -- dropped meanwhile
+        END IF;
+    END IF;
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would drop, found as PostgreSQL finds
+        -- it: every object that depends on the schema, and on those, by any
+        -- kind of dependency (normal, automatic as a partition's or a
+        -- column's, internal), a column taking only what depends on that
+        -- column; and the whole that an internal part or an extension's
+        -- member belongs to (a view for its rule). Any of it outside the
+        -- shard is refused: views, foreign keys, partitions, columns of its
+        -- types or collations, functions taking them, operators on its
+        -- functions, and schemaless objects (casts, transforms, extensions).
+        WITH RECURSIVE doomed(classid, objid, objsubid) AS (
+            SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+            UNION
+            SELECT y.classid, y.objid, y.objsubid FROM doomed x, LATERAL (
+                SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+                WHERE d.refclassid = x.classid AND d.refobjid = x.objid AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
+                UNION ALL
+                SELECT d.refclassid, d.refobjid, 0 FROM pg_depend d
+                WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype IN ('i', 'e')) y)
+        SELECT string_agg(DISTINCT pg_describe_object(x.classid, x.objid, x.objsubid), ', '
+                          ORDER BY pg_describe_object(x.classid, x.objid, x.objsubid)) INTO outside
+        FROM doomed x
+        -- (a part listed with its whole: a row type, an array type, a TOAST table)
+        WHERE NOT EXISTS (SELECT FROM pg_depend p WHERE p.classid = x.classid AND p.objid = x.objid AND p.deptype = 'i')
+          AND coalesce(CASE x.classid
+                  -- (a TOAST table and its index: their table's schema)
+                  WHEN 'pg_class'::regclass THEN (SELECT CASE WHEN c.relnamespace = 'pg_toast'::regnamespace
+                                                              THEN (SELECT t.relnamespace FROM pg_class t
+                                                                    WHERE t.reltoastrelid = coalesce((SELECT i.indrelid FROM pg_index i
+                                                                                                      WHERE i.indexrelid = c.oid), c.oid))
+                                                              ELSE c.relnamespace END
+                                                  FROM pg_class c WHERE c.oid = x.objid)
                   WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
                   WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
                   WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
@@ -1235,8 +1340,18 @@ BEGIN
                                                     WHERE t.oid = x.objid)
                   WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
                                                    WHERE p.oid = x.objid)
-                  -- (operators, operator classes, collations, ...: the schema
-                  -- PostgreSQL names; none for casts and other schemaless objects)
+                  WHEN 'pg_amop'::regclass THEN (SELECT f.opfnamespace FROM pg_amop a JOIN pg_opfamily f ON f.oid = a.amopfamily
+                                                 WHERE a.oid = x.objid)
+                  WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
+                                                   WHERE a.oid = x.objid)
+                  -- (a publication loses the shard's tables or the schema, and stays)
+                  WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
+                                                            JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
+                  WHEN 'pg_publication_namespace'::regclass THEN (SELECT r.pnnspid FROM pg_publication_namespace r
+                                                                  WHERE r.oid = x.objid)
+                  -- (operators, operator classes, collations, statistics,
+                  -- text search objects, ...: the schema PostgreSQL names;
+                  -- none for casts and other schemaless objects)
                   ELSE (SELECT n.oid FROM pg_namespace n
                         WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
                   END, 0) <> nsp_oid;
@@ -1495,7 +1610,6 @@ DECLARE
     recorded_template pg_catalog.name;
     recorded_statements pg_catalog.text;
     target pg_catalog.name;
-    target_owner pg_catalog.regrole;
     target_shard pg_catalog.int4;
     last_shard pg_catalog.int4;
     attempt pg_catalog.int4;
@@ -1600,8 +1714,7 @@ BEGIN
             PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
             CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
         END IF;
-        SELECT n.nspowner::regrole INTO target_owner FROM pg_namespace n WHERE n.nspname = target;
-        IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
             RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
                             quote_ident(target), target_shard
                 USING ERRCODE = 'invalid_schema_name',
@@ -1615,10 +1728,12 @@ BEGIN
                 IF target_shard IS NULL THEN
                     PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
                 END IF;
-                -- As the schema's owner: the statements, and the owner's code they
-                -- reach (triggers, defaults, functions), never run with the
-                -- caller's rights.
-                PERFORM insta_id._run_in_schema(target, target_owner, ARRAY[statements]);
+                -- As the owner of the schema's objects: the statements, and the
+                -- owner's code they reach (triggers, defaults, functions), never
+                -- run with the caller's rights, nor with the schema owner's
+                -- (a DBA's schema where the application makes its tables).
+                -- Objects of several owners: refused (42501) here.
+                PERFORM insta_id._run_in_schema(target, insta_id._code_owner(target), ARRAY[statements]);
                 EXIT;
             EXCEPTION
                 WHEN lock_not_available THEN
@@ -1647,6 +1762,8 @@ BEGIN
                               HINT = CASE WHEN err_state = '25001' THEN
                                          'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
                                      WHEN err_hint <> '' THEN err_hint
+                                     WHEN err_state = '42501' THEN
+                                         'A migration runs as the one owner of the schema''s objects, in a security-restricted operation: it may do what that role may, and deferred triggers must fire within its statements (SET CONSTRAINTS ALL IMMEDIATE after the changes; docs/shards.md, "Privileges").'
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;
@@ -1689,7 +1806,7 @@ REVOKE EXECUTE ON FUNCTION
     insta_id._names_schema(text, name), insta_id._deparse(name, text, oid, pg_node_tree, int),
     insta_id._options(text[]), insta_id._unqualified_create(text, text, name, name),
     insta_id._next_id_default_shard(regclass, name), insta_id._check_shard_id(int), insta_id._check_name(text),
-    insta_id._sequence_name(name, name, name), insta_id._new_sequence(name, name, name, int),
+    insta_id._sequence_name(name, name, name),
     insta_id._check_template(name), insta_id._grants(aclitem[], oid),
     insta_id._grant_statements(jsonb, text, text, boolean), insta_id._grant(jsonb, text, text),
     insta_id._tied_to_schema(oid), insta_id._template_objects(name),

@@ -138,10 +138,14 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
     let quoted = quote_ident(nsp);
     let shown = String::from_utf8_lossy(&quoted).into_owned(); // (for messages only)
     if !may_set_role(caller, run_as) {
+        // SAFETY: a catalog-cache lookup of a role that exists (a regrole argument).
+        let role = unsafe { CStr::from_ptr(pg_sys::GetUserNameFromId(run_as, false)) };
+        let role = String::from_utf8_lossy(&quote_ident(role)).into_owned();
         raise!(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             format!("statements in schema {shown} would run as a role the caller may not become"),
-            "The schema's owner runs a shard's statements; the caller must be a member of it.",
+            format!("The owner of a shard's objects, {role}, runs its statements; the caller must be a member of it."),
+            format!("Run it as a member of role {role}, or as a superuser."),
         );
     }
     let path = CString::new([quoted.as_slice(), b", pg_catalog, pg_temp"].concat())
@@ -237,4 +241,34 @@ v1!(pg_finfo_insta_id_in_transaction_block);
 pub unsafe extern "C-unwind" fn insta_id_in_transaction_block(_fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: reads the backend's transaction state; no arguments.
     Datum::from(unsafe { pg_sys::IsTransactionBlock() })
+}
+
+v1!(pg_finfo_insta_id_lock_schema);
+/// `insta_id._lock_schema(nsp oid) RETURNS boolean`: the schema's own lock,
+/// ACCESS EXCLUSIVE until the transaction ends, and whether the schema still
+/// exists once it is held. Every CREATE of an object in a schema holds that
+/// lock in ACCESS SHARE mode until its transaction ends, so after this no
+/// object arrives in the schema unseen (drop_shard's check, then its DROP).
+/// Waits like any lock: lock_timeout and a cancel end the wait.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one oid argument.
+    let nsp = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
+    // SAFETY: the lock manager and a catalog-cache probe, as DROP SCHEMA uses them.
+    Datum::from(unsafe {
+        pg_sys::LockDatabaseObject(
+            pg_sys::NamespaceRelationId,
+            nsp,
+            0,
+            pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
+        );
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
+            Datum::from(nsp),
+            Datum::from(0),
+            Datum::from(0),
+            Datum::from(0),
+        )
+    })
 }

@@ -25,3 +25,79 @@ CREATE FUNCTION insta_id._in_transaction_block()
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
+CREATE FUNCTION insta_id._lock_schema(nsp oid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
+
+-- Who runs a schema's statements (docs/shards.md, "Privileges"): the one
+-- role that owns the objects in it, so that the code those statements reach
+-- (triggers, CHECKs, defaults, index expressions, functions called by views)
+-- runs with its owner's rights and no one else's. A statement written
+-- against a whole schema (a migration) cannot be split by owner, so a schema
+-- whose objects have several owners is refused, naming them: one owner's
+-- code would otherwise run with another's rights. The schema's own owner
+-- does not count (a schema holds no code); an empty schema is run by it.
+-- Objects are found through their dependency on the schema (indexed), their
+-- owners in their own catalogs; parts of a relation (indexes, constraints,
+-- triggers, policies, rules, its row type) are its owner's by construction.
+CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
+RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE classid
+        WHEN 'pg_class'::regclass THEN (SELECT c.relowner FROM pg_class c WHERE c.oid = objid)
+        WHEN 'pg_proc'::regclass THEN (SELECT p.proowner FROM pg_proc p WHERE p.oid = objid)
+        WHEN 'pg_type'::regclass THEN (SELECT y.typowner FROM pg_type y WHERE y.oid = objid)
+        WHEN 'pg_collation'::regclass THEN (SELECT c.collowner FROM pg_collation c WHERE c.oid = objid)
+        WHEN 'pg_conversion'::regclass THEN (SELECT c.conowner FROM pg_conversion c WHERE c.oid = objid)
+        WHEN 'pg_operator'::regclass THEN (SELECT o.oprowner FROM pg_operator o WHERE o.oid = objid)
+        WHEN 'pg_opclass'::regclass THEN (SELECT o.opcowner FROM pg_opclass o WHERE o.oid = objid)
+        WHEN 'pg_opfamily'::regclass THEN (SELECT o.opfowner FROM pg_opfamily o WHERE o.oid = objid)
+        WHEN 'pg_ts_config'::regclass THEN (SELECT c.cfgowner FROM pg_ts_config c WHERE c.oid = objid)
+        WHEN 'pg_ts_dict'::regclass THEN (SELECT d.dictowner FROM pg_ts_dict d WHERE d.oid = objid)
+        WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxowner FROM pg_statistic_ext s WHERE s.oid = objid)
+        -- (text search parsers and templates have no owner: a superuser's C code)
+        END
+$$;
+
+CREATE FUNCTION insta_id._code_owner(nsp name)
+RETURNS regrole
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp_oid oid;
+    schema_owner regrole;
+    owners regrole[];
+    listing text;
+BEGIN
+    SELECT n.oid, n.nspowner::regrole INTO nsp_oid, schema_owner FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    WITH o AS (
+        SELECT d.classid, d.objid, insta_id._object_owner(d.classid, d.objid)::regrole AS owner
+        FROM pg_depend d
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n')
+    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
+           -- (the first five of each owner's, in name order, and how many more)
+           (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
+                                     CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
+                              '; ' ORDER BY w.owner::text)
+            FROM (SELECT o2.owner, array_agg(pg_describe_object(o2.classid, o2.objid, 0)
+                                             ORDER BY pg_describe_object(o2.classid, o2.objid, 0)) AS objects
+                  FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
+    INTO owners, listing FROM o;
+    IF coalesce(cardinality(owners), 0) = 0 THEN
+        RETURN schema_owner;
+    ELSIF cardinality(owners) = 1 THEN
+        RETURN owners[1];
+    END IF;
+    RAISE EXCEPTION 'the objects of schema % have % owners', quote_ident(nsp), cardinality(owners)
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = format('Owned by %s.', listing),
+              HINT = format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp));
+END
+$$;

@@ -20,8 +20,8 @@ AS $$
     WHERE d.adrelid = tbl AND a.attname = col
 $$;
 
--- A new sequence for column col of table nsp.tblname, named like serial's
--- (<table>_<col>_seq, made unique if taken), with the given CACHE: 32 with
+-- The name of a new sequence for column col of table nsp.tblname, like
+-- serial's (<table>_<col>_seq, made unique if taken). Made with CACHE 32 with
 -- the shared guard, so each session takes 32 values at a time instead of
 -- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
 -- whatever order the values come in. With the per-session guard a session
@@ -41,19 +41,6 @@ BEGIN
         seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
     RETURN seq_name;
-END
-$$;
-
-CREATE FUNCTION insta_id._new_sequence(nsp name, tblname name, col name, cache int)
-RETURNS regclass
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    seq_name name := insta_id._sequence_name(nsp, tblname, col);
-BEGIN
-    EXECUTE format('CREATE SEQUENCE %I.%I CACHE %s', nsp, seq_name, cache);
-    RETURN format('%I.%I', nsp, seq_name)::regclass;
 END
 $$;
 

@@ -2,7 +2,8 @@
 -- template and on every registered shard of it, one transaction per schema,
 -- recorded in migrations/applied_migrations (user data, dumped by pg_dump).
 -- search_path and privileges: as registry.sql says. Each schema's
--- statements run through _run_in_schema as the schema's owner.
+-- statements run through _run_in_schema as the one owner of the schema's
+-- objects (_code_owner), never as the caller or the schema's owner.
 
 -- Migrations across shards (insta_id.migrate): each one's statements, and
 -- which schemas (the template and each shard) have it. Both are user data:
@@ -54,8 +55,8 @@ $$;
 -- COMMIT); the per-schema work is _run_in_schema's.
 -- Applies a migration to the template, then to every registered shard of
 -- that template lacking it (and to shards of no recorded template), in shard
--- order: one transaction per schema, run as the schema's owner in a
--- security-restricted operation with search_path = <schema>, pg_catalog,
+-- order: one transaction per schema, run as the owner of the schema's
+-- objects (insta_id._code_owner) in a security-restricted operation with search_path = <schema>, pg_catalog,
 -- pg_temp (insta_id._run_in_schema), recorded in
 -- insta_id.applied_migrations in the same transaction. Re-running skips the
 -- schemas that have it, so a failure or a cancel is resumed by calling it
@@ -76,7 +77,6 @@ DECLARE
     recorded_template pg_catalog.name;
     recorded_statements pg_catalog.text;
     target pg_catalog.name;
-    target_owner pg_catalog.regrole;
     target_shard pg_catalog.int4;
     last_shard pg_catalog.int4;
     attempt pg_catalog.int4;
@@ -181,8 +181,7 @@ BEGIN
             PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
             CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
         END IF;
-        SELECT n.nspowner::regrole INTO target_owner FROM pg_namespace n WHERE n.nspname = target;
-        IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
             RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
                             quote_ident(target), target_shard
                 USING ERRCODE = 'invalid_schema_name',
@@ -196,10 +195,12 @@ BEGIN
                 IF target_shard IS NULL THEN
                     PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
                 END IF;
-                -- As the schema's owner: the statements, and the owner's code they
-                -- reach (triggers, defaults, functions), never run with the
-                -- caller's rights.
-                PERFORM insta_id._run_in_schema(target, target_owner, ARRAY[statements]);
+                -- As the owner of the schema's objects: the statements, and the
+                -- owner's code they reach (triggers, defaults, functions), never
+                -- run with the caller's rights, nor with the schema owner's
+                -- (a DBA's schema where the application makes its tables).
+                -- Objects of several owners: refused (42501) here.
+                PERFORM insta_id._run_in_schema(target, insta_id._code_owner(target), ARRAY[statements]);
                 EXIT;
             EXCEPTION
                 WHEN lock_not_available THEN
@@ -228,6 +229,8 @@ BEGIN
                               HINT = CASE WHEN err_state = '25001' THEN
                                          'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
                                      WHEN err_hint <> '' THEN err_hint
+                                     WHEN err_state = '42501' THEN
+                                         'A migration runs as the one owner of the schema''s objects, in a security-restricted operation: it may do what that role may, and deferred triggers must fire within its statements (SET CONSTRAINTS ALL IMMEDIATE after the changes; docs/shards.md, "Privileges").'
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;

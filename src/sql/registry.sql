@@ -145,22 +145,45 @@ BEGIN
     END IF;
     nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     IF nsp_oid IS NOT NULL THEN
-        -- What DROP SCHEMA ... CASCADE would also drop outside the shard:
-        -- objects of other schemas that depend on the shard's (views,
-        -- foreign keys, columns of its types, functions taking them,
-        -- operators on its functions), and schemaless ones (casts).
-        WITH inside AS (
-            SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid
-            UNION ALL SELECT 'pg_type'::regclass, y.oid FROM pg_type y WHERE y.typnamespace = nsp_oid
-            UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = nsp_oid),
-        dependent AS (
-            SELECT DISTINCT d.classid, d.objid, d.objsubid FROM pg_depend d
-            JOIN inside i ON i.classid = d.refclassid AND i.oid = d.refobjid
-            WHERE d.deptype = 'n')
-        SELECT string_agg(pg_describe_object(x.classid, x.objid, x.objsubid), ', ' ORDER BY 1) INTO outside
-        FROM dependent x
-        WHERE coalesce(CASE x.classid
-                  WHEN 'pg_class'::regclass THEN (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.objid)
+        -- The schema's own lock first: no object arrives in it (every CREATE
+        -- there holds that lock shared) between the check and the DROP.
+        IF NOT insta_id._lock_schema(nsp_oid) THEN
+            nsp_oid := NULL;  -- dropped meanwhile
+        END IF;
+    END IF;
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would drop, found as PostgreSQL finds
+        -- it: every object that depends on the schema, and on those, by any
+        -- kind of dependency (normal, automatic as a partition's or a
+        -- column's, internal), a column taking only what depends on that
+        -- column; and the whole that an internal part or an extension's
+        -- member belongs to (a view for its rule). Any of it outside the
+        -- shard is refused: views, foreign keys, partitions, columns of its
+        -- types or collations, functions taking them, operators on its
+        -- functions, and schemaless objects (casts, transforms, extensions).
+        WITH RECURSIVE doomed(classid, objid, objsubid) AS (
+            SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+            UNION
+            SELECT y.classid, y.objid, y.objsubid FROM doomed x, LATERAL (
+                SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+                WHERE d.refclassid = x.classid AND d.refobjid = x.objid AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
+                UNION ALL
+                SELECT d.refclassid, d.refobjid, 0 FROM pg_depend d
+                WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype IN ('i', 'e')) y)
+        SELECT string_agg(DISTINCT pg_describe_object(x.classid, x.objid, x.objsubid), ', '
+                          ORDER BY pg_describe_object(x.classid, x.objid, x.objsubid)) INTO outside
+        FROM doomed x
+        -- (a part listed with its whole: a row type, an array type, a TOAST table)
+        WHERE NOT EXISTS (SELECT FROM pg_depend p WHERE p.classid = x.classid AND p.objid = x.objid AND p.deptype = 'i')
+          AND coalesce(CASE x.classid
+                  -- (a TOAST table and its index: their table's schema)
+                  WHEN 'pg_class'::regclass THEN (SELECT CASE WHEN c.relnamespace = 'pg_toast'::regnamespace
+                                                              THEN (SELECT t.relnamespace FROM pg_class t
+                                                                    WHERE t.reltoastrelid = coalesce((SELECT i.indrelid FROM pg_index i
+                                                                                                      WHERE i.indexrelid = c.oid), c.oid))
+                                                              ELSE c.relnamespace END
+                                                  FROM pg_class c WHERE c.oid = x.objid)
                   WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
                   WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
                   WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
@@ -173,8 +196,18 @@ BEGIN
                                                     WHERE t.oid = x.objid)
                   WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
                                                    WHERE p.oid = x.objid)
-                  -- (operators, operator classes, collations, ...: the schema
-                  -- PostgreSQL names; none for casts and other schemaless objects)
+                  WHEN 'pg_amop'::regclass THEN (SELECT f.opfnamespace FROM pg_amop a JOIN pg_opfamily f ON f.oid = a.amopfamily
+                                                 WHERE a.oid = x.objid)
+                  WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
+                                                   WHERE a.oid = x.objid)
+                  -- (a publication loses the shard's tables or the schema, and stays)
+                  WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
+                                                            JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
+                  WHEN 'pg_publication_namespace'::regclass THEN (SELECT r.pnnspid FROM pg_publication_namespace r
+                                                                  WHERE r.oid = x.objid)
+                  -- (operators, operator classes, collations, statistics,
+                  -- text search objects, ...: the schema PostgreSQL names;
+                  -- none for casts and other schemaless objects)
                   ELSE (SELECT n.oid FROM pg_namespace n
                         WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
                   END, 0) <> nsp_oid;

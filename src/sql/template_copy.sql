@@ -1,13 +1,16 @@
 -- Copying a template into shards: create_shards (one transaction) and
 -- create_shards_in_batches (a procedure committing every N shards), with
 -- the checks made before anything is created (range, owners, lock budget).
--- search_path and privileges: as registry.sql says. The copy's deparsed
--- DDL runs through _run_in_schema as the caller, on an empty schema: it
--- runs no template code (docs/shards.md, "Privileges").
+-- search_path and privileges: as registry.sql says. Every object of a copy
+-- is made by its final owner, the one owner of the template's objects
+-- (_code_owner), through _run_in_schema: the code PostgreSQL evaluates
+-- while making them (a CHECK validated, an index expression folded, a
+-- materialized view filled) runs with that owner's rights, never the
+-- caller's (docs/shards.md, "Privileges").
 
 -- Longer than a screen: the plan's steps must run in this order in one
--- schema (tables, sequences, keys, then functions, views, triggers, grants,
--- owners); each step is a loop over one kind of planned object.
+-- schema (the schema, tables, sequences, then functions, views, keys,
+-- triggers, grants); each step is a loop over one kind of planned object.
 -- Copies every table of a template into schema target, from the template's
 -- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
 -- its own and shard's number, then the foreign keys, pointed at the copies
@@ -24,62 +27,69 @@ DECLARE
     extra jsonb := plan->'extra';
     src jsonb;
     col jsonb;
-    fk jsonb;
-    stmt text;
-    tbl regclass;
-    seq regclass;
-    -- Deparsed statements name the copy's objects unqualified: they run
-    -- with the copy's schema first on search_path, through _run_in_schema,
-    -- never under this function's own path. As the caller: they create
-    -- objects in an empty schema and run none of the template's code
-    -- (docs/shards.md, "Privileges").
-    caller regrole := current_user::regrole;
+    tbl text;
+    seq text;
+    -- Every statement below that makes or changes an object of the copy
+    -- runs as this role, in a security-restricted operation with the copy's
+    -- schema first on search_path (deparsed statements name the copy's
+    -- objects unqualified), never under this function's own path.
+    owner regrole := (plan->'extra'->>'code_owner')::regrole;
 BEGIN
+    -- The schema first, as the template's: its grants and owner, before
+    -- anything is made in it (the owner of its objects may need its CREATE).
     PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        tbl := format('%I.%I', target, src->>'rel');
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
-        IF src ? 'partition_of' THEN
-            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s%s', target, src->>'rel', target, src->>'partition_of',
-                           src->>'bound', ' PARTITION BY ' || (src->>'partition_by'));
-        ELSE
-            EXECUTE format('CREATE %sTABLE %I.%I (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
-                           CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, target, src->>'rel', template, src->>'rel',
-                           CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
-                           ' PARTITION BY ' || (src->>'partition_by'));
-        END IF;
-        tbl := format('%I.%I', target, src->>'rel')::regclass;
         -- Columns of the template's types get the copy's (before any partition exists).
-        IF extra->'retype' ? (src->>'rel') THEN
-            PERFORM insta_id._run_in_schema(target, caller, ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
-        END IF;
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+            CASE WHEN src ? 'partition_of'
+                 THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
+                             src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
+                 ELSE format('CREATE %sTABLE %s (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                             CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',
+                             CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                             ' PARTITION BY ' || (src->>'partition_by')) END]
+            || ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
                 -- What add_id_column would do to the copy (bigint NOT NULL,
-                -- empty), in two statements instead of seven.
-                seq := insta_id._new_sequence(target, src->>'rel', col->>'col', (plan->>'cache')::int);
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass); '
-                               'ALTER SEQUENCE %s OWNED BY %s.%I',
-                               tbl, col->>'col', shard, seq, seq, tbl, col->>'col');
+                -- empty), in three statements instead of seven.
+                seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+                    format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
+                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)', tbl, col->>'col', shard, seq),
+                    format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
             ELSE
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col');
-                seq := insta_id.add_id_column(tbl, col->>'col', shard);
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
+                -- (which runs its statements as the table's owner, this one)
+                seq := insta_id.add_id_column(tbl::regclass, col->>'col', shard)::text;
             END IF;
             -- Writers of the template's table may use its sequence: the same here.
-            PERFORM insta_id._grant(col->'sequence_grants', format('SEQUENCE %s', seq));
+            PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(
+                insta_id._grant_statements(col->'sequence_grants', format('SEQUENCE %s', seq)))));
         END LOOP;
-        PERFORM insta_id._grant(src->'grants', format('TABLE %s', tbl));
-        FOR col IN SELECT jsonb_array_elements(src->'column_grants') LOOP
-            PERFORM insta_id._grant(col->'grants', format('TABLE %s', tbl), format(' (%I)', col->>'col'));
-        END LOOP;
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(src->'grants', format('TABLE %s', tbl)))
+            UNION ALL
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(c->'grants', format('TABLE %s', tbl), format(' (%I)', c->>'col')))
+            FROM jsonb_array_elements(src->'column_grants') c));
     END LOOP;
     -- Functions, procedures and views, each after what it uses (a
     -- function's search_path naming the template names the copy instead);
     -- then defaults and CHECKs of the tables made without them (they may use
     -- the functions); indexes, primary key, unique and exclusion
-    -- constraints, statistics objects, their comments.
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
+    -- constraints, statistics objects, their comments; replica identities;
+    -- foreign keys; triggers, row-level security, policies.
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(
         SELECT x.statement FROM (
             SELECT o.ord, s.ord AS sub, s.statement
             FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
@@ -91,37 +101,23 @@ BEGIN
                                          FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
                      WHERE o.obj->'path' IS NOT NULL) s
             UNION ALL
-            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)) x
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            SELECT 2e9 + e.ord, 0, format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, e.t->>'rel', e.t->>'replica_identity')
+            FROM jsonb_array_elements(plan->'tables') WITH ORDINALITY e(t, ord) WHERE e.t->>'replica_identity' IS NOT NULL
+            UNION ALL
+            SELECT 3e9 + e.ord, 0, format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, e.fk->>'rel', e.fk->>'name',
+                                          replace(e.fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                                                'REFERENCES ' || quote_ident(target) || '.'))
+            FROM jsonb_array_elements(plan->'foreign_keys') WITH ORDINALITY e(fk, ord)
+            UNION ALL
+            SELECT 4e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            -- Materialized views populated in the template are filled last
+            -- (PostgreSQL's REFRESH runs their query as their owner too).
+            SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
+            FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
         ORDER BY x.ord, x.sub));
-    FOR src IN SELECT e FROM jsonb_array_elements(plan->'tables') e WHERE e->>'replica_identity' IS NOT NULL LOOP
-        EXECUTE format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, src->>'rel', src->>'replica_identity');
-    END LOOP;
-    FOR fk IN SELECT jsonb_array_elements(plan->'foreign_keys') LOOP
-        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, fk->>'rel', fk->>'name',
-                       replace(fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
-                                           'REFERENCES ' || quote_ident(target) || '.'));
-    END LOOP;
-    -- Triggers, row-level security, policies; then owners, last (the caller
-    -- may lose rights on what it gives away).
-    PERFORM insta_id._run_in_schema(target, caller, ARRAY(
-        SELECT x.statement FROM (SELECT 1 AS part, e.ord, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
-                                 UNION ALL
-                                 SELECT 2, e.ord, e.obj->>'owner' FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY e(obj, ord)
-                                 WHERE e.obj->>'owner' IS NOT NULL
-                                 UNION ALL
-                                 SELECT 3, e.ord, e.statement FROM jsonb_array_elements_text(extra->'type_owners') WITH ORDINALITY e(statement, ord)) x
-        ORDER BY x.part, x.ord));
-    IF extra->>'schema_comment' IS NOT NULL THEN
-        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
-    END IF;
-    IF extra->>'schema_owner' IS NOT NULL THEN
-        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
-    END IF;
-    -- Materialized views populated in the template are filled now, by
-    -- PostgreSQL's REFRESH, which runs their query as their owner.
-    FOR stmt IN SELECT format('REFRESH MATERIALIZED VIEW %I.%I', target, m) FROM jsonb_array_elements_text(extra->'populated') m LOOP
-        EXECUTE stmt;
-    END LOOP;
     UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
@@ -149,24 +145,38 @@ BEGIN
 END
 $$;
 
--- A copy's objects are owned as in the template: refuses, before making
--- anything, a caller who may not give objects to those owners.
+-- A copy's objects are made by the one owner of the template's objects, its
+-- schema given to the template schema's owner: refuses, before making
+-- anything, a caller who may not act as those roles, and an owner of the
+-- objects who could not make them in the copy's schema (CREATE on it, as on
+-- the template's, whose ACL the copy gets; USAGE on the template's, which
+-- LIKE reads).
 CREATE FUNCTION insta_id._check_owners(plan jsonb)
 RETURNS void
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    refused text := (SELECT string_agg(r, ', ' ORDER BY r) FROM jsonb_array_elements_text(plan->'extra'->'owners') r
-                     WHERE NOT pg_has_role(current_user, r::regrole,
+    code_owner regrole := (plan->'extra'->>'code_owner')::regrole;
+    refused text := (SELECT string_agg(r, ', ' ORDER BY r)
+                     FROM (SELECT DISTINCT r FROM unnest(ARRAY[code_owner::text, plan->'extra'->>'schema_owner']) r) x
+                     WHERE r IS NOT NULL
+                       AND NOT pg_has_role(current_user, r::regrole,
                                            CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END));
+    template name := plan->>'template';
 BEGIN
     IF refused IS NOT NULL THEN
         RAISE EXCEPTION 'copies of template % would be owned by %, and role % may not give objects to them',
-                        quote_ident(plan->>'template'), refused, current_user
+                        quote_ident(template), refused, current_user
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'A shard''s schema and objects are owned as the template''s are.',
+                  DETAIL = 'A shard''s schema and objects are owned as the template''s are; its objects are made by their owner.',
                   HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
+    END IF;
+    IF NOT has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE, USAGE') THEN
+        RAISE EXCEPTION 'role %, which owns the objects of template %, may not create objects in it', code_owner, quote_ident(template)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A shard''s objects are made by their owner, in a schema owned and granted as the template''s is.',
+                  HINT = format('GRANT USAGE, CREATE ON SCHEMA %I TO %s (the copies get the template''s grants), or give the schema to that role.', template, code_owner);
     END IF;
 END
 $$;

@@ -126,7 +126,7 @@ BEGIN
     JOIN pg_attrdef d ON d.adrelid = c.oid
     JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
     WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
-      AND EXISTS (SELECT FROM pg_depend dep
+      AND EXISTS (SELECT FROM pg_depend dep JOIN pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
                   WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
                     AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
       AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
@@ -240,6 +240,8 @@ BEGIN
                   DETAIL = format('Not copied: %s.', uncopyable),
                   HINT = 'A copy holds tables, partitioned tables with their partitions (columns, defaults, constraints, indexes, comments, storage, statistics, foreign keys, replica identity), enum, composite and domain types, functions and procedures, views and materialized views, triggers, row-level security and policies, grants and owners. Move the rest out of the template, or create it in each shard afterwards; insta_id.shard_drift shows what differs.';
     END IF;
+    -- Objects of one owner, who makes every object of a copy (42501 naming them).
+    PERFORM insta_id._code_owner(template);
 END
 $$;
 
@@ -315,8 +317,9 @@ $$;
 -- What a copy of template holds besides its tables: its functions and
 -- procedures, views and materialized views (each created after what it
 -- uses), their indexes, grants and comments; then triggers, row-level
--- security and policies on its tables and views; then ownership as in the
--- template (tables, all of these; the schema's as "schema_owner"). As statements with every name
+-- security and policies on its tables and views. No ownership: a copy's
+-- objects are made by their owner (the template's objects' one owner,
+-- "code_owner"; the schema's as "schema_owner"). As statements with every name
 -- unqualified, run with the copy's schema first on search_path: they are
 -- deparsed with the template first on search_path, so a reference to one of
 -- the template's objects comes out unqualified and, run in a copy, names the
@@ -380,8 +383,7 @@ BEGIN
                              CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
-               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
-               'owner', CASE WHEN o.owner <> current_user::regrole THEN format('ALTER %s %s OWNER TO %s', o.kind, o.sig, o.owner::regrole) END)))
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END)))
     INTO pending FROM obj o;
     -- Each after what it uses: rounds of those whose uses are all placed.
     WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
@@ -394,7 +396,7 @@ BEGIN
         INTO out, placed FROM jsonb_array_elements(ready) e;
         SELECT jsonb_agg(e) INTO pending FROM jsonb_array_elements(pending) e WHERE NOT (e->>'key' = ANY (placed));
     END LOOP;
-    -- Triggers, row-level security and policies of tables and views, and ownership.
+    -- Triggers, row-level security and policies of tables and views.
     RETURN jsonb_build_object('objects', out, 'after', coalesce((
         SELECT jsonb_agg(stmt ORDER BY ord, rel, name) FROM (
             -- (a partitioned table's trigger is cloned onto its partitions)
@@ -427,12 +429,9 @@ BEGIN
                            FROM unnest(p.polroles) r),
                           ' USING (' || insta_id._deparse(template, 'expr', p.polrelid, p.polqual) || ')',
                           ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
-            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl
-            UNION ALL
-            SELECT 6, c.relname, '', format('ALTER TABLE %I OWNER TO %s', c.relname, c.relowner::regrole)
-            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.relowner <> current_user::regrole) s), '[]'),
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl) s), '[]'),
         -- Enum, composite and domain types, in creation order, with their
-        -- constraints, grants and comments; then what they are owned by.
+        -- constraints, grants and comments.
         'types', coalesce((
             SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
                 SELECT y.oid AS o, 1 AS ord, CASE y.typtype
@@ -464,11 +463,6 @@ BEGIN
                 SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
                 FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
-        'type_owners', coalesce((
-            SELECT jsonb_agg(format('ALTER %s %I OWNER TO %s', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
-                                    y.typname, y.typowner::regrole) ORDER BY y.oid)
-            FROM pg_type y WHERE y.typnamespace = tmpl AND y.typowner <> current_user::regrole
-              AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))), '[]'),
         -- Materialized views the copy fills (REFRESH) once it is complete.
         'populated', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.oid) FROM pg_class c
                                WHERE c.relnamespace = tmpl AND c.relkind = 'm' AND c.relispopulated), '[]'),
@@ -558,13 +552,9 @@ BEGIN
         'schema_comment', obj_description(tmpl, 'pg_namespace'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
-        'owners', (SELECT coalesce(jsonb_agg(DISTINCT o::regrole::text), '[]') FROM (
-                       SELECT n.nspowner AS o FROM pg_namespace n WHERE n.oid = tmpl
-                       UNION ALL SELECT c.relowner FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'v', 'm')
-                       UNION ALL SELECT p.proowner FROM pg_proc p WHERE p.pronamespace = tmpl
-                       UNION ALL SELECT y.typowner FROM pg_type y WHERE y.typnamespace = tmpl
-                                     AND (y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))) x
-                   WHERE o <> current_user::regrole));
+        -- Who makes every object of a copy (refused here, 42501, when the
+        -- template's objects have several owners).
+        'code_owner', insta_id._code_owner(template)::text);
 END
 $$;
 

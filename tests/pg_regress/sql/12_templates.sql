@@ -82,9 +82,21 @@ GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_re
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
 SELECT format('GRANT USAGE ON SEQUENCE %s TO insta_id_regress_writer', pg_get_serial_sequence('full_tmpl.' || t, 'id'))
 FROM unnest(ARRAY['users', 'photos']) t \gexec
-ALTER TABLE full_tmpl.photos OWNER TO insta_id_regress_owner;
-ALTER MATERIALIZED VIEW full_tmpl.caption_counts OWNER TO insta_id_regress_owner;
+-- One owner for all of it (a copy's objects are made by it), and the schema.
+SELECT format('ALTER %s %s OWNER TO insta_id_regress_owner', kind, name) FROM (
+    SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END AS kind, c.oid::regclass::text AS name
+    FROM pg_class c WHERE c.relnamespace = 'full_tmpl'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm')
+    UNION ALL
+    SELECT 'ROUTINE', p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'full_tmpl'::regnamespace
+    UNION ALL
+    SELECT CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.oid::regtype::text FROM pg_type y
+    WHERE y.typnamespace = 'full_tmpl'::regnamespace
+      AND (y.typtype IN ('e', 'd') OR (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
+    UNION ALL
+    SELECT 'STATISTICS', format('full_tmpl.%I', x.stxname) FROM pg_statistic_ext x WHERE x.stxnamespace = 'full_tmpl'::regnamespace) o
+ORDER BY kind, name \gexec
 ALTER SCHEMA full_tmpl OWNER TO insta_id_regress_owner;
+SELECT insta_id._code_owner('full_tmpl') AS owner_of_its_objects;
 
 SELECT insta_id.create_shards(201, 202, 'full_tmpl');
 -- What shard 201 holds, object by object; none differs from the template.
