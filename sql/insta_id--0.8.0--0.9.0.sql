@@ -78,11 +78,6 @@ RETURNS boolean
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_names_schema';
 
-CREATE FUNCTION insta_id._lock_schema(nsp oid)
-RETURNS boolean
-LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
-
 -- Who runs a schema's statements (docs/shards.md, "Privileges"): the one
 -- role that owns the objects in it, so that the code those statements reach
 -- (triggers, CHECKs, defaults, index expressions, functions called by views)
@@ -154,8 +149,7 @@ BEGIN
               HINT = format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp));
 END
 $$;
-REVOKE ALL ON FUNCTION insta_id._lock_schema(oid), insta_id._object_owner(oid, oid),
-    insta_id._code_owner(name) FROM PUBLIC;
+REVOKE ALL ON FUNCTION insta_id._object_owner(oid, oid), insta_id._code_owner(name) FROM PUBLIC;
 
 -- A definition as PostgreSQL's deparsers write it with schema nsp first on
 -- search_path, so that nsp's own objects come out unqualified (run in a
@@ -1500,10 +1494,12 @@ BEGIN
 END
 $$;
 
--- insta_id's advisory locks, the one place their keys are written. They use
--- PostgreSQL's two-key form (pg_locks: classid, objid, objsubid = 2), which
--- never meets an application's one-key (bigint) locks; the first key says
--- whose lock it is:
+-- insta_id's own locks, the one place their keys are written. They are
+-- taken by insta_id._lock (src/locks.rs): advisory locks of a form no SQL
+-- caller can name (pg_locks: locktype 'advisory', classid = key, objid =
+-- object, objsubid = 3), so that no role, with or without grants, can hold
+-- one to stall insta_id (pg_advisory_lock is PUBLIC's; its keys have forms
+-- 1 and 2). The key says whose lock it is:
 --   _schema_lock_key(), 1768515633 ('iid1'), object 1: the migration
 --     runner, in each of its transactions. Object 2: a template, exclusive
 --     while a migration changes it, shared while shards are copied from it,
@@ -1513,6 +1509,8 @@ $$;
 --     a session by lock_shard_for_move and by a move's finishers on the new
 --     server (insta-id move); migrate tries it shared and skips the
 --     shard when it cannot have it.
+-- And a schema's own lock (_lock_schema), which every CREATE in the schema
+-- holds shared: drop_shard's, so nothing arrives in a shard it checks.
 -- The keys are literals (no search_path to set: nothing is resolved) and
 -- inlined into their callers. Not PUBLIC's (privileges.sql).
 
@@ -1526,9 +1524,26 @@ RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 1768515634 $$;
 
+-- Takes insta_id's lock (key, object), shared or exclusive, for the
+-- transaction or the session; without wait, returns false when another
+-- process holds it. A session's are released by pg_advisory_unlock_all(),
+-- _unlock (exclusive ones) and its end.
+CREATE FUNCTION insta_id._lock(key int, object int, shared boolean, session boolean, wait boolean)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock';
+CREATE FUNCTION insta_id._unlock(key int, object int)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_unlock';
+CREATE FUNCTION insta_id._lock_schema(nsp oid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
+
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()
--- is not the session's.
+-- is not the session's. (objsubid 3: src/locks.rs, LOCK_FORM.)
 CREATE FUNCTION insta_id._lock_holder(key int, object int)
 RETURNS int
 LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
@@ -1536,7 +1551,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT l.pid FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-      AND l.classid = key::oid AND l.objid = object::oid AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid()
+      AND l.classid = key::oid AND l.objid = object::oid AND l.objsubid = 3 AND l.granted AND l.pid <> pg_backend_pid()
     ORDER BY l.pid LIMIT 1
 $$;
 
@@ -1545,7 +1560,9 @@ CREATE OR REPLACE FUNCTION insta_id._lock_template_shared()
 RETURNS void
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_advisory_xact_lock_shared(insta_id._schema_lock_key(), 2) $$;
+AS $$ SELECT insta_id._lock(insta_id._schema_lock_key(), 2, shared => true, session => false, wait => true) $$;
+REVOKE ALL ON FUNCTION insta_id._lock(int, int, boolean, boolean, boolean), insta_id._unlock(int, int),
+    insta_id._lock_schema(oid) FROM PUBLIC;
 
 -- The schema of a shard registered here: 22003 out of range, 42704 when
 -- none is (what every step of a move on the old server starts with).
@@ -1577,7 +1594,7 @@ DECLARE
     holder int;
 BEGIN
     nsp := insta_id._shard_schema(lock_shard_for_move.shard_id);
-    IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
+    IF NOT insta_id._lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id, shared => false, session => true, wait => false) THEN
         holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
         RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
             USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);
@@ -1651,7 +1668,7 @@ BEGIN
     PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     LOOP
-        IF NOT pg_try_advisory_xact_lock(insta_id._schema_lock_key(), 1) THEN
+        IF NOT insta_id._lock(insta_id._schema_lock_key(), 1, shared => false, session => false, wait => false) THEN
             holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
@@ -1691,7 +1708,8 @@ BEGIN
 
         -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
         -- is not replicated, so it would miss the copy on the new server.
-        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(insta_id._move_lock_key(), target_shard) THEN
+        IF target_shard IS NOT NULL
+           AND NOT insta_id._lock(insta_id._move_lock_key(), target_shard, shared => true, session => false, wait => false) THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
                 migration, target_shard, quote_ident(target);
             moving := moving || target_shard;
@@ -1726,7 +1744,7 @@ BEGIN
             BEGIN
                 PERFORM set_config('lock_timeout', lock_timeout, true);
                 IF target_shard IS NULL THEN
-                    PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
+                    PERFORM insta_id._lock(insta_id._schema_lock_key(), 2, shared => false, session => false, wait => true);
                 END IF;
                 -- As the owner of the schema's objects: the statements, and the
                 -- owner's code they reach (triggers, defaults, functions), never

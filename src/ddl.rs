@@ -242,33 +242,3 @@ pub unsafe extern "C-unwind" fn insta_id_in_transaction_block(_fcinfo: FunctionC
     // SAFETY: reads the backend's transaction state; no arguments.
     Datum::from(unsafe { pg_sys::IsTransactionBlock() })
 }
-
-v1!(pg_finfo_insta_id_lock_schema);
-/// `insta_id._lock_schema(nsp oid) RETURNS boolean`: the schema's own lock,
-/// ACCESS EXCLUSIVE until the transaction ends, and whether the schema still
-/// exists once it is held. Every CREATE of an object in a schema holds that
-/// lock in ACCESS SHARE mode until its transaction ends, so after this no
-/// object arrives in the schema unseen (drop_shard's check, then its DROP).
-/// Waits like any lock: lock_timeout and a cancel end the wait.
-#[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one oid argument.
-    let nsp = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
-    // SAFETY: the lock manager and a catalog-cache probe, as DROP SCHEMA uses them.
-    Datum::from(unsafe {
-        pg_sys::LockDatabaseObject(
-            pg_sys::NamespaceRelationId,
-            nsp,
-            0,
-            pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
-        );
-        pg_sys::SearchSysCacheExists(
-            pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
-            Datum::from(nsp),
-            Datum::from(0),
-            Datum::from(0),
-            Datum::from(0),
-        )
-    })
-}

@@ -100,6 +100,7 @@ pub mod guard;
 pub mod guard_store;
 pub mod latch;
 pub mod layout;
+pub mod locks;
 pub mod mark;
 pub mod mark_wal;
 mod pg_extern_bench;

@@ -1353,7 +1353,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     }
 
     /// Finishers of one move (two re-runs, or a re-run beside the mover)
-    /// queue on an advisory lock on the new server, the key of
+    /// queue on insta_id's lock on the new server, the key of
     /// lock_shard_for_move (so migrate skips the shard meanwhile), held by a
     /// session kept to the end; each reads the state again once it has it.
     fn lock_finish(&mut self) -> Result<(Client, State)> {
@@ -1363,7 +1363,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
         loop {
             let got: bool = hold
                 .query_one(
-                    "SELECT pg_catalog.pg_try_advisory_lock(insta_id._move_lock_key(), $1::int)",
+                    "SELECT insta_id._lock(insta_id._move_lock_key(), $1::int, false, true, false)",
                     &[&self.shard],
                 )
                 .described()?
@@ -1574,7 +1574,7 @@ SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\
     ) -> Result<()> {
         let mut tx = c.transaction().described()?;
         tx.execute(
-            "SELECT pg_catalog.pg_advisory_xact_lock(insta_id._move_lock_key(), $1::int)",
+            "SELECT insta_id._lock(insta_id._move_lock_key(), $1::int, false, false, true)",
             &[&shard],
         )
         .described()?;

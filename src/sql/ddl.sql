@@ -25,11 +25,6 @@ CREATE FUNCTION insta_id._in_transaction_block()
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
-CREATE FUNCTION insta_id._lock_schema(nsp oid)
-RETURNS boolean
-LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
-
 -- Who runs a schema's statements (docs/shards.md, "Privileges"): the one
 -- role that owns the objects in it, so that the code those statements reach
 -- (triggers, CHECKs, defaults, index expressions, functions called by views)

@@ -118,7 +118,7 @@ BEGIN
     PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     LOOP
-        IF NOT pg_try_advisory_xact_lock(insta_id._schema_lock_key(), 1) THEN
+        IF NOT insta_id._lock(insta_id._schema_lock_key(), 1, shared => false, session => false, wait => false) THEN
             holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
@@ -158,7 +158,8 @@ BEGIN
 
         -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
         -- is not replicated, so it would miss the copy on the new server.
-        IF target_shard IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared(insta_id._move_lock_key(), target_shard) THEN
+        IF target_shard IS NOT NULL
+           AND NOT insta_id._lock(insta_id._move_lock_key(), target_shard, shared => true, session => false, wait => false) THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
                 migration, target_shard, quote_ident(target);
             moving := moving || target_shard;
@@ -193,7 +194,7 @@ BEGIN
             BEGIN
                 PERFORM set_config('lock_timeout', lock_timeout, true);
                 IF target_shard IS NULL THEN
-                    PERFORM pg_advisory_xact_lock(insta_id._schema_lock_key(), 2);
+                    PERFORM insta_id._lock(insta_id._schema_lock_key(), 2, shared => false, session => false, wait => true);
                 END IF;
                 -- As the owner of the schema's objects: the statements, and the
                 -- owner's code they reach (triggers, defaults, functions), never

@@ -48,7 +48,7 @@ DECLARE
     holder int;
 BEGIN
     nsp := insta_id._shard_schema(lock_shard_for_move.shard_id);
-    IF NOT pg_try_advisory_lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id) THEN
+    IF NOT insta_id._lock(insta_id._move_lock_key(), lock_shard_for_move.shard_id, shared => false, session => true, wait => false) THEN
         holder := insta_id._lock_holder(insta_id._move_lock_key(), lock_shard_for_move.shard_id);
         RAISE EXCEPTION 'shard % is being moved or migrated', lock_shard_for_move.shard_id
             USING ERRCODE = 'object_in_use', DETAIL = format('Process %s holds its lock.', holder);

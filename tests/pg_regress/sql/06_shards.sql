@@ -213,8 +213,8 @@ SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
 -- the shard's schema, and refuses a shard that is not here.
 SELECT insta_id.lock_shard_for_move(30) AS schema_name,
        (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = insta_id._move_lock_key() AND objid = 30
-          AND pid = pg_backend_pid()) AS locks_held;
-SELECT pg_advisory_unlock(insta_id._move_lock_key(), 30) AS released;
+          AND objsubid = 3 AND pid = pg_backend_pid()) AS locks_held;
+SELECT insta_id._unlock(insta_id._move_lock_key(), 30) AS released;
 SELECT insta_id.lock_shard_for_move(31);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.lock_shard_for_move(8192);

@@ -1,0 +1,106 @@
+//! insta_id's own locks (`src/sql/locks.sql`): PostgreSQL's advisory lock
+//! method with a lock tag no SQL caller can name. `pg_advisory_lock` and its
+//! kin, which PUBLIC may call, build tags of form 1 (one bigint key) or 2
+//! (two int keys) in the tag's last field; these are form 3, so a role with
+//! no grants can neither take nor hold one of insta_id's locks to stall it
+//! (issue 40). Being advisory locks otherwise, they show in `pg_locks` as
+//! `locktype = 'advisory'`, `objsubid = 3`, wait under `lock_timeout` and
+//! cancels, and a session's are released by `pg_advisory_unlock_all()` and
+//! at its end, as `lock_shard_for_move` has always documented. Declared
+//! executable by no one but the helpers' callers (not PUBLIC).
+
+use crate::functions::arg;
+use pgrx::pg_guard;
+use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
+
+/// The tag's last field: a form of advisory key that SQL never makes.
+pub const LOCK_FORM: u16 = 3;
+
+/// The tag of insta_id's lock (key, object) in this database.
+fn tag(key: i32, object: i32) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once the backend is connected.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: key as u32,
+        locktag_field3: object as u32,
+        locktag_field4: LOCK_FORM,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// The modes the advisory functions use: shared, or exclusive.
+fn mode(shared: bool) -> pg_sys::LOCKMODE {
+    (if shared {
+        pg_sys::ShareLock
+    } else {
+        pg_sys::ExclusiveLock
+    }) as pg_sys::LOCKMODE
+}
+
+v1!(pg_finfo_insta_id_lock);
+/// `insta_id._lock(key int, object int, shared boolean, session boolean,
+/// wait boolean) RETURNS boolean`: takes the lock, for the transaction or
+/// the session; without `wait`, false when another process holds it.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_lock(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (int, int, bool, bool, bool).
+    let (key, object, shared, session, wait) = unsafe {
+        (
+            arg(fcinfo, 0).value() as i32,
+            arg(fcinfo, 1).value() as i32,
+            arg(fcinfo, 2).value() != 0,
+            arg(fcinfo, 3).value() != 0,
+            arg(fcinfo, 4).value() != 0,
+        )
+    };
+    let tag = tag(key, object);
+    // SAFETY: the lock manager, as pg_advisory_lock and its kin call it.
+    let got = unsafe { pg_sys::LockAcquire(&tag, mode(shared), session, !wait) };
+    Datum::from(got != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL)
+}
+
+v1!(pg_finfo_insta_id_unlock);
+/// `insta_id._unlock(key int, object int) RETURNS boolean`: releases a
+/// session's exclusive hold of the lock; false (and a WARNING from
+/// PostgreSQL) when it held none.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_unlock(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (int, int).
+    let (key, object) = unsafe { (arg(fcinfo, 0).value() as i32, arg(fcinfo, 1).value() as i32) };
+    let tag = tag(key, object);
+    // SAFETY: the lock manager, as pg_advisory_unlock calls it.
+    Datum::from(unsafe { pg_sys::LockRelease(&tag, mode(false), true) })
+}
+
+v1!(pg_finfo_insta_id_lock_schema);
+/// `insta_id._lock_schema(nsp oid) RETURNS boolean`: the schema's own lock,
+/// ACCESS EXCLUSIVE until the transaction ends, and whether the schema still
+/// exists once it is held. Every CREATE of an object in a schema holds that
+/// lock in ACCESS SHARE mode until its transaction ends, so after this no
+/// object arrives in the schema unseen (drop_shard's check, then its DROP).
+/// Waits like any lock: lock_timeout and a cancel end the wait.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one oid argument.
+    let nsp = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
+    // SAFETY: the lock manager and a catalog-cache probe, as DROP SCHEMA uses them.
+    Datum::from(unsafe {
+        pg_sys::LockDatabaseObject(
+            pg_sys::NamespaceRelationId,
+            nsp,
+            0,
+            pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
+        );
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
+            Datum::from(nsp),
+            Datum::from(0),
+            Datum::from(0),
+            Datum::from(0),
+        )
+    })
+}
