@@ -4,8 +4,99 @@
 -- function is therefore nobody's but the superuser's until listed here.
 -- Application roles need no grants of their own: an id DEFAULT works for any
 -- role that may INSERT into the table and use its sequence. Administrators
--- of shards are superusers or roles granted EXECUTE on the helpers
--- (README, "Who may do what").
+-- of shards are superusers or roles given insta_id.grant_shard_admin
+-- (below; README, "Who may do what").
+
+-- A delegated shard administrator (README, "Who may do what"): a role that
+-- is not a superuser and creates, migrates and drops shards. Everything it
+-- needs from insta_id is this one list: the helpers, the internal functions
+-- they call (they are SECURITY INVOKER: each call is checked against the
+-- caller), and the registry and migration tables they write. A DBA grants
+-- it with one statement and reads it back with another; pg_regress
+-- 09_privileges checks that the list is exactly what the helpers call and
+-- that the role can do what the helpers allow and nothing more. Nothing in
+-- it lets the role act as a role it could not SET ROLE to (_run_in_schema
+-- refuses, 42501), move IDs ahead of the clock, or take part in a move.
+-- CREATE on the database (to create schemas) is the DBA's to give.
+-- (No search_path to set: nothing is resolved.)
+CREATE FUNCTION insta_id.shard_admin_privileges()
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    VALUES
+        ('EXECUTE', 'FUNCTION insta_id.create_shard(int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.create_shards(int, int, text)'),
+        ('EXECUTE', 'PROCEDURE insta_id.create_shards_in_batches(int, int, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.add_id_column(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.drop_shard(int, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
+        ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
+        -- what they call
+        ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_owners(jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_id(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range(int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range_bounds(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_template(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._code_owner(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
+        ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._options(text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._run_in_schema(name, regrole, text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._schema_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._shard_schema(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
+        -- what they write (SELECT on them, and on the migration history and
+        -- the moves' shard and side, is PUBLIC's)
+        ('INSERT, UPDATE, DELETE', 'TABLE insta_id.shard_registry'),
+        ('SELECT, INSERT', 'TABLE insta_id.migrations'),
+        ('INSERT, DELETE', 'TABLE insta_id.applied_migrations')
+$$;
+COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
+'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';
+
+-- Grants (or, with revoke, takes back) exactly shard_admin_privileges() to
+-- a role. Only the extension's owner (a superuser) can: GRANT on another's
+-- objects needs their grant option, which nobody is given.
+CREATE FUNCTION insta_id.grant_shard_admin(admin regrole, revoke boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN SELECT * FROM insta_id.shard_admin_privileges() LOOP
+        EXECUTE format(CASE WHEN revoke THEN 'REVOKE %s ON %s FROM %s' ELSE 'GRANT %s ON %s TO %s' END,
+                       p.privilege, p.object, admin);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION insta_id.grant_shard_admin(regrole, boolean) IS
+'Grants a role what a delegated shard administrator needs (insta_id.shard_admin_privileges()), or with revoke takes it back';
 
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
 -- Schema insta_id_mark (the high-water mark's sequence): no grants at all.

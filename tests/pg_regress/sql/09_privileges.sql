@@ -6,21 +6,8 @@ SET client_min_messages = warning;
 CREATE ROLE insta_id_regress_nobody;
 CREATE ROLE insta_id_regress_admin;
 CREATE ROLE insta_id_regress_other;
--- (as README, "Who may do what": the helpers, and the internal ones they call)
-GRANT EXECUTE ON FUNCTION insta_id.create_shard(int, text), insta_id.create_shards(int, int, text),
-      insta_id.add_id_column(regclass, name, int), insta_id.drop_shard(int, boolean),
-      insta_id.adopt_shard(text, int) TO insta_id_regress_admin;
-GRANT EXECUTE ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) TO insta_id_regress_admin;
-DO $$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'insta_id'::regnamespace AND p.proname LIKE '\_%' LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO insta_id_regress_admin', f);
-    END LOOP;
-END
-$$;
-GRANT INSERT, UPDATE, DELETE ON insta_id.shard_registry TO insta_id_regress_admin;
-GRANT SELECT ON insta_id.migrations TO insta_id_regress_admin;
+-- (as README, "Who may do what": one statement, and CREATE on the database)
+SELECT insta_id.grant_shard_admin('insta_id_regress_admin');
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_admin', current_database()) \gexec
 -- Another role's schema, with a next_id column minting shard 77.
 CREATE SCHEMA theirs AUTHORIZATION insta_id_regress_other;
@@ -99,8 +86,6 @@ SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 70;
 -- who is not a member of a shard's owner is refused at that shard (42501;
 -- here shard 1, of a superuser, made by an earlier file), and the template
 -- keeps it.
-GRANT EXECUTE ON PROCEDURE insta_id.migrate(text, text, text, text, int) TO insta_id_regress_admin;
-GRANT INSERT ON insta_id.migrations, insta_id.applied_migrations TO insta_id_regress_admin;
 CREATE SCHEMA admins_tmpl AUTHORIZATION insta_id_regress_admin;
 SET ROLE insta_id_regress_admin;
 CALL insta_id.migrate('p1', 'admins_tmpl', 'CREATE TABLE t (v int)');
@@ -110,7 +95,6 @@ SELECT schema_name, migration FROM insta_id.applied_migrations WHERE migration =
 DELETE FROM insta_id.applied_migrations WHERE migration = 'p1';
 DELETE FROM insta_id.migrations WHERE name = 'p1';
 DROP SCHEMA admins_tmpl CASCADE;
-REVOKE INSERT ON insta_id.migrations, insta_id.applied_migrations FROM insta_id_regress_admin;
 SELECT insta_id.drop_shard(70);
 
 -- Names built to break quoting, in every helper argument.
@@ -154,7 +138,66 @@ SELECT schema_name FROM insta_id.shards WHERE shard_id = 0;
 SELECT insta_id.drop_shard(0);
 SELECT count(*) AS theirs_still_there FROM pg_namespace WHERE nspname = 'theirs';
 
+-- What the administrator is given is what the helpers call, no more and no
+-- less: the internal functions they reach (read from their bodies here)
+-- against insta_id.shard_admin_privileges().
+WITH RECURSIVE called AS (
+    SELECT p.oid, p.prosrc FROM pg_proc p
+    WHERE p.oid IN (SELECT to_regprocedure(substr(object, strpos(object, ' ') + 1))
+                    FROM insta_id.shard_admin_privileges() WHERE object LIKE 'FUNCTION insta_id.%' AND object NOT LIKE '%.\_%'
+                    UNION ALL
+                    SELECT to_regprocedure(substr(object, strpos(object, ' ') + 1))
+                    FROM insta_id.shard_admin_privileges() WHERE object LIKE 'PROCEDURE %')
+    UNION
+    SELECT q.oid, q.prosrc FROM called c, LATERAL regexp_matches(c.prosrc, 'insta_id\.(\w+)\(', 'g') m
+    JOIN pg_proc q ON q.proname = m[1] AND q.pronamespace = 'insta_id'::regnamespace),
+needed AS (SELECT c.oid FROM called c WHERE NOT has_function_privilege('public', c.oid, 'EXECUTE')),
+listed AS (SELECT to_regprocedure(substr(object, strpos(object, ' ') + 1))::oid AS oid
+           FROM insta_id.shard_admin_privileges() WHERE object LIKE 'FUNCTION %' OR object LIKE 'PROCEDURE %')
+SELECT 'not listed' AS problem, oid::regprocedure FROM needed EXCEPT SELECT 'not listed', oid::regprocedure FROM listed
+UNION ALL
+SELECT 'listed, not called', oid::regprocedure FROM listed EXCEPT SELECT 'listed, not called', oid::regprocedure FROM needed;
+
+-- And nothing more: a hostile administrator's attempts, one row each, each
+-- refused with its SQLSTATE (a new attempt is a new row).
+CREATE TABLE public.admin_attempts (attempt text, statement text);
+INSERT INTO public.admin_attempts VALUES
+('run SQL as a superuser', $$SELECT insta_id._run_in_schema('public', 'postgres', ARRAY['ALTER ROLE insta_id_regress_admin SUPERUSER'])$$),
+('run SQL as another role', $$SELECT insta_id._run_in_schema('public', 'insta_id_regress_other', ARRAY['SELECT 1'])$$),
+('a crafted copy plan', $$SELECT insta_id._copy_planned('{"template": "x", "extra": {"code_owner": "postgres", "types": ["ALTER ROLE insta_id_regress_admin SUPERUSER"]}}', 'public', 1)$$),
+('IDs ahead of the clock', $$SELECT insta_id.raise_high_water_mark(now() + interval '1 hour')$$),
+('reset the guard''s counters', $$SELECT insta_id.guard_stats_reset()$$),
+('fence a shard', $$SELECT insta_id.move_fence('theirs', 77)$$),
+('record a move', $$SELECT insta_id.move_step(77, 'leaving', 'published', 'theirs', NULL)$$),
+('delegate further', $$SELECT insta_id.grant_shard_admin('insta_id_regress_nobody')$$),
+('register another role''s schema', $$SELECT insta_id.adopt_shard('theirs', 77)$$),
+('a setting', $$SET insta_id.on_overflow = 'borrow'$$),
+('the mark''s sequence', $$SELECT nextval('insta_id_mark.high_water')$$);
+GRANT SELECT ON public.admin_attempts TO insta_id_regress_admin;
+SET ROLE insta_id_regress_admin;
+DO $$
+DECLARE
+    a record;
+BEGIN
+    FOR a IN SELECT * FROM public.admin_attempts ORDER BY attempt COLLATE "C" LOOP
+        BEGIN
+            EXECUTE a.statement;
+            RAISE WARNING '%: done', a.attempt;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING '%: %', a.attempt, SQLSTATE;
+        END;
+    END LOOP;
+END
+$$;
+RESET ROLE;
+SELECT rolsuper AS admin_is_superuser FROM pg_roles WHERE rolname = 'insta_id_regress_admin';
+DROP TABLE public.admin_attempts;
+
 DROP SCHEMA theirs CASCADE;
+SELECT insta_id.grant_shard_admin('insta_id_regress_admin', revoke => true);
+SELECT count(*) AS left_to_admin FROM insta_id.shard_admin_privileges() p
+WHERE CASE WHEN p.object LIKE 'TABLE %' THEN has_table_privilege('insta_id_regress_admin', substr(p.object, 7), 'INSERT')
+           ELSE has_function_privilege('insta_id_regress_admin', to_regprocedure(substr(p.object, strpos(p.object, ' ') + 1)), 'EXECUTE') END;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_admin', current_database()) \gexec
 DROP OWNED BY insta_id_regress_admin;
 DROP ROLE insta_id_regress_nobody, insta_id_regress_admin, insta_id_regress_other;
