@@ -9,6 +9,7 @@ mod db;
 mod mover;
 mod plan;
 mod rebalance;
+mod restore;
 mod status;
 
 use clap::{Parser, Subcommand};

@@ -3,7 +3,8 @@
 //! insta_id 0.9.0 or later). Each server's half is the extension's
 //! (src/sql/moves.sql: the lock, the state, the fence, the cutover's locks,
 //! what replication does not carry); this only sequences it over its
-//! sessions, and runs pg_dump and psql for the schema.
+//! sessions, and runs pg_dump for the schema, whose definitions it applies
+//! as the shard's owner (src/restore.rs).
 //!
 //! Each server records its side in insta_id.moves in the transaction that
 //! makes the step, so a re-run after an interruption at any point reads how
@@ -17,7 +18,8 @@
 //!     one session to the cutover (a second mover is refused; migrate skips
 //!     the shard: DDL is not replicated);
 //!  2. a publication of the schema on the old server;
-//!  3. on the new server, in one transaction: the schema (pg_dump -s), the
+//!  3. on the new server, in one transaction: the schema (pg_dump -s, run
+//!     as the one owner of its objects), the
 //!     fence (a copy that refuses clients' writes until adopted) and a
 //!     subscription without a slot, so a schema of ours is there exactly
 //!     while that subscription is; then the slot on the old server, and the
@@ -998,6 +1000,9 @@ impl<'a> Mover<'a> {
                 return fail("no replication slot is free on the new server for the replication back, for a rollback (max_replication_slots): drop unused slots, release kept copies (--release), or --rollback-window 0");
             }
         }
+        // The schema is restored on the new server as the one owner of its
+        // objects, who must exist there (src/restore.rs).
+        self.owners(schema)?;
         let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
         let (e1, e2): (String, String) = (
             self.from.query_one(epoch, &[]).described()?.get(0),
@@ -1009,17 +1014,17 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    /// On the new server, in one transaction (psql -1, which applies
-    /// pg_dump's output as written): the schema, its fence, and the move's
-    /// subscription, disabled and without a slot.
+    /// On the new server, in one transaction: the schema, made by the
+    /// operator and owned by the one owner of its objects; pg_dump's
+    /// definitions of them run as that owner in a security-restricted
+    /// operation (src/restore.rs says why); the schema's own owner; its
+    /// fence, and the move's subscription, disabled and without a slot.
     fn copy_schema(&mut self, schema: &str) -> Result<()> {
         let options = match std::env::var("PGOPTIONS") {
             Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
-        for tool in ["pg_dump", "psql"] {
-            fixed_client(tool)?;
-        }
+        fixed_client("pg_dump")?;
         // The schema's name quoted: a name, not a pattern. The DDL stays in
         // memory, never in a file a killed move would leave.
         let dump = Command::new("pg_dump")
@@ -1035,53 +1040,86 @@ impl<'a> Mover<'a> {
                 terminal(String::from_utf8_lossy(&dump.stderr).trim_end())
             ));
         }
+        let (quoted, code_owner, schema_owner) = self.owners(schema)?;
         // pg_dump's output sets search_path to '': what follows names
         // everything in full.
+        let owners_part =
+            crate::restore::owners_part(&String::from_utf8_lossy(&dump.stdout), &quoted)
+                .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
         let subscription = self.a.subscription.as_deref().unwrap_or(&self.a.from);
-        let mut sql = dump.stdout;
-        sql.extend_from_slice(
-            format!(
-                "\nSELECT insta_id.move_fence({schema}, {shard});
-CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
-  WITH (enabled = false, create_slot = false, slot_name = {slot});
-SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {schema}, {peer});\n",
-                schema = literal(schema),
+        let mut tx = self.to.transaction().described()?;
+        let made = (|| -> std::result::Result<(), postgres::Error> {
+            tx.batch_execute(&format!(
+                "CREATE SCHEMA {} AUTHORIZATION {}",
+                ident(schema),
+                ident(&code_owner)
+            ))?;
+            tx.execute(
+                "SELECT insta_id._run_in_schema($1::text::pg_catalog.name,
+                     (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = $2::text)::pg_catalog.regrole,
+                     ARRAY[$3::text])",
+                &[&schema, &code_owner, &owners_part],
+            )?;
+            tx.batch_execute(&format!(
+                "ALTER SCHEMA {schema} OWNER TO {owner};
+                 SELECT insta_id.move_fence({literal_schema}, {shard});
+                 CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
+                   WITH (enabled = false, create_slot = false, slot_name = {slot});
+                 SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {literal_schema}, {peer});",
+                schema = ident(schema),
+                owner = ident(&schema_owner),
+                literal_schema = literal(schema),
                 shard = self.shard,
                 name = ident(&self.name),
                 slot = literal(&self.name),
                 conn = literal(subscription),
                 peer = literal(&self.from_label),
+            ))
+        })();
+        match made {
+            Ok(()) => tx.commit().described(),
+            Err(e) => Err(e).described(),
+        }
+        .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
+        Ok(())
+    }
+
+    /// The schema's name as pg_dump quotes it, the one owner of its objects
+    /// (insta_id._code_owner: a schema of several owners is refused, 42501)
+    /// and the schema's owner, read on the old server; both roles must exist
+    /// on the new one.
+    fn owners(&mut self, schema: &str) -> Result<(String, String, String)> {
+        let row = self
+            .from
+            .query_one(
+                "SELECT pg_catalog.quote_ident($1::text),
+                        (SELECT r.rolname::text FROM pg_catalog.pg_roles r WHERE r.oid = insta_id._code_owner($1::text)),
+                        (SELECT r.rolname::text FROM pg_catalog.pg_roles r JOIN pg_catalog.pg_namespace n ON n.nspowner = r.oid
+                         WHERE n.nspname = $1::text)",
+                &[&schema],
             )
-            .as_bytes(),
-        );
-        let mut psql = Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-1",
-                "-f",
-                "-",
-                "-d",
-                &self.a.to,
-            ])
-            .env("PGOPTIONS", &options)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("psql could not be run: {e}"))?;
-        // psql reads all of it or fails; its error says which.
-        let _ = psql.stdin.take().expect("piped").write_all(&sql);
-        let out = psql.wait_with_output().map_err(|e| format!("psql: {e}"))?;
-        if !out.status.success() {
+            .described()
+            .map_err(|e| format!("the owner of {}'s objects: {e}", printable(schema)))?;
+        let (quoted, code_owner, schema_owner): (String, String, String) =
+            (row.get(0), row.get(1), row.get(2));
+        let missing: Option<String> = self
+            .to
+            .query_one(
+                "SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(x), ', ')
+                 FROM pg_catalog.unnest(ARRAY[$1::text, $2::text]) x
+                 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = x)",
+                &[&code_owner, &schema_owner],
+            )
+            .described()?
+            .get(0);
+        if let Some(missing) = missing {
             return fail(format!(
-                "the schema on the new server (nothing of it made): {}",
-                terminal(String::from_utf8_lossy(&out.stderr).trim_end())
+                "roles owning {} are missing on the new server: {}; create them there first (pg_dumpall --roles-only)",
+                printable(schema),
+                printable(&missing)
             ));
         }
-        Ok(())
+        Ok((quoted, code_owner, schema_owner))
     }
 
     /// Until every table is copied and streaming, printing how far the copy

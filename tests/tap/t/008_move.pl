@@ -317,13 +317,29 @@ is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta17.late') . '|' . 
 # fills it with a decoy of every pg_catalog function and operator it can
 # shadow (tests/fixtures/decoys.sql), each logging who called it. The move,
 # run by a superuser, calls none of them, on either server.
+# It owns the shard's tables too (a schema's objects have one owner), and
+# plants PostgreSQL's evaluation sites there (tests/fixtures/evaluation_sites.sql),
+# each recording who ran it: the new server's restore of the schema runs
+# them as app_owner (an index expression folded, a STORED generated column),
+# never as the superuser moving it.
 for my $n ($old, $new)
 {
 	$n->safe_psql('app', "CREATE ROLE app_owner; GRANT CREATE ON DATABASE app TO app_owner;
-		SET ROLE app_owner; SET client_min_messages = warning;\n\\i $fixtures/decoys.sql");
+		SET ROLE app_owner; SET client_min_messages = warning;\n\\i $fixtures/decoys.sql\n\\i $fixtures/evaluation_sites.sql");
 }
 my $planted = $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(16, 16, 'template');
-	ALTER SCHEMA insta16 OWNER TO app_owner; SET ROLE app_owner; SELECT hostile.plant('insta16')});
+	ALTER SCHEMA insta16 OWNER TO app_owner;
+	SELECT format('ALTER TABLE %s OWNER TO app_owner', c.oid::regclass) FROM pg_class c
+	WHERE c.relnamespace = 'insta16'::regnamespace AND c.relkind IN ('r', 'p') \gexec
+	SET ROLE app_owner;
+	SELECT evaluation_sites.plant('insta16', 'template', '{check_table,index_expression,index_predicate,exclusion,trigger_row}')
+	     + evaluation_sites.plant('insta16', 'shard', '{generated_stored,check_domain}');
+	SELECT format('ALTER TABLE %s REPLICA IDENTITY FULL', c.oid::regclass) FROM pg_class c
+	WHERE c.relnamespace = 'insta16'::regnamespace AND c.relname LIKE 's\_%' AND c.relkind = 'r' \gexec
+	INSERT INTO insta16.s_check VALUES (1); INSERT INTO insta16.s_generated (v) VALUES (1);
+	INSERT INTO insta16.s_domain VALUES (1); INSERT INTO insta16.s_row VALUES (1);
+	TRUNCATE evaluation_sites.seen;
+	SELECT hostile.plant('insta16')});
 $planted = (split /\n/, $planted)[-1];
 # The end of a reply in 0.9.0's first script's held psql session was the
 # fixed line __insta_move__: a sequence named with it ended a reply early,
@@ -369,6 +385,12 @@ is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE p
 	  . '|' . $old->safe_psql('app', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'app_owner'}),
 	'0|t|0|0|f', "a shard with $planted decoys moved, its decoys along; none ran as a superuser, on either server")
   or diag $out;
+is($new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || who || ':' || superuser, ' ' ORDER BY site || ':' || who || ':' || superuser)
+	  FROM evaluation_sites.seen WHERE site IN ('exclusion', 'index_expression', 'index_predicate')})
+	  . '|' . $new->safe_psql('app', q{SELECT count(*) FROM evaluation_sites.seen WHERE superuser OR who <> 'app_owner'})
+	  . '|' . $new->safe_psql('app', 'SELECT v, g FROM insta16.s_generated'),
+	'exclusion:app_owner:false index_expression:app_owner:false index_predicate:app_owner:false|0|1|1',
+	'the restore on the new server ran the shard owner\'s code as that owner: index expressions and predicates folded, rows applied');
 
 # Killed after each step, then run again.
 my $n = 0;
