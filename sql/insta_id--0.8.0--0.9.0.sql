@@ -84,11 +84,15 @@ AS 'MODULE_PATHNAME', 'insta_id_names_schema';
 -- runs with its owner's rights and no one else's. A statement written
 -- against a whole schema (a migration) cannot be split by owner, so a schema
 -- whose objects have several owners is refused, naming them: one owner's
--- code would otherwise run with another's rights. The schema's own owner
--- does not count (a schema holds no code); an empty schema is run by it.
--- Objects are found through their dependency on the schema (indexed), their
--- owners in their own catalogs; parts of a relation (indexes, constraints,
--- triggers, policies, rules, its row type) are its owner's by construction.
+-- code would otherwise run with another's rights. So is code elsewhere that
+-- the schema's objects and their parts (triggers, constraints, defaults,
+-- indexes, policies, rules) use, when a role other than that one and not a
+-- superuser owns it: a trigger function attached by a role with TRIGGER on a
+-- table, a CHECK calling another role's function, a column of its domain.
+-- (Calls inside function bodies are text, not dependencies: not seen.) The
+-- schema's own owner does not count (a schema holds no code); an empty
+-- schema is run by it. Objects are found through their dependency on the
+-- schema (indexed), their owners in their own catalogs.
 CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
 RETURNS oid
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -125,17 +129,37 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    WITH o AS (
-        SELECT d.classid, d.objid, insta_id._object_owner(d.classid, d.objid)::regrole AS owner
-        FROM pg_depend d
-        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n')
+    WITH inside AS (
+        SELECT d.classid, d.objid FROM pg_depend d
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n'),
+    parts AS (
+        SELECT i.classid, i.objid FROM inside i
+        UNION
+        SELECT d.classid, d.objid FROM inside i
+        JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
+        WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
+                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)),
+    used AS (
+        SELECT DISTINCT d.refclassid AS classid, d.refobjid AS objid FROM parts p
+        JOIN pg_depend d ON d.classid = p.classid AND d.objid = p.objid
+        WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
+          AND (d.refclassid <> 'pg_type'::regclass OR (SELECT y.typtype FROM pg_type y WHERE y.oid = d.refobjid) = 'd')
+          AND NOT EXISTS (SELECT FROM inside i WHERE i.classid = d.refclassid AND i.objid = d.refobjid)),
+    o AS (
+        SELECT i.classid, i.objid, insta_id._object_owner(i.classid, i.objid)::regrole AS owner,
+               pg_describe_object(i.classid, i.objid, 0) AS what
+        FROM inside i
+        UNION ALL
+        SELECT u.classid, u.objid, insta_id._object_owner(u.classid, u.objid)::regrole,
+               pg_describe_object(u.classid, u.objid, 0) || ' (used by its objects)'
+        FROM used u
+        WHERE NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = insta_id._object_owner(u.classid, u.objid)), true))
     SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
            -- (the first five of each owner's, in name order, and how many more)
            (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
                                      CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
                               '; ' ORDER BY w.owner::text)
-            FROM (SELECT o2.owner, array_agg(pg_describe_object(o2.classid, o2.objid, 0)
-                                             ORDER BY pg_describe_object(o2.classid, o2.objid, 0)) AS objects
+            FROM (SELECT o2.owner, array_agg(o2.what ORDER BY o2.what) AS objects
                   FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
     INTO owners, listing FROM o;
     IF coalesce(cardinality(owners), 0) = 0 THEN
@@ -256,12 +280,23 @@ LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+    base text := tblname || '_' || col;
+    seq_name text;
 BEGIN
+    -- Cut by bytes, whole characters, under the 63 bytes of a name: cut by
+    -- characters, a multibyte name kept its full length, PostgreSQL cut the
+    -- suffix off, and the loop below never ended.
+    WHILE octet_length(base) > 59 LOOP
+        base := left(base, -1);
+    END LOOP;
+    seq_name := base || '_seq';
     -- to_regclass looks the name up in its schema; a join on pg_class by name
     -- alone would walk every shard's relation of that name.
     WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
-        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+        WHILE octet_length(base) > 52 LOOP
+            base := left(base, -1);
+        END LOOP;
+        seq_name := base || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
     RETURN seq_name;
 END
@@ -649,13 +684,13 @@ BEGIN
 
     IF col_type IS NULL THEN
         -- A new column: existing rows get IDs from the default as it is added.
-        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
                                  tbl, col, shard, seq_name);
     ELSE
         IF col_type <> 'bigint'::regtype THEN
             stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
         END IF;
-        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
                                  tbl, col, shard, seq_name)
                        || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
                        || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
@@ -1168,7 +1203,7 @@ BEGIN
                 seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
                 PERFORM insta_id._run_in_schema(target, owner, ARRAY[
                     format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
-                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)', tbl, col->>'col', shard, seq),
+                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col->>'col', shard, seq),
                     format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
             ELSE
                 PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
@@ -1251,7 +1286,9 @@ BEGIN
                   DETAIL = 'A shard''s schema and objects are owned as the template''s are; its objects are made by their owner.',
                   HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
     END IF;
-    IF NOT has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE, USAGE') THEN
+    -- (both: has_schema_privilege with a list is true for any one of them)
+    IF NOT (has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE')
+            AND has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'USAGE')) THEN
         RAISE EXCEPTION 'role %, which owns the objects of template %, may not create objects in it', code_owner, quote_ident(template)
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'A shard''s objects are made by their owner, in a schema owned and granted as the template''s is.',
@@ -1287,6 +1324,16 @@ BEGIN
         -- there holds that lock shared) between the check and the DROP.
         IF NOT insta_id._lock_schema(nsp_oid) THEN
             nsp_oid := NULL;  -- dropped meanwhile
+        ELSE
+            -- Its relations, types and routines too, in a fixed order, as DROP
+            -- would lock them: what would come to depend on them from outside
+            -- (a view, a foreign key, a function taking a type) waits, and is
+            -- seen below. (Before PostgreSQL 17, making a function or a
+            -- column of a type does not lock the type: see docs/shards.md.)
+            PERFORM insta_id._lock_object(d.classid, d.objid) FROM pg_depend d
+            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+              AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
+            ORDER BY d.classid, d.objid;
         END IF;
     END IF;
     IF nsp_oid IS NOT NULL THEN
@@ -1338,6 +1385,8 @@ BEGIN
                                                  WHERE a.oid = x.objid)
                   WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
                                                    WHERE a.oid = x.objid)
+                  -- (default privileges in the schema: anyone may set theirs)
+                  WHEN 'pg_default_acl'::regclass THEN (SELECT a.defaclnamespace FROM pg_default_acl a WHERE a.oid = x.objid)
                   -- (a publication loses the shard's tables or the schema, and stays)
                   WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
                                                             JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
@@ -1367,7 +1416,8 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-        EXECUTE format('DROP SCHEMA %I CASCADE', nsp);
+        -- (by its name as it is now: the schema locked is the one dropped)
+        EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
     END IF;
     DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
     IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
@@ -1510,7 +1560,9 @@ $$;
 --     server (insta-id move); migrate tries it shared and skips the
 --     shard when it cannot have it.
 -- And a schema's own lock (_lock_schema), which every CREATE in the schema
--- holds shared: drop_shard's, so nothing arrives in a shard it checks.
+-- holds shared: drop_shard's, so nothing arrives in a shard it checks, and
+-- migrate's, so nothing arrives between its check of the owners and its
+-- statements; and a shard's objects' (_lock_object), as DROP takes them.
 -- The keys are literals (no search_path to set: nothing is resolved) and
 -- inlined into their callers. Not PUBLIC's (privileges.sql).
 
@@ -1540,6 +1592,10 @@ CREATE FUNCTION insta_id._lock_schema(nsp oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
+CREATE FUNCTION insta_id._lock_object(classid oid, objid oid)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_object';
 
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()
@@ -1562,7 +1618,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT insta_id._lock(insta_id._schema_lock_key(), 2, shared => true, session => false, wait => true) $$;
 REVOKE ALL ON FUNCTION insta_id._lock(int, int, boolean, boolean, boolean), insta_id._unlock(int, int),
-    insta_id._lock_schema(oid) FROM PUBLIC;
+    insta_id._lock_schema(oid), insta_id._lock_object(oid, oid) FROM PUBLIC;
 
 -- The schema of a shard registered here: 22003 out of range, 42704 when
 -- none is (what every step of a move on the old server starts with).
@@ -1750,7 +1806,10 @@ BEGIN
                 -- owner's code they reach (triggers, defaults, functions), never
                 -- run with the caller's rights, nor with the schema owner's
                 -- (a DBA's schema where the application makes its tables).
-                -- Objects of several owners: refused (42501) here.
+                -- Objects of several owners: refused (42501) here. The schema's
+                -- lock first, held to COMMIT: no object arrives in it between
+                -- that check and the statements that would resolve it.
+                PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target));
                 PERFORM insta_id._run_in_schema(target, insta_id._code_owner(target), ARRAY[statements]);
                 EXIT;
             EXCEPTION
@@ -2452,6 +2511,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),

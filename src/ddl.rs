@@ -150,6 +150,13 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
     }
     let path = CString::new([quoted.as_slice(), b", pg_catalog, pg_temp"].concat())
         .expect("a name holds no NUL");
+    // SAFETY: SPI, connected as the caller before the switch.
+    unsafe {
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+    }
+    let temporary_before = unsafe { temporary_objects() };
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
@@ -173,9 +180,6 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             0,
             false,
         );
-        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
-        }
         for statement in &statements {
             let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
             if rc < 0 {
@@ -185,11 +189,68 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
                 );
             }
         }
-        pg_sys::SPI_finish();
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
     }
+    // The restricted operation refuses temporary tables, not temporary
+    // types, domains or functions, which outlive it in the caller's pg_temp,
+    // searched first for types: a domain pg_temp.text would then check
+    // every later text value of the caller's session with the owner's code,
+    // as the caller. None may be left (its abort drops them).
+    let temporary_after = unsafe { temporary_objects() };
+    // SAFETY: SPI connected above.
+    unsafe { pg_sys::SPI_finish() };
+    if temporary_after
+        .iter()
+        .any(|o| !temporary_before.contains(o))
+    {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("statements in schema {shown} made temporary objects, which would outlive them in the caller's session"),
+            "Code of the schema's owner runs in a security-restricted operation; what it makes in pg_temp would run later as the caller.",
+        );
+    }
     Datum::from(0)
+}
+
+/// The objects of this session's temporary schema (their OIDs), read with
+/// every name and operator qualified: nothing resolves through the path.
+unsafe fn temporary_objects() -> Vec<String> {
+    // (temporary objects record no dependency on their schema: each catalog
+    // that can hold one is read by its namespace column)
+    const QUERY: &std::ffi::CStr = c"SELECT pg_catalog.array_to_string(pg_catalog.array_agg(o ORDER BY o), ',') FROM (
+            SELECT 'c' OPERATOR(pg_catalog.||) c.oid::pg_catalog.text FROM pg_catalog.pg_class c
+            WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            UNION ALL SELECT 't' OPERATOR(pg_catalog.||) y.oid::pg_catalog.text FROM pg_catalog.pg_type y
+            WHERE y.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            UNION ALL SELECT 'p' OPERATOR(pg_catalog.||) p.oid::pg_catalog.text FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            UNION ALL SELECT 'o' OPERATOR(pg_catalog.||) r.oid::pg_catalog.text FROM pg_catalog.pg_operator r
+            WHERE r.oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            UNION ALL SELECT 'l' OPERATOR(pg_catalog.||) l.oid::pg_catalog.text FROM pg_catalog.pg_collation l
+            WHERE l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            UNION ALL SELECT 'v' OPERATOR(pg_catalog.||) v.oid::pg_catalog.text FROM pg_catalog.pg_conversion v
+            WHERE v.connamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
+    // SAFETY: SPI is connected by the caller; one row, one column. Not
+    // read-only: a new snapshot, which sees what the statements made.
+    unsafe {
+        if pg_sys::SPI_execute(QUERY.as_ptr(), false, 1) != pg_sys::SPI_OK_SELECT as i32 {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "reading pg_temp's objects failed"
+            );
+        }
+        let table = pg_sys::SPI_tuptable;
+        let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
+        if value.is_null() {
+            return Vec::new();
+        }
+        CStr::from_ptr(value)
+            .to_string_lossy()
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 v1!(pg_finfo_insta_id_identifier_list);

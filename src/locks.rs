@@ -104,3 +104,32 @@ pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -
         )
     })
 }
+
+v1!(pg_finfo_insta_id_lock_object);
+/// `insta_id._lock_object(classid oid, objid oid) RETURNS void`: an object
+/// of a shard locked ACCESS EXCLUSIVE until the transaction ends, as DROP
+/// would lock it (a relation by its relation lock), before drop_shard reads
+/// what depends on it: what would come to depend on it meanwhile (a view on
+/// a table, a function taking a type, where PostgreSQL locks what it
+/// records a dependency on) waits and is then seen.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_lock_object(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (oid, oid).
+    let (classid, objid) = unsafe {
+        (
+            pg_sys::Oid::from(arg(fcinfo, 0).value() as u32),
+            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
+        )
+    };
+    let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: the lock manager, as performDeletion's AcquireDeletionLock.
+    unsafe {
+        if classid == pg_sys::RelationRelationId {
+            pg_sys::LockRelationOid(objid, mode);
+        } else {
+            pg_sys::LockDatabaseObject(classid, objid, 0, mode);
+        }
+    }
+    Datum::from(0)
+}

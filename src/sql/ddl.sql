@@ -31,11 +31,15 @@ AS 'MODULE_PATHNAME', 'insta_id_in_transaction_block';
 -- runs with its owner's rights and no one else's. A statement written
 -- against a whole schema (a migration) cannot be split by owner, so a schema
 -- whose objects have several owners is refused, naming them: one owner's
--- code would otherwise run with another's rights. The schema's own owner
--- does not count (a schema holds no code); an empty schema is run by it.
--- Objects are found through their dependency on the schema (indexed), their
--- owners in their own catalogs; parts of a relation (indexes, constraints,
--- triggers, policies, rules, its row type) are its owner's by construction.
+-- code would otherwise run with another's rights. So is code elsewhere that
+-- the schema's objects and their parts (triggers, constraints, defaults,
+-- indexes, policies, rules) use, when a role other than that one and not a
+-- superuser owns it: a trigger function attached by a role with TRIGGER on a
+-- table, a CHECK calling another role's function, a column of its domain.
+-- (Calls inside function bodies are text, not dependencies: not seen.) The
+-- schema's own owner does not count (a schema holds no code); an empty
+-- schema is run by it. Objects are found through their dependency on the
+-- schema (indexed), their owners in their own catalogs.
 CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
 RETURNS oid
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -72,17 +76,37 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    WITH o AS (
-        SELECT d.classid, d.objid, insta_id._object_owner(d.classid, d.objid)::regrole AS owner
-        FROM pg_depend d
-        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n')
+    WITH inside AS (
+        SELECT d.classid, d.objid FROM pg_depend d
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0 AND d.deptype = 'n'),
+    parts AS (
+        SELECT i.classid, i.objid FROM inside i
+        UNION
+        SELECT d.classid, d.objid FROM inside i
+        JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
+        WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
+                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)),
+    used AS (
+        SELECT DISTINCT d.refclassid AS classid, d.refobjid AS objid FROM parts p
+        JOIN pg_depend d ON d.classid = p.classid AND d.objid = p.objid
+        WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
+          AND (d.refclassid <> 'pg_type'::regclass OR (SELECT y.typtype FROM pg_type y WHERE y.oid = d.refobjid) = 'd')
+          AND NOT EXISTS (SELECT FROM inside i WHERE i.classid = d.refclassid AND i.objid = d.refobjid)),
+    o AS (
+        SELECT i.classid, i.objid, insta_id._object_owner(i.classid, i.objid)::regrole AS owner,
+               pg_describe_object(i.classid, i.objid, 0) AS what
+        FROM inside i
+        UNION ALL
+        SELECT u.classid, u.objid, insta_id._object_owner(u.classid, u.objid)::regrole,
+               pg_describe_object(u.classid, u.objid, 0) || ' (used by its objects)'
+        FROM used u
+        WHERE NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = insta_id._object_owner(u.classid, u.objid)), true))
     SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
            -- (the first five of each owner's, in name order, and how many more)
            (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
                                      CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
                               '; ' ORDER BY w.owner::text)
-            FROM (SELECT o2.owner, array_agg(pg_describe_object(o2.classid, o2.objid, 0)
-                                             ORDER BY pg_describe_object(o2.classid, o2.objid, 0)) AS objects
+            FROM (SELECT o2.owner, array_agg(o2.what ORDER BY o2.what) AS objects
                   FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
     INTO owners, listing FROM o;
     IF coalesce(cardinality(owners), 0) = 0 THEN

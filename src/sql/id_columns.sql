@@ -33,12 +33,23 @@ LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    seq_name text := left(tblname || '_' || col, 59) || '_seq';
+    base text := tblname || '_' || col;
+    seq_name text;
 BEGIN
+    -- Cut by bytes, whole characters, under the 63 bytes of a name: cut by
+    -- characters, a multibyte name kept its full length, PostgreSQL cut the
+    -- suffix off, and the loop below never ended.
+    WHILE octet_length(base) > 59 LOOP
+        base := left(base, -1);
+    END LOOP;
+    seq_name := base || '_seq';
     -- to_regclass looks the name up in its schema; a join on pg_class by name
     -- alone would walk every shard's relation of that name.
     WHILE to_regclass(format('%I.%I', nsp, seq_name)) IS NOT NULL LOOP
-        seq_name := left(tblname || '_' || col, 52) || '_' || substr(md5(random()::text), 1, 6) || '_seq';
+        WHILE octet_length(base) > 52 LOOP
+            base := left(base, -1);
+        END LOOP;
+        seq_name := base || '_' || substr(md5(random()::text), 1, 6) || '_seq';
     END LOOP;
     RETURN seq_name;
 END
@@ -115,13 +126,13 @@ BEGIN
 
     IF col_type IS NULL THEN
         -- A new column: existing rows get IDs from the default as it is added.
-        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::regclass)',
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
                                  tbl, col, shard, seq_name);
     ELSE
         IF col_type <> 'bigint'::regtype THEN
             stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
         END IF;
-        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)',
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
                                  tbl, col, shard, seq_name)
                        || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
                        || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);

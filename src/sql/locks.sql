@@ -14,7 +14,9 @@
 --     server (insta-id move); migrate tries it shared and skips the
 --     shard when it cannot have it.
 -- And a schema's own lock (_lock_schema), which every CREATE in the schema
--- holds shared: drop_shard's, so nothing arrives in a shard it checks.
+-- holds shared: drop_shard's, so nothing arrives in a shard it checks, and
+-- migrate's, so nothing arrives between its check of the owners and its
+-- statements; and a shard's objects' (_lock_object), as DROP takes them.
 -- The keys are literals (no search_path to set: nothing is resolved) and
 -- inlined into their callers. Not PUBLIC's (privileges.sql).
 
@@ -44,6 +46,10 @@ CREATE FUNCTION insta_id._lock_schema(nsp oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_schema';
+CREATE FUNCTION insta_id._lock_object(classid oid, objid oid)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_object';
 
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()

@@ -200,7 +200,10 @@ BEGIN
                 -- owner's code they reach (triggers, defaults, functions), never
                 -- run with the caller's rights, nor with the schema owner's
                 -- (a DBA's schema where the application makes its tables).
-                -- Objects of several owners: refused (42501) here.
+                -- Objects of several owners: refused (42501) here. The schema's
+                -- lock first, held to COMMIT: no object arrives in it between
+                -- that check and the statements that would resolve it.
+                PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target));
                 PERFORM insta_id._run_in_schema(target, insta_id._code_owner(target), ARRAY[statements]);
                 EXIT;
             EXCEPTION

@@ -52,6 +52,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),

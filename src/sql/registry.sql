@@ -149,6 +149,16 @@ BEGIN
         -- there holds that lock shared) between the check and the DROP.
         IF NOT insta_id._lock_schema(nsp_oid) THEN
             nsp_oid := NULL;  -- dropped meanwhile
+        ELSE
+            -- Its relations, types and routines too, in a fixed order, as DROP
+            -- would lock them: what would come to depend on them from outside
+            -- (a view, a foreign key, a function taking a type) waits, and is
+            -- seen below. (Before PostgreSQL 17, making a function or a
+            -- column of a type does not lock the type: see docs/shards.md.)
+            PERFORM insta_id._lock_object(d.classid, d.objid) FROM pg_depend d
+            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+              AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
+            ORDER BY d.classid, d.objid;
         END IF;
     END IF;
     IF nsp_oid IS NOT NULL THEN
@@ -200,6 +210,8 @@ BEGIN
                                                  WHERE a.oid = x.objid)
                   WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
                                                    WHERE a.oid = x.objid)
+                  -- (default privileges in the schema: anyone may set theirs)
+                  WHEN 'pg_default_acl'::regclass THEN (SELECT a.defaclnamespace FROM pg_default_acl a WHERE a.oid = x.objid)
                   -- (a publication loses the shard's tables or the schema, and stays)
                   WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
                                                             JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
@@ -229,7 +241,8 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-        EXECUTE format('DROP SCHEMA %I CASCADE', nsp);
+        -- (by its name as it is now: the schema locked is the one dropped)
+        EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
     END IF;
     DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
     IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN

@@ -66,7 +66,7 @@ BEGIN
                 seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
                 PERFORM insta_id._run_in_schema(target, owner, ARRAY[
                     format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
-                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::regclass)', tbl, col->>'col', shard, seq),
+                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col->>'col', shard, seq),
                     format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
             ELSE
                 PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
@@ -172,7 +172,9 @@ BEGIN
                   DETAIL = 'A shard''s schema and objects are owned as the template''s are; its objects are made by their owner.',
                   HINT = format('Create the shards as a role that may SET ROLE to %s (a member of it), or give the template''s objects to a role the caller is a member of.', refused);
     END IF;
-    IF NOT has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE, USAGE') THEN
+    -- (both: has_schema_privilege with a list is true for any one of them)
+    IF NOT (has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'CREATE')
+            AND has_schema_privilege(code_owner, (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template), 'USAGE')) THEN
         RAISE EXCEPTION 'role %, which owns the objects of template %, may not create objects in it', code_owner, quote_ident(template)
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'A shard''s objects are made by their owner, in a schema owned and granted as the template''s is.',

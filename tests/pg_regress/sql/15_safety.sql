@@ -27,7 +27,8 @@ SELECT count(*) AS pending FROM insta_id.pending_migrations WHERE migration = 'c
 -- Case 5: a delegated administrator whose shard table hides its rows from
 -- it (FORCE ROW LEVEL SECURITY) cannot drop the shard as if it were empty.
 CREATE ROLE insta_id_regress_dba;
-GRANT EXECUTE ON FUNCTION insta_id.drop_shard(int, boolean), insta_id._lock_schema(oid) TO insta_id_regress_dba;
+GRANT EXECUTE ON FUNCTION insta_id.drop_shard(int, boolean), insta_id._lock_schema(oid), insta_id._lock_object(oid, oid)
+      TO insta_id_regress_dba;
 GRANT UPDATE, DELETE ON insta_id.shard_registry TO insta_id_regress_dba;
 GRANT DELETE ON insta_id.applied_migrations TO insta_id_regress_dba;
 GRANT SELECT ON insta_id.applied_migrations TO insta_id_regress_dba;

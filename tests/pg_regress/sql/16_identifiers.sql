@@ -110,6 +110,16 @@ ORDER BY 1, 2, 3, 4;
 SELECT count(*) AS public_still_there FROM pg_namespace WHERE nspname = 'public';
 
 DROP EVENT TRIGGER insta_id_regress_ddl;
+
+-- A table named with multibyte characters, as long as a name may be: its
+-- sequence's name is cut by bytes, whole characters, and fits (cut by
+-- characters it did not, PostgreSQL cut it to the table's own name, and the
+-- search for a free name never ended).
+SELECT insta_id.create_shard(690);
+SELECT format('CREATE TABLE insta690.%I (v int)', repeat(U&'\8868', 20) || U&'\7532') \gexec
+SELECT insta_id.add_id_column(format('insta690.%I', repeat(U&'\8868', 20) || U&'\7532')::regclass) AS id_sequence \gset
+SELECT octet_length(c.relname) AS bytes, right(c.relname, 4) AS ending FROM pg_class c WHERE c.oid = :'id_sequence'::regclass;
+SELECT insta_id.drop_shard(690, force => true);
 SELECT format('DROP SCHEMA %I CASCADE', left('t' || f.name, 63)) FROM public.fuzz_names f ORDER BY f.k \gexec
 DELETE FROM insta_id.applied_migrations;
 DELETE FROM insta_id.migrations;

@@ -59,6 +59,52 @@ SELECT s.site, s.planted, EXISTS (SELECT FROM evaluation_sites.seen n WHERE n.si
 FROM evaluation_sites.sites s ORDER BY s.site;
 SELECT rolsuper AS app_is_superuser FROM pg_roles WHERE rolname = 'insta_id_regress_site';
 
+-- Code of the owner that leaves temporary objects behind: a domain
+-- pg_temp.text would check every later text value of the superuser's
+-- session with the owner's code (types resolve through pg_temp first). The
+-- restricted operation refuses temporary tables, not types: insta_id
+-- refuses any temporary object left (42501), and nothing of it remains.
+-- (Planted by an index expression the copy folds, once the superuser has
+-- set a flag: not into this session when the role makes the template.)
+SET ROLE insta_id_regress_site;
+CREATE SCHEMA temp_tmpl;
+CREATE FUNCTION evaluation_sites.plant_temporary() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('evaluation_sites.plant_temporary', true) = 'on'
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type y WHERE y.typnamespace = pg_catalog.pg_my_temp_schema() AND y.typname = 'text') THEN
+        EXECUTE 'CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (evaluation_sites.note(''temporary_domain'') = 0)';
+    END IF;
+    RETURN 1;
+END $$;
+CREATE FUNCTION evaluation_sites.planted(int) RETURNS int LANGUAGE sql IMMUTABLE
+AS 'SELECT evaluation_sites.plant_temporary() + $1';
+CREATE TABLE temp_tmpl.t (v int);
+CREATE INDEX ON temp_tmpl.t ((v + evaluation_sites.planted(0)));
+RESET ROLE;
+SET evaluation_sites.plant_temporary = on;
+SELECT insta_id.create_shards(607, 607, 'temp_tmpl');
+\echo :LAST_ERROR_SQLSTATE
+SELECT 'x'::text AS a_text_value;
+SELECT count(*) AS temporary_domains FROM pg_type WHERE typnamespace = pg_my_temp_schema() AND typtype = 'd';
+SELECT site, who, superuser FROM evaluation_sites.seen WHERE site = 'temporary_domain';
+RESET evaluation_sites.plant_temporary;
+DROP SCHEMA temp_tmpl CASCADE;
+
+-- A type named like pg_catalog's (a domain regclass over regclass) in a
+-- schema where another role may create: add_id_column's statements name
+-- pg_catalog's types, never one resolved through the schema.
+CREATE SCHEMA regclass_tmpl;
+GRANT USAGE, CREATE ON SCHEMA regclass_tmpl TO insta_id_regress_site;
+CREATE TABLE regclass_tmpl.t (v int);
+INSERT INTO regclass_tmpl.t VALUES (1), (2);
+SET ROLE insta_id_regress_site;
+CREATE DOMAIN regclass_tmpl.regclass AS pg_catalog.regclass CHECK (evaluation_sites.note('regclass_domain') = 0);
+RESET ROLE;
+SELECT insta_id.add_id_column('regclass_tmpl.t', 'id', 9);
+SELECT pg_get_expr(d.adbin, d.adrelid) AS id_default FROM pg_attrdef d WHERE d.adrelid = 'regclass_tmpl.t'::regclass;
+SELECT site, who, superuser FROM evaluation_sites.seen WHERE site = 'regclass_domain';
+DROP SCHEMA regclass_tmpl CASCADE;
+
 -- Without SET CONSTRAINTS a deferred trigger would fire at COMMIT, after the
 -- security-restricted operation, as the caller: PostgreSQL refuses (42501).
 CALL insta_id.migrate('site_deferred_at_commit', 'sites_tmpl', 'INSERT INTO s_deferred VALUES (2)');
@@ -85,12 +131,32 @@ SELECT insta_id.create_shards(605, 605, 'mixed_tmpl');
 CALL insta_id.migrate('mixed', 'mixed_tmpl', 'INSERT INTO t VALUES (current_user = ''insta_id_regress_site'')::int');
 SELECT v AS ran_as_the_owner FROM insta605.t;
 -- An owner of the objects who may not create in the template's schema
--- (nor, then, in a copy of it): refused before anything is made.
+-- (nor, then, in a copy of it), with USAGE or without: refused before
+-- anything is made.
 CREATE SCHEMA closed_tmpl;
 CREATE TABLE closed_tmpl.t (v int);
 ALTER TABLE closed_tmpl.t OWNER TO insta_id_regress_site;
 SELECT insta_id.create_shards(606, 606, 'closed_tmpl');
 \echo :LAST_ERROR_SQLSTATE
+GRANT USAGE ON SCHEMA closed_tmpl TO insta_id_regress_site;
+SELECT insta_id.create_shards(606, 606, 'closed_tmpl');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS nothing_made FROM pg_namespace WHERE nspname = 'insta606';
+-- Code elsewhere that the schema's objects use, owned by another role (a
+-- trigger function attached by a role granted TRIGGER, a CHECK calling
+-- another's function): it would run as the objects' owner. Refused, named.
+CREATE SCHEMA other_code;
+CREATE FUNCTION other_code.positive(int) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT $1 > 0';
+CREATE TABLE closed_tmpl.u (v int CHECK (other_code.positive(v)));
+ALTER TABLE closed_tmpl.u OWNER TO insta_id_regress_site;
+GRANT CREATE ON SCHEMA closed_tmpl TO insta_id_regress_site;
+SELECT insta_id._code_owner('closed_tmpl') AS superusers_code_counts_not;
+CREATE ROLE insta_id_regress_other_coder;
+ALTER FUNCTION other_code.positive(int) OWNER TO insta_id_regress_other_coder;
+SELECT insta_id.create_shards(606, 606, 'closed_tmpl');
+\echo :LAST_ERROR_SQLSTATE
+DROP SCHEMA other_code CASCADE;
+DROP ROLE insta_id_regress_other_coder;
 
 SELECT insta_id.drop_shard(s, force => true) FROM unnest('{601,602,605}'::int[]) s;
 DELETE FROM insta_id.applied_migrations WHERE migration LIKE 'site\_%' OR migration = 'mixed';

@@ -42,6 +42,13 @@ ALTER OPERATOR FAMILY outside.fam USING btree ADD OPERATOR 1 insta43.<<< (int, i
 SELECT insta_id.drop_shard(43);
 \echo :LAST_ERROR_SQLSTATE
 
+-- Default privileges for the shard's schema, which any role may set for
+-- its own objects there: the shard's (they go with it), never a refusal.
+CREATE ROLE insta_id_regress_nobody;
+SET ROLE insta_id_regress_nobody;
+ALTER DEFAULT PRIVILEGES IN SCHEMA insta40 GRANT SELECT ON TABLES TO PUBLIC;
+RESET ROLE;
+
 -- Nothing was dropped, every shard is still registered.
 SELECT count(*) AS rows_outside FROM outside.events_2020;
 SELECT attname FROM pg_attribute WHERE attrelid = 'outside.keep'::regclass AND attnum > 0 ORDER BY attnum;
@@ -70,5 +77,7 @@ SELECT count(*) AS shards_left FROM insta_id.shards WHERE shard_id BETWEEN 40 AN
 SELECT pubname FROM pg_publication WHERE pubname = 'shard_pub';
 SELECT count(*) AS outside_objects FROM pg_depend d
 WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = 'outside'::regnamespace;
+SELECT count(*) AS default_privileges_left FROM pg_default_acl WHERE defaclrole = 'insta_id_regress_nobody'::regrole;
+DROP ROLE insta_id_regress_nobody;
 DROP PUBLICATION shard_pub;
 DROP SCHEMA outside CASCADE;
