@@ -192,9 +192,9 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
     }
-    // The restricted operation refuses temporary tables, not temporary
-    // types, domains or functions, which outlive it in the caller's pg_temp,
-    // searched first for types: a domain pg_temp.text would then check
+    // The restricted operation refuses temporary tables, not (in some
+    // releases) temporary types or domains, which outlive it in the caller's
+    // pg_temp, searched first for types: a domain pg_temp.text would then check
     // every later text value of the caller's session with the owner's code,
     // as the caller. None may be left (its abort drops them).
     let temporary_after = unsafe { temporary_objects() };
@@ -216,21 +216,18 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
 /// The objects of this session's temporary schema (their OIDs), read with
 /// every name and operator qualified: nothing resolves through the path.
 unsafe fn temporary_objects() -> Vec<String> {
-    // (temporary objects record no dependency on their schema: each catalog
-    // that can hold one is read by its namespace column)
+    // The catalogs whose names PostgreSQL resolves through pg_temp (types,
+    // collations; relations, which the restricted operation refuses, and
+    // never routines or operators), read by their namespace column (temporary
+    // objects record no dependency on their schema). Without a temporary
+    // schema, no scan at all: the filter on it is evaluated once, first.
     const QUERY: &std::ffi::CStr = c"SELECT pg_catalog.array_to_string(pg_catalog.array_agg(o ORDER BY o), ',') FROM (
-            SELECT 'c' OPERATOR(pg_catalog.||) c.oid::pg_catalog.text FROM pg_catalog.pg_class c
-            WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
-            UNION ALL SELECT 't' OPERATOR(pg_catalog.||) y.oid::pg_catalog.text FROM pg_catalog.pg_type y
-            WHERE y.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
-            UNION ALL SELECT 'p' OPERATOR(pg_catalog.||) p.oid::pg_catalog.text FROM pg_catalog.pg_proc p
-            WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
-            UNION ALL SELECT 'o' OPERATOR(pg_catalog.||) r.oid::pg_catalog.text FROM pg_catalog.pg_operator r
-            WHERE r.oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            SELECT 't' OPERATOR(pg_catalog.||) y.oid::pg_catalog.text FROM pg_catalog.pg_type y
+            WHERE pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0
+              AND y.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
             UNION ALL SELECT 'l' OPERATOR(pg_catalog.||) l.oid::pg_catalog.text FROM pg_catalog.pg_collation l
-            WHERE l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
-            UNION ALL SELECT 'v' OPERATOR(pg_catalog.||) v.oid::pg_catalog.text FROM pg_catalog.pg_conversion v
-            WHERE v.connamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
+            WHERE pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0
+              AND l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
     // SAFETY: SPI is connected by the caller; one row, one column. Not
     // read-only: a new snapshot, which sees what the statements made.
     unsafe {
