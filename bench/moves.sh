@@ -101,7 +101,7 @@ record steady failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1
 record steady transactions "$n"
 record steady p50_ms "$p50"; record steady p99_ms "$p99"; record steady max_ms "$max"
 check "every shard moved, each on the new server once" \
-  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards")" "$MOVES|1"
+  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$MOVES|1"
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d "$from" -c 'SELECT version()')"

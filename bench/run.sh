@@ -189,7 +189,7 @@ for round in $(seq 1 "$SCALING_ROUNDS"); do
             -c "SELECT time_of(\$q\$$stmt\$q\$)" | tail -n1)
       record "$round" "in_use/$count/$fn" "$t"
       [ "$fn" = nextval ] || record "$round" "in_use/$count/evictions" \
-        "$(q -d bench -c "SELECT evictions FROM insta_id.guard_stats_total")"
+        "$(q -d bench -c "SELECT evictions FROM insta_id.guard_stats_total()")"
       [ "$round" != 1 ] || printf 'in_use/%s/%s\t%s\n' "$count" "$fn" "$stmt" >>"$out/statements.tsv"
     done
   done

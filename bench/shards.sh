@@ -70,7 +70,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 t=$(now); q -d shards_8192 -f "$raw_ddl" >/dev/null; record 1 raw_ddl_at_8192/100 "$(echo "$(now) - $t" | bc)"
 check "8192 shards, each with its 3 tables" \
-  "$(q -d shards_8192 -c "SELECT count(*) FROM insta_id.shards WHERE tables = 3")" 8192
+  "$(q -d shards_8192 -c "SELECT count(*) FROM insta_id.shards() WHERE tables = 3")" 8192
 
 # pg_dump of 8192 shards: it takes a lock on every table it dumps, in one transaction.
 tables=$(q -d shards_8192 -c "SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'p') AND relnamespace <> 'pg_catalog'::regnamespace AND relnamespace <> 'information_schema'::regnamespace")

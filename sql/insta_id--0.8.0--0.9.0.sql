@@ -4,39 +4,63 @@
 -- updated database matches a fresh 0.9.0 install.
 \echo Use "ALTER EXTENSION insta_id UPDATE TO '0.9.0'" to load this file. \quit
 
+-- insta_id's tables move to a schema PUBLIC has no USAGE on, and what
+-- PUBLIC read of them and of the guard's statistics becomes functions
+-- (src/sql/registry.sql, insta_id.shards()): a role that can name a relation
+-- can queue a lock on it before its privileges are checked, and every reader
+-- of the shard map would wait behind it.
+CREATE SCHEMA insta_id_admin;
+COMMENT ON SCHEMA insta_id_admin IS
+'insta_id''s tables: the shard map, migrations and moves. PUBLIC reads them through insta_id.shards(), insta_id.shard_schema(int) and the migration functions';
+DROP VIEW insta_id.shards, insta_id.pending_migrations, insta_id.guard_stats, insta_id.guard_stats_total;
+DROP FUNCTION insta_id._guard_stats_total();
+REVOKE ALL ON insta_id.shard_registry, insta_id.migrations, insta_id.applied_migrations FROM PUBLIC;
+ALTER TABLE insta_id.shard_registry SET SCHEMA insta_id_admin;
+ALTER TABLE insta_id.migrations SET SCHEMA insta_id_admin;
+ALTER TABLE insta_id.applied_migrations SET SCHEMA insta_id_admin;
+
 -- Each shard's template. Shards that have migrations of exactly one template
 -- were made from it; the others keep NULL: every template's migrations
--- reach them, as before 0.9.0 (set it: UPDATE insta_id.shard_registry).
-ALTER TABLE insta_id.shard_registry ADD COLUMN template_schema name;
-COMMENT ON TABLE insta_id.shard_registry IS
+-- reach them, as before 0.9.0 (set it: UPDATE insta_id_admin.shard_registry).
+ALTER TABLE insta_id_admin.shard_registry ADD COLUMN template_schema name;
+COMMENT ON TABLE insta_id_admin.shard_registry IS
 'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
-UPDATE insta_id.shard_registry r SET template_schema = t.template_schema
+UPDATE insta_id_admin.shard_registry r SET template_schema = t.template_schema
 FROM (SELECT a.schema_name, min(m.template_schema) AS template_schema
-      FROM insta_id.applied_migrations a JOIN insta_id.migrations m ON m.name = a.migration
+      FROM insta_id_admin.applied_migrations a JOIN insta_id_admin.migrations m ON m.name = a.migration
       GROUP BY a.schema_name HAVING count(DISTINCT m.template_schema) = 1) t
 WHERE t.schema_name = r.schema_name;
 
-CREATE OR REPLACE VIEW insta_id.shards AS
-SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables, r.template_schema
-FROM insta_id.shard_registry r
-LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
-LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
-           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
+-- Their bodies name the tables in their new schema.
+CREATE OR REPLACE FUNCTION insta_id._migrations_of(nsp name)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(a.migration ORDER BY a.migration), '[]')
+    FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp
+$$;
 
-CREATE OR REPLACE VIEW insta_id.pending_migrations AS
-SELECT m.name AS migration, r.shard_id, r.schema_name
-FROM insta_id.migrations m
-JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
-JOIN insta_id.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
-WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
-                  WHERE a.schema_name = r.schema_name AND a.migration = m.name);
+CREATE OR REPLACE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    made int := 0;
+BEGIN
+    FOR shard IN lo..hi LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard);
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END
+$$;
 
-REVOKE SELECT ON insta_id.migrations FROM PUBLIC;
-GRANT SELECT (name, template_schema, created_at) ON insta_id.migrations TO PUBLIC;
-
--- Since 0.9.0's library other databases' rows need pg_read_all_stats.
-COMMENT ON VIEW insta_id.guard_stats IS
-'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of insta_id.guard_stats()';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats() and guard_stats_total() (not what the guard remembers against duplicates); superuser unless granted';
 
 -- No caller since 0.6.0.
 DROP FUNCTION insta_id._copy_template(name, name, int);
@@ -317,19 +341,19 @@ BEGIN
     PERFORM insta_id._check_shard_id(create_shard.shard_id);
     PERFORM insta_id._check_name(create_shard.schema_name);
     nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
-    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = create_shard.shard_id;
     IF FOUND THEN
         RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
             USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp)
        OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
         RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
             USING ERRCODE = 'duplicate_schema',
                   HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
     END IF;
     EXECUTE format('CREATE SCHEMA %I', nsp);
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
     RETURN nsp;
 END
 $$;
@@ -401,7 +425,7 @@ BEGIN
     BEGIN
         RETURN QUERY
         -- The template's shards (and those of no recorded template), as migrate reaches them.
-        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id_admin.shard_registry r
                         LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
                         WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
                           AND r.shard_id BETWEEN first_shard AND last_shard),
@@ -639,11 +663,11 @@ BEGIN
         RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
     END IF;
     IF shard IS NULL THEN
-        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        SELECT r.shard_id INTO shard FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'table % is not in a logical shard', tbl
                 USING ERRCODE = 'undefined_object',
-                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      DETAIL = format('Schema %I is not in insta_id.shards().', nsp),
                       HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
         END IF;
     END IF;
@@ -1255,11 +1279,11 @@ BEGIN
             SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
             FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
         ORDER BY x.ord, x.sub));
-    UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
+    UPDATE insta_id_admin.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
-        INSERT INTO insta_id.applied_migrations (schema_name, migration)
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration)
         SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
     END IF;
 END
@@ -1314,7 +1338,7 @@ DECLARE
 BEGIN
     -- The registry row, locked: a migration of this shard (which holds it
     -- FOR SHARE) finishes first, and none starts meanwhile.
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
     END IF;
@@ -1419,9 +1443,9 @@ BEGIN
         -- (by its name as it is now: the schema locked is the one dropped)
         EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
     END IF;
-    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
-    IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
-        DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF EXISTS (SELECT FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp) THEN
+        DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
     END IF;
 END
 $$;
@@ -1441,12 +1465,12 @@ BEGIN
             USING ERRCODE = 'invalid_schema_name';
     END IF;
     -- A shard is a schema drop_shard may drop and migrate may change.
-    IF adopt_shard.schema_name IN ('public', 'insta_id', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
-       OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
-       OR EXISTS (SELECT FROM insta_id.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'It is public, insta_id''s own schema, a system schema or the template of shards.';
+                  DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
     END IF;
     -- Registering a schema lets drop_shard drop it: only its owner may.
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
@@ -1454,10 +1478,10 @@ BEGIN
         RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
         RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'unique_violation';
     END IF;
@@ -1475,7 +1499,7 @@ BEGIN
         RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
 END
 $$;
 
@@ -1511,7 +1535,7 @@ BEGIN
     plan := insta_id._template_plan(template_schema);
     PERFORM insta_id._check_owners(plan);
     SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
-    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    WHERE NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = s);
     IF first_missing IS NOT NULL THEN
         PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
             'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
@@ -1631,13 +1655,131 @@ DECLARE
     nsp name;
 BEGIN
     PERFORM insta_id._check_shard_id(_shard_schema.shard_id);
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', _shard_schema.shard_id USING ERRCODE = 'undefined_object';
     END IF;
     RETURN nsp;
 END
 $$;
+
+-- The shard map as PUBLIC reads it: functions, not relations. A role that
+-- can name a relation can queue a lock on it before its privileges are
+-- checked (CREATE RULE asks for AccessExclusiveLock, CREATE TRIGGER for
+-- ShareRowExclusiveLock), and every later reader waits behind that request;
+-- nobody can name a function's tables without USAGE on insta_id_admin.
+-- SECURITY DEFINER to read them; STABLE, so one statement sees one map.
+-- tables: one pass over pg_class for all shards (pg_class has no index on
+-- the schema alone, so a count per shard would scan it once per shard).
+CREATE FUNCTION insta_id.shards(
+    OUT shard_id int, OUT schema_name name, OUT created_at timestamptz,
+    OUT tables int, OUT template_schema name)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int, r.template_schema
+    FROM insta_id_admin.shard_registry r
+    LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+    LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+               WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid
+    ORDER BY r.shard_id
+$$;
+COMMENT ON FUNCTION insta_id.shards() IS 'Logical shards of this database, with how many tables each has';
+
+-- Per-request routing (README): the schema of a shard of this database,
+-- NULL when the shard is not here (22003 out of range). One index probe,
+-- unlike insta_id.shards(). PUBLIC's, SECURITY DEFINER for the same reason.
+CREATE FUNCTION insta_id.shard_schema(shard_id int)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._check_shard_id(shard_schema.shard_id);
+    RETURN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard_schema.shard_id);
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_schema(int) IS
+'The schema of a logical shard of this database, for routing a request; NULL when the shard is not here';
+
+-- What PUBLIC reads of them (a deploy checks that every shard has a
+-- migration): functions, for the reason insta_id.shards() gives; a
+-- migration's statements only to those who may run migrations.
+CREATE FUNCTION insta_id.migrations(OUT name text, OUT template_schema name, OUT created_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.name, m.template_schema, m.created_at FROM insta_id_admin.migrations m ORDER BY m.name
+$$;
+COMMENT ON FUNCTION insta_id.migrations() IS
+'Migrations run by insta_id.migrate: name, template and when (their statements are in insta_id_admin.migrations)';
+
+CREATE FUNCTION insta_id.applied_migrations(OUT schema_name name, OUT migration text, OUT applied_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT a.schema_name, a.migration, a.applied_at FROM insta_id_admin.applied_migrations a
+    ORDER BY a.schema_name, a.migration
+$$;
+COMMENT ON FUNCTION insta_id.applied_migrations() IS 'Which schema (template or shard) has which migration';
+
+-- Registered shards that lack a migration their template has.
+CREATE FUNCTION insta_id.pending_migrations(OUT migration text, OUT shard_id int, OUT schema_name name)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.name, r.shard_id, r.schema_name
+    FROM insta_id_admin.migrations m
+    JOIN insta_id_admin.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
+    JOIN insta_id_admin.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
+    WHERE NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                      WHERE a.schema_name = r.schema_name AND a.migration = m.name)
+    ORDER BY m.name, r.shard_id
+$$;
+COMMENT ON FUNCTION insta_id.pending_migrations() IS
+'Registered shards without a migration their template has (insta_id.migrate applies it)';
+
+-- Read as functions, not views: what PUBLIC can name, it can lock (see
+-- insta_id.shards()). A sequence of another database shows its OID only:
+-- its name is in that database's catalog (and the same OID here may name
+-- another relation).
+CREATE FUNCTION insta_id.guard_stats(
+    OUT database name, OUT sequence regclass, OUT sequence_oid oid,
+    OUT last_ms_at timestamptz, OUT issued bigint, OUT waits bigint,
+    OUT wait_time double precision, OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED ROWS 100
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT d.datname,
+           CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END,
+           s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+    FROM insta_id._guard_stats() s
+    LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database
+$$;
+COMMENT ON FUNCTION insta_id.guard_stats() IS
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE FUNCTION insta_id.guard_stats_total(
+    OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
+    OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
+    OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
+COMMENT ON FUNCTION insta_id.guard_stats_total() IS
+'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
+REVOKE ALL ON FUNCTION insta_id.shards(), insta_id.shard_schema(int), insta_id.migrations(),
+    insta_id.applied_migrations(), insta_id.pending_migrations(), insta_id.guard_stats(),
+    insta_id.guard_stats_total() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION insta_id.shards(), insta_id.shard_schema(int), insta_id.migrations(),
+    insta_id.applied_migrations(), insta_id.pending_migrations(), insta_id.guard_stats(),
+    insta_id.guard_stats_total() TO PUBLIC;
 
 -- lock_shard_for_move: the holder named through _lock_holder.
 CREATE OR REPLACE FUNCTION insta_id.lock_shard_for_move(shard_id int)
@@ -1664,7 +1806,7 @@ $$;
 -- order: one transaction per schema, run as the schema's owner in a
 -- security-restricted operation with search_path = <schema>, pg_catalog,
 -- pg_temp (insta_id._run_in_schema), recorded in
--- insta_id.applied_migrations in the same transaction. Re-running skips the
+-- insta_id_admin.applied_migrations in the same transaction. Re-running skips the
 -- schemas that have it, so a failure or a cancel is resumed by calling it
 -- again; it stops at the first failing schema, naming it. Each schema's
 -- statements run under lock_timeout and are retried lock_retries times
@@ -1717,7 +1859,7 @@ BEGIN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
         RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1734,9 +1876,9 @@ BEGIN
         IF target IS NULL THEN
             -- First transaction: one name, one set of statements, one template.
             SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
-            FROM insta_id.migrations m WHERE m.name = migration;
+            FROM insta_id_admin.migrations m WHERE m.name = migration;
             IF NOT FOUND THEN
-                INSERT INTO insta_id.migrations (name, template_schema, statements)
+                INSERT INTO insta_id_admin.migrations (name, template_schema, statements)
                 VALUES (migration, migrate.template_schema, statements);
             ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
                 RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
@@ -1745,17 +1887,17 @@ BEGIN
                           HINT = 'A migration is never changed once run: give the new statements a new name.';
             END IF;
         END IF;
-        IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+        IF NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
                        WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
             target := migrate.template_schema;
             target_shard := NULL;
         ELSE
             -- The next shard without it; the registry is read again each time,
             -- so shards created meanwhile from the old template are not missed.
-            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id_admin.shard_registry r
             WHERE r.shard_id > last_shard
               AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
-              AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+              AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
                               WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
             ORDER BY r.shard_id LIMIT 1;
             EXIT WHEN NOT FOUND;
@@ -1774,7 +1916,7 @@ BEGIN
         -- So is one moved here whose old server keeps a copy following it
         -- for a rollback (this server's record of the move stays until the
         -- copy is dropped): the rows that follow would no longer fit it.
-        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id.moves m
+        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id_admin.moves m
                                                 WHERE m.shard_id = target_shard AND m.side = 'arriving') THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) was moved here and is not done yet (its old copy may follow it for a rollback), skipped',
                 migration, target_shard, quote_ident(target);
@@ -1785,7 +1927,7 @@ BEGIN
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
         IF target_shard IS NOT NULL THEN
-            PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
             CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
@@ -1820,7 +1962,7 @@ BEGIN
                                         quote_literal(migration), quote_ident(target), lock_timeout, attempt
                             USING ERRCODE = 'lock_not_available',
                                   DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
-                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END,
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END,
                                   HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
                     END IF;
                     RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
@@ -1835,7 +1977,7 @@ BEGIN
                         USING ERRCODE = err_state,
                               DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
                                            THEN 'Nothing was changed.'
-                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END),
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END),
                               HINT = CASE WHEN err_state = '25001' THEN
                                          'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
                                      WHEN err_hint <> '' THEN err_hint
@@ -1844,7 +1986,7 @@ BEGIN
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;
-        INSERT INTO insta_id.applied_migrations (schema_name, migration) VALUES (target, migration);
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration) VALUES (target, migration);
         shards_done := shards_done + (target_shard IS NOT NULL)::int;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -1860,12 +2002,12 @@ BEGIN
         RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
                         array_to_string(moving, ', ')
             USING ERRCODE = 'object_in_use',
-                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations() lists the skipped ones while they are here.', shards_done),
                   HINT = 'Call insta_id.migrate again once the moves are done (a kept old copy released: insta-id move --release), on the server that holds each shard: its migration history moves with it.';
     END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
-        (SELECT count(*) FROM insta_id.shard_registry r
+        (SELECT count(*) FROM insta_id_admin.shard_registry r
          WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
 END
 $$;
@@ -1937,7 +2079,7 @@ $$;
 -- the rows when nothing of the move is left (move_done). Not configuration:
 -- a dump restored elsewhere is not a server the move runs on, so pg_dump
 -- leaves the rows out.
-CREATE TABLE insta_id.moves (
+CREATE TABLE insta_id_admin.moves (
     shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
     side        text NOT NULL CHECK (side IN ('leaving', 'arriving')),
     schema_name name NOT NULL,
@@ -1954,7 +2096,7 @@ CREATE TABLE insta_id.moves (
     reserve_until timestamptz CHECK (reserve_until IS NULL OR side = 'leaving'),
     CHECK (step = ANY (insta_id._move_steps(side)))
 );
-COMMENT ON TABLE insta_id.moves IS
+COMMENT ON TABLE insta_id_admin.moves IS
 'Shard moves this server takes part in, with the step each has reached (insta-id move, insta-id status); not dumped';
 
 -- Records that this server's side of a shard's move reached a step (the
@@ -1967,7 +2109,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t timestamptz := clock_timestamp();
-    found_row insta_id.moves;
+    found_row insta_id_admin.moves;
 BEGIN
     IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -1982,9 +2124,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('Its steps: %s.', array_to_string(insta_id._move_steps(move_step.side), ', '));
     END IF;
-    SELECT * INTO found_row FROM insta_id.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
+    SELECT * INTO found_row FROM insta_id_admin.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO insta_id.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+        INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
         VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
                 jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t)));
         RETURN;
@@ -1999,7 +2141,7 @@ BEGIN
                                   found_row.peer, found_row.started_at),
                   HINT = 'Finish or undo that move first (insta-id move).';
     END IF;
-    UPDATE insta_id.moves m SET step = move_step.step, peer = move_step.peer,
+    UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
            steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
     WHERE m.shard_id = move_step.shard_id;
 END
@@ -2018,7 +2160,7 @@ BEGIN
     IF num_nulls(move_done.shard_id, move_done.side) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    DELETE FROM insta_id.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
+    DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
     RETURN FOUND;
 END
 $$;
@@ -2034,14 +2176,15 @@ COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 -- replication's workers run with session_replication_role = replica, where
 -- it does not fire. It reads the registry, so adopt_shard opens it without
 -- the table locks that dropping a trigger takes; the mover drops the
--- triggers afterwards. Runs as the client, who reads the registry as PUBLIC.
+-- triggers afterwards. SECURITY DEFINER: the writing client has no USAGE on
+-- insta_id_admin (and needs none); it reads one row and raises, nothing else.
 CREATE FUNCTION insta_id._move_fence()
 RETURNS trigger
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
+    IF NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
         RAISE EXCEPTION 'shard % is not registered on this server: this is the copy of a move, which takes no writes', TG_ARGV[0]
             USING ERRCODE = 'object_in_use',
                   DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback.',
@@ -2074,10 +2217,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF move_fence.schema_name IN ('insta_id', 'insta_id_mark', 'information_schema') OR move_fence.schema_name LIKE 'pg\_%' THEN
+    IF move_fence.schema_name IN ('insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR move_fence.schema_name LIKE 'pg\_%' THEN
         RAISE EXCEPTION 'schema % is not a shard''s', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r
                WHERE r.shard_id = move_fence.shard_id OR r.schema_name = move_fence.schema_name) THEN
         RAISE EXCEPTION 'shard % or schema % is registered on this server: a move''s fence would never open',
                         move_fence.shard_id, quote_ident(move_fence.schema_name)
@@ -2244,7 +2387,7 @@ BEGIN
         'sequences', sequences,
         'mark', insta_id.high_water_mark(),
         'history', (SELECT coalesce(jsonb_agg(jsonb_build_object('migration', a.migration, 'applied_at', a.applied_at) ORDER BY a.migration), '[]')
-                    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp));
+                    FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp));
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_state(int) IS
@@ -2277,7 +2420,7 @@ DECLARE
     target regclass;
     here_last bigint;
     increment bigint;
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
     missing text;
 BEGIN
     IF num_nulls(move_carry.shard_id, move_carry.state) > 0 THEN
@@ -2300,10 +2443,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     nsp := move_carry.state ->> 'schema';
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_carry.shard_id AND m.schema_name = nsp
       AND (m.side = 'arriving' OR m.step IN ('reserved', 'returning')) FOR UPDATE;
-    IF NOT FOUND OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
+    IF NOT FOUND OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
         RAISE EXCEPTION 'no move of shard % into schema % waits for its cutover here', move_carry.shard_id, quote_ident(nsp)
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
@@ -2350,8 +2493,8 @@ BEGIN
     IF move_carry.state ->> 'mark' IS NOT NULL THEN
         PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);
     END IF;
-    DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
-    INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at)
+    DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
+    INSERT INTO insta_id_admin.applied_migrations (schema_name, migration, applied_at)
     SELECT nsp, h.migration, h.applied_at
     FROM jsonb_to_recordset(move_carry.state -> 'history') AS h(migration text, applied_at timestamptz);
     PERFORM insta_id.move_step(move_carry.shard_id, recorded.side,
@@ -2378,7 +2521,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     nsp name;
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
     until timestamptz;
 BEGIN
     IF num_nulls(move_reserve.shard_id, move_reserve.keep) > 0 THEN
@@ -2390,17 +2533,17 @@ BEGIN
     END IF;
     nsp := insta_id._shard_schema(move_reserve.shard_id);
     PERFORM insta_id._check_move_locked(move_reserve.shard_id, nsp);
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_reserve.shard_id AND m.side = 'leaving' AND m.schema_name = nsp FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no move of shard % away from this server is recorded', move_reserve.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = move_reserve.shard_id;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_reserve.shard_id;
     PERFORM insta_id.move_fence(nsp, move_reserve.shard_id);
     until := clock_timestamp() + move_reserve.keep;
     PERFORM insta_id.move_step(move_reserve.shard_id, 'leaving', 'reserved', nsp, recorded.peer);
-    UPDATE insta_id.moves m SET reserve_until = until WHERE m.shard_id = move_reserve.shard_id;
+    UPDATE insta_id_admin.moves m SET reserve_until = until WHERE m.shard_id = move_reserve.shard_id;
     RETURN until;
 END
 $$;
@@ -2421,18 +2564,18 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
 BEGIN
     IF move_release.shard_id IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving' AND m.step IN ('reserved', 'returning') FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no copy of shard % is kept on this server for a rollback', move_release.shard_id
             USING ERRCODE = 'undefined_object';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r
                WHERE r.shard_id = move_release.shard_id OR r.schema_name = recorded.schema_name) THEN
         RAISE EXCEPTION 'shard % or schema % is registered on this server: not a copy kept for a rollback',
                         move_release.shard_id, quote_ident(recorded.schema_name)
@@ -2446,9 +2589,9 @@ BEGIN
     END IF;
     -- Registered for this transaction only, so that drop_shard's checks and
     -- locks decide what goes.
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
     PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
-    DELETE FROM insta_id.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
+    DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
     RETURN recorded.schema_name;
 END
 $$;
@@ -2461,10 +2604,6 @@ REVOKE ALL ON FUNCTION insta_id._move_steps(text), insta_id.move_step(int, text,
     insta_id.move_lock(int, int), insta_id._shard_schema(int),
     insta_id.move_state(int), insta_id.move_carry(int, jsonb), insta_id.move_reserve(int, interval),
     insta_id.move_release(int) FROM PUBLIC;
--- Which shards have a move recorded here, and on which side: what
--- insta_id.migrate checks (as its caller) to skip them. No more of a move
--- than pg_publication and pg_subscription show anyone already.
-GRANT SELECT (shard_id, side) ON insta_id.moves TO PUBLIC;
 
 -- A delegated shard administrator (README, "Who may do what"): a role that
 -- is not a superuser and creates, migrates and drops shards. Everything it
@@ -2529,11 +2668,14 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
-        -- what they write (SELECT on them, and on the migration history and
-        -- the moves' shard and side, is PUBLIC's)
-        ('INSERT, UPDATE, DELETE', 'TABLE insta_id.shard_registry'),
-        ('SELECT, INSERT', 'TABLE insta_id.migrations'),
-        ('INSERT, DELETE', 'TABLE insta_id.applied_migrations')
+        -- what they read and write: insta_id's tables (what PUBLIC reads of
+        -- them goes through functions, insta_id.shards() and the like)
+        ('USAGE', 'SCHEMA insta_id_admin'),
+        ('SELECT, INSERT, UPDATE, DELETE', 'TABLE insta_id_admin.shard_registry'),
+        ('SELECT, INSERT', 'TABLE insta_id_admin.migrations'),
+        ('SELECT, INSERT, DELETE', 'TABLE insta_id_admin.applied_migrations'),
+        -- which shards a move holds here: migrate skips them
+        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
 $$;
 COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';

@@ -742,7 +742,7 @@ fn stats_columns(s: &Stats) -> [Datum; 5] {
 v1!(pg_finfo_insta_id_guard_stats_sequences);
 /// `insta_id._guard_stats()`: one row per sequence in the guard's table
 /// (database, sequence_oid, last_ms_at, issued, waits, wait_time,
-/// borrowed_ms, refused), for the view insta_id.guard_stats.
+/// borrowed_ms, refused), for insta_id.guard_stats().
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_guard_stats_sequences(fcinfo: FunctionCallInfo) -> Datum {
@@ -791,9 +791,9 @@ pub unsafe extern "C-unwind" fn insta_id_guard_stats_sequences(fcinfo: FunctionC
 }
 
 v1!(pg_finfo_insta_id_guard_stats_total);
-/// `insta_id._guard_stats_total()`: the guard as a whole (guard_mode,
+/// `insta_id.guard_stats_total()`: the guard as a whole (guard_mode,
 /// capacity, sequences, issued, waits, wait_time, borrowed_ms, refused,
-/// evictions, stats_reset), for the view insta_id.guard_stats_total.
+/// evictions, stats_reset), for SQL.
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_guard_stats_total(fcinfo: FunctionCallInfo) -> Datum {

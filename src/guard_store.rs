@@ -736,7 +736,7 @@ impl Guard {
     }
 }
 
-/// The guard's counts for insta_id.guard_stats and guard_stats_total.
+/// The guard's counts for insta_id.guard_stats() and guard_stats_total.
 pub struct Report {
     pub mode: GuardMode,
     pub capacity: usize,

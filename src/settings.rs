@@ -8,7 +8,7 @@
 //! - `insta_id.require_shared_guard` (superuser): refuse to mint IDs with a
 //!   per-session guard (not preloaded, PostgreSQL older than 17).
 //! - `insta_id.track_guard_stats` (superuser): count what the guard does
-//!   (insta_id.guard_stats); on by default.
+//!   (insta_id.guard_stats()); on by default.
 //! - `insta_id.max_lead` (superuser): how far ahead of the clock an ID's
 //!   millisecond may be (after a step back, a restart, a raised mark); past
 //!   it next_id waits for the clock (or raises, in error mode).
@@ -51,7 +51,7 @@ pub fn require_shared_guard() -> bool {
 
 static TRACK_GUARD_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
-/// Whether next_id counts into insta_id.guard_stats (every call).
+/// Whether next_id counts into insta_id.guard_stats() (every call).
 #[inline]
 pub fn track_guard_stats() -> bool {
     // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
@@ -171,7 +171,7 @@ pub fn define(at_server_start: bool) {
     );
     GucRegistry::define_bool_guc(
         c"insta_id.track_guard_stats",
-        c"Counts what the duplicate guard does for each sequence (insta_id.guard_stats).",
+        c"Counts what the duplicate guard does for each sequence (insta_id.guard_stats()).",
         c"IDs issued, waits for the next millisecond and their time, milliseconds borrowed after the clock stepped back, 54000 errors. The counts are kept under the lock next_id takes anyway.",
         &TRACK_GUARD_STATS,
         GucContext::Suset,

@@ -55,7 +55,7 @@ enum Command {
         servers: Vec<String>,
         /// Plan, without connecting, the fleet this file describes: a line
         /// per shard, `server shard bytes` (what each server's
-        /// insta_id.shard_registry and pg_total_relation_size say), and a
+        /// insta_id_admin.shard_registry and pg_total_relation_size say), and a
         /// server alone on a line for one without shards.
         #[arg(long, value_name = "FILE", conflicts_with = "servers")]
         sizes: Option<std::path::PathBuf>,

@@ -6,7 +6,7 @@
 //! sessions, and runs pg_dump for the schema, whose definitions it applies
 //! as the shard's owner (src/restore.rs).
 //!
-//! Each server records its side in insta_id.moves in the transaction that
+//! Each server records its side in insta_id_admin.moves in the transaction that
 //! makes the step, so a re-run after an interruption at any point reads how
 //! far the move got: the old server's row reaches 'cutover' in the
 //! transaction that drops the shard there, the point of no return. Before
@@ -174,7 +174,7 @@ struct Mover<'a> {
     bouncer: Option<Bouncer>,
     /// When the cutover paused the shard's PgBouncer entry.
     paused_at: Option<Instant>,
-    /// Each server as the other's insta_id.moves row names it.
+    /// Each server as the other's insta_id_admin.moves row names it.
     from_label: String,
     to_label: String,
     to_sysid: String,
@@ -308,7 +308,10 @@ fn fixed_client(tool: &str) -> Result<()> {
 
 /// A session kept for a whole phase of the move: on the old server the one
 /// that holds the move's lock and then the cutover's; when finishing, one on
-/// the new server. No timeout of the server cuts its waits short.
+/// the new server. No timeout of the server cuts its waits short
+/// (transaction_timeout where there is one: 17+), and its transactions
+/// read committed whatever the role's default: they update rows (a move's
+/// record) that the move's other sessions update meanwhile.
 fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
     let mut c =
         connect(s).map_err(|e| format!("server {}: {}", s.label, crate::db::describe(&e)))?;
@@ -317,10 +320,13 @@ fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
                 pg_catalog.set_config('statement_timeout', '0', false),
                 pg_catalog.set_config('idle_in_transaction_session_timeout', '0', false),
                 pg_catalog.set_config('idle_session_timeout', '0', false),
+                pg_catalog.set_config('default_transaction_isolation', 'read committed', false),
                 pg_catalog.set_config('tcp_keepalives_idle', '10', false),
                 pg_catalog.set_config('tcp_keepalives_interval', '5', false),
                 pg_catalog.set_config('tcp_keepalives_count', '3', false),
-                pg_catalog.set_config('lock_timeout', $1, false)",
+                pg_catalog.set_config('lock_timeout', $1, false),
+                (SELECT pg_catalog.set_config(g.name, '0', false) FROM pg_catalog.pg_settings g
+                 WHERE g.name = 'transaction_timeout')",
         &[&lock_timeout],
     )
     .described()?;
@@ -398,7 +404,7 @@ impl<'a> Mover<'a> {
         for c in [&mut from_c, &mut to_c] {
             let recorded: bool = c
                 .query_one(
-                    "SELECT pg_catalog.to_regclass('insta_id.moves') IS NOT NULL",
+                    "SELECT pg_catalog.to_regclass('insta_id_admin.moves') IS NOT NULL",
                     &[],
                 )
                 .described()?
@@ -487,7 +493,7 @@ impl<'a> Mover<'a> {
     fn read_state(&mut self) -> Result<State> {
         let registered = |c: &mut Client, shard: i32| -> Result<Option<String>> {
             Ok(c.query_opt(
-                "SELECT schema_name::text FROM insta_id.shard_registry WHERE shard_id = $1::int",
+                "SELECT schema_name::text FROM insta_id_admin.shard_registry WHERE shard_id = $1::int",
                 &[&shard],
             )
             .described()?
@@ -572,7 +578,7 @@ impl<'a> Mover<'a> {
             .query_opt(
                 "SELECT peer, coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(steps) WITH ORDINALITY x(e, o)
                                         WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)
-                 FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                 FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
                 &[&self.shard],
             )
             .described()?
@@ -595,7 +601,7 @@ impl<'a> Mover<'a> {
         Ok(self
             .from
             .query_opt(
-                "SELECT step FROM insta_id.moves WHERE shard_id = $1::int AND side = 'leaving'",
+                "SELECT step FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'leaving'",
                 &[&self.shard],
             )
             .described()?
@@ -647,7 +653,7 @@ impl<'a> Mover<'a> {
         let arriving: Option<String> = self
             .to
             .query_opt(
-                "SELECT step FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                "SELECT step FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
                 &[&self.shard],
             )
             .described()?
@@ -683,7 +689,7 @@ impl<'a> Mover<'a> {
                     "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)
                          OR EXISTS (SELECT FROM pg_catalog.pg_replication_slots
                                     WHERE slot_name = $1::text AND database = pg_catalog.current_database())
-                         OR EXISTS (SELECT FROM insta_id.moves WHERE shard_id = $2::int AND side = 'leaving')",
+                         OR EXISTS (SELECT FROM insta_id_admin.moves WHERE shard_id = $2::int AND side = 'leaving')",
                     &[&self.name, &self.shard],
                 )
                 .described()?
@@ -769,17 +775,47 @@ impl<'a> Mover<'a> {
         }
 
         self.step("cutover");
-        self.cutover(&mut hold, &schema)?;
+        // Every lock the new server's part needs once the old server lets
+        // the shard go is taken before that point of no return: the
+        // finishers' lock, and the adoption itself, begun and left open
+        // (its registry row, which a create_shard of the same shard there
+        // would now wait for). So nothing on the new server can hold the
+        // move up after the cutover committed, when the shard is registered
+        // nowhere and its PgBouncer entry paused.
+        let (mut fin, _) = self.lock_finish()?;
+        let adopted = Self::adopt_begin(&mut fin, true, self.shard, &schema).map_err(|e| {
+            format!(
+                "the new server could not adopt the copy of shard {} (nothing was changed): {}",
+                self.shard,
+                e.message()
+            )
+        })?;
+        if let Err(e) = self.cutover(&mut hold, &schema) {
+            let _ = fin.batch_execute("ROLLBACK");
+            return Err(e);
+        }
         drop(hold);
         stop_after("cutover");
-        // At once: until then the shard takes writes nowhere. Under the
-        // finishers' lock, for this transaction (a re-run finishing beside
-        // this one adopts first, then this adopts nothing).
+        // At once: until then the shard takes writes nowhere.
         self.step(&format!("adopt {} on the new server", printable(&schema)));
         let advance = (!self.origin_filter).then_some(self.back.as_str());
-        Self::adopt(&mut self.to, self.shard, &schema, &self.from_label, advance)?;
-        let (hold, st) = self.lock_finish()?;
-        self.finish_move(hold, &st, &schema)
+        Self::adopt_end(
+            &mut fin,
+            adopted,
+            self.shard,
+            &schema,
+            &self.from_label,
+            advance,
+        )
+        .map_err(|e| {
+            format!(
+                "{}\nThe cutover committed: shard {} left the old server; run the move again, which adopts it on the new server and finishes",
+                e.message(),
+                self.shard
+            )
+        })?;
+        let st = self.read_state()?;
+        self.finish_move(fin, &st, &schema)
     }
 
     /// The shard is not registered on the old server: a move past its
@@ -1170,10 +1206,8 @@ impl<'a> Mover<'a> {
     /// In the held session on the old server: the cutover's locks, the new
     /// server caught up, what replication does not carry carried, the drop,
     /// COMMIT (the point of no return).
+    /// (The new server's adoption is begun before: run.)
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        // The new server must be able to adopt the copy once the old one is
-        // gone: tried now, and rolled back, before clients wait.
-        try_adopt(&mut self.to, schema, self.shard, "the new server")?;
         let hold_pid: i32 = hold
             .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
             .described()?
@@ -1527,7 +1561,7 @@ impl<'a> Mover<'a> {
         Ok(self
             .to
             .query_opt(
-                "SELECT step, schema_name::text FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                "SELECT step, schema_name::text FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
                 &[&self.shard],
             )
             .described()?
@@ -1543,7 +1577,7 @@ impl<'a> Mover<'a> {
             .query_opt(
                 "SELECT step, pg_catalog.to_char(reserve_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
                         reserve_until < pg_catalog.clock_timestamp()
-                 FROM insta_id.moves
+                 FROM insta_id_admin.moves
                  WHERE shard_id = $1::int AND side = 'leaving' AND step IN ('reserved', 'returning')",
                 &[&self.shard],
             )
@@ -1610,36 +1644,68 @@ impl<'a> Mover<'a> {
         from_label: &str,
         back: Option<&str>,
     ) -> Result<()> {
-        let mut tx = c.transaction().described()?;
-        tx.execute(
-            "SELECT insta_id._lock(insta_id._move_lock_key(), $1::int, false, false, true)",
-            &[&shard],
-        )
-        .described()?;
-        let registered: bool = tx
+        let done = Self::adopt_begin(c, true, shard, schema)
+            .and_then(|now| Self::adopt_end(c, now, shard, schema, from_label, back));
+        if done.is_err() {
+            let _ = c.batch_execute("ROLLBACK");
+        }
+        done
+    }
+
+    /// The adoption's first half, in a transaction it opens and leaves
+    /// open: the finishers' lock for the transaction (`lock`: the move's
+    /// new server), then adopt_shard, unless the shard is registered here
+    /// already (a re-run finishing beside this one adopted first: false).
+    fn adopt_begin(c: &mut Client, lock: bool, shard: i32, schema: &str) -> Result<bool> {
+        c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .described()?;
+        if lock {
+            c.execute(
+                "SELECT insta_id._lock(insta_id._move_lock_key(), $1::int, false, false, true)",
+                &[&shard],
+            )
+            .described()?;
+        }
+        let registered: bool = c
             .query_one(
-                "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $1::int)",
+                "SELECT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = $1::int)",
                 &[&shard],
             )
             .described()?
             .get(0);
         if !registered {
+            c.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &shard],
+            )
+            .described()?;
+        }
+        Ok(!registered)
+    }
+
+    /// Its second half, once the old server has let the shard go: the
+    /// slot back advanced and the step recorded (when this run adopted),
+    /// COMMIT.
+    fn adopt_end(
+        c: &mut Client,
+        adopted: bool,
+        shard: i32,
+        schema: &str,
+        from_label: &str,
+        back: Option<&str>,
+    ) -> Result<()> {
+        if adopted {
             if let Some(back) = back {
-                tx.execute(
+                c.execute(
                     "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())
                      FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
                     &[&back],
                 )
                 .described()?;
             }
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &shard],
-            )
-            .described()?;
-            Self::record(&mut tx, shard, "arriving", "adopted", schema, from_label)?;
+            Self::record(c, shard, "arriving", "adopted", schema, from_label)?;
         }
-        tx.commit().described()?;
+        c.batch_execute("COMMIT").described()?;
         Ok(())
     }
 
@@ -1771,7 +1837,7 @@ impl<'a> Mover<'a> {
                 .to
                 .query_one(
                     "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
-                     FROM (SELECT (SELECT steps FROM insta_id.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
+                     FROM (SELECT (SELECT steps FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
                     &[&self.shard],
                 )
                 .described()?;
@@ -1845,7 +1911,17 @@ impl<'a> Mover<'a> {
             Ok(worker && slot)
         })
         .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
-        try_adopt(&mut self.from, schema, self.shard, "the old server")?;
+        // As the move's cutover does on the new server: the old server's
+        // adoption is begun, and its registry row held, before this
+        // cutover's COMMIT on the new server, the point of no return.
+        let mut fin = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
+        let adopted = Self::adopt_begin(&mut fin, false, self.shard, schema).map_err(|e| {
+            format!(
+                "the old server could not adopt the copy of shard {} (nothing was changed): {}",
+                self.shard,
+                e.message()
+            )
+        })?;
         let hold_pid: i32 = hold
             .query_one(
                 "SELECT pg_catalog.pg_backend_pid(), pg_catalog.set_config('lock_timeout', $1, false)",
@@ -1856,8 +1932,33 @@ impl<'a> Mover<'a> {
         self.step("rollback: cutover");
         self.pause_entry(schema)?;
         let done = self.rollback_locked(&mut hold, schema);
-        self.settle(done, &mut hold, hold_pid, true)?;
+        if let Err(e) = self.settle(done, &mut hold, hold_pid, true) {
+            let _ = fin.batch_execute("ROLLBACK");
+            return Err(e);
+        }
         stop_after("rolled-back");
+        let adopt = if adopted {
+            self.step(&format!("adopt {} on the old server", printable(schema)));
+            Self::record(
+                &mut fin,
+                self.shard,
+                "leaving",
+                "returned",
+                schema,
+                &self.to_label,
+            )
+        } else {
+            Ok(())
+        };
+        adopt
+            .and_then(|()| Ok(fin.batch_execute("COMMIT").described()?))
+            .map_err(|e| {
+                format!(
+                    "{}\nThe rollback's cutover committed: shard {} left the new server; run the rollback again, which adopts it on the old server and finishes",
+                    e.message(),
+                    self.shard
+                )
+            })?;
         self.finish_rollback(hold, schema)
     }
 
@@ -1925,7 +2026,7 @@ impl<'a> Mover<'a> {
         let registered: bool = self
             .from
             .query_one(
-                "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $1::int)",
+                "SELECT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = $1::int)",
                 &[&self.shard],
             )
             .described()?
@@ -2027,7 +2128,7 @@ impl<'a> Mover<'a> {
                 tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", ident(schema)))
                     .described()?;
                 tx.execute(
-                    "DELETE FROM insta_id.applied_migrations WHERE schema_name = $1::text",
+                    "DELETE FROM insta_id_admin.applied_migrations WHERE schema_name = $1::text",
                     &[&schema],
                 )
                 .described()?;
@@ -2065,7 +2166,7 @@ impl<'a> Mover<'a> {
         .described()?;
         // (A copy kept for a rollback keeps its record.)
         tx.execute(
-            "SELECT insta_id.move_done($1::int, 'leaving') FROM insta_id.moves
+            "SELECT insta_id.move_done($1::int, 'leaving') FROM insta_id_admin.moves
              WHERE shard_id = $1::int AND side = 'leaving' AND step NOT IN ('reserved', 'returning')",
             &[&self.shard],
         )
@@ -2152,24 +2253,6 @@ fn unsubscribed(
     )
     .described()?
     .get(0))
-}
-
-/// Whether `server` (c) can adopt the copy once the other side has let
-/// the shard go: adopt_shard tried, and rolled back, before clients wait.
-fn try_adopt(c: &mut Client, schema: &str, shard: i32, server: &str) -> Result<()> {
-    let mut tx = c.transaction().described()?;
-    tx.execute(
-        "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-        &[&schema, &shard],
-    )
-    .map_err(|e| {
-        format!(
-            "{server} could not adopt the copy of shard {shard} (nothing was changed): {}",
-            crate::db::describe(&e)
-        )
-    })?;
-    tx.rollback().described()?;
-    Ok(())
 }
 
 /// Whether this database has the subscription named $1.

@@ -363,7 +363,7 @@ fn shard_sizes(c: &mut postgres::Client) -> Result<Vec<(i32, String, u64)>, post
     let rows = c.query(
         "SELECT r.shard_id, r.schema_name::text,
                 coalesce(sum(pg_catalog.pg_total_relation_size(k.oid)), 0)::bigint
-         FROM insta_id.shard_registry r
+         FROM insta_id_admin.shard_registry r
          LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
          LEFT JOIN pg_catalog.pg_class k ON k.relnamespace = n.oid AND k.relkind IN ('r', 'm')
          GROUP BY r.shard_id, r.schema_name ORDER BY r.shard_id",

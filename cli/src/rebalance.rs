@@ -76,7 +76,7 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
                 "SELECT shard_id, side, peer, step IN ('reserved', 'returning'),
                         coalesce(step IN ('reserved', 'returning') AND reserve_until < pg_catalog.clock_timestamp(), false),
                         step = 'returned'
-                 FROM insta_id.moves ORDER BY shard_id",
+                 FROM insta_id_admin.moves ORDER BY shard_id",
                 &[],
             )
             .map_err(|e| format!("server {}: {}", s.label, describe(&e)))?

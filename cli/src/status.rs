@@ -1,5 +1,5 @@
 //! `insta-id status`: the shard moves a server takes part in. Each server
-//! records its side of a move in `insta_id.moves` (the step reached and
+//! records its side of a move in `insta_id_admin.moves` (the step reached and
 //! when, written by the mover in the same transaction as what the step
 //! makes); the catalogs add how far the copy or the stream is. Every object
 //! of a move is named `insta_move_<shard>`: on the old server a publication
@@ -82,7 +82,7 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), String> {
     let head = c
         .query_opt(
             "SELECT pg_catalog.current_setting('server_version'), e.extversion,
-                    pg_catalog.to_regclass('insta_id.moves') IS NOT NULL
+                    pg_catalog.to_regclass('insta_id_admin.moves') IS NOT NULL
              FROM pg_catalog.pg_extension e WHERE e.extname = 'insta_id'",
             &[],
         )
@@ -127,7 +127,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
     for r in c.query(
         "SELECT substring(s.subname FROM '^insta_move_([0-9]+)$')::int, s.subenabled,
                 (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::int, count(r.srrelid)::int,
-                EXISTS (SELECT 1 FROM insta_id.shard_registry g
+                EXISTS (SELECT 1 FROM insta_id_admin.shard_registry g
                         WHERE g.shard_id = substring(s.subname FROM '^insta_move_([0-9]+)$')::int),
                 coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p
                           WHERE p.relid IN (SELECT x.srrelid FROM pg_catalog.pg_subscription_rel x WHERE x.srsubid = s.oid)), 0)::bigint
@@ -170,7 +170,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
                      FROM pg_catalog.pg_replication_slots s
                      WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
                        AND NOT pg_catalog.pg_is_in_recovery())
-             FROM insta_id.moves m",
+             FROM insta_id_admin.moves m",
             &[],
         )? {
             let (shard, side, peer, step, since, started, until, back): (i32, String, String, String, String, String, Option<String>, Option<String>) =

@@ -70,9 +70,9 @@ class Photos(unittest.TestCase):
         # autocommit mode; in psycopg's default mode (statements inside a
         # transaction) PostgreSQL refuses it with 2D000.
         self.addCleanup(self.conn.execute, "SELECT insta_id.drop_shard(s, force => true) FROM generate_series(5, 6) s"
-                                           " WHERE s IN (SELECT shard_id FROM insta_id.shards)")
+                                           " WHERE s IN (SELECT shard_id FROM insta_id.shards())")
         self.conn.execute("CALL insta_id.create_shards_in_batches(5, 6, 'template')")
-        self.assertEqual(self.query("SELECT count(*) FROM insta_id.shards WHERE shard_id IN (5, 6)"), [(2,)])
+        self.assertEqual(self.query("SELECT count(*) FROM insta_id.shards() WHERE shard_id IN (5, 6)"), [(2,)])
         with psycopg.connect() as conn:
             with self.assertRaises(psycopg.errors.InvalidTransactionTermination) as raised:
                 conn.execute("CALL insta_id.create_shards_in_batches(5, 6, 'template')")

@@ -40,7 +40,7 @@ class Photos(unittest.TestCase):
 
     def test_schema_is_the_shards(self):
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT shard_id, schema_name::text FROM insta_id.shards ORDER BY 1")).all()
+            rows = conn.execute(text("SELECT shard_id, schema_name::text FROM insta_id.shards() ORDER BY 1")).all()
             self.assertEqual(rows, [(n, f"insta{n}") for n in range(1, 5)])
             default = conn.execute(text("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
                                         "WHERE adrelid = 'insta3.photos'::regclass")).scalar_one()

@@ -88,7 +88,7 @@ for s in "${benched[@]}"; do
        "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1 failed/p' "$work/pgbench$s.out")"
 done
 
-holders=$(for n in 1 2 3 4; do q -d "$(conn demo-$n)" -c "SELECT shard_id || ' ' || $(cluster_port demo-$n) FROM insta_id.shards"; done | sort -n)
+holders=$(for n in 1 2 3 4; do q -d "$(conn demo-$n)" -c "SELECT shard_id || ' ' || $(cluster_port demo-$n) FROM insta_id.shards()"; done | sort -n)
 check "every shard on one server" "$(cut -d' ' -f1 <<<"$holders" | uniq | wc -l)|$(wc -l <<<"$holders")" "300|300"
 check "PgBouncer's entry of every shard names the server holding it" \
   "$(q -d "$admin" -c 'SHOW DATABASES' | awk -F'|' '$1 ~ /^shard[0-9]+$/ {print substr($1, 6) " " $3}' | sort -n)" "$holders"

@@ -25,7 +25,7 @@ CREATE TABLE template.photos (owner text NOT NULL, caption text);
 SELECT insta_id.add_id_column('template.photos', 'id', 0) AS id_sequence;
 ALTER TABLE template.photos ADD PRIMARY KEY (id);
 SELECT insta_id.create_shards(1, 4, 'template') AS shards_created;
-SELECT shard_id, schema_name, tables FROM insta_id.shards ORDER BY shard_id;
+SELECT shard_id, schema_name, tables FROM insta_id.shards() ORDER BY shard_id;
 SELECT n.nspname AS shard_schema, pg_get_expr(d.adbin, d.adrelid) AS id_default
 FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = 'photos' AND n.nspname LIKE 'insta%' ORDER BY 1;
@@ -57,10 +57,10 @@ SELECT insta_id.guard_mode() AS duplicate_guard;
 SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) AS mark_covers_every_id,
        insta_id.high_water_mark() - max(insta_id.created_at(id)) AS reserved_ahead
 FROM insta4.photos;
-\echo '== What the guard did (insta_id.guard_stats): 20,000 IDs from one sequence in one statement hit the ceiling of 1024 a millisecond, and waited'
+\echo '== What the guard did (insta_id.guard_stats()): 20,000 IDs from one sequence in one statement hit the ceiling of 1024 a millisecond, and waited'
 SELECT count(insta_id.next_id(4, 'insta4.photos_id_seq')) AS burst FROM generate_series(1, 20000);
 SELECT sequence, issued, waits, round(wait_time::numeric, 1) AS wait_ms, borrowed_ms, refused
-FROM insta_id.guard_stats WHERE database = current_database() ORDER BY issued DESC;
+FROM insta_id.guard_stats() WHERE database = current_database() ORDER BY issued DESC;
 SQL
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then

@@ -71,7 +71,7 @@ case "$cmd" in
       n=${d##*fleet-}
       [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" != "$to" ] || continue
       # (a server that does not answer stops this: it might be the one)
-      holds=$(on "$n" -d app -c "SELECT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = $shard)
+      holds=$(on "$n" -d app -c "SELECT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = $shard)
                                  OR EXISTS (SELECT FROM pg_publication WHERE pubname = 'insta_move_$shard')")
       [ "$holds" = f ] || from=$(connstr "$n")
     done

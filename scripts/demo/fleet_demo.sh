@@ -21,7 +21,7 @@ on 1 -d router -c "SELECT s AS logical_shard, id, insta_id.shard_id(id) AS decod
 for n in 1 2 3; do
   echo "== Server $n holds"
   on "$n" -d app -c "SELECT count(*) AS shards, min(shard_id) AS first, max(shard_id) AS last,
-                            (SELECT count(*) FROM all_users()) AS users FROM insta_id.shards"
+                            (SELECT count(*) FROM all_users()) AS users FROM insta_id.shards()"
 done
 map() {
   on 1 -d router -c "SELECT server, count(*) AS shards, min(shard_id) AS lowest, max(shard_id) AS highest

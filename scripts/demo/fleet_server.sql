@@ -5,8 +5,8 @@ CREATE FUNCTION shard_schema(shard int) RETURNS name
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE nsp name;
 BEGIN
-  SELECT schema_name INTO nsp FROM insta_id.shards WHERE shard_id = shard;
-  IF NOT FOUND THEN
+  nsp := insta_id.shard_schema(shard);
+  IF nsp IS NULL THEN
     RAISE EXCEPTION 'logical shard % is not on this server', shard USING ERRCODE = 'undefined_object';
   END IF;
   RETURN nsp;
@@ -36,7 +36,7 @@ CREATE FUNCTION write_random(rows int) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE nsp name;
 BEGIN
-  SELECT schema_name INTO nsp FROM insta_id.shards ORDER BY random() LIMIT 1;
+  SELECT schema_name INTO nsp FROM insta_id.shards() ORDER BY random() LIMIT 1;
   EXECUTE format('INSERT INTO %I.users (name) SELECT ''load'' FROM generate_series(1, $1)', nsp) USING rows;
 END $$;
 
@@ -45,7 +45,7 @@ CREATE FUNCTION all_users() RETURNS TABLE (shard int, id bigint, written_at time
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE r record;
 BEGIN
-  FOR r IN SELECT shard_id, schema_name FROM insta_id.shards ORDER BY shard_id LOOP
+  FOR r IN SELECT shard_id, schema_name FROM insta_id.shards() ORDER BY shard_id LOOP
     RETURN QUERY EXECUTE format('SELECT %s, id, written_at FROM %I.users', r.shard_id, r.schema_name);
   END LOOP;
 END $$;

@@ -139,7 +139,7 @@ BEGIN
     BEGIN
         RETURN QUERY
         -- The template's shards (and those of no recorded template), as migrate reaches them.
-        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id.shard_registry r
+        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id_admin.shard_registry r
                         LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
                         WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
                           AND r.shard_id BETWEEN first_shard AND last_shard),

@@ -2,8 +2,7 @@
 -- src/mark.rs, src/mark_wal.rs): its mode, the durable high-water mark and
 -- the sequence that keeps it, its statistics, and the warning CREATE
 -- EXTENSION gives when the guard covers single sessions.
--- search_path: none needed; C functions that run no SQL, and views that
--- name everything qualified.
+-- search_path: C functions that run no SQL need none; the SQL ones set it.
 -- Privileges: reading is PUBLIC's; guard_stats_reset and
 -- raise_high_water_mark are not (privileges.sql).
 
@@ -61,9 +60,38 @@ CREATE FUNCTION insta_id._guard_stats(
 RETURNS SETOF record
 LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED ROWS 100
 AS 'MODULE_PATHNAME', 'insta_id_guard_stats_sequences';
-COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of the view insta_id.guard_stats';
+COMMENT ON FUNCTION insta_id._guard_stats() IS 'The rows of insta_id.guard_stats()';
 
-CREATE FUNCTION insta_id._guard_stats_total(
+
+CREATE FUNCTION insta_id.guard_stats_reset()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
+COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
+'Zeroes the counts of insta_id.guard_stats() and guard_stats_total() (not what the guard remembers against duplicates); superuser unless granted';
+
+-- Read as functions, not views: what PUBLIC can name, it can lock (see
+-- insta_id.shards()). A sequence of another database shows its OID only:
+-- its name is in that database's catalog (and the same OID here may name
+-- another relation).
+CREATE FUNCTION insta_id.guard_stats(
+    OUT database name, OUT sequence regclass, OUT sequence_oid oid,
+    OUT last_ms_at timestamptz, OUT issued bigint, OUT waits bigint,
+    OUT wait_time double precision, OUT borrowed_ms bigint, OUT refused bigint)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED ROWS 100
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT d.datname,
+           CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END,
+           s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
+    FROM insta_id._guard_stats() s
+    LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database
+$$;
+COMMENT ON FUNCTION insta_id.guard_stats() IS
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+
+CREATE FUNCTION insta_id.guard_stats_total(
     OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
     OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
     OUT borrowed_ms bigint, OUT refused bigint, OUT evictions bigint,
@@ -71,29 +99,7 @@ CREATE FUNCTION insta_id._guard_stats_total(
 RETURNS record
 LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
-COMMENT ON FUNCTION insta_id._guard_stats_total() IS 'The row of the view insta_id.guard_stats_total';
-
-CREATE FUNCTION insta_id.guard_stats_reset()
-RETURNS void
-LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
-AS 'MODULE_PATHNAME', 'insta_id_guard_stats_reset';
-COMMENT ON FUNCTION insta_id.guard_stats_reset() IS
-'Zeroes the counts of insta_id.guard_stats and guard_stats_total (not what the guard remembers against duplicates); superuser unless granted';
-
--- A sequence of another database shows its OID only: its name is in that
--- database's catalog (and the same OID here may name another relation).
-CREATE VIEW insta_id.guard_stats AS
-SELECT d.datname AS database,
-       CASE WHEN d.datname = pg_catalog.current_database() THEN s.sequence_oid::pg_catalog.regclass END AS sequence,
-       s.sequence_oid, s.last_ms_at, s.issued, s.waits, s.wait_time, s.borrowed_ms, s.refused
-FROM insta_id._guard_stats() s
-LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
-COMMENT ON VIEW insta_id.guard_stats IS
-'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
-
-CREATE VIEW insta_id.guard_stats_total AS
-SELECT * FROM insta_id._guard_stats_total();
-COMMENT ON VIEW insta_id.guard_stats_total IS
+COMMENT ON FUNCTION insta_id.guard_stats_total() IS
 'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
 
 -- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.

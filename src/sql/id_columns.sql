@@ -81,11 +81,11 @@ BEGIN
         RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
     END IF;
     IF shard IS NULL THEN
-        SELECT r.shard_id INTO shard FROM insta_id.shard_registry r WHERE r.schema_name = nsp;
+        SELECT r.shard_id INTO shard FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'table % is not in a logical shard', tbl
                 USING ERRCODE = 'undefined_object',
-                      DETAIL = format('Schema %I is not in insta_id.shards.', nsp),
+                      DETAIL = format('Schema %I is not in insta_id.shards().', nsp),
                       HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
         END IF;
     END IF;

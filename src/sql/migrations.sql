@@ -9,34 +9,63 @@
 -- which schemas (the template and each shard) have it. Both are user data:
 -- pg_dump dumps them. A shard made from a template has every migration the
 -- template has.
-CREATE TABLE insta_id.migrations (
+CREATE TABLE insta_id_admin.migrations (
     name            text PRIMARY KEY CHECK (name <> ''),
     template_schema name NOT NULL,
     statements      text NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE insta_id.migrations IS
+COMMENT ON TABLE insta_id_admin.migrations IS
 'Migrations run by insta_id.migrate: name, template and statements. Dumped by pg_dump with the database.';
-CREATE TABLE insta_id.applied_migrations (
+CREATE TABLE insta_id_admin.applied_migrations (
     schema_name name NOT NULL,
     migration   text NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (schema_name, migration)
 );
-COMMENT ON TABLE insta_id.applied_migrations IS
+COMMENT ON TABLE insta_id_admin.applied_migrations IS
 'Which schema (template or shard) has which migration. Dumped by pg_dump with the database.';
-SELECT pg_catalog.pg_extension_config_dump('insta_id.migrations', '');
-SELECT pg_catalog.pg_extension_config_dump('insta_id.applied_migrations', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id_admin.migrations', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id_admin.applied_migrations', '');
+
+-- What PUBLIC reads of them (a deploy checks that every shard has a
+-- migration): functions, for the reason insta_id.shards() gives; a
+-- migration's statements only to those who may run migrations.
+CREATE FUNCTION insta_id.migrations(OUT name text, OUT template_schema name, OUT created_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.name, m.template_schema, m.created_at FROM insta_id_admin.migrations m ORDER BY m.name
+$$;
+COMMENT ON FUNCTION insta_id.migrations() IS
+'Migrations run by insta_id.migrate: name, template and when (their statements are in insta_id_admin.migrations)';
+
+CREATE FUNCTION insta_id.applied_migrations(OUT schema_name name, OUT migration text, OUT applied_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT a.schema_name, a.migration, a.applied_at FROM insta_id_admin.applied_migrations a
+    ORDER BY a.schema_name, a.migration
+$$;
+COMMENT ON FUNCTION insta_id.applied_migrations() IS 'Which schema (template or shard) has which migration';
 
 -- Registered shards that lack a migration their template has.
-CREATE VIEW insta_id.pending_migrations AS
-SELECT m.name AS migration, r.shard_id, r.schema_name
-FROM insta_id.migrations m
-JOIN insta_id.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
-JOIN insta_id.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
-WHERE NOT EXISTS (SELECT FROM insta_id.applied_migrations a
-                  WHERE a.schema_name = r.schema_name AND a.migration = m.name);
-COMMENT ON VIEW insta_id.pending_migrations IS
+CREATE FUNCTION insta_id.pending_migrations(OUT migration text, OUT shard_id int, OUT schema_name name)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT m.name, r.shard_id, r.schema_name
+    FROM insta_id_admin.migrations m
+    JOIN insta_id_admin.applied_migrations t ON t.schema_name = m.template_schema AND t.migration = m.name
+    JOIN insta_id_admin.shard_registry r ON r.template_schema IS NULL OR r.template_schema = m.template_schema
+    WHERE NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                      WHERE a.schema_name = r.schema_name AND a.migration = m.name)
+    ORDER BY m.name, r.shard_id
+$$;
+COMMENT ON FUNCTION insta_id.pending_migrations() IS
 'Registered shards without a migration their template has (insta_id.migrate applies it)';
 
 -- The migrations a schema has, in name order (a template's plan carries them
@@ -47,7 +76,7 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(jsonb_agg(a.migration ORDER BY a.migration), '[]')
-    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp
+    FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp
 $$;
 
 -- Longer than a screen: a procedure that COMMITs between schemas keeps its
@@ -58,7 +87,7 @@ $$;
 -- order: one transaction per schema, run as the owner of the schema's
 -- objects (insta_id._code_owner) in a security-restricted operation with search_path = <schema>, pg_catalog,
 -- pg_temp (insta_id._run_in_schema), recorded in
--- insta_id.applied_migrations in the same transaction. Re-running skips the
+-- insta_id_admin.applied_migrations in the same transaction. Re-running skips the
 -- schemas that have it, so a failure or a cancel is resumed by calling it
 -- again; it stops at the first failing schema, naming it. Each schema's
 -- statements run under lock_timeout and are retried lock_retries times
@@ -111,7 +140,7 @@ BEGIN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
         RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -128,9 +157,9 @@ BEGIN
         IF target IS NULL THEN
             -- First transaction: one name, one set of statements, one template.
             SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
-            FROM insta_id.migrations m WHERE m.name = migration;
+            FROM insta_id_admin.migrations m WHERE m.name = migration;
             IF NOT FOUND THEN
-                INSERT INTO insta_id.migrations (name, template_schema, statements)
+                INSERT INTO insta_id_admin.migrations (name, template_schema, statements)
                 VALUES (migration, migrate.template_schema, statements);
             ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
                 RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
@@ -139,17 +168,17 @@ BEGIN
                           HINT = 'A migration is never changed once run: give the new statements a new name.';
             END IF;
         END IF;
-        IF NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+        IF NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
                        WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
             target := migrate.template_schema;
             target_shard := NULL;
         ELSE
             -- The next shard without it; the registry is read again each time,
             -- so shards created meanwhile from the old template are not missed.
-            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id.shard_registry r
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id_admin.shard_registry r
             WHERE r.shard_id > last_shard
               AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
-              AND NOT EXISTS (SELECT FROM insta_id.applied_migrations a
+              AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
                               WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
             ORDER BY r.shard_id LIMIT 1;
             EXIT WHEN NOT FOUND;
@@ -168,7 +197,7 @@ BEGIN
         -- So is one moved here whose old server keeps a copy following it
         -- for a rollback (this server's record of the move stays until the
         -- copy is dropped): the rows that follow would no longer fit it.
-        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id.moves m
+        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id_admin.moves m
                                                 WHERE m.shard_id = target_shard AND m.side = 'arriving') THEN
             RAISE NOTICE 'insta_id: migration %: shard % (schema %) was moved here and is not done yet (its old copy may follow it for a rollback), skipped',
                 migration, target_shard, quote_ident(target);
@@ -179,7 +208,7 @@ BEGIN
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
         IF target_shard IS NOT NULL THEN
-            PERFORM FROM insta_id.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
             CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
@@ -214,7 +243,7 @@ BEGIN
                                         quote_literal(migration), quote_ident(target), lock_timeout, attempt
                             USING ERRCODE = 'lock_not_available',
                                   DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
-                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END,
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END,
                                   HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
                     END IF;
                     RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
@@ -229,7 +258,7 @@ BEGIN
                         USING ERRCODE = err_state,
                               DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
                                            THEN 'Nothing was changed.'
-                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations lists the others.' END),
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END),
                               HINT = CASE WHEN err_state = '25001' THEN
                                          'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
                                      WHEN err_hint <> '' THEN err_hint
@@ -238,7 +267,7 @@ BEGIN
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;
-        INSERT INTO insta_id.applied_migrations (schema_name, migration) VALUES (target, migration);
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration) VALUES (target, migration);
         shards_done := shards_done + (target_shard IS NOT NULL)::int;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -254,12 +283,12 @@ BEGIN
         RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
                         array_to_string(moving, ', ')
             USING ERRCODE = 'object_in_use',
-                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations lists the skipped ones while they are here.', shards_done),
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations() lists the skipped ones while they are here.', shards_done),
                   HINT = 'Call insta_id.migrate again once the moves are done (a kept old copy released: insta-id move --release), on the server that holds each shard: its migration history moves with it.';
     END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
-        (SELECT count(*) FROM insta_id.shard_registry r
+        (SELECT count(*) FROM insta_id_admin.shard_registry r
          WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
 END
 $$;

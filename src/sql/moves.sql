@@ -15,25 +15,6 @@
 -- adopt_shard and drop_shard (registry.sql) end the move on each side.
 -- search_path and privileges: as registry.sql says; none is PUBLIC's.
 
--- The schema of a shard registered here: 22003 out of range, 42704 when
--- none is (what every step of a move on the old server starts with).
-CREATE FUNCTION insta_id._shard_schema(shard_id int)
-RETURNS name
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    nsp name;
-BEGIN
-    PERFORM insta_id._check_shard_id(_shard_schema.shard_id);
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'shard % does not exist', _shard_schema.shard_id USING ERRCODE = 'undefined_object';
-    END IF;
-    RETURN nsp;
-END
-$$;
-
 -- A shard being moved to another server (insta-id move): the mover
 -- holds this lock, for its session, from its checks until the shard has left;
 -- insta_id.migrate skips the shard meanwhile. Two movers of one shard, or a
@@ -79,7 +60,7 @@ $$;
 -- the rows when nothing of the move is left (move_done). Not configuration:
 -- a dump restored elsewhere is not a server the move runs on, so pg_dump
 -- leaves the rows out.
-CREATE TABLE insta_id.moves (
+CREATE TABLE insta_id_admin.moves (
     shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
     side        text NOT NULL CHECK (side IN ('leaving', 'arriving')),
     schema_name name NOT NULL,
@@ -96,7 +77,7 @@ CREATE TABLE insta_id.moves (
     reserve_until timestamptz CHECK (reserve_until IS NULL OR side = 'leaving'),
     CHECK (step = ANY (insta_id._move_steps(side)))
 );
-COMMENT ON TABLE insta_id.moves IS
+COMMENT ON TABLE insta_id_admin.moves IS
 'Shard moves this server takes part in, with the step each has reached (insta-id move, insta-id status); not dumped';
 
 -- Records that this server's side of a shard's move reached a step (the
@@ -109,7 +90,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t timestamptz := clock_timestamp();
-    found_row insta_id.moves;
+    found_row insta_id_admin.moves;
 BEGIN
     IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -124,9 +105,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('Its steps: %s.', array_to_string(insta_id._move_steps(move_step.side), ', '));
     END IF;
-    SELECT * INTO found_row FROM insta_id.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
+    SELECT * INTO found_row FROM insta_id_admin.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO insta_id.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+        INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
         VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
                 jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t)));
         RETURN;
@@ -141,7 +122,7 @@ BEGIN
                                   found_row.peer, found_row.started_at),
                   HINT = 'Finish or undo that move first (insta-id move).';
     END IF;
-    UPDATE insta_id.moves m SET step = move_step.step, peer = move_step.peer,
+    UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
            steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
     WHERE m.shard_id = move_step.shard_id;
 END
@@ -160,7 +141,7 @@ BEGIN
     IF num_nulls(move_done.shard_id, move_done.side) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    DELETE FROM insta_id.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
+    DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
     RETURN FOUND;
 END
 $$;
@@ -176,14 +157,15 @@ COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 -- replication's workers run with session_replication_role = replica, where
 -- it does not fire. It reads the registry, so adopt_shard opens it without
 -- the table locks that dropping a trigger takes; the mover drops the
--- triggers afterwards. Runs as the client, who reads the registry as PUBLIC.
+-- triggers afterwards. SECURITY DEFINER: the writing client has no USAGE on
+-- insta_id_admin (and needs none); it reads one row and raises, nothing else.
 CREATE FUNCTION insta_id._move_fence()
 RETURNS trigger
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
+    IF NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = TG_ARGV[0]::int) THEN
         RAISE EXCEPTION 'shard % is not registered on this server: this is the copy of a move, which takes no writes', TG_ARGV[0]
             USING ERRCODE = 'object_in_use',
                   DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback.',
@@ -216,10 +198,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF move_fence.schema_name IN ('insta_id', 'insta_id_mark', 'information_schema') OR move_fence.schema_name LIKE 'pg\_%' THEN
+    IF move_fence.schema_name IN ('insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR move_fence.schema_name LIKE 'pg\_%' THEN
         RAISE EXCEPTION 'schema % is not a shard''s', quote_ident(move_fence.schema_name) USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r
                WHERE r.shard_id = move_fence.shard_id OR r.schema_name = move_fence.schema_name) THEN
         RAISE EXCEPTION 'shard % or schema % is registered on this server: a move''s fence would never open',
                         move_fence.shard_id, quote_ident(move_fence.schema_name)
@@ -381,7 +363,7 @@ BEGIN
         'sequences', sequences,
         'mark', insta_id.high_water_mark(),
         'history', (SELECT coalesce(jsonb_agg(jsonb_build_object('migration', a.migration, 'applied_at', a.applied_at) ORDER BY a.migration), '[]')
-                    FROM insta_id.applied_migrations a WHERE a.schema_name = nsp));
+                    FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp));
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_state(int) IS
@@ -414,7 +396,7 @@ DECLARE
     target regclass;
     here_last bigint;
     increment bigint;
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
     missing text;
 BEGIN
     IF num_nulls(move_carry.shard_id, move_carry.state) > 0 THEN
@@ -437,10 +419,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     nsp := move_carry.state ->> 'schema';
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_carry.shard_id AND m.schema_name = nsp
       AND (m.side = 'arriving' OR m.step IN ('reserved', 'returning')) FOR UPDATE;
-    IF NOT FOUND OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
+    IF NOT FOUND OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_carry.shard_id) THEN
         RAISE EXCEPTION 'no move of shard % into schema % waits for its cutover here', move_carry.shard_id, quote_ident(nsp)
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
@@ -487,8 +469,8 @@ BEGIN
     IF move_carry.state ->> 'mark' IS NOT NULL THEN
         PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);
     END IF;
-    DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
-    INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at)
+    DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
+    INSERT INTO insta_id_admin.applied_migrations (schema_name, migration, applied_at)
     SELECT nsp, h.migration, h.applied_at
     FROM jsonb_to_recordset(move_carry.state -> 'history') AS h(migration text, applied_at timestamptz);
     PERFORM insta_id.move_step(move_carry.shard_id, recorded.side,
@@ -515,7 +497,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     nsp name;
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
     until timestamptz;
 BEGIN
     IF num_nulls(move_reserve.shard_id, move_reserve.keep) > 0 THEN
@@ -527,17 +509,17 @@ BEGIN
     END IF;
     nsp := insta_id._shard_schema(move_reserve.shard_id);
     PERFORM insta_id._check_move_locked(move_reserve.shard_id, nsp);
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_reserve.shard_id AND m.side = 'leaving' AND m.schema_name = nsp FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no move of shard % away from this server is recorded', move_reserve.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = move_reserve.shard_id;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_reserve.shard_id;
     PERFORM insta_id.move_fence(nsp, move_reserve.shard_id);
     until := clock_timestamp() + move_reserve.keep;
     PERFORM insta_id.move_step(move_reserve.shard_id, 'leaving', 'reserved', nsp, recorded.peer);
-    UPDATE insta_id.moves m SET reserve_until = until WHERE m.shard_id = move_reserve.shard_id;
+    UPDATE insta_id_admin.moves m SET reserve_until = until WHERE m.shard_id = move_reserve.shard_id;
     RETURN until;
 END
 $$;
@@ -558,18 +540,18 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    recorded insta_id.moves;
+    recorded insta_id_admin.moves;
 BEGIN
     IF move_release.shard_id IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT * INTO recorded FROM insta_id.moves m
+    SELECT * INTO recorded FROM insta_id_admin.moves m
     WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving' AND m.step IN ('reserved', 'returning') FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no copy of shard % is kept on this server for a rollback', move_release.shard_id
             USING ERRCODE = 'undefined_object';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r
                WHERE r.shard_id = move_release.shard_id OR r.schema_name = recorded.schema_name) THEN
         RAISE EXCEPTION 'shard % or schema % is registered on this server: not a copy kept for a rollback',
                         move_release.shard_id, quote_ident(recorded.schema_name)
@@ -583,9 +565,9 @@ BEGIN
     END IF;
     -- Registered for this transaction only, so that drop_shard's checks and
     -- locks decide what goes.
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
     PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
-    DELETE FROM insta_id.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
+    DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
     RETURN recorded.schema_name;
 END
 $$;

@@ -70,11 +70,14 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
-        -- what they write (SELECT on them, and on the migration history and
-        -- the moves' shard and side, is PUBLIC's)
-        ('INSERT, UPDATE, DELETE', 'TABLE insta_id.shard_registry'),
-        ('SELECT, INSERT', 'TABLE insta_id.migrations'),
-        ('INSERT, DELETE', 'TABLE insta_id.applied_migrations')
+        -- what they read and write: insta_id's tables (what PUBLIC reads of
+        -- them goes through functions, insta_id.shards() and the like)
+        ('USAGE', 'SCHEMA insta_id_admin'),
+        ('SELECT, INSERT, UPDATE, DELETE', 'TABLE insta_id_admin.shard_registry'),
+        ('SELECT, INSERT', 'TABLE insta_id_admin.migrations'),
+        ('SELECT, INSERT, DELETE', 'TABLE insta_id_admin.applied_migrations'),
+        -- which shards a move holds here: migrate skips them
+        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
 $$;
 COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';
@@ -100,7 +103,9 @@ COMMENT ON FUNCTION insta_id.grant_shard_admin(regrole, boolean) IS
 'Grants a role what a delegated shard administrator needs (insta_id.shard_admin_privileges()), or with revoke takes it back';
 
 GRANT USAGE ON SCHEMA insta_id TO PUBLIC;
--- Schema insta_id_mark (the high-water mark's sequence): no grants at all.
+-- Schemas insta_id_mark (the high-water mark's sequence) and insta_id_admin
+-- (insta_id's tables): nothing for PUBLIC. What PUBLIC can name it can
+-- lock, before any privilege check (insta_id.shards(), registry.sql).
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA insta_id FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA insta_id FROM PUBLIC;
 
@@ -113,20 +118,12 @@ GRANT EXECUTE ON FUNCTION
     insta_id.min_id(timestamptz, timestamptz), insta_id.max_id(timestamptz, timestamptz),
     insta_id.min_id(timestamptz, int, timestamptz), insta_id.max_id(timestamptz, int, timestamptz),
     insta_id.epoch(), insta_id.guard_mode(), insta_id.high_water_mark(),
-    -- read by the views guard_stats and guard_stats_total as their caller
-    insta_id._guard_stats(), insta_id._guard_stats_total()
+    insta_id.guard_stats(), insta_id.guard_stats_total(),
+    insta_id._guard_stats(),
+    -- the shard map and the migration history (SECURITY DEFINER readers)
+    insta_id.shards(), insta_id.shard_schema(int),
+    insta_id.migrations(), insta_id.applied_migrations(), insta_id.pending_migrations()
 TO PUBLIC;
 -- Not PUBLIC's, like pg_stat_reset(): insta_id.guard_stats_reset(), and
 -- insta_id.raise_high_water_mark(timestamptz), which moves every sequence's
 -- IDs ahead of the clock.
-
-GRANT SELECT ON insta_id.guard_stats, insta_id.guard_stats_total TO PUBLIC;
-GRANT SELECT ON insta_id.shard_registry, insta_id.shards TO PUBLIC;
--- A migration's statements only to those who may run migrations (granted
--- EXECUTE on insta_id.migrate; superusers).
-GRANT SELECT (name, template_schema, created_at) ON insta_id.migrations TO PUBLIC;
-GRANT SELECT ON insta_id.applied_migrations, insta_id.pending_migrations TO PUBLIC;
--- Which shards have a move recorded here, and on which side: what
--- insta_id.migrate checks (as its caller) to skip them. No more of a move
--- than pg_publication and pg_subscription show anyone already.
-GRANT SELECT (shard_id, side) ON insta_id.moves TO PUBLIC;

@@ -10,7 +10,15 @@
 -- insta_id._run_in_schema (ddl.sql). Not PUBLIC's: superusers, and roles
 -- granted EXECUTE (README, "Who may do what"; privileges.sql).
 
-CREATE TABLE insta_id.shard_registry (
+-- insta_id's tables (the shard map, migrations, moves) live in a schema of
+-- their own. PUBLIC has no USAGE on it, so no role without a grant can name
+-- them, and so none can queue a lock on them (see insta_id.shards()).
+-- Shard administrators get USAGE with their grants (privileges.sql).
+CREATE SCHEMA insta_id_admin;
+COMMENT ON SCHEMA insta_id_admin IS
+'insta_id''s tables: the shard map, migrations and moves. PUBLIC reads them through insta_id.shards(), insta_id.shard_schema(int) and the migration functions';
+
+CREATE TABLE insta_id_admin.shard_registry (
     shard_id    int  PRIMARY KEY CHECK (shard_id BETWEEN 0 AND 8191),
     schema_name name NOT NULL UNIQUE,
     created_at  timestamptz NOT NULL DEFAULT now(),
@@ -19,20 +27,69 @@ CREATE TABLE insta_id.shard_registry (
     -- adopt_shard, before 0.9.0): every template's migrations reach it.
     template_schema name
 );
-COMMENT ON TABLE insta_id.shard_registry IS
+COMMENT ON TABLE insta_id_admin.shard_registry IS
 'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
 -- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
-SELECT pg_catalog.pg_extension_config_dump('insta_id.shard_registry', '');
+SELECT pg_catalog.pg_extension_config_dump('insta_id_admin.shard_registry', '');
 
+-- The shard map as PUBLIC reads it: functions, not relations. A role that
+-- can name a relation can queue a lock on it before its privileges are
+-- checked (CREATE RULE asks for AccessExclusiveLock, CREATE TRIGGER for
+-- ShareRowExclusiveLock), and every later reader waits behind that request;
+-- nobody can name a function's tables without USAGE on insta_id_admin.
+-- SECURITY DEFINER to read them; STABLE, so one statement sees one map.
 -- tables: one pass over pg_class for all shards (pg_class has no index on
 -- the schema alone, so a count per shard would scan it once per shard).
-CREATE VIEW insta_id.shards AS
-SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int AS tables, r.template_schema
-FROM insta_id.shard_registry r
-LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
-LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
-           WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid;
-COMMENT ON VIEW insta_id.shards IS 'Logical shards of this database, with how many tables each has';
+CREATE FUNCTION insta_id.shards(
+    OUT shard_id int, OUT schema_name name, OUT created_at timestamptz,
+    OUT tables int, OUT template_schema name)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.shard_id, r.schema_name, r.created_at, coalesce(t.tables, 0)::int, r.template_schema
+    FROM insta_id_admin.shard_registry r
+    LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+    LEFT JOIN (SELECT c.relnamespace, count(*) AS tables FROM pg_catalog.pg_class c
+               WHERE c.relkind IN ('r', 'p') GROUP BY c.relnamespace) t ON t.relnamespace = n.oid
+    ORDER BY r.shard_id
+$$;
+COMMENT ON FUNCTION insta_id.shards() IS 'Logical shards of this database, with how many tables each has';
+
+-- The schema of a shard registered here: 22003 out of range, 42704 when
+-- none is (what every step of a move on the old server starts with).
+CREATE FUNCTION insta_id._shard_schema(shard_id int)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    PERFORM insta_id._check_shard_id(_shard_schema.shard_id);
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = _shard_schema.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', _shard_schema.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN nsp;
+END
+$$;
+
+-- Per-request routing (README): the schema of a shard of this database,
+-- NULL when the shard is not here (22003 out of range). One index probe,
+-- unlike insta_id.shards(). PUBLIC's, SECURITY DEFINER for the same reason.
+CREATE FUNCTION insta_id.shard_schema(shard_id int)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._check_shard_id(shard_schema.shard_id);
+    RETURN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard_schema.shard_id);
+END
+$$;
+COMMENT ON FUNCTION insta_id.shard_schema(int) IS
+'The schema of a logical shard of this database, for routing a request; NULL when the shard is not here';
 
 CREATE FUNCTION insta_id._check_shard_id(shard_id int)
 RETURNS void
@@ -101,19 +158,19 @@ BEGIN
     PERFORM insta_id._check_shard_id(create_shard.shard_id);
     PERFORM insta_id._check_name(create_shard.schema_name);
     nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
-    SELECT r.schema_name INTO taken FROM insta_id.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = create_shard.shard_id;
     IF FOUND THEN
         RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
             USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = nsp)
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp)
        OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
         RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
             USING ERRCODE = 'duplicate_schema',
                   HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
     END IF;
     EXECUTE format('CREATE SCHEMA %I', nsp);
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
     RETURN nsp;
 END
 $$;
@@ -139,7 +196,7 @@ DECLARE
 BEGIN
     -- The registry row, locked: a migration of this shard (which holds it
     -- FOR SHARE) finishes first, and none starts meanwhile.
-    SELECT r.schema_name INTO nsp FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
     END IF;
@@ -244,9 +301,9 @@ BEGIN
         -- (by its name as it is now: the schema locked is the one dropped)
         EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
     END IF;
-    DELETE FROM insta_id.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
-    IF EXISTS (SELECT FROM insta_id.applied_migrations a WHERE a.schema_name = nsp) THEN
-        DELETE FROM insta_id.applied_migrations a WHERE a.schema_name = nsp;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF EXISTS (SELECT FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp) THEN
+        DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
     END IF;
 END
 $$;
@@ -268,12 +325,12 @@ BEGIN
             USING ERRCODE = 'invalid_schema_name';
     END IF;
     -- A shard is a schema drop_shard may drop and migrate may change.
-    IF adopt_shard.schema_name IN ('public', 'insta_id', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
-       OR EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
-       OR EXISTS (SELECT FROM insta_id.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'It is public, insta_id''s own schema, a system schema or the template of shards.';
+                  DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
     END IF;
     -- Registering a schema lets drop_shard drop it: only its owner may.
     IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
@@ -281,10 +338,10 @@ BEGIN
         RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
         RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
     END IF;
-    IF EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
         RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
             USING ERRCODE = 'unique_violation';
     END IF;
@@ -302,7 +359,7 @@ BEGIN
         RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    INSERT INTO insta_id.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
 END
 $$;
 COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS

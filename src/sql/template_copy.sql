@@ -118,11 +118,11 @@ BEGIN
             SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
             FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
         ORDER BY x.ord, x.sub));
-    UPDATE insta_id.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
+    UPDATE insta_id_admin.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
     -- A copy of the template as it is now has every migration the template
     -- has. (Only then is INSERT on the history needed.)
     IF plan->'migrations' <> '[]' THEN
-        INSERT INTO insta_id.applied_migrations (schema_name, migration)
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration)
         SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
     END IF;
 END
@@ -276,7 +276,7 @@ DECLARE
     made int := 0;
 BEGIN
     FOR shard IN lo..hi LOOP
-        CONTINUE WHEN EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = shard);
+        CONTINUE WHEN EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard);
         PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
         made := made + 1;
     END LOOP;
@@ -316,7 +316,7 @@ BEGIN
     plan := insta_id._template_plan(template_schema);
     PERFORM insta_id._check_owners(plan);
     SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
-    WHERE NOT EXISTS (SELECT FROM insta_id.shard_registry r WHERE r.shard_id = s);
+    WHERE NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = s);
     IF first_missing IS NOT NULL THEN
         PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
             'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');

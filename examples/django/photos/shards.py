@@ -24,8 +24,8 @@ def use_shard(shard: int, using: str = DEFAULT_DB_ALIAS):
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT current_setting('search_path'),"
-            "       set_config('search_path', quote_ident(schema_name) || ', public', true)"
-            " FROM insta_id.shards WHERE shard_id = %s", [shard])
+            "       set_config('search_path', quote_ident(s) || ', public', true)"
+            " FROM insta_id.shard_schema(%s) s WHERE s IS NOT NULL", [shard])
         row = cursor.fetchone()
         if row is None:
             raise LookupError(f"logical shard {shard} is not in database {using!r}")

@@ -21,7 +21,7 @@ class Shards(TestCase):
         self.assertEqual(sql("SELECT DISTINCT insta_id.shard_id(i) FROM unnest(%s::bigint[]) i", pks), [(shard,)])
 
     def test_migrations_made_the_shards(self):
-        self.assertEqual(sql("SELECT shard_id, schema_name::text FROM insta_id.shards ORDER BY 1"),
+        self.assertEqual(sql("SELECT shard_id, schema_name::text FROM insta_id.shards() ORDER BY 1"),
                          [(n, f"insta{n}") for n in range(1, 5)])
         for n in range(1, 5):
             (default,), = sql("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef"

@@ -6,7 +6,7 @@ SELECT insta_id.create_shard(1);
 SELECT insta_id.create_shard(2, 'Robert''); DROP TABLE x; --');
 SELECT insta_id.create_shard(3, 'Shard Three');
 SELECT insta_id.create_shard(4, 'Ünïcødé_шард');
-SELECT shard_id, schema_name, tables FROM insta_id.shards ORDER BY shard_id;
+SELECT shard_id, schema_name, tables FROM insta_id.shards() ORDER BY shard_id;
 SELECT nspname FROM pg_namespace WHERE nspname IN ('insta1', 'Robert''); DROP TABLE x; --', 'Shard Three', 'Ünïcødé_шард') ORDER BY 1;
 
 -- add_id_column: a sequence of its own, OWNED BY the column, the shard from the registry.
@@ -49,7 +49,7 @@ SELECT insta_id.create_shard(5, 'insta1');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.create_shard(5, 'public');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS registry_rows FROM insta_id.shard_registry;
+SELECT count(*) AS registry_rows FROM insta_id_admin.shard_registry;
 
 -- create_shards: a copy of every template table per shard, with its own next_id columns.
 CREATE SCHEMA template;
@@ -61,7 +61,7 @@ CREATE TABLE template.photos (user_id bigint NOT NULL REFERENCES template.users 
 SELECT insta_id.add_id_column('template.photos', 'id', 0);
 CREATE INDEX ON template.photos (user_id);
 SELECT insta_id.create_shards(10, 12, 'template');
-SELECT shard_id, schema_name, tables FROM insta_id.shards WHERE shard_id >= 10 ORDER BY 1;
+SELECT shard_id, schema_name, tables FROM insta_id.shards() WHERE shard_id >= 10 ORDER BY 1;
 \d insta11.photos
 WITH u AS (INSERT INTO insta11.users (name) VALUES ('ann') RETURNING id)
 INSERT INTO insta11.photos (user_id, caption) SELECT id, 'hi' FROM u
@@ -75,7 +75,7 @@ INSERT INTO insta12.photos (user_id, caption) SELECT id, 'x' FROM insta11.users;
 SELECT insta_id.create_shard(15);
 SELECT insta_id.create_shards(13, 15, 'template');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS shards_13_14 FROM insta_id.shards WHERE shard_id IN (13, 14);
+SELECT count(*) AS shards_13_14 FROM insta_id.shards() WHERE shard_id IN (13, 14);
 SELECT count(*) AS schemas_13_14 FROM pg_namespace WHERE nspname IN ('insta13', 'insta14');
 SELECT insta_id.create_shards(20, 21, 'no_such_schema');
 \echo :LAST_ERROR_SQLSTATE
@@ -83,7 +83,7 @@ CREATE SCHEMA bad_template;
 CREATE TABLE bad_template.t (id serial);
 SELECT insta_id.create_shards(20, 21, 'bad_template');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS shards_20_and_up FROM insta_id.shards WHERE shard_id >= 20;
+SELECT count(*) AS shards_20_and_up FROM insta_id.shards() WHERE shard_id >= 20;
 
 -- create_shards_in_batches: commits every shards_per_commit shards, so any
 -- number of shards fits a stock lock table; calling it again skips the shards
@@ -94,7 +94,7 @@ CALL insta_id.create_shards_in_batches(50, 54, 'template', shards_per_commit => 
 SELECT insta_id.create_shard(56);
 CALL insta_id.create_shards_in_batches(50, 57, 'template');
 SET client_min_messages = warning;
-SELECT shard_id, tables FROM insta_id.shards WHERE shard_id BETWEEN 50 AND 57 ORDER BY 1;
+SELECT shard_id, tables FROM insta_id.shards() WHERE shard_id BETWEEN 50 AND 57 ORDER BY 1;
 INSERT INTO insta57.users (name) VALUES ('bo') RETURNING insta_id.shard_id(id);
 SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'insta57.photos'::regclass;
 -- Not inside a transaction block: PostgreSQL forbids its COMMIT there (2D000); nothing is made.
@@ -102,7 +102,7 @@ BEGIN;
 CALL insta_id.create_shards_in_batches(60, 61, 'template');
 ROLLBACK;
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS shards_60_61 FROM insta_id.shards WHERE shard_id IN (60, 61);
+SELECT count(*) AS shards_60_61 FROM insta_id.shards() WHERE shard_id IN (60, 61);
 CALL insta_id.create_shards_in_batches(60, 61, 'template', shards_per_commit => 0);
 \echo :LAST_ERROR_SQLSTATE
 CALL insta_id.create_shards_in_batches(60, 61, 'no_such_schema');
@@ -118,7 +118,7 @@ CALL insta_id.create_shards_in_batches(61, 60, 'template');
 \set VERBOSITY sqlstate
 SELECT insta_id.create_shards(100, 8191, 'template');
 \set VERBOSITY default
-SELECT count(*) AS shards_from_100 FROM insta_id.shards WHERE shard_id >= 100;
+SELECT count(*) AS shards_from_100 FROM insta_id.shards() WHERE shard_id >= 100;
 
 -- shard_drift: how shards differ from their template. None right after
 -- create_shards (shards 10-12; the others here were made empty on purpose).
@@ -196,7 +196,7 @@ SELECT insta_id.drop_shard(11, force => true);
 SELECT insta_id.drop_shard(12);
 SELECT insta_id.drop_shard(12);
 \echo :LAST_ERROR_SQLSTATE
-SELECT shard_id FROM insta_id.shards WHERE shard_id >= 10 ORDER BY 1;
+SELECT shard_id FROM insta_id.shards() WHERE shard_id >= 10 ORDER BY 1;
 SELECT count(*) FROM pg_namespace WHERE nspname IN ('insta11', 'insta12');
 
 -- adopt_shard registers a restored schema after checking its next_id columns.
@@ -206,7 +206,7 @@ CREATE TABLE moved.t (id bigint DEFAULT insta_id.next_id(30, 'moved.s'));
 SELECT insta_id.adopt_shard('moved', 31);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_shard('moved', 30);
-SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 30;
+SELECT shard_id, schema_name FROM insta_id.shards() WHERE shard_id = 30;
 
 -- lock_shard_for_move marks a shard as being moved for the session (what
 -- insta_id.migrate does then: tests/tap/t/008_move.pl, with real sessions); it names
@@ -229,6 +229,6 @@ CALL insta_id.create_shards_in_batches(40, 41, 'template');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.drop_shard(1, true);
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) > 0 AS can_read_registry FROM insta_id.shards;
+SELECT count(*) > 0 AS can_read_registry FROM insta_id.shards();
 RESET ROLE;
 DROP ROLE insta_id_regress_user;

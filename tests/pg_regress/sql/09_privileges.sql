@@ -32,11 +32,11 @@ SELECT insta_id._copy_planned('{}', 'x', 70);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id._run_in_schema('theirs', 'insta_id_regress_nobody', '{"SELECT 1"}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT statements FROM insta_id.migrations;
+SELECT statements FROM insta_id_admin.migrations;
 \echo :LAST_ERROR_SQLSTATE
 CALL insta_id.create_shards_in_batches(70, 71, 'theirs');
 \echo :LAST_ERROR_SQLSTATE
-INSERT INTO insta_id.shard_registry VALUES (70, 'x');
+INSERT INTO insta_id_admin.shard_registry VALUES (70, 'x');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.raise_high_water_mark(now());
 \echo :LAST_ERROR_SQLSTATE
@@ -54,7 +54,7 @@ CREATE RULE r AS ON UPDATE TO insta_id_mark.high_water DO INSTEAD NOTHING;
 \echo :LAST_ERROR_SQLSTATE
 -- What everyone may do: decode, read the registry and the mark.
 SELECT insta_id.shard_id(11637205501278089), count(*) >= 0 AS reads_registry,
-       insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards;
+       insta_id.high_water_mark() IS NOT NULL OR true AS reads_mark FROM insta_id.shards();
 RESET ROLE;
 -- A role with no right on the mark's sequence mints IDs (a renewal of the
 -- mark runs as the sequence's owner), and the mark covering an ID of a
@@ -74,14 +74,14 @@ SELECT insta_id.add_id_column('theirs.t', 'id', 77);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.create_shard(70);
 RESET ROLE;
-SELECT count(*) AS theirs_registered FROM insta_id.shard_registry WHERE schema_name = 'theirs';
+SELECT count(*) AS theirs_registered FROM insta_id_admin.shard_registry WHERE schema_name = 'theirs';
 -- A shard of the administrator's own, whose schema then passes to another role.
 ALTER SCHEMA insta70 OWNER TO insta_id_regress_other;
 SET ROLE insta_id_regress_admin;
 SELECT insta_id.drop_shard(70);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-SELECT shard_id, schema_name FROM insta_id.shards WHERE shard_id = 70;
+SELECT shard_id, schema_name FROM insta_id.shards() WHERE shard_id = 70;
 -- A migration runs as each schema's owner: an administrator granted migrate
 -- who is not a member of a shard's owner is refused at that shard (42501;
 -- here shard 1, of a superuser, made by an earlier file), and the template
@@ -91,9 +91,9 @@ SET ROLE insta_id_regress_admin;
 CALL insta_id.migrate('p1', 'admins_tmpl', 'CREATE TABLE t (v int)');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-SELECT schema_name, migration FROM insta_id.applied_migrations WHERE migration = 'p1' ORDER BY 1;
-DELETE FROM insta_id.applied_migrations WHERE migration = 'p1';
-DELETE FROM insta_id.migrations WHERE name = 'p1';
+SELECT schema_name, migration FROM insta_id_admin.applied_migrations WHERE migration = 'p1' ORDER BY 1;
+DELETE FROM insta_id_admin.applied_migrations WHERE migration = 'p1';
+DELETE FROM insta_id_admin.migrations WHERE name = 'p1';
 DROP SCHEMA admins_tmpl CASCADE;
 SELECT insta_id.drop_shard(70);
 
@@ -132,9 +132,11 @@ SELECT insta_id.adopt_shard('public', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_shard('pg_toast', 0);
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_shard('insta_id_admin', 0);
+\echo :LAST_ERROR_SQLSTATE
 CREATE SCHEMA "adopted ""one""";
 SELECT insta_id.adopt_shard('adopted "one"', 0);
-SELECT schema_name FROM insta_id.shards WHERE shard_id = 0;
+SELECT schema_name FROM insta_id.shards() WHERE shard_id = 0;
 SELECT insta_id.drop_shard(0);
 SELECT count(*) AS theirs_still_there FROM pg_namespace WHERE nspname = 'theirs';
 
@@ -196,7 +198,8 @@ DROP TABLE public.admin_attempts;
 DROP SCHEMA theirs CASCADE;
 SELECT insta_id.grant_shard_admin('insta_id_regress_admin', revoke => true);
 SELECT count(*) AS left_to_admin FROM insta_id.shard_admin_privileges() p
-WHERE CASE WHEN p.object LIKE 'TABLE %' THEN has_table_privilege('insta_id_regress_admin', substr(p.object, 7), 'INSERT')
+WHERE CASE WHEN p.object LIKE 'TABLE %' THEN has_any_column_privilege('insta_id_regress_admin', substr(p.object, 7), 'SELECT, INSERT, UPDATE')
+           WHEN p.object LIKE 'SCHEMA %' THEN has_schema_privilege('insta_id_regress_admin', substr(p.object, 8), 'USAGE')
            ELSE has_function_privilege('insta_id_regress_admin', to_regprocedure(substr(p.object, strpos(p.object, ' ') + 1)), 'EXECUTE') END;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_admin', current_database()) \gexec
 DROP OWNED BY insta_id_regress_admin;

@@ -1,4 +1,4 @@
--- insta_id.guard_stats / guard_stats_total: what the duplicate guard did.
+-- insta_id.guard_stats() / guard_stats_total: what the duplicate guard did.
 -- A sequence with INCREMENT 1024 gives every value the residue 0, so every
 -- ID after the first in a millisecond must wait for the next one (or, with
 -- on_overflow = 'error', is refused).
@@ -20,7 +20,7 @@ SELECT insta_id.guard_stats_reset();
 SELECT count(DISTINCT insta_id.next_id(1, 'stat_seq')) FROM generate_series(1, 50);
 SELECT sequence, database = current_database() AS this_db, last_ms_at <= clock_timestamp() AS last_ms_past,
        issued, waits BETWEEN 1 AND 49 AS waited, wait_time > 0 AS wait_time, borrowed_ms, refused
-FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
+FROM insta_id.guard_stats() WHERE sequence_oid = 'stat_seq'::regclass;
 -- Refused calls are counted (in shared memory: a rolled-back subtransaction
 -- keeps the count).
 SET insta_id.on_overflow = 'error';
@@ -38,23 +38,23 @@ BEGIN
 END $$;
 RESET insta_id.on_overflow;
 SELECT issued = 50 + current_setting('regress.ok')::int AS issued_counted, refused
-FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
+FROM insta_id.guard_stats() WHERE sequence_oid = 'stat_seq'::regclass;
 -- The server as a whole (other sessions may add to it).
 SELECT guard_mode = insta_id.guard_mode() AS mode, capacity >= sequences AS fits, sequences >= 1 AS tracked,
        issued >= 50 AS issued, waits >= 1 AS waits, refused >= 1 AS refused, evictions >= 0 AS evictions,
        stats_reset <= now() AS reset_before
-FROM insta_id.guard_stats_total;
+FROM insta_id.guard_stats_total();
 -- Not counting: insta_id.track_guard_stats = off.
 SELECT insta_id.guard_stats_reset();
 SET insta_id.track_guard_stats = off;
 SELECT count(*) FROM (SELECT insta_id.next_id(1, 'stat_seq') FROM generate_series(1, 5)) x;
 RESET insta_id.track_guard_stats;
-SELECT issued, waits, refused FROM insta_id.guard_stats WHERE sequence_oid = 'stat_seq'::regclass;
-SELECT stats_reset > now() - interval '1 minute' AS just_reset FROM insta_id.guard_stats_total;
+SELECT issued, waits, refused FROM insta_id.guard_stats() WHERE sequence_oid = 'stat_seq'::regclass;
+SELECT stats_reset > now() - interval '1 minute' AS just_reset FROM insta_id.guard_stats_total();
 -- Anyone may read the counts; only a superuser (or whom it grants) may reset them.
 CREATE ROLE insta_id_regress_reader;
 SET ROLE insta_id_regress_reader;
-SELECT count(*) >= 1 AS readable FROM insta_id.guard_stats;
+SELECT count(*) >= 1 AS readable FROM insta_id.guard_stats();
 SELECT insta_id.guard_stats_reset();
 \echo :LAST_ERROR_SQLSTATE
 SET insta_id.track_guard_stats = off;
@@ -68,13 +68,13 @@ SET client_min_messages = error;
 CREATE EXTENSION insta_id;
 RESET client_min_messages;
 SET ROLE insta_id_regress_reader;
-SELECT count(*) AS other_databases_rows FROM insta_id.guard_stats WHERE database <> current_database();
+SELECT count(*) AS other_databases_rows FROM insta_id.guard_stats() WHERE database <> current_database();
 RESET ROLE;
 GRANT pg_read_all_stats TO insta_id_regress_reader;
 SET ROLE insta_id_regress_reader;
 -- (the per-session guard holds this session's sequences only: none)
 SELECT count(*) > 0 OR insta_id.guard_mode() = 'session' AS other_databases_seen
-FROM insta_id.guard_stats WHERE database = 'insta_id_regress';
+FROM insta_id.guard_stats() WHERE database = 'insta_id_regress';
 RESET ROLE;
 \c insta_id_regress
 DROP DATABASE insta_id_regress_other;

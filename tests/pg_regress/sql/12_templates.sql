@@ -11,7 +11,7 @@
 -- be copied is refused, naming each object.
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
-SELECT count(*) >= 0 AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards) d;
+SELECT count(*) >= 0 AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
 CREATE ROLE insta_id_regress_owner;
 CREATE ROLE insta_id_regress_writer;
 CREATE ROLE insta_id_regress_reader;
@@ -168,7 +168,7 @@ CREATE DOMAIN bad_tmpl.positive AS int CHECK (VALUE > bad_tmpl.one());
 CREATE RULE no_delete AS ON DELETE TO bad_tmpl.t DO INSTEAD NOTHING;
 SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS made FROM insta_id.shards WHERE shard_id = 203;
+SELECT count(*) AS made FROM insta_id.shards() WHERE shard_id = 203;
 DROP SCHEMA bad_tmpl CASCADE;
 DROP TABLE IF EXISTS public.stray_logs;
 
@@ -176,7 +176,7 @@ DROP TABLE IF EXISTS public.stray_logs;
 CREATE SCHEMA owned_tmpl AUTHORIZATION insta_id_regress_owner;
 CREATE ROLE insta_id_regress_maker;
 GRANT EXECUTE ON FUNCTION insta_id.create_shards(int, int, text), insta_id.create_shard(int, text) TO insta_id_regress_maker;
-GRANT INSERT ON insta_id.shard_registry TO insta_id_regress_maker;
+GRANT INSERT ON insta_id_admin.shard_registry TO insta_id_regress_maker;
 GRANT USAGE ON SCHEMA owned_tmpl TO insta_id_regress_maker;
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_maker', current_database()) \gexec
 SET ROLE insta_id_regress_maker;
@@ -188,7 +188,7 @@ RESET ROLE;
 SELECT count(*) AS made FROM pg_namespace WHERE nspname = 'insta204';
 DROP SCHEMA owned_tmpl;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_maker', current_database()) \gexec
-REVOKE ALL ON insta_id.shard_registry FROM insta_id_regress_maker;
+REVOKE ALL ON insta_id_admin.shard_registry FROM insta_id_regress_maker;
 REVOKE ALL ON FUNCTION insta_id.create_shards(int, int, text), insta_id.create_shard(int, text) FROM insta_id_regress_maker;
 DROP ROLE insta_id_regress_maker;
 

@@ -81,7 +81,7 @@ SELECT rolsuper AS app_is_superuser FROM pg_roles WHERE rolname = 'insta_id_regr
 SELECT proconfig FROM pg_proc WHERE proname = 'touch' AND pronamespace = 'insta301'::regnamespace;
 
 -- adopt_shard by a superuser over a shard of the hostile template.
-DELETE FROM insta_id.shard_registry WHERE shard_id = 303;
+DELETE FROM insta_id_admin.shard_registry WHERE shard_id = 303;
 SELECT insta_id.adopt_shard('insta303', 303);
 SELECT who, superuser, called FROM hostile.log WHERE superuser OR who <> 'insta_id_regress_app';
 
@@ -94,8 +94,8 @@ SELECT insta_id.add_id_column('"$user".t');
 SELECT insta_id.drop_shard(305);
 
 SELECT insta_id.drop_shard(s, force => true) FROM generate_series(301, 304) s WHERE s <> 302;
-DELETE FROM insta_id.migrations WHERE name = 'h1';
-DELETE FROM insta_id.applied_migrations WHERE migration = 'h1';
+DELETE FROM insta_id_admin.migrations WHERE name = 'h1';
+DELETE FROM insta_id_admin.applied_migrations WHERE migration = 'h1';
 DROP SCHEMA htmpl, hostile CASCADE;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_app', current_database()) \gexec
 DROP ROLE insta_id_regress_app;

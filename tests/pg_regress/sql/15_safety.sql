@@ -5,7 +5,7 @@
 -- shards. (Cases 1 to 3, a template owner's code run by a superuser:
 -- 13_hostile.)
 SET client_min_messages = warning;
-SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards) d;
+SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
 
 -- Case 4: a shard whose schema is gone stops migrate, naming it; nothing is
 -- written elsewhere, whatever the caller's search_path holds.
@@ -18,20 +18,21 @@ CALL insta_id.migrate('c4', 'c4tmpl', 'INSERT INTO t VALUES (1)');
 \echo :LAST_ERROR_SQLSTATE
 RESET search_path;
 SELECT (SELECT count(*) FROM c4tmpl.t) AS template_rows, (SELECT count(*) FROM insta401.t) AS shard_401_rows;
-SELECT schema_name FROM insta_id.applied_migrations WHERE migration = 'c4' ORDER BY 1;
+SELECT schema_name FROM insta_id_admin.applied_migrations WHERE migration = 'c4' ORDER BY 1;
 -- Unregistered, the shard is no longer the migration's: it finishes.
 SELECT insta_id.drop_shard(402);
 CALL insta_id.migrate('c4', 'c4tmpl', 'INSERT INTO t VALUES (1)');
-SELECT count(*) AS pending FROM insta_id.pending_migrations WHERE migration = 'c4';
+SELECT count(*) AS pending FROM insta_id.pending_migrations() WHERE migration = 'c4';
 
 -- Case 5: a delegated administrator whose shard table hides its rows from
 -- it (FORCE ROW LEVEL SECURITY) cannot drop the shard as if it were empty.
 CREATE ROLE insta_id_regress_dba;
 GRANT EXECUTE ON FUNCTION insta_id.drop_shard(int, boolean), insta_id._lock_schema(oid), insta_id._lock_object(oid, oid)
       TO insta_id_regress_dba;
-GRANT UPDATE, DELETE ON insta_id.shard_registry TO insta_id_regress_dba;
-GRANT DELETE ON insta_id.applied_migrations TO insta_id_regress_dba;
-GRANT SELECT ON insta_id.applied_migrations TO insta_id_regress_dba;
+GRANT USAGE ON SCHEMA insta_id_admin TO insta_id_regress_dba;
+GRANT SELECT, UPDATE, DELETE ON insta_id_admin.shard_registry TO insta_id_regress_dba;
+GRANT DELETE ON insta_id_admin.applied_migrations TO insta_id_regress_dba;
+GRANT SELECT ON insta_id_admin.applied_migrations TO insta_id_regress_dba;
 SELECT insta_id.create_shard(409);
 ALTER SCHEMA insta409 OWNER TO insta_id_regress_dba;
 CREATE TABLE insta409.secrets (v text);
@@ -99,10 +100,10 @@ CREATE TABLE ta.a (v int);
 CREATE SCHEMA tb;
 CREATE TABLE tb.b (v int);
 SELECT insta_id.create_shards(411, 411, 'ta'), insta_id.create_shards(412, 412, 'tb');
-SELECT shard_id, template_schema FROM insta_id.shards WHERE shard_id IN (411, 412) ORDER BY 1;
+SELECT shard_id, template_schema FROM insta_id.shards() WHERE shard_id IN (411, 412) ORDER BY 1;
 CALL insta_id.migrate('a1', 'ta', 'ALTER TABLE a ADD COLUMN x int');
-SELECT schema_name FROM insta_id.applied_migrations WHERE migration = 'a1' ORDER BY 1;
-SELECT shard_id, migration FROM insta_id.pending_migrations WHERE migration = 'a1';
+SELECT schema_name FROM insta_id_admin.applied_migrations WHERE migration = 'a1' ORDER BY 1;
+SELECT shard_id, migration FROM insta_id.pending_migrations() WHERE migration = 'a1';
 SELECT attname FROM pg_attribute WHERE attrelid = 'insta411.a'::regclass AND attname = 'x';
 
 -- A template's populated materialized view: the copy is filled too (by
@@ -115,9 +116,9 @@ SELECT insta_id.create_shards(413, 413, 'mtmpl');
 SELECT answer FROM insta413.m;
 SELECT relname, relispopulated FROM pg_class WHERE relnamespace = 'insta413'::regnamespace AND relkind = 'm' ORDER BY 1;
 
-SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards) d;
-DELETE FROM insta_id.applied_migrations;
-DELETE FROM insta_id.migrations;
+SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
+DELETE FROM insta_id_admin.applied_migrations;
+DELETE FROM insta_id_admin.migrations;
 DROP SCHEMA c4tmpl, t, "Tmpl", ta, tb, mtmpl CASCADE;
 DROP OWNED BY insta_id_regress_dba;
 DROP ROLE insta_id_regress_dba;

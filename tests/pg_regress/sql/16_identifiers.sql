@@ -5,7 +5,7 @@
 -- with a SQLSTATE; and an event trigger logging every DDL command shows no
 -- statement ran outside the schemas the call was about.
 SET client_min_messages = warning;
-SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards) d;
+SELECT count(*) >= 0 AS clean FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
 CREATE TABLE public.ddl_log (call int, tag text, schema_name text, identity text);
 CREATE TABLE public.fuzz_call (n int);
 INSERT INTO public.fuzz_call VALUES (0);
@@ -68,7 +68,7 @@ SELECT b.k, public.try(b.k, format('SELECT insta_id.create_shard(%s, %L)', 500 +
        public.try(b.k, format('SELECT insta_id.create_shards(%s, %1$s, %L)', 600 + b.k, b.name)) AS create_shards,
        public.try(b.k, format('SELECT insta_id.adopt_shard(%L, %s)', b.name, 600 + b.k)) AS adopt_shard
 FROM public.bad_names b ORDER BY b.k;
-SELECT count(*) AS made FROM insta_id.shards WHERE shard_id IN (515, 516, 615, 616);
+SELECT count(*) AS made FROM insta_id.shards() WHERE shard_id IN (515, 516, 615, 616);
 CALL insta_id.migrate('bad', repeat('y', 64), 'SELECT 1');
 \echo :LAST_ERROR_SQLSTATE
 UPDATE public.fuzz_call SET n = 0;
@@ -76,7 +76,7 @@ UPDATE public.fuzz_call SET n = 0;
 -- Migrations on each template (procedures: from the top level), adopting and
 -- dropping. (Shards made by create_shard have no template, so every
 -- template's migrations would reach them: these are given none.)
-UPDATE insta_id.shard_registry SET template_schema = '-' WHERE shard_id BETWEEN 501 AND 599;
+UPDATE insta_id_admin.shard_registry SET template_schema = '-' WHERE shard_id BETWEEN 501 AND 599;
 SELECT format('UPDATE public.fuzz_call SET n = %s', f.k),
        format('CALL insta_id.migrate(%L, %L, %L)', 'm' || f.k, left('t' || f.name, 63),
               format('ALTER TABLE %I ADD COLUMN %I int', f.name, left('c' || f.name, 63)))
@@ -84,10 +84,10 @@ FROM public.fuzz_names f ORDER BY f.k \gexec
 SELECT f.k, count(a.*) AS migrated_schemas,
        (SELECT count(*) FROM pg_attribute x WHERE x.attrelid = format('insta%s.%I', 600 + f.k, f.name)::regclass
                                               AND x.attname = left('c' || f.name, 63)) AS shard_has_column
-FROM public.fuzz_names f LEFT JOIN insta_id.applied_migrations a ON a.migration = 'm' || f.k
+FROM public.fuzz_names f LEFT JOIN insta_id_admin.applied_migrations a ON a.migration = 'm' || f.k
 GROUP BY f.k ORDER BY f.k;
 SELECT f.k,
-       public.try(f.k, format('DELETE FROM insta_id.shard_registry WHERE shard_id = %s', 500 + f.k)) AS unregister,
+       public.try(f.k, format('DELETE FROM insta_id_admin.shard_registry WHERE shard_id = %s', 500 + f.k)) AS unregister,
        public.try(f.k, format('SELECT insta_id.adopt_shard(%L, %s)', f.name, 500 + f.k)) AS adopt_shard,
        public.try(f.k, format('SELECT insta_id.drop_shard(%s, true), insta_id.drop_shard(%s, true)', 500 + f.k, 600 + f.k)) AS drop_shard
 FROM public.fuzz_names f ORDER BY f.k;
@@ -121,7 +121,7 @@ SELECT insta_id.add_id_column(format('insta690.%I', repeat(U&'\8868', 20) || U&'
 SELECT octet_length(c.relname) AS bytes, right(c.relname, 4) AS ending FROM pg_class c WHERE c.oid = :'id_sequence'::regclass;
 SELECT insta_id.drop_shard(690, force => true);
 SELECT format('DROP SCHEMA %I CASCADE', left('t' || f.name, 63)) FROM public.fuzz_names f ORDER BY f.k \gexec
-DELETE FROM insta_id.applied_migrations;
-DELETE FROM insta_id.migrations;
+DELETE FROM insta_id_admin.applied_migrations;
+DELETE FROM insta_id_admin.migrations;
 DROP TABLE public.ddl_log, public.fuzz_call, public.fuzz_names, public.bad_names;
 DROP FUNCTION public.log_ddl(), public.try(int, text), public.mint(text);

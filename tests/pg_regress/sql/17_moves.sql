@@ -1,4 +1,4 @@
--- The state of shard moves (insta_id.moves): what insta-id move
+-- The state of shard moves (insta_id_admin.moves): what insta-id move
 -- records at each step on each server, and insta-id status shows. The moves
 -- themselves, with real servers: tests/tap/t/008_move.pl.
 \set SHOW_CONTEXT never
@@ -9,10 +9,10 @@ SELECT insta_id.move_step(7, 'leaving', 'published', 'insta7', '/tmp:5433/app');
 SELECT insta_id.move_step(7, 'leaving', 'slot', 'insta7', '/tmp:5433/app');
 SELECT shard_id, side, schema_name, peer, step, jsonb_array_length(steps) AS steps,
        steps -> 0 ->> 'step' AS first, (steps -> 1 ->> 'at')::timestamptz >= started_at AS in_order
-FROM insta_id.moves;
+FROM insta_id_admin.moves;
 -- The new server's side of another shard.
 SELECT insta_id.move_step(8, 'arriving', 'subscribed', 'insta8', 'db1:5432/app');
-SELECT shard_id, side, step FROM insta_id.moves ORDER BY shard_id;
+SELECT shard_id, side, step FROM insta_id_admin.moves ORDER BY shard_id;
 -- Refused: a side or step that does not exist (22023), a shard number out
 -- of range (22003), another move of the same shard (55006: the other side,
 -- another schema), with no change to the row.
@@ -29,11 +29,11 @@ SELECT insta_id.move_step(7, 'arriving', 'copying', 'insta7', '/tmp:5433/app');
 SELECT insta_id.move_step(7, 'leaving', 'cutover', 'other', '/tmp:5433/app');
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
-SELECT shard_id, side, step, jsonb_array_length(steps) AS steps FROM insta_id.moves ORDER BY shard_id;
+SELECT shard_id, side, step, jsonb_array_length(steps) AS steps FROM insta_id_admin.moves ORDER BY shard_id;
 -- A re-run that reaches the other server another way (a socket, an
 -- address) records the same move: the peer is the latest.
 SELECT insta_id.move_step(7, 'leaving', 'slot', 'insta7', '10.0.0.4:5433/app');
-SELECT peer, step, jsonb_array_length(steps) AS steps FROM insta_id.moves WHERE shard_id = 7;
+SELECT peer, step, jsonb_array_length(steps) AS steps FROM insta_id_admin.moves WHERE shard_id = 7;
 -- A NULL argument is an error (22004), not a call that does nothing.
 SELECT insta_id.move_step(7, 'leaving', NULL, 'insta7', '/tmp:5433/app');
 \echo :LAST_ERROR_SQLSTATE
@@ -42,36 +42,36 @@ SELECT insta_id.move_done(NULL, 'leaving');
 SELECT insta_id.move_fence('insta7', NULL);
 \echo :LAST_ERROR_SQLSTATE
 -- The table refuses what move_step would (23514), written by hand too.
-INSERT INTO insta_id.moves VALUES (9, 'leaving', 'insta9', 'x', 'adopted', '2026-01-01 00:00:00+00', '[]');
+INSERT INTO insta_id_admin.moves VALUES (9, 'leaving', 'insta9', 'x', 'adopted', '2026-01-01 00:00:00+00', '[]');
 \echo :LAST_ERROR_SQLSTATE
 -- A step recorded in a transaction that rolls back is not recorded: the
 -- row follows what the step made.
 BEGIN;
 SELECT insta_id.move_step(7, 'leaving', 'cutover', 'insta7', '/tmp:5433/app');
 ROLLBACK;
-SELECT step FROM insta_id.moves WHERE shard_id = 7;
+SELECT step FROM insta_id_admin.moves WHERE shard_id = 7;
 -- move_done forgets one side's row, and only that side's.
 SELECT insta_id.move_done(7, 'arriving') AS other_side, insta_id.move_done(7, 'leaving') AS done,
        insta_id.move_done(7, 'leaving') AS again;
-SELECT shard_id FROM insta_id.moves;
+SELECT shard_id FROM insta_id_admin.moves;
 -- Not dumped: the rows are this server's, not the database's.
-SELECT count(*) AS config_tables FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'insta_id' AND c = 'insta_id.moves'::regclass;
--- Not PUBLIC's: neither the functions nor the table, but for which shards
--- have a move recorded and on which side (insta_id.migrate reads it as its
--- caller, to skip them).
+SELECT count(*) AS config_tables FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'insta_id' AND c = 'insta_id_admin.moves'::regclass;
+-- Not PUBLIC's: neither the functions nor the table (a shard administrator
+-- may read which shards have a move and on which side: migrate skips them).
 CREATE ROLE insta_id_regress_mover_nobody;
 SET ROLE insta_id_regress_mover_nobody;
 SELECT insta_id.move_step(8, 'arriving', 'copying', 'insta8', 'db1:5432/app');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_done(8, 'arriving');
 \echo :LAST_ERROR_SQLSTATE
-SELECT peer FROM insta_id.moves;
+SELECT peer FROM insta_id_admin.moves;
 \echo :LAST_ERROR_SQLSTATE
-SELECT step FROM insta_id.moves;
+SELECT step FROM insta_id_admin.moves;
 \echo :LAST_ERROR_SQLSTATE
-SELECT shard_id, side FROM insta_id.moves;
+SELECT shard_id, side FROM insta_id_admin.moves;
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-SELECT step FROM insta_id.moves WHERE shard_id = 8;
+SELECT step FROM insta_id_admin.moves WHERE shard_id = 8;
 SELECT insta_id.move_done(8, 'arriving');
 DROP ROLE insta_id_regress_mover_nobody;
 
@@ -110,6 +110,8 @@ SELECT insta_id.move_fence('nowhere', 12);
 SELECT insta_id.move_fence('arriving', 8192);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_fence('insta_id', 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_fence('insta_id_admin', 12);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_fence('pg_catalog', 12);
 \echo :LAST_ERROR_SQLSTATE
@@ -189,7 +191,7 @@ CREATE SEQUENCE insta30.unused;
 CREATE SEQUENCE insta30.restarted;
 ALTER SEQUENCE insta30.restarted RESTART WITH 1000;
 INSERT INTO insta30.t (v) SELECT g FROM generate_series(1, 5) g;
-INSERT INTO insta_id.applied_migrations (schema_name, migration, applied_at) VALUES ('insta30', '0001_t', '2026-01-01 00:00:00+00');
+INSERT INTO insta_id_admin.applied_migrations (schema_name, migration, applied_at) VALUES ('insta30', '0001_t', '2026-01-01 00:00:00+00');
 -- Not under move_lock: refused (55000), since a writer could still change it.
 SELECT insta_id.move_state(30);
 \echo :LAST_ERROR_SQLSTATE
@@ -212,8 +214,8 @@ SELECT jsonb_set(:'copy_state'::jsonb, '{shard}', '31') AS copy_state \gset
 SELECT insta_id.move_carry(31, :'copy_state') >= insta_id.high_water_mark() AS mark_raised;
 SELECT last_value, is_called FROM copy30.t_id_seq;
 SELECT last_value, is_called FROM copy30.unused;
-SELECT migration, applied_at FROM insta_id.applied_migrations WHERE schema_name = 'copy30';
-SELECT step, jsonb_array_length(steps) AS steps FROM insta_id.moves WHERE shard_id = 31;
+SELECT migration, applied_at FROM insta_id_admin.applied_migrations WHERE schema_name = 'copy30';
+SELECT step, jsonb_array_length(steps) AS steps FROM insta_id_admin.moves WHERE shard_id = 31;
 -- Refused (55000): a copy whose sequence was used past the old server's
 -- (its values could repeat), one that lacks a table of the old server (its
 -- rows would be lost), no move of that shard into that schema recorded
@@ -256,7 +258,7 @@ SELECT last_value, is_called FROM copy30.t_id_seq;
 SELECT nextval('copy30.restarted') AS restarted_continues_at;
 SELECT insta_id.move_done(31, 'arriving');
 DROP SCHEMA copy30 CASCADE;
-DELETE FROM insta_id.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
+DELETE FROM insta_id_admin.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
 SELECT insta_id.drop_shard(30, force => true);
 
 -- A move that keeps the old copy for its rollback (move_reserve, in place
@@ -290,8 +292,8 @@ SELECT insta_id.move_lock(40, 5) IS NOT NULL AS locked;
 SELECT insta_id.move_reserve(40, '15 minutes') AS kept_until \gset
 COMMIT;
 SELECT :'kept_until'::timestamptz - now() BETWEEN interval '14 minutes' AND interval '15 minutes' AS kept_15_minutes;
-SELECT count(*) AS registered FROM insta_id.shard_registry WHERE shard_id = 40;
-SELECT step, reserve_until > now() AS kept FROM insta_id.moves WHERE shard_id = 40;
+SELECT count(*) AS registered FROM insta_id_admin.shard_registry WHERE shard_id = 40;
+SELECT step, reserve_until > now() AS kept FROM insta_id_admin.moves WHERE shard_id = 40;
 -- The copy is fenced (55006), its rows still there.
 INSERT INTO insta40.t (v) VALUES (3);
 \echo :LAST_ERROR_SQLSTATE
@@ -302,9 +304,9 @@ SELECT jsonb_build_object('shard', 40, 'schema', 'insta40', 'tables', '["t"]'::j
                           'sequences', '{"t_id_seq": [7, true]}'::jsonb, 'mark', NULL, 'history', '[]'::jsonb) AS back \gset
 SELECT insta_id.move_carry(40, :'back') IS NOT DISTINCT FROM insta_id.high_water_mark() AS carried;
 SELECT last_value FROM insta40.t_id_seq;
-SELECT step FROM insta_id.moves WHERE shard_id = 40;
+SELECT step FROM insta_id_admin.moves WHERE shard_id = 40;
 -- Once the window has closed, no rollback (55000).
-UPDATE insta_id.moves SET reserve_until = '2026-01-01 00:00:00+00' WHERE shard_id = 40;
+UPDATE insta_id_admin.moves SET reserve_until = '2026-01-01 00:00:00+00' WHERE shard_id = 40;
 SELECT insta_id.move_carry(40, :'back');
 \echo :LAST_ERROR_SQLSTATE
 -- The copy dropped: refused while the schema is registered again (55000)
@@ -315,7 +317,7 @@ SELECT insta_id.move_carry(40, :'back');
 SELECT insta_id.adopt_shard('insta40', 40);
 SELECT insta_id.move_release(40);
 \echo :LAST_ERROR_SQLSTATE
-DELETE FROM insta_id.shard_registry WHERE shard_id = 40;
+DELETE FROM insta_id_admin.shard_registry WHERE shard_id = 40;
 CREATE SCHEMA keeper;
 CREATE VIEW keeper.v AS SELECT count(*) AS n FROM insta40.t;
 SELECT insta_id.move_release(40);
@@ -334,8 +336,8 @@ SELECT insta_id.move_release(NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_release(40);
 SELECT count(*) AS schema_left FROM pg_namespace WHERE nspname = 'insta40';
-SELECT count(*) AS moves_left FROM insta_id.moves WHERE shard_id = 40;
-SELECT count(*) AS registered FROM insta_id.shard_registry WHERE shard_id = 40;
+SELECT count(*) AS moves_left FROM insta_id_admin.moves WHERE shard_id = 40;
+SELECT count(*) AS registered FROM insta_id_admin.shard_registry WHERE shard_id = 40;
 SELECT insta_id.move_release(40);
 \echo :LAST_ERROR_SQLSTATE
 
@@ -343,7 +345,7 @@ SELECT insta_id.move_release(40);
 -- still here (its old copy may follow it for a rollback; DDL is not
 -- replicated): 55006 at the end, naming it; the template and the other
 -- shards migrated.
-SELECT count(*) AS other_shards FROM insta_id.shard_registry;
+SELECT count(*) AS other_shards FROM insta_id_admin.shard_registry;
 CREATE SCHEMA tpl50;
 CREATE TABLE tpl50.t (id bigint PRIMARY KEY);
 SELECT insta_id.create_shard(50), insta_id.create_shard(51);
@@ -359,4 +361,4 @@ GROUP BY 1 ORDER BY 1;
 SELECT insta_id.move_done(50, 'arriving');
 SELECT insta_id.drop_shard(50, force => true), insta_id.drop_shard(51, force => true);
 DROP SCHEMA tpl50 CASCADE;
-DELETE FROM insta_id.migrations WHERE name = '0001_v';
+DELETE FROM insta_id_admin.migrations WHERE name = '0001_v';

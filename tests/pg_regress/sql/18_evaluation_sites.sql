@@ -46,7 +46,7 @@ SELECT insta_id.create_shards(604, 604, 'sites_tmpl');
 -- table of a shard, a shard dropped, one locked for a move.
 SELECT format('CALL insta_id.migrate(%L, %L, %L)', 'site_' || site, 'sites_tmpl', exercise)
 FROM evaluation_sites.sites ORDER BY site \gexec
-SELECT count(*) AS pending FROM insta_id.pending_migrations WHERE migration LIKE 'site\_%';
+SELECT count(*) AS pending FROM insta_id.pending_migrations() WHERE migration LIKE 'site\_%';
 SELECT format('SELECT insta_id.add_id_column(%L) AS id_sequence', c.oid::regclass)
 FROM pg_class c WHERE c.relnamespace = 'insta601'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 ORDER BY c.relname \gexec
@@ -124,8 +124,8 @@ SELECT insta_id.create_shards(605, 605, 'mixed_tmpl');
 \echo :LAST_ERROR_SQLSTATE
 CALL insta_id.migrate('mixed', 'mixed_tmpl', 'INSERT INTO t VALUES (1)');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS nothing_made FROM insta_id.shard_registry WHERE shard_id = 605;
-SELECT count(*) AS nothing_recorded FROM insta_id.migrations WHERE name = 'mixed';
+SELECT count(*) AS nothing_made FROM insta_id_admin.shard_registry WHERE shard_id = 605;
+SELECT count(*) AS nothing_recorded FROM insta_id_admin.migrations WHERE name = 'mixed';
 -- Given to one role, which may create in the schema (itself staying the
 -- DBA's): copied, and migrated as that role.
 ALTER FUNCTION mixed_tmpl.dba_helper() OWNER TO insta_id_regress_site;
@@ -162,8 +162,8 @@ DROP SCHEMA other_code CASCADE;
 DROP ROLE insta_id_regress_other_coder;
 
 SELECT insta_id.drop_shard(s, force => true) FROM unnest('{601,602,605}'::int[]) s;
-DELETE FROM insta_id.applied_migrations WHERE migration LIKE 'site\_%' OR migration = 'mixed';
-DELETE FROM insta_id.migrations WHERE name LIKE 'site\_%' OR name = 'mixed';
+DELETE FROM insta_id_admin.applied_migrations WHERE migration LIKE 'site\_%' OR migration = 'mixed';
+DELETE FROM insta_id_admin.migrations WHERE name LIKE 'site\_%' OR name = 'mixed';
 DROP SCHEMA sites_tmpl, mixed_tmpl, closed_tmpl, evaluation_sites CASCADE;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_site', current_database()) \gexec
 DROP ROLE insta_id_regress_site;

@@ -54,7 +54,7 @@ SELECT count(*) AS rows_outside FROM outside.events_2020;
 SELECT attname FROM pg_attribute WHERE attrelid = 'outside.keep'::regclass AND attnum > 0 ORDER BY attnum;
 SELECT count(*) AS outside_objects FROM pg_depend d
 WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = 'outside'::regnamespace;
-SELECT string_agg(shard_id::text, ' ' ORDER BY shard_id) AS registered FROM insta_id.shards WHERE shard_id BETWEEN 40 AND 43;
+SELECT string_agg(shard_id::text, ' ' ORDER BY shard_id) AS registered FROM insta_id.shards() WHERE shard_id BETWEEN 40 AND 43;
 
 -- What lies inside goes: partitions, TOAST tables, indexes, sequences, a
 -- publication's hold on the shard's tables and schema (the publication
@@ -73,7 +73,7 @@ DROP VIEW outside.v;
 DROP CAST (insta42.e AS int);
 DROP OPERATOR FAMILY outside.fam USING btree;
 SELECT insta_id.drop_shard(s, force => true) FROM generate_series(40, 43) s;
-SELECT count(*) AS shards_left FROM insta_id.shards WHERE shard_id BETWEEN 40 AND 43;
+SELECT count(*) AS shards_left FROM insta_id.shards() WHERE shard_id BETWEEN 40 AND 43;
 SELECT pubname FROM pg_publication WHERE pubname = 'shard_pub';
 SELECT count(*) AS outside_objects FROM pg_depend d
 WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = 'outside'::regnamespace;

@@ -172,8 +172,8 @@ sub clock_steps
 		"$l: once settled after a step, no ID is further ahead of its session's clock than the step's lead + 1 ms per 1024 IDs since (+2)");
 	is(fq('SELECT max(ms - clock_ms) >= 1000 FROM regime WHERE k = 2'), 't', "$l: after the 2 s step back, IDs ran ahead of the clock");
 	is(fq(q{SELECT issued = (SELECT count(*) FROM ids) AND waits > 0 AND borrowed_ms > 0 AND refused = 0
-	     FROM insta_id.guard_stats WHERE database = current_database() AND sequence = 's'::regclass}),
-		't', "$l: insta_id.guard_stats counted every ID, the waits and the borrowed milliseconds");
+	     FROM insta_id.guard_stats() WHERE database = current_database() AND sequence = 's'::regclass}),
+		't', "$l: insta_id.guard_stats() counted every ID, the waits and the borrowed milliseconds");
 	check_back_on_clock($l);
 
 	$l = "$config, clock steps, error";
@@ -183,8 +183,8 @@ sub clock_steps
 	is(fq('SELECT sum(refused) > 0 FROM refusals'), 't', "$l: 54000 was raised (and caught) while the clock was behind");
 	note "$l: " . fq('SELECT sum(refused) FROM refusals') . ' calls refused with 54000';
 	is(fq(q{SELECT g.refused = (SELECT sum(refused) FROM refusals) AND g.borrowed_ms = 0
-	     FROM insta_id.guard_stats g WHERE database = current_database() AND sequence = 's'::regclass}),
-		't', "$l: insta_id.guard_stats counted each refusal, and no borrowed millisecond");
+	     FROM insta_id.guard_stats() g WHERE database = current_database() AND sequence = 's'::regclass}),
+		't', "$l: insta_id.guard_stats() counted each refusal, and no borrowed millisecond");
 	is(ahead_over(2), 0, "$l: no millisecond was borrowed: no ID further ahead of its session's clock than the step's lead (+2)");
 	check_back_on_clock($l);
 

@@ -46,7 +46,7 @@ $old->safe_psql('app', q{
 });
 # What pg_upgrade must carry over: the registry, every sequence, the rows.
 my $state = q{
-	SELECT (SELECT string_agg(shard_id || ':' || schema_name || ':' || tables, ',' ORDER BY shard_id) FROM insta_id.shards),
+	SELECT (SELECT string_agg(shard_id || ':' || schema_name || ':' || tables, ',' ORDER BY shard_id) FROM insta_id.shards()),
 	       (SELECT string_agg(schemaname || '.' || sequencename || '=' || last_value, ',' ORDER BY schemaname, sequencename)
 	          FROM pg_sequences WHERE schemaname LIKE 'insta%'),
 	       (SELECT count(*) || ' ' || sum(id) FROM public.shard_ids() id)};

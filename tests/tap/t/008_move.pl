@@ -115,9 +115,9 @@ sub rows_of
 # move, on both servers.
 sub nothing_left
 {
-	return $old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM insta_id.moves)') . '|'
+	return $old->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM insta_id_admin.moves)') . '|'
 	  . $new->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')
-	                                   + (SELECT count(*) FROM insta_id.moves)});
+	                                   + (SELECT count(*) FROM insta_id_admin.moves)});
 }
 
 # insta-id plan: shard 7 holds most of the bytes, the new server none; the
@@ -182,12 +182,12 @@ like($err, qr/NOTICE:  00000: insta_id: migration 0002_users_bio_index: shard 5 
 	'migrate skips a shard being moved, and says so');
 like($err, qr/^ERROR:  55006: migration '0002_users_bio_index' skipped shards being moved to another server: 5$/m,
 	'... and fails naming it (55006)');
-is($old->safe_psql('app', q{SELECT string_agg(schema_name, ',') FROM insta_id.pending_migrations WHERE migration = '0002_users_bio_index'}),
+is($old->safe_psql('app', q{SELECT string_agg(schema_name, ',') FROM insta_id.pending_migrations() WHERE migration = '0002_users_bio_index'}),
 	'insta5', 'every other shard has the migration');
 $holder->quit;
 is($old->safe_psql('app', q{SET client_min_messages = warning;
 	CALL insta_id.migrate('0002_users_bio_index', 'template', 'CREATE INDEX ON users (bio)');
-	SELECT count(*) FROM insta_id.pending_migrations}), 0, 'once the move is over, migrate finishes the skipped shard');
+	SELECT count(*) FROM insta_id.pending_migrations()}), 0, 'once the move is over, migrate finishes the skipped shard');
 ($rc, $out) = move(5, $from, $old->connstr('app'));
 like("$rc|$out", qr/^1\|insta-id: --from and --to are one database \(\S+ and \S+\): a shard moves between two$/m, 'refused: the old and the new server are one database');
 is(nothing_left(), '0|0', 'refused moves made nothing: no publication, slot or subscription');
@@ -254,10 +254,10 @@ my $gap = $new->safe_psql('app', "SELECT extract(epoch FROM max(t - p)) FROM (SE
 	FROM (SELECT at + CASE server WHEN 'new' THEN interval '2 s' ELSE interval '0' END t FROM $values) x) y");
 note "longest gap between two committed writes: $gap s";
 cmp_ok($gap, '<', 30, 'the longest gap is under 30 s (a bound, not a measurement)');
-is($new->safe_psql('app', q{SELECT (SELECT schema_name FROM insta_id.shards WHERE shard_id = 7) || '|'
-	|| (SELECT string_agg(migration, ',' ORDER BY migration) FROM insta_id.applied_migrations WHERE schema_name = 'insta7')}),
+is($new->safe_psql('app', q{SELECT (SELECT schema_name FROM insta_id.shards() WHERE shard_id = 7) || '|'
+	|| (SELECT string_agg(migration, ',' ORDER BY migration) FROM insta_id_admin.applied_migrations WHERE schema_name = 'insta7')}),
 	'insta7|0001_users_bio,0002_users_bio_index', 'the shard and its migration history are on the new server');
-is($old->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id.shards WHERE shard_id = 7) || '|' || (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta7')}),
+is($old->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id.shards() WHERE shard_id = 7) || '|' || (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta7')}),
 	'0|0', 'and gone from the old server');
 is(nothing_left(), '0|0', 'nothing of the move is left: publication, slot, subscription, fence');
 is($new->safe_psql('app', q{INSERT INTO insta7.users (name) VALUES ('after') RETURNING insta_id.shard_id(id)}), 7,
@@ -306,12 +306,33 @@ $new->safe_psql('app', 'CREATE TABLE insta17.late (id int PRIMARY KEY)');
 $reader->query_safe('COMMIT');
 $reader->quit;
 ($rc, $out) = move_finish($m);
-is("$rc|" . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards WHERE shard_id = 17'),
+is("$rc|" . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 17'),
 	"1|insta-id: tables of shard 17 that the move's subscription does not carry (made after it began): late; run the move again, which undoes it and moves the shard afresh|1",
 	'a table made on both servers during the move: the cutover refuses, the old server keeps the shard');
 ($rc, $out) = move(17, $from, $to);
 is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta17.late') . '|' . nothing_left(), '0|1|0|0',
 	'run again, the move undid the copy and moved the shard afresh, the late table\'s row with it');
+
+# What the new server's part needs once the old server lets the shard go is
+# taken before that point of no return. A session on the new server holding
+# the shard's finishing lock (a delegated administrator may take it) makes
+# the move wait before its cutover, then give up with the old server still
+# holding the shard; 0.9.0's first tool waited after its cutover had
+# committed, the shard registered on neither server. Run again once the
+# session is gone, the move finishes.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(19, 19, 'template')});
+$holder = $new->background_psql('app');
+$holder->query_safe('SELECT insta_id._lock(insta_id._move_lock_key(), 19, false, true, false)');
+($rc, $out) = move(19, $from, $to, '--finish-wait', 1);
+like("$rc|" . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 19')
+	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 19'),
+	qr/^1\|insta-id: gave up waiting for the lock of shard 19 on the new server\|1\|0$/,
+	'the new server\'s lock held elsewhere: the move gives up before its cutover, the old server keeps the shard');
+like($out, qr/waiting for process \d+ on the new server/, '... and named the process holding it');
+$holder->quit;
+($rc, $out) = move(19, $from, $to);
+is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 19') . '|' . nothing_left(), '0|1|0|0',
+	'run again once that session is gone, the move finishes');
 
 # A hostile shard owner (issue 23): the application role owns shard 16 and
 # fills it with a decoy of every pg_catalog function and operator it can
@@ -405,8 +426,8 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		($krc, $kout) = move($n, $from, $to);
 	}
 	move_released($_, $n) for $old, $new;
-	my $where = $old->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n")
-	  . $new->safe_psql('app', "SELECT count(*) FROM insta_id.shards WHERE shard_id = $n");
+	my $where = $old->safe_psql('app', "SELECT count(*) FROM insta_id.shards() WHERE shard_id = $n")
+	  . $new->safe_psql('app', "SELECT count(*) FROM insta_id.shards() WHERE shard_id = $n");
 	if ($at eq 'copy')    # the copy on the new server, before the cutover
 	{
 		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is not registered on this server: this is the copy of a move/m ? $1 : 'accepted' }
@@ -437,7 +458,7 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 	}
 	if ($at eq 'sequences' || $at eq 'cutover')    # each server's record of its steps, in order
 	{
-		my $steps = q{SELECT side || ': ' || string_agg(s ->> 'step', ',' ORDER BY o) FROM insta_id.moves, jsonb_array_elements(steps) WITH ORDINALITY e(s, o)
+		my $steps = q{SELECT side || ': ' || string_agg(s ->> 'step', ',' ORDER BY o) FROM insta_id_admin.moves, jsonb_array_elements(steps) WITH ORDINALITY e(s, o)
 		              WHERE shard_id = %d GROUP BY side};
 		is($old->safe_psql('app', sprintf($steps, $n)) . ' | ' . $new->safe_psql('app', sprintf($steps, $n)),
 			'leaving: published,slot' . ($at eq 'cutover' ? ',cutover' : '') . ' | arriving: subscribed,copying,copied,sequences',
@@ -476,6 +497,48 @@ is("$done[0][0]$done[1][0]|" . rows_of($new, 14) . '|' . $old->safe_psql('app', 
 	  . '|' . nothing_left(),
 	"00|$rows|0|0|0", 'killed after the cutover, two re-runs at once both finish, every row there, nothing left')
   or diag "$done[0][1]\n$done[1][1]";
+
+# The rollback and the release over the evaluation sites (issue 40): shard
+# 16, app_owner's with its sites and decoys, goes on from the new server to
+# a third (both 18, whose subscriptions apply rows as the tables' owner)
+# keeping its copy, takes rows there, and is rolled back: the replication
+# back applies them on the new server, running the sites' CHECKs, domain
+# checks and generated columns as app_owner. Then moved again and released
+# (drop_shard of the kept copy). No site and no decoy ran as a superuser,
+# on any of the three servers.
+$new->append_conf('postgresql.conf', $logical);
+$new->restart;
+my $third = insta_node('third', conf => $logical);
+$third->safe_psql('postgres', 'CREATE DATABASE app');
+$third->safe_psql('app', "SET client_min_messages = warning; CREATE EXTENSION insta_id;
+	CREATE ROLE app_owner; GRANT CREATE ON DATABASE app TO app_owner;
+	SET ROLE app_owner;\n\\i $fixtures/decoys.sql\n\\i $fixtures/evaluation_sites.sql");
+$new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');
+my ($via, $onward) = ($new->connstr('app'), $third->connstr('app'));
+($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
+is($rc, 0, 'shard 16 moved on to a third server, its copy kept') or diag $out;
+$new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');    # (the copy follows the third server from now on)
+$third->safe_psql('app', q{SET ROLE app_owner;
+	INSERT INTO insta16.s_check VALUES (2); INSERT INTO insta16.s_generated (v) VALUES (2);
+	INSERT INTO insta16.s_domain VALUES (2); INSERT INTO insta16.s_row VALUES (2)});
+($rc, $out) = move(16, $via, $onward, '--rollback');
+is("$rc|" . $new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || who || ':' || superuser, ' ' ORDER BY site || ':' || who || ':' || superuser)
+	  FROM evaluation_sites.seen}) . '|' . $new->safe_psql('app', 'SELECT v, g FROM insta16.s_generated WHERE v = 2'),
+	'0|check_domain:app_owner:false check_table:app_owner:false generated_stored:app_owner:false|2|2',
+	'rolled back: the replication back ran the sites of the rows written meanwhile as their owner')
+  or diag $out;
+($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
+my $moved = $rc;
+($rc, $out) = move(16, $via, $onward, '--release');
+is("$moved$rc|" . $new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'})
+	  . '|' . $third->safe_psql('app', q{SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16}),
+	'00|0|1', 'moved again and released: the kept copy dropped')
+  or diag $out;
+is(join('|', map { $_->safe_psql('app', q{SELECT (SELECT count(*) FROM evaluation_sites.seen WHERE superuser OR who <> 'app_owner')
+	  + (SELECT count(*) FROM hostile.log WHERE superuser)}) } $new, $third)
+	  . '|' . $new->safe_psql('app', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'app_owner'}),
+	'0|0|f', 'no site and no decoy ran as a superuser through the move, the rollback and the release');
+$third->stop;
 $new->stop;
 
 # Onto a server with the per-session guard (16, not preloaded), its clock 2 s

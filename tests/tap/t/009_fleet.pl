@@ -169,7 +169,7 @@ is($servers[4]->safe_psql('app', q{SELECT sum(n) FROM (SELECT count(*) n FROM in
 my @routed = map { [ split /\|/ ] } grep { /\S/ } split /\n/, slurp_file("$work/routed");
 my %seen;
 is(scalar(grep { $seen{ $_->[1] }++ } @routed) . '|' . scalar(@routed), "0|$routed_ok", 'no ID repeats among them');
-is(join(' ', map { $servers[$_]->safe_psql('app', 'SELECT (SELECT count(*) FROM insta_id.shards WHERE shard_id IN (25, 125, 225))
+is(join(' ', map { $servers[$_]->safe_psql('app', 'SELECT (SELECT count(*) FROM insta_id.shards() WHERE shard_id IN (25, 125, 225))
 	+ (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots)') } 1 .. 3)
 	  . ' ' . $servers[4]->safe_psql('app', 'SELECT count(*) FROM pg_subscription'),
 	'0 0 0 0', 'the old servers hold none of them, and no publication, slot or subscription is left');

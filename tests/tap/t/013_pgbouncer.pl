@@ -275,8 +275,8 @@ sub left_of
 	my ($node) = @_;
 	return $node->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription)
 	  + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_trigger WHERE tgname = 'insta_id_move_fence')
-	  + (SELECT count(*) FROM insta_id.moves)
-	  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13' AND NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = 13))});
+	  + (SELECT count(*) FROM insta_id_admin.moves)
+	  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13' AND NOT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = 13))});
 }
 for my $kill (undef, 'back-blocked', 'rolled-back')
 {
@@ -288,7 +288,7 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 	# The old copy follows the new server's writes.
 	my $follows = until_rows($new, 13, $at_cutover) && until_rows($old, 13, $at_cutover);
 	my $kept = $old->safe_psql('app', q{SELECT step || '|' || (reserve_until > now() + interval '14 minutes')
-	  || '|' || NOT EXISTS (SELECT FROM insta_id.shard_registry WHERE shard_id = 13) FROM insta_id.moves WHERE shard_id = 13});
+	  || '|' || NOT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = 13) FROM insta_id_admin.moves WHERE shard_id = 13});
 	my ($frc, undef, $ferr) = $old->psql('app', q{INSERT INTO insta13.users (name) VALUES ('direct')});
 	IPC::Run::run([ 'insta-id', 'status', '--server', $from, '--server', $to ], '>&', \my $status);
 	my ($rrc, $rout) = move(13, undef, '--rollback-window', '15 min');
@@ -332,7 +332,7 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 # A window that passes: a rollback after it is refused; the next run of the
 # move drops the old copy and the replication back.
 ($rc, $out) = move(13, undef, '--rollback-window', '2 s');
-$old->poll_query_until('app', 'SELECT reserve_until < now() FROM insta_id.moves WHERE shard_id = 13')
+$old->poll_query_until('app', 'SELECT reserve_until < now() FROM insta_id_admin.moves WHERE shard_id = 13')
   or die 'the window of shard 13 did not pass';
 my ($lrc, $lout) = move(13, $old_target, '--rollback');
 my ($erc, $eout) = move(13, undef, '--rollback-window', '2 s');
@@ -389,7 +389,7 @@ my $kept_rc = $? >> 8;
 }
 move_released($_, 13) for $old, $new;
 is(join('|', $kept_rc, $old->safe_psql('app', q{SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'insta_back_13'}),
-		$old->safe_psql('app', 'SELECT step FROM insta_id.moves WHERE shard_id = 13'),
+		$old->safe_psql('app', 'SELECT step FROM insta_id_admin.moves WHERE shard_id = 13'),
 		$new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta13'})),
 	'0|1|reserved|0', 'a release killed half-way: the copy dropped, the slot back and the record left')
   or diag $bkept;
@@ -419,7 +419,7 @@ note $out;
 my %holder;
 for my $n ($old, $new)
 {
-	$holder{$_} = $n for split /\n/, $n->safe_psql('app', 'SELECT shard_id FROM insta_id.shards ORDER BY 1');
+	$holder{$_} = $n for split /\n/, $n->safe_psql('app', 'SELECT shard_id FROM insta_id.shards() ORDER BY 1');
 }
 my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14;
 is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \(/m ? $1 : 'none', $rc, scalar(keys %holder), "@misrouted"),
