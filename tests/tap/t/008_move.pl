@@ -26,8 +26,12 @@
 #   with every row and nothing left behind (after the router's map switch:
 #   tests/tap/t/009_fleet.pl); two re-runs at once after the cutover both finish;
 # - a shard whose owner filled it with decoys of every pg_catalog function
-#   and operator (tests/fixtures/decoys.sql): none runs as the superuser
-#   moving it;
+#   and operator (tests/fixtures/decoys.sql) and PostgreSQL's evaluation
+#   sites (tests/fixtures/evaluation_sites.sql): none runs as the superuser
+#   moving it, on to a third server (18 to 18), rolling it back, releasing
+#   its kept copy or rebalancing;
+# - the new server's finishing lock held by another session: the move gives
+#   up before its cutover;
 # - onto 16 not preloaded (PG_MOVE_PER_SESSION: the per-session guard), its
 #   clock 2 s behind: a session opened there before the move mints IDs after
 #   the old server's.
@@ -538,6 +542,28 @@ is(join('|', map { $_->safe_psql('app', q{SELECT (SELECT count(*) FROM evaluatio
 	  + (SELECT count(*) FROM hostile.log WHERE superuser)}) } $new, $third)
 	  . '|' . $new->safe_psql('app', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'app_owner'}),
 	'0|0|f', 'no site and no decoy ran as a superuser through the move, the rollback and the release');
+# And a rebalance: a move of shard 16 back, killed after its copy, is the
+# interrupted move a rebalance redoes first (its restore and copy again on
+# the new server), before it plans.
+$_->safe_psql('app', 'TRUNCATE evaluation_sites.seen') for $new, $third;
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	($rc, $out) = move(16, $onward, $via);
+}
+IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120 ], '>&', \$out);
+$rc = shell_status($?);
+note join "\n", grep { /^==|^insta-id/ } split /\n/, $out;
+is($new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || who || ':' || superuser, ' ' ORDER BY site || ':' || who || ':' || superuser)
+	  FROM evaluation_sites.seen WHERE site IN ('exclusion', 'index_expression', 'index_predicate')}),
+	'exclusion:app_owner:false index_expression:app_owner:false index_predicate:app_owner:false',
+	'the rebalance restored shard 16 on the new server as its owner');
+is("$rc|" . ($out =~ /shard 16/ ? 'shard 16 redone' : 'not')
+	  . '|' . ($new->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16')
+		+ $third->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16'))
+	  . '|' . join('|', map { $_->safe_psql('app', q{SELECT (SELECT count(*) FROM evaluation_sites.seen WHERE superuser OR who <> 'app_owner')
+		+ (SELECT count(*) FROM hostile.log WHERE superuser)}) } $new, $third),
+	'0|shard 16 redone|1|0|0', 'a rebalance redid the interrupted move of shard 16 and went on: no site, no decoy as a superuser')
+  or diag $out;
 $third->stop;
 $new->stop;
 
