@@ -44,9 +44,10 @@ $old->safe_psql('app', q{
 	CALL public.fill_shards(3000);
 	CREATE TABLE public.ids_before AS SELECT id FROM public.shard_ids() id;
 });
-# What pg_upgrade must carry over: the registry, every sequence, the rows.
+# What pg_upgrade must carry over: the registry, every sequence, the rows
+# (read as 0.2.0's SQL has it: the view insta_id.shards).
 my $state = q{
-	SELECT (SELECT string_agg(shard_id || ':' || schema_name || ':' || tables, ',' ORDER BY shard_id) FROM insta_id.shards()),
+	SELECT (SELECT string_agg(shard_id || ':' || schema_name || ':' || tables, ',' ORDER BY shard_id) FROM insta_id.shards),
 	       (SELECT string_agg(schemaname || '.' || sequencename || '=' || last_value, ',' ORDER BY schemaname, sequencename)
 	          FROM pg_sequences WHERE schemaname LIKE 'insta%'),
 	       (SELECT count(*) || ' ' || sum(id) FROM public.shard_ids() id)};
