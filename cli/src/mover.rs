@@ -39,6 +39,7 @@ use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION
 use crate::plan::pretty;
 use postgres::Client;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -111,6 +112,14 @@ pub struct Args {
     /// password).
     #[arg(long, value_name = "CONNSTR", requires = "pgbouncer")]
     pub pgbouncer_target: Option<String>,
+    /// The directory of the pg_dump that dumps the shard's definitions. It
+    /// must be of the old server's major, the new one's or one between:
+    /// an older pg_dump cannot read the old server, a newer one writes
+    /// what the new server may not know. Default: the pg_dump in PATH if
+    /// it is one of those, else /usr/lib/postgresql/<N>/bin's (Debian's
+    /// layout) for the new server's major down to the old one's.
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub waits: Waits,
 }
@@ -174,6 +183,8 @@ struct Mover<'a> {
     bouncer: Option<Bouncer>,
     /// When the cutover paused the shard's PgBouncer entry.
     paused_at: Option<Instant>,
+    /// The pg_dump chosen for this move (pg_dump()).
+    pg_dump: Option<PathBuf>,
     /// Each server as the other's insta_id_admin.moves row names it.
     from_label: String,
     to_label: String,
@@ -279,31 +290,76 @@ fn stop_after(step: &str) {
 /// release.
 const FIXED_CLIENT: [(u32, u32); 5] = [(13, 22), (14, 19), (15, 14), (16, 10), (17, 6)];
 
+/// The major and minor release `pg_dump --version` answers (a
+/// development version's minor is 0).
+fn client_version(said: &str) -> Option<(u32, u32)> {
+    let v = said.split("(PostgreSQL) ").nth(1)?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
 /// Whether `pg_dump --version`'s answer is a fixed release.
 pub fn fixed_version(said: &str) -> bool {
-    let Some(v) = said.split("(PostgreSQL) ").nth(1) else {
+    let Some((major, minor)) = client_version(said) else {
         return false;
     };
-    let mut parts = v.split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
     major >= 18
         || FIXED_CLIENT
             .iter()
             .any(|&(m, fixed)| m == major && minor >= fixed)
 }
 
-/// Refuses a pg_dump or psql (from PATH) older than its major's fix.
-fn fixed_client(tool: &str) -> Result<()> {
-    let out = Command::new(tool)
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("{tool} could not be run: {e}"))?;
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !fixed_version(&said) {
-        return fail(format!("{tool} in PATH is {said}: a move needs 13.22, 14.19, 15.14, 16.10, 17.6, 18 or later (CVE-2025-8714 and 8715: a shard's owner could run commands as the superuser restoring its schema)"));
+/// Whether the pg_dump that answered `said` may dump a shard from a server
+/// of major `from` for one of major `to`: None if so, else why not.
+fn pg_dump_unfit(said: &str, from: u32, to: u32) -> Option<String> {
+    match client_version(said) {
+        None => Some(format!("it answers {:?}", terminal(said))),
+        Some((m, _)) if m < from => Some(format!(
+            "it is {m}'s, older than the old server's {from} (it cannot read it)"
+        )),
+        Some((m, _)) if m > to => Some(format!(
+            "it is {m}'s, newer than the new server's {to} (what it writes may not restore there)"
+        )),
+        Some(_) if !fixed_version(said) => Some(format!("it is {} (CVE-2025-8714 and 8715: a move needs 13.22, 14.19, 15.14, 16.10, 17.6, 18 or later)", terminal(said))),
+        Some(_) => None,
     }
-    Ok(())
+}
+
+/// The pg_dump for a move from major `from` to major `to` (--pg-bin's, or
+/// as its help says), or a refusal saying each one tried and why not.
+fn choose_pg_dump(pg_bin: Option<&Path>, from: u32, to: u32) -> Result<PathBuf> {
+    let mut tried: Vec<PathBuf> = match pg_bin {
+        Some(dir) => vec![dir.join("pg_dump")],
+        None => std::iter::once(PathBuf::from("pg_dump"))
+            .chain(
+                (from..=to)
+                    .rev()
+                    .map(|n| PathBuf::from(format!("/usr/lib/postgresql/{n}/bin/pg_dump"))),
+            )
+            .collect(),
+    };
+    let mut why = Vec::new();
+    for path in tried.drain(..) {
+        let said = match Command::new(&path).arg("--version").output() {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            Err(_) if pg_bin.is_none() && path.is_absolute() => continue,
+            Err(e) => {
+                why.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        match pg_dump_unfit(&said, from, to) {
+            None => return Ok(path),
+            Some(w) => why.push(format!("{}: {w}", path.display())),
+        }
+    }
+    fail(format!(
+        "no pg_dump fit to move a shard from PostgreSQL {from} to {to} ({}): give --pg-bin the directory of a pg_dump of {}",
+        why.join("; "),
+        if from == to { from.to_string() } else { format!("{from} to {to}") }
+    ))
 }
 
 /// A session kept for a whole phase of the move: on the old server the one
@@ -474,6 +530,7 @@ impl<'a> Mover<'a> {
             router,
             bouncer,
             paused_at: None,
+            pg_dump: None,
             from_label,
             to_label,
             to_sysid,
@@ -922,10 +979,36 @@ impl<'a> Mover<'a> {
 
     /// What a move needs of the shard and both servers, said before
     /// anything is made.
+    /// The old and the new server's PostgreSQL majors.
+    fn majors(&mut self) -> Result<(u32, u32)> {
+        let q = "SELECT pg_catalog.current_setting('server_version_num')::int / 10000";
+        let from: i32 = self.from.query_one(q, &[]).described()?.get(0);
+        let to: i32 = self.to.query_one(q, &[]).described()?.get(0);
+        Ok((from as u32, to as u32))
+    }
+
+    /// The pg_dump this move uses, chosen once (choose_pg_dump).
+    fn pg_dump(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.pg_dump {
+            return Ok(p.clone());
+        }
+        let (from, to) = self.majors()?;
+        let p = choose_pg_dump(self.a.pg_bin.as_deref(), from, to.max(from))?;
+        self.pg_dump = Some(p.clone());
+        Ok(p)
+    }
+
     fn checks(&mut self, schema: &str) -> Result<()> {
         let one = |c: &mut Client, sql: &str, schema: &str| -> Result<Option<String>> {
             Ok(c.query_one(sql, &[&schema]).described()?.get(0))
         };
+        // Onto the same major or a newer one only: pg_dump's definitions of
+        // a newer server need not restore on an older one (a setting, a
+        // syntax), and a failure there would come after the publication.
+        let (from_major, to_major) = self.majors()?;
+        if to_major < from_major {
+            return fail(format!("the new server runs PostgreSQL {to_major}, older than the old server's {from_major}: a shard moves to the same major or a newer one; nothing was made"));
+        }
         let wal: String = self
             .from
             .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
@@ -1047,6 +1130,9 @@ impl<'a> Mover<'a> {
         if e1 != e2 {
             return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
         }
+        // Last: the pg_dump for these two majors (the refusals above are
+        // more telling when both apply).
+        self.pg_dump()?;
         Ok(())
     }
 
@@ -1060,15 +1146,15 @@ impl<'a> Mover<'a> {
             Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
             _ => SESSION_OPTIONS.to_string(),
         };
-        fixed_client("pg_dump")?;
+        let pg_dump = self.pg_dump()?;
         // The schema's name quoted: a name, not a pattern. The DDL stays in
         // memory, never in a file a killed move would leave.
-        let dump = Command::new("pg_dump")
+        let dump = Command::new(&pg_dump)
             .args(["-s", "-n", &ident(schema), "-d", &self.a.from])
             .env("PGOPTIONS", &options)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("pg_dump could not be run: {e}"))?;
+            .map_err(|e| format!("{} could not be run: {e}", pg_dump.display()))?;
         if !dump.status.success() {
             return fail(format!(
                 "pg_dump of {}: {}",
@@ -2366,7 +2452,33 @@ FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
 
 #[cfg(test)]
 mod tests {
-    use super::fixed_version;
+    use super::{fixed_version, pg_dump_unfit};
+
+    #[test]
+    fn a_pg_dump_of_the_old_major_the_new_one_or_between() {
+        let v = |s: &str| format!("pg_dump (PostgreSQL) {s}");
+        for (said, from, to) in [
+            ("16.10", 16, 18),
+            ("17.6", 16, 18),
+            ("18.0", 16, 18),
+            ("15.20", 15, 15),
+        ] {
+            assert_eq!(
+                pg_dump_unfit(&v(said), from, to),
+                None,
+                "{said} {from} {to}"
+            );
+        }
+        for (said, from, to, why) in [
+            ("15.20", 16, 18, "older than the old server's 16"),
+            ("18.1", 15, 17, "newer than the new server's 17"),
+            ("16.9", 16, 16, "CVE-2025-8714"),
+        ] {
+            let w = pg_dump_unfit(&v(said), from, to).unwrap();
+            assert!(w.contains(why), "{said}: {w}");
+        }
+        assert!(pg_dump_unfit("bash: pg_dump: not found", 16, 18).is_some());
+    }
 
     #[test]
     fn only_fixed_clients_restore_a_shard() {

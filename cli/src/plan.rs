@@ -51,8 +51,11 @@ pub fn within(loads: &[u64], slack: f64) -> bool {
 }
 
 /// The moves for servers holding `(shard, bytes)` each; `fixed` shards (a
-/// move of theirs in progress) stay where they are.
-pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>) -> Plan {
+/// move of theirs in progress) stay where they are; no shard goes to a
+/// server of an older PostgreSQL major than its own (`majors`, one per
+/// server: pg_dump's definitions of a newer server need not restore on an
+/// older one, and a move refuses it).
+pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>, majors: &[u32]) -> Plan {
     let mut loads: Vec<u64> = servers
         .iter()
         .map(|s| s.iter().map(|&(_, b)| b).sum())
@@ -84,6 +87,7 @@ pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>) -> Plan {
                 .iter()
                 .rev()
                 .take_while(|&&lo| loads[lo] < loads[hi])
+                .filter(|&&lo| majors[lo] >= majors[hi])
                 .find_map(|&lo| {
                     nearest_half(&movable[hi], loads[hi] - loads[lo]).map(|pick| (hi, lo, pick))
                 })
@@ -145,6 +149,9 @@ pub struct Fleet {
     pub shards: Vec<Vec<(i32, String, u64)>>,
     /// Shards a move is under way or interrupted for: they stay.
     pub fixed: BTreeSet<i32>,
+    /// Each server's PostgreSQL major (0: not known, a fleet described in
+    /// a file).
+    pub majors: Vec<u32>,
     pub plan: Plan,
 }
 
@@ -154,16 +161,25 @@ impl Fleet {
     pub fn read(settings: &[Settings]) -> Result<Fleet, String> {
         let mut shards = Vec::new();
         let mut fixed = BTreeSet::new();
+        let mut majors = Vec::new();
         for s in settings {
             // The moves first: they say clearly when insta_id is missing or old.
             let read = connect(s).map_err(|e| describe(&e)).and_then(|mut c| {
                 let moving = status::moving_shards(&mut c)?;
                 let sizes = shard_sizes(&mut c).map_err(|e| describe(&e))?;
-                Ok((sizes, moving))
+                let major: i32 = c
+                    .query_one(
+                        "SELECT pg_catalog.current_setting('server_version_num')::int / 10000",
+                        &[],
+                    )
+                    .map_err(|e| describe(&e))?
+                    .get(0);
+                Ok((sizes, moving, major as u32))
             });
-            let (sizes, moving) = read.map_err(|e| format!("server {}: {e}", s.label))?;
+            let (sizes, moving, major) = read.map_err(|e| format!("server {}: {e}", s.label))?;
             fixed.extend(moving);
             shards.push(sizes);
+            majors.push(major);
         }
         let mut seen = BTreeSet::new();
         for (i, held) in shards.iter().enumerate() {
@@ -180,10 +196,11 @@ impl Fleet {
             .iter()
             .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
             .collect();
-        let plan = plan(&sizes, &fixed);
+        let plan = plan(&sizes, &fixed, &majors);
         Ok(Fleet {
             shards,
             fixed,
+            majors,
             plan,
         })
     }
@@ -248,12 +265,14 @@ impl Fleet {
             .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
             .collect();
         let fixed = BTreeSet::new();
-        let plan = plan(&sizes, &fixed);
+        let majors = vec![0; shards.len()];
+        let plan = plan(&sizes, &fixed, &majors);
         Ok((
             labels,
             Fleet {
                 shards,
                 fixed,
+                majors,
                 plan,
             },
         ))
@@ -286,8 +305,12 @@ impl Fleet {
         );
         for (i, label) in labels.iter().enumerate() {
             println!(
-                "  {}: {} shards, {} ({}) -> {} ({})",
+                "  {}{}: {} shards, {} ({}) -> {} ({})",
                 label,
+                match self.majors[i] {
+                    0 => String::new(),
+                    m => format!(" (PostgreSQL {m})"),
+                },
                 self.shards[i].len(),
                 pretty(p.before[i]),
                 share(p.before[i]),
@@ -405,6 +428,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn no_shard_goes_to_an_older_major() {
+        // The full server is 18's, the empty one 16's: nothing can go.
+        let fleet = vec![vec![(1, 100), (2, 100), (3, 100), (4, 100)], vec![]];
+        let p = plan(&fleet, &BTreeSet::new(), &[18, 16]);
+        assert!(p.moves.is_empty() && !p.balanced, "{p:?}");
+        // The other way round, shards go up to 18.
+        let p = plan(&fleet, &BTreeSet::new(), &[16, 18]);
+        assert_eq!(p.moves.len(), 2, "{p:?}");
+        assert!(p.balanced);
+        // Three servers: the 18 one gives to the other 18 one, never to 17's.
+        let fleet = vec![vec![(1, 100), (2, 100), (3, 100)], vec![], vec![(4, 50)]];
+        let p = plan(&fleet, &BTreeSet::new(), &[18, 17, 18]);
+        assert!(p.moves.iter().all(|m| m.to == 2), "{p:?}");
+    }
+
     /// A deterministic generator (xorshift64*), so the fleets are the same
     /// on every run.
     struct Rng(u64);
@@ -462,7 +501,7 @@ mod tests {
     #[test]
     fn a_grown_fleet_of_8192_shards_is_evened_within_5_percent() {
         let fleet = grown_fleet();
-        let p = plan(&fleet, &BTreeSet::new());
+        let p = plan(&fleet, &BTreeSet::new(), &vec![0; fleet.len()]);
         check_moves(&fleet, &p);
         let mean = p.after.iter().sum::<u64>() as f64 / 4.0;
         let largest = fleet.iter().flatten().map(|s| s.1).max().unwrap();
@@ -492,7 +531,7 @@ mod tests {
     #[test]
     fn a_balanced_fleet_gets_no_move() {
         let fleet = vec![vec![(1, 100), (2, 100)], vec![(3, 101), (4, 99)]];
-        let p = plan(&fleet, &BTreeSet::new());
+        let p = plan(&fleet, &BTreeSet::new(), &vec![0; fleet.len()]);
         assert!(p.moves.is_empty() && p.balanced);
     }
 
@@ -503,7 +542,7 @@ mod tests {
         let mut a = vec![(0, 1000)];
         a.extend((1..=10).map(|i| (i, 100)));
         let fleet = vec![a, vec![]];
-        let p = plan(&fleet, &BTreeSet::new());
+        let p = plan(&fleet, &BTreeSet::new(), &vec![0; fleet.len()]);
         check_moves(&fleet, &p);
         assert!(p.balanced);
         assert!(p.moves.iter().all(|m| m.shard != 0 || p.moves.len() == 1));
@@ -514,10 +553,10 @@ mod tests {
     #[test]
     fn shards_being_moved_stay_and_an_unreachable_balance_is_said() {
         let fleet = vec![(1..=10).map(|id| (id, 100)).collect(), vec![]];
-        let p = plan(&fleet, &(1..=10).collect());
+        let p = plan(&fleet, &(1..=10).collect(), &vec![0; fleet.len()]);
         assert!(p.moves.is_empty());
         assert!(!p.balanced);
-        let p = plan(&fleet, &(1..=5).collect());
+        let p = plan(&fleet, &(1..=5).collect(), &vec![0; fleet.len()]);
         check_moves(&fleet, &p);
         assert_eq!(
             p.moves.iter().map(|m| m.shard).collect::<Vec<_>>(),
@@ -531,7 +570,7 @@ mod tests {
         // The fullest server holds one shard, larger than any gap: the
         // second fullest gives to the empty one instead.
         let fleet = vec![vec![(1, 1000)], vec![(2, 300), (3, 300), (4, 300)], vec![]];
-        let p = plan(&fleet, &BTreeSet::new());
+        let p = plan(&fleet, &BTreeSet::new(), &vec![0; fleet.len()]);
         check_moves(&fleet, &p);
         assert_eq!(
             p.moves,
@@ -563,7 +602,7 @@ mod tests {
         fn plans_are_sound(fleet in prop::collection::vec(prop::collection::vec(0u64..1_000_000, 0..40), 1..6)) {
             let mut id = 0;
             let fleet: Vec<Vec<(i32, u64)>> = fleet.into_iter().map(|s| s.into_iter().map(|b| { id += 1; (id, b) }).collect()).collect();
-            let p = plan(&fleet, &BTreeSet::new());
+            let p = plan(&fleet, &BTreeSet::new(), &vec![0; fleet.len()]);
             check_moves(&fleet, &p);
             let sq = |l: &[u64]| l.iter().map(|&x| (x as u128) * (x as u128)).sum::<u128>();
             prop_assert!(sq(&p.after) <= sq(&p.before));

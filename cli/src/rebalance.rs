@@ -154,6 +154,7 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
         pgbouncer: a.pgbouncer.clone(),
         pgbouncer_map: a.pgbouncer_map.clone(),
         pgbouncer_target: a.pgbouncer.as_ref().map(|_| target_of(&settings[to])),
+        pg_bin: None,
         waits: a.waits.clone(),
     };
     let stopped = |shard: i32, e: mover::Failure| {

@@ -32,6 +32,8 @@
 #   its kept copy or rebalancing;
 # - the new server's finishing lock held by another session: the move gives
 #   up before its cutover;
+# - onto an older major, or with a pg_dump older than the old server:
+#   refused before anything is made; --pg-bin over PATH;
 # - onto 16 not preloaded (PG_MOVE_PER_SESSION: the per-session guard), its
 #   clock 2 s behind: a session opened there before the move mints IDs after
 #   the old server's.
@@ -545,11 +547,28 @@ is(join('|', map { $_->safe_psql('app', q{SELECT (SELECT count(*) FROM evaluatio
 # And a rebalance: a move of shard 16 back, killed after its copy, is the
 # interrupted move a rebalance redoes first (its restore and copy again on
 # the new server), before it plans.
+# Versions, checked before anything is made (issue 41): onto an older
+# major (18 to 15) the move is refused; with 15's pg_dump (--pg-bin) an 18
+# server cannot be dumped, refused too; with 15's first in PATH and
+# --pg-bin naming 18's, the move runs (killed after its copy here).
+my $made = sub { $third->safe_psql('app', 'SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM insta_id_admin.moves)') };
+($rc, $out) = move(16, $onward, $from);
+is("$rc|" . last_line($out) . '|' . $made->() . '|' . $old->safe_psql('app', 'SELECT count(*) FROM pg_subscription'),
+	"1|insta-id: the new server runs PostgreSQL 15, older than the old server's 18: a shard moves to the same major or a newer one; nothing was made|0|0",
+	'refused before anything is made: a move onto an older major');
+my ($bin15, $bin18) = map { $_->config_data('--bindir') } $old, $third;
+($rc, $out) = move(16, $onward, $via, '--pg-bin', $bin15);
+like("$rc|" . last_line($out) . '|' . $made->(),
+	qr/^1\|insta-id: no pg_dump fit to move a shard from PostgreSQL 18 to 18 \(\Q$bin15\E\/pg_dump: it is 15's, older than the old server's 18 \(it cannot read it\)\): give --pg-bin the directory of a pg_dump of 18\|0$/,
+	'refused before anything is made: a pg_dump older than the old server');
 $_->safe_psql('app', 'TRUNCATE evaluation_sites.seen') for $new, $third;
 {
 	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
-	($rc, $out) = move(16, $onward, $via);
+	local $ENV{PATH} = "$bin15:$ENV{PATH}";
+	($rc, $out) = move(16, $onward, $via, '--pg-bin', $bin18);
 }
+like($out, qr/killed after step 'copy'/, "15's pg_dump first in PATH, --pg-bin naming 18's: the move ran to its copy")
+  or diag $out;
 IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120 ], '>&', \$out);
 $rc = shell_status($?);
 note join "\n", grep { /^==|^insta-id/ } split /\n/, $out;
