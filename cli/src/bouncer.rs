@@ -11,8 +11,8 @@
 //! not held.
 //!
 //! PAUSE has no limit of its own: it is sent from a thread, and given up
-//! after --pause-timeout (the entry resumed, the writers go on) and tried
-//! again, as the cutover's lock is.
+//! when the cutover's budget is spent (the entry resumed, the writers go
+//! on; `pause`).
 //!
 //! A PAUSE also closes the server connections PgBouncer is still logging in
 //! for the entry (its pool was growing), and PgBouncer takes a login closed
@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[derive(Clone)]
 pub struct Bouncer {
     /// PgBouncer's admin console (dbname=pgbouncer).
     pub admin: Settings,
@@ -40,6 +41,13 @@ pub struct Bouncer {
     pub target: String,
     /// shard<N>
     pub entry: String,
+}
+
+/// Why a PAUSE was given up.
+pub enum Drain {
+    /// A transaction through the entry stayed open past the wait.
+    Busy,
+    Failed(String),
 }
 
 /// The entry of a logical shard.
@@ -333,49 +341,51 @@ impl Bouncer {
         Ok(lock)
     }
 
-    /// Pauses the entry: returns once no transaction runs through it, and
-    /// its clients queue. Each try waits `timeout` at most, then resumes the
-    /// entry, lets the clients go on for 1, 2, 3 ... seconds and tries again.
-    pub fn pause(&self, timeout: Duration, attempts: u16) -> Result<Instant, String> {
-        for attempt in 1..=attempts {
-            // Connected first: the time below is the PAUSE's alone.
-            let mut c = console(&self.admin)?;
-            let started = Instant::now();
-            let (tx, rx) = mpsc::channel();
-            let entry = self.entry.clone();
-            // A try given up leaves this thread waiting on its console
-            // session: PgBouncer answers it when a later PAUSE is done, or
-            // it ends with the process.
-            std::thread::spawn(move || {
-                let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
-            });
-            match rx.recv_timeout(timeout) {
-                Ok(Ok(_)) => return Ok(started),
-                Ok(Err(e)) => {
-                    // It may have paused the entry before failing.
-                    return Err(match self.resume_if_paused() {
-                        Ok(()) => e,
-                        Err(r) => format!("{e}; and resuming the entry: {r}"),
-                    });
-                }
-                Err(_) => {
-                    self.resume_if_paused()?;
-                    if attempt < attempts {
-                        println!(
-                            "   PgBouncer's entry {} not drained within {} s (a transaction open through it), attempt {attempt} of {attempts}: its clients go on, trying again in {attempt} s",
-                            self.entry,
-                            timeout.as_secs_f64()
-                        );
-                        std::thread::sleep(Duration::from_secs(attempt as u64));
-                    }
-                }
+    /// PAUSEs the entry, waiting `within` at most for the transactions
+    /// open through it to end: returns when it was sent, or, when they did
+    /// not end in time, resumes the entry and says so (`Drain::Busy`).
+    pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
+        // Connected first: the time below is the PAUSE's alone.
+        let mut c = console(&self.admin).map_err(Drain::Failed)?;
+        let started = Instant::now();
+        let (tx, rx) = mpsc::channel();
+        let entry = self.entry.clone();
+        // A try given up leaves this thread waiting on its console session:
+        // PgBouncer answers it when a later PAUSE is done, or it ends with
+        // the process.
+        std::thread::spawn(move || {
+            let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
+        });
+        let given_up = match rx.recv_timeout(within) {
+            Ok(Ok(_)) => return Ok(started),
+            // It may have paused the entry before failing.
+            Ok(Err(e)) => Drain::Failed(e),
+            Err(_) => Drain::Busy,
+        };
+        match (self.resume_if_paused(), given_up) {
+            (Ok(()), g) => Err(g),
+            (Err(r), Drain::Failed(e)) => {
+                Err(Drain::Failed(format!("{e}; and resuming the entry: {r}")))
             }
+            (Err(r), Drain::Busy) => Err(Drain::Failed(format!(
+                "PgBouncer's entry {} not drained in time; resuming it: {r}",
+                self.entry
+            ))),
         }
-        Err(format!(
-            "PgBouncer's entry {} was not drained within {} s in {attempts} tries: a transaction through it stays open (SHOW CLIENTS); the entry is resumed",
-            self.entry,
-            timeout.as_secs_f64()
-        ))
+    }
+
+    /// The backend process IDs of the entry's server connections that are
+    /// in a transaction (SHOW SERVERS' `active`: linked to a client), which
+    /// a PAUSE waits for.
+    pub fn busy_servers(&self) -> Result<Vec<i32>, String> {
+        let mut c = console(&self.admin)?;
+        Ok(command(&mut c, "SHOW SERVERS")?
+            .iter()
+            .filter(|r| {
+                field(r, "database") == Some(&self.entry) && field(r, "state") == Some("active")
+            })
+            .filter_map(|r| field(r, "remote_pid")?.parse().ok())
+            .collect())
     }
 
     /// Before a move pauses anything: the map file can be read, and a file

@@ -49,7 +49,15 @@ pub const SESSION_OPTIONS: &str =
 /// and its detail and hint on lines of their own.
 pub fn describe(e: &postgres::Error) -> String {
     let Some(db) = e.as_db_error() else {
-        return e.to_string();
+        // The kind ("error connecting to server") and each cause under it
+        // (the refused connection, the missing socket, the password).
+        let mut said = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            said += &format!(": {c}");
+            cause = c.source();
+        }
+        return terminal(&said);
     };
     let mut said = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
     if let Some(d) = db.detail() {

@@ -3,10 +3,21 @@
 //! server's insta_id does, over connections read the way libpq reads them
 //! (`conninfo`).
 
+/// Output that outlives its reader: a closed pipe (`insta-id rebalance |
+/// head`) must not stop a move half-way, so a write to stdout that fails is
+/// dropped, never a panic (std's println! panics).
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod bouncer;
 mod conninfo;
 mod db;
 mod mover;
+mod pause;
 mod plan;
 mod rebalance;
 mod restore;
@@ -90,7 +101,10 @@ fn main() -> ExitCode {
         } => return plan::run_offline(file),
         Command::Status { ref servers } | Command::Plan { ref servers, .. } => servers,
         Command::Rebalance(ref args) => &args.servers,
-        Command::Move(args) => return mover::run(&args, &env),
+        Command::Move(args) => {
+            pause::catch_signals();
+            return mover::run(&args, &env);
+        }
     };
     // Every server's settings first: a refused string (a password, say)
     // stops the command before it connects anywhere (exit 2).
@@ -107,7 +121,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Status { .. } => status::run(&settings),
         Command::Plan { .. } => plan::run(&settings),
-        Command::Rebalance(args) => rebalance::run(&args, &settings, &env),
+        Command::Rebalance(args) => {
+            pause::catch_signals();
+            rebalance::run(&args, &settings, &env)
+        }
         Command::Move(_) => unreachable!("handled above"),
     }
 }

@@ -33,10 +33,12 @@
 //!  6. the new server adopts the shard (the fence opens); the router's map;
 //!  7. the subscription, slots, publication and fence dropped.
 
-use crate::bouncer::{self, Bouncer};
+use crate::bouncer::{self, Bouncer, Drain};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
+use crate::pause::{self, Budget};
 use crate::plan::pretty;
+use postgres::error::SqlState;
 use postgres::Client;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,7 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args)]
 pub struct Args {
     /// The logical shard, 0 to 8191.
+    #[arg(value_parser = shard_number)]
     pub shard: u32,
     /// The server holding the shard.
     #[arg(long, value_name = "CONNINFO")]
@@ -128,23 +131,27 @@ pub struct Args {
 /// rebalance take the same).
 #[derive(clap::Args, Clone)]
 pub struct Waits {
-    /// Seconds each try of the pause waits for the transactions open
-    /// through the entry, before it resumes it and tries again.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
-    pub pause_timeout: u64,
-    /// How many times the cutover tries the pause.
+    /// Milliseconds each try of the cutover may hold the shard's clients:
+    /// from the PAUSE of its PgBouncer entry (without one, from its lock)
+    /// to its COMMIT. A try that would take longer gives up, rolls back,
+    /// resumes the entry and names the sessions that held it up.
+    #[arg(long, value_name = "MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(10..=60000))]
+    pub pause_budget: u64,
+    /// How many times the cutover is tried.
     #[arg(long, value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..=999))]
-    pub pause_attempts: u16,
-    /// How long each try of the cutover's lock waits behind a reader of
-    /// the shard before it lets the writers go on (a PostgreSQL
-    /// interval).
+    pub cutover_attempts: u16,
+    /// Seconds between tries of the cutover, the clients going on
+    /// meanwhile; also how long a try waits, without pausing anything,
+    /// for sessions that have held the shard longer than the budget.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub cutover_retry: u64,
+    /// How long the move's other locks wait (a PostgreSQL interval): the
+    /// move's own lock on the shard, the adoption's.
     #[arg(long, value_name = "INTERVAL", default_value = "5s")]
     pub lock_timeout: String,
-    /// How many times the cutover tries its lock.
-    #[arg(long, value_name = "N", default_value_t = 5,
-          value_parser = clap::value_parser!(u16).range(1..=999))]
-    pub lock_attempts: u16,
     /// Seconds the initial copy may take.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub copy_timeout: u64,
@@ -199,6 +206,24 @@ pub fn run(a: &Args, env: &Env) -> ExitCode {
     }
 }
 
+/// A shard's number as the operator gives it; a schema's name (insta5) is
+/// told apart from it.
+fn shard_number(said: &str) -> std::result::Result<u32, String> {
+    said.parse().map_err(|_| {
+        let digits = said.trim_start_matches(|c: char| !c.is_ascii_digit());
+        if !digits.is_empty()
+            && digits.len() < said.len()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+        {
+            format!(
+                "a shard is a number from 0 to 8191, not a schema's name: {digits}, not {said}?"
+            )
+        } else {
+            "a shard is a number from 0 to 8191".to_string()
+        }
+    })
+}
+
 /// Moves, finishes or undoes one shard's move, as `a` says.
 pub fn move_shard(a: &Args, env: &Env) -> Result<()> {
     Mover::new(a, env)?.run()
@@ -208,10 +233,15 @@ pub enum Failure {
     /// Refused before connecting anywhere (exit 2).
     Usage(String),
     Failed(String),
+    /// A try of the cutover that would have held the clients past its
+    /// budget, undone; after the last try, the move's exit is 75
+    /// (EX_TEMPFAIL: nothing changed, try again later).
+    GaveUp(String),
 }
 
 impl Failure {
-    /// Says it, and exits 2 for a refusal before any connection, else 1.
+    /// Says it, and exits 2 for a refusal before any connection, 75 for a
+    /// cutover given up, else 1.
     pub fn exit(self) -> ExitCode {
         match self {
             Failure::Usage(e) => {
@@ -222,12 +252,16 @@ impl Failure {
                 eprintln!("insta-id: {e}");
                 ExitCode::FAILURE
             }
+            Failure::GaveUp(e) => {
+                eprintln!("insta-id: {e}");
+                ExitCode::from(75)
+            }
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Failure::Usage(e) | Failure::Failed(e) => e,
+            Failure::Usage(e) | Failure::Failed(e) | Failure::GaveUp(e) => e,
         }
     }
 }
@@ -493,15 +527,21 @@ impl<'a> Mover<'a> {
                     $1::text::interval = interval '0' OR $1::text::interval BETWEEN interval '1 second' AND interval '7 days'",
             &[&a.rollback_window],
         ) {
+            // (A bad argument, though the server reads it: exit 2.)
             Ok(r) if !r.get::<_, bool>(1) => {
-                return fail(format!(
+                return Err(Failure::Usage(format!(
                     "--rollback-window must be 0 or between 1 second and 7 days, not {}",
                     printable(&a.rollback_window)
-                ))
+                )))
             }
             Ok(r) if r.get::<_, bool>(0) => Some(a.rollback_window.clone()),
             Ok(_) => None,
-            Err(e) => return fail(format!("--rollback-window: {}", crate::db::describe(&e))),
+            Err(e) => {
+                return Err(Failure::Usage(format!(
+                    "--rollback-window: {}",
+                    crate::db::describe(&e)
+                )))
+            }
         };
         // From 16 on both, the subscription back asks for the changes that
         // no replication made (origin = none): the forward stream's rows
@@ -752,7 +792,19 @@ impl<'a> Mover<'a> {
                 .described()?
                 .get::<_, bool>(0)
             || self.back_left()?;
-        if leftovers {
+        // A move interrupted with its copy complete and streaming (a cutover
+        // given up within its budget, say) goes on from its copy: a large
+        // shard's copy takes hours.
+        let kept = leftovers && !self.a.undo && self.copy_kept(&st, &schema)?;
+        if kept {
+            self.step(&format!(
+                "the copy of shard {} by an interrupted move is complete and streaming: on to its cutover",
+                self.shard
+            ));
+            if self.keep.is_some() {
+                self.make_back(&schema)?;
+            }
+        } else if leftovers {
             self.step(&format!(
                 "undo an interrupted move: the old server still holds shard {}",
                 self.shard
@@ -763,6 +815,17 @@ impl<'a> Mover<'a> {
             self.step(&format!("shard {} is on the old server only", self.shard));
             return Ok(());
         }
+        if !kept {
+            self.copy(&schema)?;
+        }
+        self.cutover_and_finish(hold, &schema)
+    }
+
+    /// The checks, then the copy: publication, schema and subscription,
+    /// slot, the initial copy, and for a rollback window the publication
+    /// and slot back.
+    fn copy(&mut self, schema: &str) -> Result<()> {
+        let schema = schema.to_string();
         self.step("checks");
         self.checks(&schema)?;
 
@@ -830,7 +893,57 @@ impl<'a> Mover<'a> {
             self.make_back(&schema)?;
             stop_after("back");
         }
+        Ok(())
+    }
 
+    /// Whether an interrupted move's copy can be taken up where it
+    /// stopped: the old server's side at its slot (no cutover begun), the
+    /// new server's copied, every table of the shard subscribed and ready,
+    /// and no replication back left unless this run keeps a window (it
+    /// makes the back afresh).
+    fn copy_kept(&mut self, st: &State, schema: &str) -> Result<bool> {
+        if st.sub.as_ref().map(|(_, s)| s.as_str()) != Some(schema)
+            || self.leaving_step()?.as_deref() != Some("slot")
+            || !self.arriving_step()?.is_some_and(|(step, s)| {
+                s == schema
+                    && matches!(step.as_str(), "copied" | "paused" | "resumed" | "sequences")
+            })
+            || (self.keep.is_none() && self.back_left()?)
+        {
+            return Ok(false);
+        }
+        let (tables, published): (String, bool) = {
+            let r = self
+                .from
+                .query_one(
+                    "SELECT pg_catalog.jsonb_build_object('tables', coalesce(pg_catalog.jsonb_agg(c.relname), '[]'))::text,
+                            EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $2::text)
+                              AND EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                          WHERE slot_name = $2::text AND database = pg_catalog.current_database())
+                     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = $1::text AND c.relkind IN ('r', 'p')",
+                    &[&schema, &self.name],
+                )
+                .described()?;
+            (r.get(0), r.get(1))
+        };
+        let enabled: bool = self
+            .to
+            .query_one(
+                &format!("SELECT coalesce((SELECT subenabled FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB}), false)"),
+                &[&self.name],
+            )
+            .described()?
+            .get(0);
+        Ok(published
+            && enabled
+            && unsubscribed(&mut self.to, &tables, &self.name, schema)?.is_none())
+    }
+
+    /// From a complete copy: the cutover (within its budget, tried again),
+    /// then the new server's part.
+    fn cutover_and_finish(&mut self, mut hold: Client, schema: &str) -> Result<()> {
+        let schema = schema.to_string();
         self.step("cutover");
         // Every lock the new server's part needs once the old server lets
         // the shard go is taken before that point of no return: the
@@ -1294,10 +1407,6 @@ impl<'a> Mover<'a> {
     /// COMMIT (the point of no return).
     /// (The new server's adoption is begun before: run.)
     fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        let hold_pid: i32 = hold
-            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
-            .described()?
-            .get(0);
         // From here the subscription flushes what it applies at once, and
         // so confirms it at once: its default (off) leaves that to the new
         // server's WAL writer, up to 200 ms more of the cutover, with
@@ -1310,39 +1419,163 @@ impl<'a> Mover<'a> {
                 ident(&self.name)
             ))
             .described()?;
-        self.pause_entry(schema)?;
-        let done = self.cutover_locked(hold, schema);
-        self.settle(done, hold, hold_pid, false)
+        self.tries(hold, schema, false)
+    }
+
+    /// The session on the server that holds the shard now: the old one,
+    /// or for a rollback (`back`) the new one.
+    fn holding(&mut self, back: bool) -> &mut Client {
+        if back {
+            &mut self.to
+        } else {
+            &mut self.from
+        }
+    }
+
+    /// The tries of a cutover (`back`: a rollback's, held on the new
+    /// server), in `hold`'s session there, each within its budget, the
+    /// clients going on between tries. Before a try, sessions that have
+    /// held the shard longer than the budget are waited for, nothing
+    /// paused.
+    fn tries(&mut self, hold: &mut Client, schema: &str, back: bool) -> Result<()> {
+        let hold_pid: i32 = hold
+            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+            .described()?
+            .get(0);
+        let w = &self.a.waits;
+        let (attempts, budget, retry) = (
+            w.cutover_attempts,
+            Duration::from_millis(w.pause_budget),
+            Duration::from_secs(w.cutover_retry),
+        );
+        let mut why = String::new();
+        for attempt in 1..=attempts {
+            if attempt > 1 {
+                println!(
+                    "   cutover try {} of {attempts} given up: {}\n   its clients go on; trying again in {} s",
+                    attempt - 1,
+                    printable_lines(&why),
+                    retry.as_secs()
+                );
+                std::thread::sleep(retry);
+            }
+            let long = self.long_holders(schema, hold_pid, back, budget)?;
+            if !long.is_empty() {
+                why = format!(
+                    "sessions have held the shard longer than the budget ({} ms), so nothing was paused:{}",
+                    budget.as_millis(),
+                    pause::listed(&long)
+                );
+                continue;
+            }
+            let b = Budget::start(budget);
+            hold.batch_execute("BEGIN").described()?;
+            let done = self
+                .pause_entry(schema, &b, hold.cancel_token(), back)
+                .and_then(|()| {
+                    if back {
+                        self.rollback_locked(hold, hold_pid, schema, &b)
+                    } else {
+                        self.cutover_locked(hold, hold_pid, schema, &b)
+                    }
+                });
+            match done {
+                Err(Failure::GaveUp(w)) => {
+                    let _ = hold.batch_execute("ROLLBACK");
+                    self.resume_entry(schema);
+                    why = w;
+                }
+                done => return self.settle(done, hold, hold_pid, back),
+            }
+        }
+        Err(Failure::GaveUp(format!(
+            "the cutover of shard {} was given up at each of its {attempts} tries, each within its budget of {} ms (--pause-budget, --cutover-attempts); the last: {}\nNothing changed: the shard is still on the {} server, its clients go on there, and the copy follows it; run the {} again to try the cutover again",
+            self.shard,
+            budget.as_millis(),
+            printable_lines(&why),
+            if back { "new" } else { "old" },
+            if back { "rollback (--rollback)" } else { "move" }
+        )))
+    }
+
+    /// Sessions that have held the shard (or a transaction open through its
+    /// PgBouncer entry) longer than `budget`: a try now would only stall
+    /// the clients behind them.
+    fn long_holders(
+        &mut self,
+        schema: &str,
+        hold_pid: i32,
+        back: bool,
+        budget: Duration,
+    ) -> Result<Vec<String>> {
+        let servers = match &self.bouncer {
+            Some(b) => b.busy_servers()?,
+            None => Vec::new(),
+        };
+        let c = self.holding(back);
+        let mut who = pause::holders(c, schema, &[hold_pid], Some(budget))?;
+        if !servers.is_empty() {
+            who.extend(pause::sessions(c, &servers, Some(budget))?);
+        }
+        Ok(who)
     }
 
     /// The shard's PgBouncer entry first: once no transaction runs through
     /// it, its clients queue there, and none waits on the cutover's locks
-    /// (where the drop would fail it).
-    fn pause_entry(&mut self, schema: &str) -> Result<()> {
-        if self.bouncer.is_none() {
+    /// (where the drop would fail it). Within what is left of `budget`.
+    fn pause_entry(
+        &mut self,
+        schema: &str,
+        budget: &Budget,
+        cancel: postgres::CancelToken,
+        back: bool,
+    ) -> Result<()> {
+        let Some(b) = self.bouncer.clone() else {
             return Ok(());
-        }
+        };
         // Recorded first: a run that finishes or undoes this move must be
         // able to resume the entry.
         self.record_to("paused", schema)?;
-        let b = self.bouncer.as_ref().expect("a bouncer");
-        match b.pause(
-            Duration::from_secs(self.a.waits.pause_timeout),
-            self.a.waits.pause_attempts,
-        ) {
-            Ok(at) => self.paused_at = Some(at),
-            Err(e) => {
-                match b.resume_if_paused() {
-                    Ok(()) => {
-                        let _ = self.record_to("resumed", schema);
+        pause::pausing(&b, cancel);
+        match b.pause(budget.left()) {
+            Ok(at) => {
+                self.paused_at = Some(at);
+                println!("   PgBouncer's entry {} paused", b.entry);
+                Ok(())
+            }
+            Err(drain) => {
+                let _ = self.record_to("resumed", schema);
+                pause::released();
+                match drain {
+                    Drain::Failed(e) => fail(e),
+                    Drain::Busy => {
+                        let servers = b.busy_servers().unwrap_or_default();
+                        let who = pause::sessions(self.holding(back), &servers, None)?;
+                        Err(Failure::GaveUp(format!(
+                            "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
+                            b.entry,
+                            budget.total_ms(),
+                            if who.is_empty() { "\n  (ended since)".to_string() } else { pause::listed(&who) }
+                        )))
                     }
-                    Err(r) => eprintln!("insta-id: {r}"),
                 }
-                return fail(e);
             }
         }
-        println!("   PgBouncer's entry {} paused", b.entry);
-        Ok(())
+    }
+
+    /// Resumes the entry after a try given up (its transaction rolled
+    /// back): its clients go on where the shard still is.
+    fn resume_entry(&mut self, schema: &str) {
+        let Some(b) = &self.bouncer else {
+            return;
+        };
+        match b.resume_if_paused() {
+            Ok(()) => {
+                let _ = self.record_to("resumed", schema);
+                pause::released();
+            }
+            Err(r) => eprintln!("insta-id: {r}"),
+        }
     }
 
     /// After a cutover (`back`: a rollback's, held on the new server) that
@@ -1361,7 +1594,7 @@ impl<'a> Mover<'a> {
             return done;
         };
         let _ = hold.batch_execute("ROLLBACK");
-        let c = if back { &mut self.to } else { &mut self.from };
+        let c = self.holding(back);
         let settled = poll(
             30,
             Duration::from_millis(10),
@@ -1387,8 +1620,11 @@ impl<'a> Mover<'a> {
         if let Ok(false) = committed {
             if let Err(r) = b.resume_if_paused() {
                 eprintln!("insta-id: {r}");
-            } else if let Some((_, schema)) = self.arriving_step()? {
-                let _ = self.record_to("resumed", &schema);
+            } else {
+                pause::released();
+                if let Some((_, schema)) = self.arriving_step()? {
+                    let _ = self.record_to("resumed", &schema);
+                }
             }
             return done;
         }
@@ -1400,14 +1636,20 @@ impl<'a> Mover<'a> {
         ))
     }
 
-    fn cutover_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        hold.batch_execute("BEGIN").described()?;
+    fn cutover_locked(
+        &mut self,
+        hold: &mut Client,
+        hold_pid: i32,
+        schema: &str,
+        budget: &Budget,
+    ) -> Result<()> {
         lock_caught_up(
             hold,
+            hold_pid,
             &mut self.from,
             &self.name,
-            self.shard,
-            self.a.waits.lock_attempts,
+            (self.shard, schema),
+            budget,
         )?;
         stop_after("blocked");
         // Logical replication carries neither sequences nor the time of the
@@ -1452,9 +1694,10 @@ impl<'a> Mover<'a> {
                 "   high-water mark carried over: {mark} (new server's: {})",
                 raised.as_deref().unwrap_or("none")
             );
-            wait_past_mark(&mut self.to, &mark)?;
+            wait_past_mark(&mut self.to, &mark, budget)?;
         }
         stop_after("sequences");
+        within(budget)?;
         if let Some(keep) = &self.keep {
             let until: String = hold
                 .query_one(
@@ -1464,6 +1707,8 @@ impl<'a> Mover<'a> {
                 )
                 .described()?
                 .get(0);
+            within(budget)?;
+            pause::committing();
             hold.batch_execute("COMMIT").described()?;
             println!(
                 "   schema {} stays on the old server, fenced, for a rollback until {until}",
@@ -1506,6 +1751,8 @@ impl<'a> Mover<'a> {
             schema,
             &self.to_label,
         )?;
+        within(budget)?;
+        pause::committing();
         hold.batch_execute("COMMIT").described()?;
         Ok(())
     }
@@ -1569,11 +1816,11 @@ impl<'a> Mover<'a> {
             self.step(&format!(
                 "point PgBouncer's entry {entry} at the new server"
             ));
-            self.bouncer
-                .as_ref()
-                .expect("a bouncer")
-                .point_and_resume()
-                .map_err(|e| format!("{e}\nThe shard is the new server's; its entry may still be paused: fix this and run the move again"))?;
+            let pointed = self.bouncer.as_ref().expect("a bouncer").point_and_resume();
+            // (Resumed, or not to be resumed by a signal: its target may be
+            // the old one.)
+            pause::released();
+            pointed.map_err(|e| format!("{e}\nThe shard is the new server's; its entry may still be paused: fix this and run the move again"))?;
             if let Some(t) = self.paused_at {
                 println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
             }
@@ -2008,17 +2255,8 @@ impl<'a> Mover<'a> {
                 e.message()
             )
         })?;
-        let hold_pid: i32 = hold
-            .query_one(
-                "SELECT pg_catalog.pg_backend_pid(), pg_catalog.set_config('lock_timeout', $1, false)",
-                &[&self.a.waits.lock_timeout],
-            )
-            .described()?
-            .get(0);
         self.step("rollback: cutover");
-        self.pause_entry(schema)?;
-        let done = self.rollback_locked(&mut hold, schema);
-        if let Err(e) = self.settle(done, &mut hold, hold_pid, true) {
+        if let Err(e) = self.tries(&mut hold, schema, true) {
             let _ = fin.batch_execute("ROLLBACK");
             return Err(e);
         }
@@ -2049,14 +2287,20 @@ impl<'a> Mover<'a> {
     }
 
     /// In the held session on the new server.
-    fn rollback_locked(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        hold.batch_execute("BEGIN").described()?;
+    fn rollback_locked(
+        &mut self,
+        hold: &mut Client,
+        hold_pid: i32,
+        schema: &str,
+        budget: &Budget,
+    ) -> Result<()> {
         lock_caught_up(
             hold,
+            hold_pid,
             &mut self.to,
             &self.back,
-            self.shard,
-            self.a.waits.lock_attempts,
+            (self.shard, schema),
+            budget,
         )?;
         stop_after("back-blocked");
         let state: String = hold
@@ -2085,7 +2329,7 @@ impl<'a> Mover<'a> {
             .get(0);
         if let Some(mark) = mark {
             println!("   sequences and the high-water mark ({mark}) carried back");
-            wait_past_mark(&mut self.from, &mark)?;
+            wait_past_mark(&mut self.from, &mark, budget)?;
         }
         hold.execute(
             "SELECT insta_id.drop_shard($1::int, force => true)",
@@ -2100,6 +2344,8 @@ impl<'a> Mover<'a> {
             schema,
             &self.from_label,
         )?;
+        within(budget)?;
+        pause::committing();
         hold.batch_execute("COMMIT").described()?;
         println!("   schema {} dropped on the new server", printable(schema));
         Ok(())
@@ -2139,11 +2385,11 @@ impl<'a> Mover<'a> {
             self.step(&format!(
                 "point PgBouncer's entry {entry} at the old server"
             ));
-            self.bouncer
-                .as_ref()
-                .expect("a bouncer")
-                .point_and_resume()
-                .map_err(|e| format!("{e}\nThe shard is the old server's again; its entry may still be paused: fix this and run the rollback again"))?;
+            let pointed = self.bouncer.as_ref().expect("a bouncer").point_and_resume();
+            // (Resumed, or not to be resumed by a signal: its target may be
+            // the old one.)
+            pause::released();
+            pointed.map_err(|e| format!("{e}\nThe shard is the old server's again; its entry may still be paused: fix this and run the rollback again"))?;
             if let Some(t) = self.paused_at {
                 println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
             }
@@ -2267,25 +2513,53 @@ impl<'a> Mover<'a> {
 
 /// The first half of a cutover, in `hold`'s transaction on the server
 /// holding the shard (`publisher`, another session there): move_lock (the
-/// tables in ACCESS EXCLUSIVE mode, the mode the drop needs, each try
-/// waiting lock_timeout at most behind a long reader before it lets the
-/// writers go on and tries again; then the sequences), then until the
-/// subscriber has confirmed, on `slot`, everything committed before the
-/// lock. Returns the lock's WAL position.
+/// tables in ACCESS EXCLUSIVE mode, the mode the drop needs; then the
+/// sequences), then until the subscriber has confirmed, on `slot`,
+/// everything committed before the lock; both within what is left of
+/// `budget`, else given up, naming the sessions the lock waited for.
+/// Returns the lock's WAL position.
 fn lock_caught_up(
     hold: &mut Client,
+    hold_pid: i32,
     publisher: &mut Client,
     slot: &str,
-    shard: i32,
-    attempts: u16,
+    (shard, schema): (i32, &str),
+    budget: &Budget,
 ) -> Result<String> {
-    let lsn: String = hold
-        .query_one(
-            "SELECT insta_id.move_lock($1::int, $2::int)::text",
-            &[&shard, &(attempts as i32)],
-        )
-        .described()?
-        .get(0);
+    // A statement timeout: the tables are locked one by one, and each
+    // lock_timeout would start anew (the session's, --lock-timeout, set as
+    // long, so that it does not end the wait first). Both stay to the end
+    // of the try: nothing after the lock waits longer either.
+    hold.execute(
+        "SELECT pg_catalog.set_config('statement_timeout', $1, true),
+                pg_catalog.set_config('lock_timeout', $1, true)",
+        &[&budget.left_setting()],
+    )
+    .described()?;
+    let lsn: String = match hold.query_one("SELECT insta_id.move_lock($1::int, 1)::text", &[&shard])
+    {
+        Ok(r) => r.get(0),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
+            ) =>
+        {
+            // Named now, while the entry is paused: what still holds the
+            // shard is what held it up.
+            let who = pause::holders(publisher, schema, &[hold_pid], None)?;
+            return Err(Failure::GaveUp(format!(
+                "the shard's tables were not locked within the budget ({} ms), held by:{}",
+                budget.total_ms(),
+                if who.is_empty() {
+                    "\n  (no one any more)".to_string()
+                } else {
+                    pause::listed(&who)
+                }
+            )));
+        }
+        Err(e) => return fail(crate::db::describe(&e)),
+    };
     // Everything committed before the lock is before it. A transaction
     // that commits with synchronous_commit on flushes the WAL past it at
     // once, so the walsender need not wait for the WAL writer.
@@ -2293,23 +2567,44 @@ fn lock_caught_up(
         .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
         .described()?;
     // Polled every 5 ms: clients wait meanwhile.
-    poll(
-        60,
-        Duration::from_millis(5),
-        &format!("the subscription of {slot} to apply {lsn}"),
-        || {
-            Ok(publisher
-                .query_opt(
-                    "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                     WHERE slot_name = $2::text",
-                    &[&lsn, &slot],
-                )
-                .described()?
-                .and_then(|r| r.get::<_, Option<bool>>(0))
-                == Some(true))
-        },
-    )?;
-    Ok(lsn)
+    loop {
+        let applied = publisher
+            .query_opt(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $2::text",
+                &[&lsn, &slot],
+            )
+            .described()?
+            .and_then(|r| r.get::<_, Option<bool>>(0))
+            == Some(true);
+        if applied {
+            return Ok(lsn);
+        }
+        if budget.spent() {
+            return Err(Failure::GaveUp(format!(
+                "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
+                budget.total_ms()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Gives a try of the cutover up once its budget is spent: checked last
+/// before its COMMIT.
+fn within(budget: &Budget) -> Result<()> {
+    if budget.spent() {
+        return Err(Failure::GaveUp(format!(
+            "the cutover's steps under its lock took the budget ({} ms) up",
+            budget.total_ms()
+        )));
+    }
+    Ok(())
+}
+
+/// A message of several lines, each indented as a try's lines are.
+fn printable_lines(text: &str) -> String {
+    crate::db::terminal(text).replace('\n', "\n   ")
 }
 
 /// The shard's tables (every partition) that `subscription`, on the
@@ -2348,8 +2643,8 @@ fn subscribed_sql() -> String {
 
 /// Where the guard is per session (15 and 16 not preloaded), open sessions
 /// do not see a raised high-water mark: waits until the server's clock is
-/// past it.
-fn wait_past_mark(c: &mut Client, mark: &str) -> Result<()> {
+/// past it, within what is left of the cutover's budget.
+fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Result<()> {
     let mode: String = c
         .query_one("SELECT insta_id.guard_mode()", &[])
         .described()?
@@ -2357,14 +2652,23 @@ fn wait_past_mark(c: &mut Client, mark: &str) -> Result<()> {
     if mode != "session" {
         return Ok(());
     }
-    wait_for(60, "the server's clock to pass the carried mark", || {
-        Ok(c.query_one(
+    while !c
+        .query_one(
             "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
             &[&mark],
         )
         .described()?
-        .get(0))
-    })
+        .get::<_, bool>(0)
+    {
+        if budget.spent() {
+            return Err(Failure::GaveUp(format!(
+                "the clock of the server taking the shard did not pass the carried high-water mark ({mark}) within the budget ({} ms): it is behind the other server's (NTP)",
+                budget.total_ms()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
 
 /// Where a move's old server records a committed cutover: the shard
@@ -2453,6 +2757,22 @@ FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
 #[cfg(test)]
 mod tests {
     use super::{fixed_version, pg_dump_unfit};
+
+    #[test]
+    fn a_shard_is_a_number_and_a_schema_name_is_told_apart() {
+        assert_eq!(shard_number("5"), Ok(5));
+        assert_eq!(
+            shard_number("insta5"),
+            Err("a shard is a number from 0 to 8191, not a schema's name: 5, not insta5?".into())
+        );
+        for bad in ["", "-1", "five", "5a", "insta"] {
+            assert_eq!(
+                shard_number(bad),
+                Err("a shard is a number from 0 to 8191".into()),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn a_pg_dump_of_the_old_major_the_new_one_or_between() {

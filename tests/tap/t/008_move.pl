@@ -154,6 +154,27 @@ like("$rc|$out", qr/^2\|error: the following required arguments were not provide
 	"refused: --router without the application's connection string (--router-target)");
 ($rc, $out) = move(8192, $from, $to);
 is("$rc|$out", "2|insta-id: the shard must be a number from 0 to 8191, not 8192\n", 'refused: a shard number out of range');
+($rc, $out) = move('insta5', $from, $to);
+like("$rc|$out", qr/^2\|error: invalid value 'insta5' for '<SHARD>': a shard is a number from 0 to 8191, not a schema's name: 5, not insta5\?$/m,
+	'refused: a schema\'s name for a shard, told apart (exit 2)');
+($rc, $out) = move(7, $from, $to, '--rollback-window', 'banana');
+is("$rc|" . last_line($out), '2|insta-id: --rollback-window: ERROR: invalid input syntax for type interval: "banana" (22007)',
+	'refused: a rollback window that is no interval (exit 2, a bad argument)');
+($rc, $out) = move(7, 'host=/nonexistent port=1 dbname=app', $to);
+like("$rc|" . last_line($out), qr{^1\|insta-id: the old server \(/nonexistent:1/app\): error connecting to server: .*No such file or directory}m,
+	'a server that cannot be reached: the cause said, not only "error connecting to server"');
+# A closed output (insta-id ... | head, the reader gone): the tool goes on,
+# no panic.
+{
+	pipe(my $r, my $w) or die "pipe: $!";
+	close $r;
+	my $err = '';
+	IPC::Run::run([ 'insta-id', 'plan', '--server', $from, '--server', $to ], '>', $w, '2>', \$err);
+	my $prc = shell_status($?);
+	close $w;
+	is(($err =~ /panicked/ ? 'panicked' : 'no panic') . '|' . ($prc == 0 || $prc == 1 ? 'its own exit' : $prc), 'no panic|its own exit',
+		'insta-id plan into a closed pipe: no panic, its own exit status');
+}
 is(last_line((move(9, $from, $to))[1]), 'insta-id: tables without a primary key or replica identity: nokey.t',
 	'refused: a table without a key or replica identity');
 $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(9, force => true);
@@ -267,10 +288,13 @@ is(nothing_left(), '0|0', 'nothing of the move is left: publication, slot, subsc
 is($new->safe_psql('app', q{INSERT INTO insta7.users (name) VALUES ('after') RETURNING insta_id.shard_id(id)}), 7,
 	'the shard takes writes on the new server, with its own shard number');
 
-# A long reader on the shard: the cutover's lock gives up after
-# --lock-timeout, lets the writers go on and tries again; the reader
-# ends once the move has said so. Shard 11 also has a partitioned table: the
-# fence is on the parent and on each partition.
+# A long reader on the shard, in a transaction open longer than the
+# cutover's budget: the try is given up without pausing or locking
+# anything, naming the reader; with one try (--cutover-attempts 1) the move
+# exits 75, the shard still the old server's, taking writes there, its copy
+# kept and following. Run again once the reader is gone, the move takes the
+# copy up and cuts over. Shard 11 also has a partitioned table: the fence is
+# on the parent and on each partition.
 $old->safe_psql('app', q{
 	INSERT INTO insta11.users (name) SELECT 'u' || g FROM generate_series(1, 10) g;
 	CREATE TABLE insta11.events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
@@ -279,17 +303,26 @@ $old->safe_psql('app', q{
 	INSERT INTO insta11.events SELECT g, date '2026-12-20' + g FROM generate_series(1, 30) g;
 });
 my $reader = $old->background_psql('app');
+my $reader_pid = $reader->query_safe('SELECT pg_backend_pid()');
 $reader->query_safe('BEGIN; SELECT count(*) FROM insta11.users');
-my $m = move_start(11, $from, $to, '--lock-timeout', '1s');
-pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/attempt 1 of 5/)
-  or die "the cutover never tried again: $m->{out}";
+# (Older than the budget whatever the copy takes.)
+$old->poll_query_until('app', "SELECT clock_timestamp() - xact_start > interval '1 s' FROM pg_stat_activity WHERE pid = $reader_pid")
+  or die 'the reader never began';
+($rc, $out) = move(11, $from, $to, '--cutover-attempts', 1);
+like("$rc|$out",
+	qr/^75\|.*^insta-id: the cutover of shard 11 was given up at each of its 1 tries, each within its budget of 500 ms \(--pause-budget, --cutover-attempts\); the last: sessions have held the shard longer than the budget \(500 ms\), so nothing was paused:\n\s+process $reader_pid \([^\n]*idle in transaction, transaction open since \d\d:\d\d:\d\d UTC, [\d.]+ s; holds AccessShareLock on users\): SELECT count\(\*\) FROM insta11\.users\b[^\n]*\nNothing changed: the shard is still on the old server/ms,
+	'a reader older than the budget: the cutover given up without pausing, the reader named (exit 75)')
+  or diag $out;
+is($old->safe_psql('app', q{INSERT INTO insta11.users (name) VALUES ('after the try') RETURNING name}) . '|'
+	  . $new->safe_psql('app', q{SELECT step FROM insta_id_admin.moves WHERE shard_id = 11}),
+	'after the try|copied', 'the shard still takes writes on the old server, its copy kept on the new one');
 $reader->query_safe('COMMIT');
 $reader->quit;
-($rc, $out) = move_finish($m);
-note join "\n", grep { /attempt/ } split /\n/, $out;
-is("$rc|" . scalar(() = $out =~ /WARNING:  the shard.s tables not locked within 1s, attempt 1 of 5: writers go on/g) . '|'
-	  . $new->safe_psql('app', 'SELECT count(*) FROM insta11.users') . '|' . nothing_left(),
-	'0|1|10|0|0', 'a long reader: the cutover\'s lock tried again after 1 s and the move finished');
+($rc, $out) = move(11, $from, $to);
+like($out, qr/^== the copy of shard 11 by an interrupted move is complete and streaming: on to its cutover$/m, 'run again: the copy taken up, not made again');
+is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta11.users') . '|' . nothing_left(),
+	'0|11|0|0', 'the reader gone, the move finished, the row written between the runs with it')
+  or diag $out;
 is($new->safe_psql('app', q{INSERT INTO insta11.events VALUES (31, '2027-02-01'), (32, '2026-06-01');
 	SELECT (SELECT count(*) FROM insta11.events_rest) || '|' || (SELECT count(*) FROM insta11.events)}),
 	'20|32', 'its partitioned table came along, and takes writes on the new server');
@@ -302,8 +335,8 @@ is($new->safe_psql('app', q{INSERT INTO insta11.events VALUES (31, '2027-02-01')
 $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(17, 17, 'template')});
 $reader = $old->background_psql('app');
 $reader->query_safe('BEGIN; SELECT count(*) FROM insta17.users');
-$m = move_start(17, $from, $to, '--lock-timeout', '1s');
-pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/attempt 1 of 5/)
+my $m = move_start(17, $from, $to, '--cutover-retry', 1);
+pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/cutover try 1 of 5 given up/)
   or die "the cutover never tried again: $m->{out}";
 $old->safe_psql('app', 'CREATE TABLE insta17.late (id int PRIMARY KEY); INSERT INTO insta17.late VALUES (1)');
 $new->safe_psql('app', 'CREATE TABLE insta17.late (id int PRIMARY KEY)');
@@ -316,6 +349,32 @@ is("$rc|" . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM
 ($rc, $out) = move(17, $from, $to);
 is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta17.late') . '|' . nothing_left(), '0|1|0|0',
 	'run again, the move undid the copy and moved the shard afresh, the late table\'s row with it');
+
+# A session that began shortly before the cutover, younger than the budget,
+# holding the shard: the try's lock waits out what is left of the budget,
+# gives up and names it; the next try waits for it, nothing paused. (The
+# move killed after its copy, the reader begun, then the move run again: it
+# takes the copy up and is at its cutover at once.)
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(21, 21, 'template');
+	INSERT INTO insta21.users (name) VALUES ('a')});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	move(21, $from, $to);
+}
+move_released($_, 21) for $old, $new;
+$reader = $old->background_psql('app');
+$reader_pid = $reader->query_safe('SELECT pg_backend_pid()');
+$reader->query_safe('BEGIN; SELECT count(*) FROM insta21.users');
+$m = move_start(21, $from, $to, '--pause-budget', 10000, '--cutover-retry', 1);
+pump_until($m->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default), \$m->{out}, qr/cutover try 1 of 5 given up/)
+  or die "the cutover never tried again: $m->{out}";
+$reader->query_safe('COMMIT');
+$reader->quit;
+($rc, $out) = move_finish($m);
+like($out, qr/^== the copy of shard 21 by an interrupted move is complete and streaming: on to its cutover\n.*^   cutover try 1 of 5 given up: the shard's tables were not locked within the budget \(10000 ms\), held by:\n\s+process $reader_pid \([^\n]*; holds AccessShareLock on users\): SELECT count\(\*\) FROM insta21\.users\b/ms,
+	'a reader younger than the budget: the try\'s lock waited the budget out, gave up and named it')
+  or diag $out;
+is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta21.users') . '|' . nothing_left(), '0|1|0|0', 'then the move finished');
 
 # What the new server's part needs once the old server lets the shard go is
 # taken before that point of no return. A session on the new server holding
@@ -484,7 +543,11 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		$rows = rows_of($old, $n);
 	}
 	my ($rrc, $rout) = move($n, $from, $to);
-	my ($how) = $rout =~ /^== (undo|shard \d+ left)/m;
+	my ($how) = $rout =~ /^== (undo|shard \d+ left|the copy of shard \d+ by an interrupted move)/m;
+	# Killed before the cutover committed: the copy made again while it was
+	# not complete, else taken up.
+	is(($how // '') =~ /^the copy/ ? 'taken up' : 'made again', $at eq 'slot' ? 'made again' : 'taken up', "killed after '$at': the re-run's copy")
+	  if $at =~ /^(slot|copy|blocked|sequences)$/;
 	is(rows_of($new, $n) . '|' . $old->safe_psql('app', "SELECT count(*) FROM pg_namespace WHERE nspname = 'insta$n'") . '|' . nothing_left(),
 		"$rows|0|0|0", "killed after '$at' (exit $krc), the shard on one server ($where: old new), a re-run finishes (exit $rrc"
 		  . ($how ? ", $how" : '') . ')')
@@ -590,8 +653,9 @@ $new->stop;
 # Onto a server with the per-session guard (16, not preloaded), its clock 2 s
 # behind: a session opened there before the move, which has used the guard,
 # does not see the raised mark; the cutover waits until that server's clock
-# passes it, so the session's IDs in the moved shard are later than the old
-# server's last, written by a writer up to the cutover.
+# passes it (clients held: within its budget only), so the session's IDs in
+# the moved shard are later than the old server's last, written by a writer
+# up to the cutover.
 my $new16 = insta_node('new16', faketime => 1, pg_config => $ENV{PG_MOVE_PER_SESSION});
 $new16->safe_psql('postgres', 'CREATE DATABASE app');
 $new16->safe_psql('app', q{SET client_min_messages = warning; CREATE EXTENSION insta_id; SELECT insta_id.create_shard(40);
@@ -604,11 +668,18 @@ is($new16->safe_psql('app', 'SELECT insta_id.guard_mode()') . '|' . $new16->safe
 $to = $new16->connstr('app');
 $writer = writer_start(12, "$work/stop12", 'only old');
 $old->poll_query_until('app', q{SELECT count(*) > 0 FROM insta12.users WHERE name LIKE 'w%'}) or die 'the writer did not write';
+my $refused;
 {
 	# pg_dump of 16, for a schema 16 restores (18's sets transaction_timeout).
 	local $ENV{PATH} = $new16->config_data('--bindir') . ":$ENV{PATH}";
-	($rc, $out) = move(12, $from, $to, '--subscription', $from);    # (the subscription's own connection string)
+	# Within the default budget (500 ms), the clock's 2 s cannot be waited
+	# out: the try is given up, the writer goes on on the old server. With a
+	# budget above the clocks' gap, the re-run takes the copy up and waits.
+	($rc, $out) = move(12, $from, $to, '--subscription', $from, '--cutover-attempts', 1);    # (the subscription's own connection string)
+	$refused = "$rc|" . ($out =~ /the last: the clock of the server taking the shard did not pass the carried high-water mark \([^)]+\) within the budget \(500 ms\): it is behind the other server's \(NTP\)$/m ? 'the clock named' : $out);
+	($rc, $out) = move(12, $from, $to, '--subscription', $from, '--pause-budget', 5000);
 }
+is($refused, '75|the clock named', 'a clock 2 s behind: a try within 500 ms given up, saying why');
 append_to_file("$work/stop12", '');
 $writer->{run}->finish;
 note $out =~ /(== cutover.*?)(?:\n==|\z)/s ? $1 : $out;

@@ -225,7 +225,7 @@ is(slurp_file($map) =~ /^shard7 = host=\Q${\ $new->host }\E port=${\ $new->port 
 
 # Killed in the cutover (its locks held, the entry paused): clients queue in
 # PgBouncer; another shard's entry answers; the re-run resumes the entry
-# (the old server still holds the shard), undoes the copy and moves afresh.
+# (the old server still holds the shard), takes the copy up and cuts over.
 # Then killed once the cutover committed: the re-run points the entry at the
 # new server and resumes it.
 for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
@@ -256,6 +256,78 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 my ($done, $failed, $brc, $bout) = bench_stop($steady);
 is("$brc|$failed|" . rows_on($old, 13), "0|0|$done", "pgbench on a shard not moved: 0 failed through every move ($done rows)")
   or diag $bout;
+
+# The cutover's budget. Shards 16 and 17 get entries.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(16, 17, 'template')});
+append_to_file($map, join '', map { "shard$_ = host=" . $old->host . ' port=' . $old->port . " dbname=app\n" } 16, 17);
+via($admin, 'RELOAD');
+# An open transaction through the entry, longer than the budget (an
+# analytics query through the application's pool): the PAUSE would wait for
+# it with every client stalled behind. Each try pauses nothing and names it;
+# after --cutover-attempts 2 the move exits 75, pgbench going on through
+# the entry all along. Once it has ended, the re-run takes the copy up.
+sub open_through
+{
+	my ($shard) = @_;
+	my %h = (in => "BEGIN;\nSELECT 'open', pg_backend_pid();\n", out => '');
+	$h{run} = IPC::Run::start([ 'psql', '-XqtA', '-d', "$through dbname=shard$shard" ], '<', \$h{in}, '>', \$h{out}, IPC::Run::timeout(120));
+	$h{run}->pump until $h{out} =~ /open\|(\d+)/;
+	$h{pid} = $1;
+	return \%h;
+}
+sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; return; }
+{
+	my $b = bench_start(16, 4);
+	until_rows($old, 16, 0) or die 'pgbench on shard 16 wrote nothing';
+	my $long = open_through(16);
+	my ($grc, $gout) = move(16, undef, '--rollback-window', 0, '--cutover-attempts', 2, '--cutover-retry', 1);
+	my $paused = entry(16)->{paused};
+	my $meanwhile = rows_on($old, 16);
+	until_rows($old, 16, $meanwhile);
+	close_through($long);
+	move_released($_, 16) for $old, $new;
+	($rc, $out) = move(16);
+	my $moved = rows_on($new, 16);
+	until_rows($new, 16, $moved);
+	my ($done, $failed, $brc, $bout) = bench_stop($b);
+	like($gout, qr/^insta-id: the cutover of shard 16 was given up at each of its 2 tries, each within its budget of 500 ms \(--pause-budget, --cutover-attempts\); the last: sessions have held the shard longer than the budget \(500 ms\), so nothing was paused:\n\s+process $long->{pid} \([^\n]*idle in transaction, transaction open since [^\n]*\): SELECT 'open', pg_backend_pid\(\);?$/m,
+		'a transaction open through the entry longer than the budget: named, nothing paused');
+	is("$grc|$paused|$rc|" . ($out =~ /^== the copy of shard 16 by an interrupted move is complete and streaming/m ? 'taken up' : 'made again') . "|$brc|$failed|" . rows_on($new, 16) . '|' . rows_on($old, 16),
+		"75|0|0|taken up|0|0|$done|-1", "given up (exit 75), the entry never paused; pgbench went on; the re-run took the copy up: 0 failed, $done rows on the new server")
+	  or diag "$gout\n$out\n$bout";
+}
+# SIGTERM while the cutover's PAUSE waits for a transaction through the
+# entry (a budget of a minute: the PAUSE waits): the tool resumes the entry
+# before it exits (143); the shard stays the old server's, and a client
+# queued at the PAUSE is answered there.
+{
+	my $open = open_through(17);
+	my $log  = "$dir/move-term.log";
+	my $mover = IPC::Run::start(
+		[ 'insta-id', 'move', 17, '--from', $from, '--to', $to, '--copy-timeout', 120, '--rollback-window', 0, '--pause-budget', 60000,
+		  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', 'host=' . $new->host . ' port=' . $new->port . ' dbname=app' ],
+		'>&', $log);
+	until_true('the PAUSE of shard17', sub { (entry(17)->{paused} // '') eq '1' });
+	my ($qout, $qerr) = ('', '');
+	my $queued = IPC::Run::start([ 'psql', '-XqtA', '-d', "$through dbname=shard17", '-c', 'SELECT count(*) FROM insta17.users' ],
+		'>', \$qout, '2>', \$qerr, IPC::Run::timeout(60));
+	until_true('the query queued on shard17', sub { (via($admin, 'SHOW POOLS', '-XtA') // '') =~ /^shard17\|[^|]*\|\d+\|[1-9]/m });
+	$mover->signal('TERM');
+	$mover->finish;
+	my $st  = $mover->full_result(0);
+	my $mrc = $st & 127 ? 128 + ($st & 127) : $st >> 8;
+	my $paused = entry(17)->{paused};
+	close_through($open);
+	$queued->finish;
+	my $said = slurp_file($log);
+	is("$mrc|$paused|" . ($qout =~ s/\s+$//r) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 17')
+		  . '|' . ($said =~ /^insta-id: SIGTERM: PgBouncer's entry shard17 resumed; the shard is where it was: run the move again to go on$/m ? 'said' : 'not said'),
+		'143|0|0|1|said', 'SIGTERM during the PAUSE: the entry resumed before the tool exited (143), the queued query answered on the old server')
+	  or diag "$said\n$qerr";
+	move_released($_, 17) for $old, $new;
+	($rc, $out) = move(17);
+	is("$rc|" . join('|', @{ entry(17) }{qw(port paused)}), '0|' . $new->port . '|0', 'run again, the move finished') or diag $out;
+}
 
 # Rollback. Shard 13 moved with the default window (15 minutes) under
 # pgbench: the old server keeps its copy, unregistered, fenced, following
@@ -360,7 +432,7 @@ $_->safe_psql('app', 'CREATE TABLE insta13.late (id bigint PRIMARY KEY)') for $o
 $new->safe_psql('app', 'INSERT INTO insta13.late VALUES (1)');
 my ($trc, $tout) = move(13, $old_target, '--rollback');
 is(join('|', $wrc, last_line($wout), $made, $rc, $trc, last_line($tout), rows_on($new, 13) > 0 ? 'on new' : 'lost', entry(13)->{paused}, entry(13)->{port}),
-	join('|', 1, 'insta-id: --rollback-window must be 0 or between 1 second and 7 days, not 8 days', 0, 0, 1,
+	join('|', 2, 'insta-id: --rollback-window must be 0 or between 1 second and 7 days, not 8 days', 0, 0, 1,
 		'insta-id: tables of shard 13 that the subscription back does not carry (made after the move): late; nothing was changed, the shard stays on the new server',
 		'on new', 0, $new->port),
 	'refused: a window of 8 days, nothing made; a rollback that would lose the rows of a table made in the window')
@@ -421,9 +493,9 @@ for my $n ($old, $new)
 {
 	$holder{$_} = $n for split /\n/, $n->safe_psql('app', 'SELECT shard_id FROM insta_id.shards() ORDER BY 1');
 }
-my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14;
+my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14, 16, 17;
 is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \(/m ? $1 : 'none', $rc, scalar(keys %holder), "@misrouted"),
-	join('|', 137, $first // 'a first move', 0, 14, ''),
+	join('|', 137, $first // 'a first move', 0, 16, ''),
 	'insta-id rebalance, killed in its first move and run again: that move finished first, every shard on one server, its PgBouncer entry pointing there');
 like($out, qr/^== rebalanced: \d+ moves, /m, 'and it said it was done');
 is("$release_finished|" . left_of($old) . '|' . left_of($new), 'finished first|0|0',
@@ -453,7 +525,7 @@ my ($hin, $hout) = ("BEGIN;\nSELECT 'open';\n", '');
 my $holder = IPC::Run::start([ 'psql', '-XqtA', '-d', "$through dbname=shard15" ], '<', \$hin, '>', \$hout, IPC::Run::timeout(120));
 $holder->pump until $hout =~ /open/;
 my $mover = IPC::Run::start(
-	[ 'insta-id', 'move', 15, '--from', $from, '--to', $to, '--copy-timeout', 120, '--rollback-window', 0, '--pause-timeout', 60,
+	[ 'insta-id', 'move', 15, '--from', $from, '--to', $to, '--copy-timeout', 120, '--rollback-window', 0, '--pause-budget', 60000,
 	  '--pgbouncer', $admin, '--pgbouncer-map', $map, '--pgbouncer-target', 'host=' . $new->host . ' port=' . $new->port . ' dbname=app' ],
 	'>&', "$dir/move-newcomer.log");
 # Until the entry is paused, then until newcomer's query waits in its pool.

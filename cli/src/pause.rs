@@ -1,0 +1,231 @@
+//! How long a cutover holds the shard's clients, and what it does when it
+//! cannot finish in that time or the operator interrupts it.
+//!
+//! Each try of a cutover has a budget (--pause-budget): from the PAUSE of
+//! the shard's PgBouncer entry (or, without PgBouncer, from the lock its
+//! writers queue behind) to its COMMIT. A try that would spend more gives
+//! up: its transaction rolled back, the entry resumed, the sessions that
+//! held it up named. Before a try, sessions that have held the shard's
+//! tables (or kept a transaction open through the entry) longer than the
+//! budget are waited for without pausing anything: pausing behind them
+//! would only stall the clients.
+//!
+//! SIGINT and SIGTERM are caught: a watcher thread cancels the try's
+//! statement, resumes the entry the run paused, and exits (130, 143). Once
+//! the cutover is committing, it waits for the run to point the entry at
+//! the shard's new home and resume it first.
+
+use crate::bouncer::Bouncer;
+use crate::db::{printable, Described};
+use postgres::Client;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One try's allowance, from its start.
+pub struct Budget {
+    total: Duration,
+    started: Instant,
+}
+
+impl Budget {
+    pub fn start(total: Duration) -> Budget {
+        Budget {
+            total,
+            started: Instant::now(),
+        }
+    }
+
+    /// What is left of it (zero once spent).
+    pub fn left(&self) -> Duration {
+        self.total.saturating_sub(self.started.elapsed())
+    }
+
+    pub fn spent(&self) -> bool {
+        self.left().is_zero()
+    }
+
+    /// The budget as the operator gave it, for messages.
+    pub fn total_ms(&self) -> u128 {
+        self.total.as_millis()
+    }
+
+    /// What is left as a PostgreSQL setting's milliseconds (at least 1: 0
+    /// would mean no limit).
+    pub fn left_setting(&self) -> String {
+        self.left().as_millis().max(1).to_string()
+    }
+}
+
+/// What the watcher does on a signal.
+enum Held {
+    /// Nothing paused: exit.
+    Nothing,
+    /// The entry is (being) paused; the try's session to cancel.
+    Entry(Box<(Bouncer, postgres::CancelToken)>),
+    /// The cutover is committing or committed: the run points the entry
+    /// at the shard's new home and resumes it; the watcher waits for that.
+    Committing,
+}
+
+static HELD: Mutex<Held> = Mutex::new(Held::Nothing);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: i32) {
+    // (Only an atomic store: what a signal handler may do.)
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// Catches SIGINT and SIGTERM for the rest of the process.
+pub fn catch_signals() {
+    extern "C" {
+        fn signal(sig: i32, handler: extern "C" fn(i32)) -> usize;
+    }
+    const SIGINT: i32 = 2;
+    const SIGTERM: i32 = 15;
+    // SAFETY: signal(2) with a handler that only stores to an atomic.
+    unsafe {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+    }
+    std::thread::spawn(|| loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let sig = SIGNAL.load(Ordering::SeqCst);
+        if sig == 0 {
+            continue;
+        }
+        let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
+        let held = lock();
+        match &*held {
+            Held::Committing => {
+                drop(held);
+                continue;
+            }
+            Held::Entry(held) => {
+                let (b, cancel) = &**held;
+                let _ = cancel.cancel_query(postgres::NoTls);
+                match b.resume_if_paused() {
+                    Ok(()) => eprintln!("insta-id: {name}: PgBouncer's entry {} resumed; the shard is where it was: run the move again to go on", b.entry),
+                    Err(e) => eprintln!("insta-id: {name}: resuming PgBouncer's entry {}: {e}; run the move again, which resumes it", b.entry),
+                }
+            }
+            Held::Nothing => eprintln!("insta-id: {name}: stopped; run it again to go on"),
+        }
+        std::process::exit(128 + sig);
+    });
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Held> {
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The entry is about to be paused (set before the PAUSE: one sent is
+/// resumed by a signal even before PgBouncer answers it).
+pub fn pausing(b: &Bouncer, cancel: postgres::CancelToken) {
+    *lock() = Held::Entry(Box::new((b.clone(), cancel)));
+}
+
+/// The cutover commits: from here a signal waits for the entry to be
+/// pointed and resumed. (Blocks while the watcher is handling a signal,
+/// which exits the process: no COMMIT then.)
+pub fn committing() {
+    *lock() = Held::Committing;
+}
+
+/// The entry is resumed (or was never paused).
+pub fn released() {
+    *lock() = Held::Nothing;
+}
+
+/// The sessions, other than `except`, that hold or wait for a lock on the
+/// tables of `schema` (or on its sequences, in a mode an ALTER SEQUENCE
+/// waits for: nextval's, or pg_sequence_last_value's, which reading the
+/// pg_sequences view takes on every sequence), each as a line naming its
+/// process, role, application, state, since when its transaction is open
+/// and its query. With `older_than`, only granted locks of transactions
+/// open longer than that: those that hold a cutover up past its budget.
+pub fn holders(
+    c: &mut Client,
+    schema: &str,
+    except: &[i32],
+    older_than: Option<Duration>,
+) -> Result<Vec<String>, String> {
+    let secs = older_than.map(|d| d.as_secs_f64());
+    let rows = c
+        .query(
+            "SELECT pg_catalog.format('%s (%s, application %s, %s, transaction open since %s UTC, %s s; %s): %s',
+                        CASE WHEN l.pid IS NULL THEN 'a prepared transaction' ELSE 'process ' || l.pid END,
+                        coalesce(a.usename::text, '?'), coalesce(pg_catalog.quote_literal(a.application_name), '?'),
+                        coalesce(a.state, '?'),
+                        coalesce(pg_catalog.to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS'), '?'),
+                        coalesce(pg_catalog.round(extract(epoch FROM pg_catalog.clock_timestamp() - a.xact_start)::numeric, 1)::text, '?'),
+                        pg_catalog.string_agg(DISTINCT
+                            CASE WHEN l.granted THEN 'holds ' ELSE 'waits for ' END || l.mode || ' on ' || c.relname,
+                            ', '),
+                        coalesce(pg_catalog.left(pg_catalog.regexp_replace(a.query, '\\s+', ' ', 'g'), 160), '?'))
+             FROM pg_catalog.pg_locks l
+             JOIN pg_catalog.pg_class c ON c.oid = l.relation
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'relation'
+               AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+               AND n.nspname = $1::text
+               AND (l.pid IS NULL OR (l.pid <> pg_catalog.pg_backend_pid() AND l.pid <> ALL ($2::int[])))
+               AND (c.relkind IN ('r', 'p') OR (c.relkind = 'S' AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')))
+               AND ($3::float8 IS NULL
+                    OR (l.granted AND (a.xact_start IS NULL
+                                       OR a.xact_start < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3::float8))))
+             GROUP BY l.pid, a.usename, a.application_name, a.state, a.xact_start, a.query
+             ORDER BY a.xact_start NULLS FIRST LIMIT 5",
+            &[&schema, &except, &secs],
+        )
+        .described()?;
+    Ok(rows.iter().map(|r| printable(r.get(0))).collect())
+}
+
+/// The server processes `pids` (PgBouncer's server connections of the
+/// entry), described as `holders` describes them, those in a transaction
+/// open longer than `older_than` only when it is given.
+pub fn sessions(
+    c: &mut Client,
+    pids: &[i32],
+    older_than: Option<Duration>,
+) -> Result<Vec<String>, String> {
+    let secs = older_than.map(|d| d.as_secs_f64());
+    let rows = c
+        .query(
+            "SELECT pg_catalog.format('process %s (%s, application %s, %s, transaction open since %s UTC, %s s): %s',
+                        a.pid, a.usename, pg_catalog.quote_literal(a.application_name), a.state,
+                        pg_catalog.to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS'),
+                        pg_catalog.round(extract(epoch FROM pg_catalog.clock_timestamp() - a.xact_start)::numeric, 1),
+                        pg_catalog.left(pg_catalog.regexp_replace(a.query, '\\s+', ' ', 'g'), 160))
+             FROM pg_catalog.pg_stat_activity a
+             WHERE a.pid = ANY ($1::int[]) AND a.xact_start IS NOT NULL
+               AND ($2::float8 IS NULL OR a.xact_start < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $2::float8))
+             ORDER BY a.xact_start LIMIT 5",
+            &[&pids, &secs],
+        )
+        .described()?;
+    Ok(rows.iter().map(|r| printable(r.get(0))).collect())
+}
+
+/// Lines as a message's tail, one per session.
+pub fn listed(who: &[String]) -> String {
+    who.iter().map(|w| format!("\n  {w}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_counts_down_and_never_below_a_millisecond() {
+        let b = Budget::start(Duration::from_millis(0));
+        assert!(b.spent());
+        assert_eq!(b.left_setting(), "1");
+        let b = Budget::start(Duration::from_secs(60));
+        assert!(!b.spent());
+        assert!(b.left() <= Duration::from_secs(60));
+        assert_eq!(b.total_ms(), 60000);
+    }
+}
