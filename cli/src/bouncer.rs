@@ -329,14 +329,22 @@ impl Bouncer {
 
     /// The lock that moves of different shards take on the map, from
     /// reading it to the end of the RESUME.
+    /// Opened for reading when it exists: a lock file another user made
+    /// (a run as root) serves a run as postgres too (flock needs no write
+    /// access; 0.9.0 opened it for writing, and failed after a cutover).
     fn lock_map(&self) -> Result<std::fs::File, String> {
         let said = |e| self.map_error(e);
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.map.with_extension("insta-id-lock"))
-            .map_err(said)?;
+        let path = self.map.with_extension("insta-id-lock");
+        let lock = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(said)?,
+            Err(e) => return Err(said(e)),
+        };
         lock.lock().map_err(said)?;
         Ok(lock)
     }
@@ -394,6 +402,7 @@ impl Bouncer {
     pub fn preflight(&self) -> Result<(), String> {
         let said = |e| self.map_error(e);
         std::fs::read_to_string(&self.map).map_err(said)?;
+        drop(self.lock_map()?);
         let probe = self
             .map
             .with_extension(format!("insta-id-probe-{}", std::process::id()));

@@ -33,6 +33,10 @@
 //!  6. the new server adopts the shard (the fence opens); the router's map;
 //!  7. the subscription, slots, publication and fence dropped.
 
+mod checks;
+mod cutover;
+mod rollback;
+
 use crate::bouncer::{self, Bouncer, Drain};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
@@ -75,6 +79,10 @@ pub struct Args {
     /// shard (before its cutover): the partial copy dropped.
     #[arg(long, conflicts_with_all = ["rollback", "release"])]
     pub undo: bool,
+    /// Run every check a move runs before it makes anything, and stop:
+    /// nothing is made or changed (exit 0 when every check passes).
+    #[arg(long, conflicts_with_all = ["undo", "rollback", "release"])]
+    pub check: bool,
     /// Return a moved shard to the old server (the same --from and --to as
     /// its move) within its --rollback-window: every write acknowledged on
     /// the new server comes back, by the replication back that the move
@@ -210,10 +218,13 @@ pub fn run(a: &Args, env: &Env) -> ExitCode {
 /// told apart from it.
 fn shard_number(said: &str) -> std::result::Result<u32, String> {
     said.parse().map_err(|_| {
+        // A name, then digits: insta5.
         let digits = said.trim_start_matches(|c: char| !c.is_ascii_digit());
+        let name = &said[..said.len() - digits.len()];
         if !digits.is_empty()
-            && digits.len() < said.len()
             && digits.bytes().all(|b| b.is_ascii_digit())
+            && name.chars().all(|c| c.is_alphabetic() || c == '_')
+            && !name.is_empty()
         {
             format!(
                 "a shard is a number from 0 to 8191, not a schema's name: {digits}, not {said}?"
@@ -323,78 +334,6 @@ fn stop_after(step: &str) {
 /// meta-commands, run as the restoring superuser); 18 was fixed before its
 /// release.
 const FIXED_CLIENT: [(u32, u32); 5] = [(13, 22), (14, 19), (15, 14), (16, 10), (17, 6)];
-
-/// The major and minor release `pg_dump --version` answers (a
-/// development version's minor is 0).
-fn client_version(said: &str) -> Option<(u32, u32)> {
-    let v = said.split("(PostgreSQL) ").nth(1)?;
-    let mut parts = v.split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next()?.parse().ok()?;
-    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-    Some((major, minor))
-}
-
-/// Whether `pg_dump --version`'s answer is a fixed release.
-pub fn fixed_version(said: &str) -> bool {
-    let Some((major, minor)) = client_version(said) else {
-        return false;
-    };
-    major >= 18
-        || FIXED_CLIENT
-            .iter()
-            .any(|&(m, fixed)| m == major && minor >= fixed)
-}
-
-/// Whether the pg_dump that answered `said` may dump a shard from a server
-/// of major `from` for one of major `to`: None if so, else why not.
-fn pg_dump_unfit(said: &str, from: u32, to: u32) -> Option<String> {
-    match client_version(said) {
-        None => Some(format!("it answers {:?}", terminal(said))),
-        Some((m, _)) if m < from => Some(format!(
-            "it is {m}'s, older than the old server's {from} (it cannot read it)"
-        )),
-        Some((m, _)) if m > to => Some(format!(
-            "it is {m}'s, newer than the new server's {to} (what it writes may not restore there)"
-        )),
-        Some(_) if !fixed_version(said) => Some(format!("it is {} (CVE-2025-8714 and 8715: a move needs 13.22, 14.19, 15.14, 16.10, 17.6, 18 or later)", terminal(said))),
-        Some(_) => None,
-    }
-}
-
-/// The pg_dump for a move from major `from` to major `to` (--pg-bin's, or
-/// as its help says), or a refusal saying each one tried and why not.
-fn choose_pg_dump(pg_bin: Option<&Path>, from: u32, to: u32) -> Result<PathBuf> {
-    let mut tried: Vec<PathBuf> = match pg_bin {
-        Some(dir) => vec![dir.join("pg_dump")],
-        None => std::iter::once(PathBuf::from("pg_dump"))
-            .chain(
-                (from..=to)
-                    .rev()
-                    .map(|n| PathBuf::from(format!("/usr/lib/postgresql/{n}/bin/pg_dump"))),
-            )
-            .collect(),
-    };
-    let mut why = Vec::new();
-    for path in tried.drain(..) {
-        let said = match Command::new(&path).arg("--version").output() {
-            Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            Err(_) if pg_bin.is_none() && path.is_absolute() => continue,
-            Err(e) => {
-                why.push(format!("{}: {e}", path.display()));
-                continue;
-            }
-        };
-        match pg_dump_unfit(&said, from, to) {
-            None => return Ok(path),
-            Some(w) => why.push(format!("{}: {w}", path.display())),
-        }
-    }
-    fail(format!(
-        "no pg_dump fit to move a shard from PostgreSQL {from} to {to} ({}): give --pg-bin the directory of a pg_dump of {}",
-        why.join("; "),
-        if from == to { from.to_string() } else { format!("{from} to {to}") }
-    ))
-}
 
 /// A session kept for a whole phase of the move: on the old server the one
 /// that holds the move's lock and then the cutover's; when finishing, one on
@@ -734,6 +673,12 @@ impl<'a> Mover<'a> {
             ));
         }
         let Some(schema) = st.on_from.clone() else {
+            if self.a.check {
+                return fail(format!(
+                    "shard {} is not registered on the old server: nothing to check",
+                    self.shard
+                ));
+            }
             return self.not_on_from(st);
         };
         // The move's lock first: a mover still running elsewhere is never
@@ -767,6 +712,19 @@ impl<'a> Mover<'a> {
         if let Some(b) = &self.bouncer {
             b.preflight()?;
         }
+        let leftovers = self.leftovers(&st)?;
+        if self.a.check {
+            if leftovers {
+                return fail(format!("an interrupted move of shard {} is recorded: run the move (it takes a complete copy up, or undoes a partial one) or --undo; insta-id status says where it stands", self.shard));
+            }
+            self.step("checks");
+            self.checks(&schema)?;
+            self.step(&format!(
+                "every check of a move of shard {} passed; nothing was made",
+                self.shard
+            ));
+            return Ok(());
+        }
         // A move killed in its cutover leaves the shard's entry paused, its
         // clients queued: they go on, on the old server, which still holds
         // the shard.
@@ -779,19 +737,6 @@ impl<'a> Mover<'a> {
                 );
             }
         }
-        let leftovers = st.sub.is_some()
-            || self
-                .from
-                .query_one(
-                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)
-                         OR EXISTS (SELECT FROM pg_catalog.pg_replication_slots
-                                    WHERE slot_name = $1::text AND database = pg_catalog.current_database())
-                         OR EXISTS (SELECT FROM insta_id_admin.moves WHERE shard_id = $2::int AND side = 'leaving')",
-                    &[&self.name, &self.shard],
-                )
-                .described()?
-                .get::<_, bool>(0)
-            || self.back_left()?;
         // A move interrupted with its copy complete and streaming (a cutover
         // given up within its budget, say) goes on from its copy: a large
         // shard's copy takes hours.
@@ -819,6 +764,23 @@ impl<'a> Mover<'a> {
             self.copy(&schema)?;
         }
         self.cutover_and_finish(hold, &schema)
+    }
+
+    /// Whether an earlier run left anything of this move on either server.
+    fn leftovers(&mut self, st: &State) -> Result<bool> {
+        Ok(st.sub.is_some()
+            || self
+                .from
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $1::text)
+                         OR EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                    WHERE slot_name = $1::text AND database = pg_catalog.current_database())
+                         OR EXISTS (SELECT FROM insta_id_admin.moves WHERE shard_id = $2::int AND side = 'leaving')",
+                    &[&self.name, &self.shard],
+                )
+                .described()?
+                .get::<_, bool>(0)
+            || self.back_left()?)
     }
 
     /// The checks, then the copy: publication, schema and subscription,
@@ -1076,179 +1038,6 @@ impl<'a> Mover<'a> {
         self.finish_move(hold, &st, &schema)
     }
 
-    /// A move begun by 0.8.0's scripts/move_shard.sh recorded its cutover
-    /// as a comment on the publication, committed with the drop.
-    fn legacy_cutover(&mut self) -> Result<bool> {
-        Ok(self
-            .from
-            .query_one(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubname = $1::text
-                                AND pg_catalog.obj_description(p.oid, 'pg_publication') = 'insta_id: cutover committed')",
-                &[&self.name],
-            )
-            .described()?
-            .get(0))
-    }
-
-    /// What a move needs of the shard and both servers, said before
-    /// anything is made.
-    /// The old and the new server's PostgreSQL majors.
-    fn majors(&mut self) -> Result<(u32, u32)> {
-        let q = "SELECT pg_catalog.current_setting('server_version_num')::int / 10000";
-        let from: i32 = self.from.query_one(q, &[]).described()?.get(0);
-        let to: i32 = self.to.query_one(q, &[]).described()?.get(0);
-        Ok((from as u32, to as u32))
-    }
-
-    /// The pg_dump this move uses, chosen once (choose_pg_dump).
-    fn pg_dump(&mut self) -> Result<PathBuf> {
-        if let Some(p) = &self.pg_dump {
-            return Ok(p.clone());
-        }
-        let (from, to) = self.majors()?;
-        let p = choose_pg_dump(self.a.pg_bin.as_deref(), from, to.max(from))?;
-        self.pg_dump = Some(p.clone());
-        Ok(p)
-    }
-
-    fn checks(&mut self, schema: &str) -> Result<()> {
-        let one = |c: &mut Client, sql: &str, schema: &str| -> Result<Option<String>> {
-            Ok(c.query_one(sql, &[&schema]).described()?.get(0))
-        };
-        // Onto the same major or a newer one only: pg_dump's definitions of
-        // a newer server need not restore on an older one (a setting, a
-        // syntax), and a failure there would come after the publication.
-        let (from_major, to_major) = self.majors()?;
-        if to_major < from_major {
-            return fail(format!("the new server runs PostgreSQL {to_major}, older than the old server's {from_major}: a shard moves to the same major or a newer one; nothing was made"));
-        }
-        let wal: String = self
-            .from
-            .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
-            .described()?
-            .get(0);
-        if wal != "logical" {
-            return fail("wal_level on the old server is not logical");
-        }
-        let exists: bool = self
-            .to
-            .query_one(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)",
-                &[&schema],
-            )
-            .described()?
-            .get(0);
-        if exists {
-            return fail(format!(
-                "schema {} exists on the new server",
-                printable(schema)
-            ));
-        }
-        if let Some(nokey) = one(
-            &mut self.from,
-            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
-             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1::text AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
-               AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_catalog.pg_index x
-                                                        WHERE x.indrelid = c.oid AND x.indisprimary))",
-            schema,
-        )? {
-            return fail(format!("tables without a primary key or replica identity: {}", printable(&nokey)));
-        }
-        // A publication carries permanent tables only: unlogged tables
-        // would lose their rows, materialized views would arrive empty.
-        if let Some(other) = one(
-            &mut self.from,
-            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
-             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1::text AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))",
-            schema,
-        )? {
-            return fail(format!("unlogged tables or materialized views, which logical replication does not carry: {}", printable(&other)));
-        }
-        let fenced: bool = self
-            .from
-            .query_one(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
-                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                                WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text)
-                     OR EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-                                WHERE p.proname = 'insta_id_move_fence' AND n.nspname = $1::text)",
-                &[&schema],
-            )
-            .described()?
-            .get(0);
-        if fenced {
-            return fail(format!("{} still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup", printable(schema)));
-        }
-        // PostgreSQL 15 applies replicated rows as the subscription's owner
-        // (the superuser running this); 16 and later as each table's owner.
-        // So onto 15, no code a non-superuser owns may run in the apply:
-        // none in the schema, none its tables' constraints, indexes,
-        // triggers or defaults call.
-        let to_version: i32 = self
-            .to
-            .query_one(
-                "SELECT pg_catalog.current_setting('server_version_num')::int",
-                &[],
-            )
-            .described()?
-            .get(0);
-        let from_version: i32 = self
-            .from
-            .query_one(
-                "SELECT pg_catalog.current_setting('server_version_num')::int",
-                &[],
-            )
-            .described()?
-            .get(0);
-        // The same onto the old server, when its copy follows the new one.
-        if to_version < 160000 || (self.keep.is_some() && from_version < 160000) {
-            if let Some(owners) = one(&mut self.from, APPLY_CODE_OWNERS, schema)? {
-                if to_version < 160000 {
-                    return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
-                }
-                return fail(format!("the old server runs PostgreSQL 15, which would apply the replication back (for a rollback) as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it with --rollback-window 0 (no rollback), or give those objects to a superuser first", printable(schema), printable(&owners)));
-            }
-        }
-        if self.keep.is_some() {
-            let wal: String = self
-                .to
-                .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
-                .described()?
-                .get(0);
-            if wal != "logical" {
-                return fail("wal_level on the new server is not logical: the replication back to the old server's copy, for a rollback, needs it (or --rollback-window 0)");
-            }
-            let free: bool = self
-                .to
-                .query_one(
-                    "SELECT count(*) < pg_catalog.current_setting('max_replication_slots')::int FROM pg_catalog.pg_replication_slots",
-                    &[],
-                )
-                .described()?
-                .get(0);
-            if !free {
-                return fail("no replication slot is free on the new server for the replication back, for a rollback (max_replication_slots): drop unused slots, release kept copies (--release), or --rollback-window 0");
-            }
-        }
-        // The schema is restored on the new server as the one owner of its
-        // objects, who must exist there (src/restore.rs).
-        self.owners(schema)?;
-        let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
-        let (e1, e2): (String, String) = (
-            self.from.query_one(epoch, &[]).described()?.get(0),
-            self.to.query_one(epoch, &[]).described()?.get(0),
-        );
-        if e1 != e2 {
-            return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
-        }
-        // Last: the pg_dump for these two majors (the refusals above are
-        // more telling when both apply).
-        self.pg_dump()?;
-        Ok(())
-    }
-
     /// On the new server, in one transaction: the schema, made by the
     /// operator and owned by the one owner of its objects; pg_dump's
     /// definitions of them run as that owner in a security-restricted
@@ -1400,361 +1189,6 @@ impl<'a> Mover<'a> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// In the held session on the old server: the cutover's locks, the new
-    /// server caught up, what replication does not carry carried, the drop,
-    /// COMMIT (the point of no return).
-    /// (The new server's adoption is begun before: run.)
-    fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
-        // From here the subscription flushes what it applies at once, and
-        // so confirms it at once: its default (off) leaves that to the new
-        // server's WAL writer, up to 200 ms more of the cutover, with
-        // clients waiting. (Not from the start: during the copy and the
-        // stream a flush per applied transaction would slow the apply.
-        // Local: the new server's synchronous standbys have no part in it.)
-        self.to
-            .batch_execute(&format!(
-                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
-                ident(&self.name)
-            ))
-            .described()?;
-        self.tries(hold, schema, false)
-    }
-
-    /// The session on the server that holds the shard now: the old one,
-    /// or for a rollback (`back`) the new one.
-    fn holding(&mut self, back: bool) -> &mut Client {
-        if back {
-            &mut self.to
-        } else {
-            &mut self.from
-        }
-    }
-
-    /// The tries of a cutover (`back`: a rollback's, held on the new
-    /// server), in `hold`'s session there, each within its budget, the
-    /// clients going on between tries. Before a try, sessions that have
-    /// held the shard longer than the budget are waited for, nothing
-    /// paused.
-    fn tries(&mut self, hold: &mut Client, schema: &str, back: bool) -> Result<()> {
-        let hold_pid: i32 = hold
-            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
-            .described()?
-            .get(0);
-        let w = &self.a.waits;
-        let (attempts, budget, retry) = (
-            w.cutover_attempts,
-            Duration::from_millis(w.pause_budget),
-            Duration::from_secs(w.cutover_retry),
-        );
-        let mut why = String::new();
-        for attempt in 1..=attempts {
-            if attempt > 1 {
-                println!(
-                    "   cutover try {} of {attempts} given up: {}\n   its clients go on; trying again in {} s",
-                    attempt - 1,
-                    printable_lines(&why),
-                    retry.as_secs()
-                );
-                std::thread::sleep(retry);
-            }
-            let long = self.long_holders(schema, hold_pid, back, budget)?;
-            if !long.is_empty() {
-                why = format!(
-                    "sessions have held the shard longer than the budget ({} ms), so nothing was paused:{}",
-                    budget.as_millis(),
-                    pause::listed(&long)
-                );
-                continue;
-            }
-            let b = Budget::start(budget);
-            hold.batch_execute("BEGIN").described()?;
-            let done = self
-                .pause_entry(schema, &b, hold.cancel_token(), back)
-                .and_then(|()| {
-                    if back {
-                        self.rollback_locked(hold, hold_pid, schema, &b)
-                    } else {
-                        self.cutover_locked(hold, hold_pid, schema, &b)
-                    }
-                });
-            match done {
-                Err(Failure::GaveUp(w)) => {
-                    let _ = hold.batch_execute("ROLLBACK");
-                    self.resume_entry(schema);
-                    why = w;
-                }
-                done => return self.settle(done, hold, hold_pid, back),
-            }
-        }
-        Err(Failure::GaveUp(format!(
-            "the cutover of shard {} was given up at each of its {attempts} tries, each within its budget of {} ms (--pause-budget, --cutover-attempts); the last: {}\nNothing changed: the shard is still on the {} server, its clients go on there, and the copy follows it; run the {} again to try the cutover again",
-            self.shard,
-            budget.as_millis(),
-            printable_lines(&why),
-            if back { "new" } else { "old" },
-            if back { "rollback (--rollback)" } else { "move" }
-        )))
-    }
-
-    /// Sessions that have held the shard (or a transaction open through its
-    /// PgBouncer entry) longer than `budget`: a try now would only stall
-    /// the clients behind them.
-    fn long_holders(
-        &mut self,
-        schema: &str,
-        hold_pid: i32,
-        back: bool,
-        budget: Duration,
-    ) -> Result<Vec<String>> {
-        let servers = match &self.bouncer {
-            Some(b) => b.busy_servers()?,
-            None => Vec::new(),
-        };
-        let c = self.holding(back);
-        let mut who = pause::holders(c, schema, &[hold_pid], Some(budget))?;
-        if !servers.is_empty() {
-            who.extend(pause::sessions(c, &servers, Some(budget))?);
-        }
-        Ok(who)
-    }
-
-    /// The shard's PgBouncer entry first: once no transaction runs through
-    /// it, its clients queue there, and none waits on the cutover's locks
-    /// (where the drop would fail it). Within what is left of `budget`.
-    fn pause_entry(
-        &mut self,
-        schema: &str,
-        budget: &Budget,
-        cancel: postgres::CancelToken,
-        back: bool,
-    ) -> Result<()> {
-        let Some(b) = self.bouncer.clone() else {
-            return Ok(());
-        };
-        // Recorded first: a run that finishes or undoes this move must be
-        // able to resume the entry.
-        self.record_to("paused", schema)?;
-        pause::pausing(&b, cancel);
-        match b.pause(budget.left()) {
-            Ok(at) => {
-                self.paused_at = Some(at);
-                println!("   PgBouncer's entry {} paused", b.entry);
-                Ok(())
-            }
-            Err(drain) => {
-                let _ = self.record_to("resumed", schema);
-                pause::released();
-                match drain {
-                    Drain::Failed(e) => fail(e),
-                    Drain::Busy => {
-                        let servers = b.busy_servers().unwrap_or_default();
-                        let who = pause::sessions(self.holding(back), &servers, None)?;
-                        Err(Failure::GaveUp(format!(
-                            "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
-                            b.entry,
-                            budget.total_ms(),
-                            if who.is_empty() { "\n  (ended since)".to_string() } else { pause::listed(&who) }
-                        )))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Resumes the entry after a try given up (its transaction rolled
-    /// back): its clients go on where the shard still is.
-    fn resume_entry(&mut self, schema: &str) {
-        let Some(b) = &self.bouncer else {
-            return;
-        };
-        match b.resume_if_paused() {
-            Ok(()) => {
-                let _ = self.record_to("resumed", schema);
-                pause::released();
-            }
-            Err(r) => eprintln!("insta-id: {r}"),
-        }
-    }
-
-    /// After a cutover (`back`: a rollback's, held on the new server) that
-    /// failed: its transaction ended, and the entry's clients go on where
-    /// the shard still is. Unless the COMMIT did happen (its reply lost):
-    /// then they wait for the run that finishes. Read once the held session
-    /// has ended its transaction, one way or the other.
-    fn settle(
-        &mut self,
-        done: Result<()>,
-        hold: &mut Client,
-        hold_pid: i32,
-        back: bool,
-    ) -> Result<()> {
-        let (Err(e), true) = (&done, self.bouncer.is_some()) else {
-            return done;
-        };
-        let _ = hold.batch_execute("ROLLBACK");
-        let c = self.holding(back);
-        let settled = poll(
-            30,
-            Duration::from_millis(10),
-            "the cutover's session to end",
-            || {
-                Ok(c
-                    .query_one(
-                        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1::int AND state <> 'idle')",
-                        &[&hold_pid],
-                    )
-                    .described()?
-                    .get(0))
-            },
-        );
-        let committed = settled.and_then(|()| {
-            if back {
-                Ok(self.arriving_step()?.is_some_and(|(s, _)| s == "returned"))
-            } else {
-                Ok(cut_over(self.leaving_step()?.as_deref()))
-            }
-        });
-        let b = self.bouncer.as_ref().expect("a bouncer");
-        if let Ok(false) = committed {
-            if let Err(r) = b.resume_if_paused() {
-                eprintln!("insta-id: {r}");
-            } else {
-                pause::released();
-                if let Some((_, schema)) = self.arriving_step()? {
-                    let _ = self.record_to("resumed", &schema);
-                }
-            }
-            return done;
-        }
-        fail(format!(
-            "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the {} is run again, which finishes it",
-            e.message(),
-            b.entry,
-            if back { "rollback (--rollback)" } else { "move" }
-        ))
-    }
-
-    fn cutover_locked(
-        &mut self,
-        hold: &mut Client,
-        hold_pid: i32,
-        schema: &str,
-        budget: &Budget,
-    ) -> Result<()> {
-        lock_caught_up(
-            hold,
-            hold_pid,
-            &mut self.from,
-            &self.name,
-            (self.shard, schema),
-            budget,
-        )?;
-        stop_after("blocked");
-        // Logical replication carries neither sequences nor the time of the
-        // last ID (nor insta_id's history of the shard): move_state reads
-        // them under the lock, move_carry sets them on the new server in
-        // one transaction, the mark raised so that IDs stay unique when the
-        // new server's clock is behind.
-        let state: String = hold
-            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
-            .described()?
-            .get(0);
-        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema)?;
-        if let Some(t) = unsubscribed {
-            return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
-        }
-        let raised: Option<String> = self
-            .to
-            .query_one(
-                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)::text",
-                &[&self.shard, &state],
-            )
-            .described()?
-            .get(0);
-        let r = self
-            .to
-            .query_one(
-                "SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %s', pg_catalog.quote_ident(key),
-                                   CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END),
-                                 ', ' ORDER BY key), 'none'),
-                        ($1::text::jsonb ->> 'mark')::timestamptz::text
-                 FROM pg_catalog.jsonb_each($1::text::jsonb -> 'sequences')",
-                &[&state],
-            )
-            .described()?;
-        let (sequences, mark): (String, Option<String>) = (r.get(0), r.get(1));
-        println!(
-            "   sequences continue after the old server's: {}",
-            printable(&sequences)
-        );
-        if let Some(mark) = mark {
-            println!(
-                "   high-water mark carried over: {mark} (new server's: {})",
-                raised.as_deref().unwrap_or("none")
-            );
-            wait_past_mark(&mut self.to, &mark, budget)?;
-        }
-        stop_after("sequences");
-        within(budget)?;
-        if let Some(keep) = &self.keep {
-            let until: String = hold
-                .query_one(
-                    "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
-                                               'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
-                    &[&self.shard, keep],
-                )
-                .described()?
-                .get(0);
-            within(budget)?;
-            pause::committing();
-            hold.batch_execute("COMMIT").described()?;
-            println!(
-                "   schema {} stays on the old server, fenced, for a rollback until {until}",
-                printable(schema)
-            );
-            return Ok(());
-        }
-        // What the cutover drops on the old server, said before it does.
-        let dropped: String = hold
-            .query_one(
-                "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
-                 SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
-                            CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
-                                 WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
-                          ', ' ORDER BY c.relname), 'nothing')
-                     || pg_catalog.format(', %s functions, %s types',
-                          (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
-                          (SELECT count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
-                           WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
-                 FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
-                &[&schema],
-            )
-            .described()?
-            .get(0);
-        println!(
-            "   dropping schema {} on the old server: {} (never another schema's objects: drop_shard refuses those)",
-            printable(schema),
-            printable(&dropped)
-        );
-        hold.execute(
-            "SELECT insta_id.drop_shard($1::int, force => true)",
-            &[&self.shard],
-        )
-        .described()?;
-        Self::record(
-            hold,
-            self.shard,
-            "leaving",
-            "cutover",
-            schema,
-            &self.to_label,
-        )?;
-        within(budget)?;
-        pause::committing();
-        hold.batch_execute("COMMIT").described()?;
-        Ok(())
     }
 
     /// Finishers of one move (two re-runs, or a re-run beside the mover)
@@ -2144,300 +1578,6 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    /// The shard is the new server's and the old one keeps a copy (under
-    /// lock_finish's session): rolled back, released, or left as it is.
-    fn kept_copy(&mut self, hold: Client, schema: &str) -> Result<()> {
-        let Some((_, until, expired)) = self.kept()? else {
-            return fail(format!("shard {} is on the new server, which records a copy kept on the old one, but the old server records none: compare them by hand", self.shard));
-        };
-        // A rollback interrupted before its cutover committed: the shard
-        // is still the new server's, its clients go on there.
-        let paused = self.arriving()?.is_some_and(|(_, paused)| paused);
-        if let (Some(b), true) = (&self.bouncer, paused) {
-            b.resume_if_paused()?;
-            println!(
-                "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
-                b.entry
-            );
-            self.record_to("resumed", schema)?;
-        }
-        if self.a.rollback {
-            // A move that re-pointed a router leaves it pointing at the new
-            // server: a rollback that could not point it back would send
-            // every client to a dropped shard.
-            // ('paused' is PgBouncer's; 'map' alone, the PL/Proxy router's.)
-            let r = self
-                .to
-                .query_one(
-                    "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
-                     FROM (SELECT (SELECT steps FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
-                    &[&self.shard],
-                )
-                .described()?;
-            let (bounced, mapped): (bool, bool) = (r.get(0), r.get(1));
-            if bounced && self.bouncer.is_none() {
-                return fail(format!("the move of shard {} re-pointed PgBouncer at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
-            }
-            if mapped && !bounced {
-                return fail(format!("the move of shard {} re-pointed the PL/Proxy router, which --rollback does not: --release, then move the shard back with a move of its own (--router)", self.shard));
-            }
-            if expired {
-                return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
-            }
-            return self.rollback(hold, schema);
-        }
-        if self.a.release || expired {
-            return self.release(hold, schema);
-        }
-        self.step(&format!(
-            "shard {} is on the new server; the old server keeps its copy for a rollback until {until}: nothing to do (--rollback returns the shard, --release drops the copy now)",
-            self.shard
-        ));
-        Ok(())
-    }
-
-    /// Returns the shard to the old server, whose copy the subscription back
-    /// kept up to date: the cutover the other way (the new server's locks,
-    /// the copy caught up, sequences, mark and history carried back, the
-    /// shard dropped on the new server: the point of no return), then the
-    /// old server adopts it.
-    fn rollback(&mut self, mut hold: Client, schema: &str) -> Result<()> {
-        self.step(&format!(
-            "roll back shard {} to the old server: checks",
-            self.shard
-        ));
-        let (from, back) = (&mut self.from, &self.back);
-        let ready: Option<(i64, i64)> = from
-            .query_opt(
-                &format!(
-                    "SELECT (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::bigint, count(r.srrelid)::bigint
-                     FROM pg_catalog.pg_subscription s LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
-                     WHERE s.subname = $1::text AND s.subdbid = {THIS_DB} AND s.subenabled GROUP BY s.oid"
-                ),
-                &[back],
-            )
-            .described()?
-            .map(|r| (r.get(0), r.get(1)));
-        match ready {
-            Some((r, n)) if r == n && n > 0 => {}
-            _ => return fail(format!("the old server's subscription back ({}) is missing, disabled or not streaming every table: the copy may not be up to date, so nothing was changed", self.back)),
-        }
-        // Streaming now (an apply worker on the old server, the slot in use
-        // on the new one), before clients are paused for it.
-        let (from, to, back) = (&mut self.from, &mut self.to, &self.back);
-        wait_for(10, "the subscription back to stream", || {
-            let worker: bool = from
-                .query_one(
-                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_subscription
-                                    WHERE subname = $1::text AND relid IS NULL AND pid IS NOT NULL)",
-                    &[back],
-                )
-                .described()?
-                .get(0);
-            let slot: bool = to
-                .query_one(
-                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)",
-                    &[back],
-                )
-                .described()?
-                .get(0);
-            Ok(worker && slot)
-        })
-        .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
-        // As the move's cutover does on the new server: the old server's
-        // adoption is begun, and its registry row held, before this
-        // cutover's COMMIT on the new server, the point of no return.
-        let mut fin = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
-        let adopted = Self::adopt_begin(&mut fin, false, self.shard, schema).map_err(|e| {
-            format!(
-                "the old server could not adopt the copy of shard {} (nothing was changed): {}",
-                self.shard,
-                e.message()
-            )
-        })?;
-        self.step("rollback: cutover");
-        if let Err(e) = self.tries(&mut hold, schema, true) {
-            let _ = fin.batch_execute("ROLLBACK");
-            return Err(e);
-        }
-        stop_after("rolled-back");
-        let adopt = if adopted {
-            self.step(&format!("adopt {} on the old server", printable(schema)));
-            Self::record(
-                &mut fin,
-                self.shard,
-                "leaving",
-                "returned",
-                schema,
-                &self.to_label,
-            )
-        } else {
-            Ok(())
-        };
-        adopt
-            .and_then(|()| Ok(fin.batch_execute("COMMIT").described()?))
-            .map_err(|e| {
-                format!(
-                    "{}\nThe rollback's cutover committed: shard {} left the new server; run the rollback again, which adopts it on the old server and finishes",
-                    e.message(),
-                    self.shard
-                )
-            })?;
-        self.finish_rollback(hold, schema)
-    }
-
-    /// In the held session on the new server.
-    fn rollback_locked(
-        &mut self,
-        hold: &mut Client,
-        hold_pid: i32,
-        schema: &str,
-        budget: &Budget,
-    ) -> Result<()> {
-        lock_caught_up(
-            hold,
-            hold_pid,
-            &mut self.to,
-            &self.back,
-            (self.shard, schema),
-            budget,
-        )?;
-        stop_after("back-blocked");
-        let state: String = hold
-            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
-            .described()?
-            .get(0);
-        // As at the move's cutover: a table made on both servers in the
-        // window exists on the old copy, but the rows written to it on the
-        // new server never came back.
-        if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema)? {
-            return fail(format!("tables of shard {} that the subscription back does not carry (made after the move): {}; nothing was changed, the shard stays on the new server", self.shard, printable(&t)));
-        }
-        self.from
-            .execute(
-                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)",
-                &[&self.shard, &state],
-            )
-            .described()?;
-        let mark: Option<String> = self
-            .from
-            .query_one(
-                "SELECT ($1::text::jsonb ->> 'mark')::timestamptz::text",
-                &[&state],
-            )
-            .described()?
-            .get(0);
-        if let Some(mark) = mark {
-            println!("   sequences and the high-water mark ({mark}) carried back");
-            wait_past_mark(&mut self.from, &mark, budget)?;
-        }
-        hold.execute(
-            "SELECT insta_id.drop_shard($1::int, force => true)",
-            &[&self.shard],
-        )
-        .described()?;
-        Self::record(
-            hold,
-            self.shard,
-            "arriving",
-            "returned",
-            schema,
-            &self.from_label,
-        )?;
-        within(budget)?;
-        pause::committing();
-        hold.batch_execute("COMMIT").described()?;
-        println!("   schema {} dropped on the new server", printable(schema));
-        Ok(())
-    }
-
-    /// After a rollback's cutover committed: the old server adopts its copy
-    /// (the fence opens), the entry points back at it, and the replication
-    /// back and the fence are dropped.
-    fn finish_rollback(&mut self, hold: Client, schema: &str) -> Result<()> {
-        let registered: bool = self
-            .from
-            .query_one(
-                "SELECT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = $1::int)",
-                &[&self.shard],
-            )
-            .described()?
-            .get(0);
-        if !registered {
-            self.step(&format!("adopt {} on the old server", printable(schema)));
-            let mut tx = self.from.transaction().described()?;
-            tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
-                &[&schema, &self.shard],
-            )
-            .described()?;
-            Self::record(
-                &mut tx,
-                self.shard,
-                "leaving",
-                "returned",
-                schema,
-                &self.to_label,
-            )?;
-            tx.commit().described()?;
-        }
-        if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
-            self.step(&format!(
-                "point PgBouncer's entry {entry} at the old server"
-            ));
-            let pointed = self.bouncer.as_ref().expect("a bouncer").point_and_resume();
-            // (Resumed, or not to be resumed by a signal: its target may be
-            // the old one.)
-            pause::released();
-            pointed.map_err(|e| format!("{e}\nThe shard is the old server's again; its entry may still be paused: fix this and run the rollback again"))?;
-            if let Some(t) = self.paused_at {
-                println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
-            }
-        }
-        self.step("cleanup: the replication back, the fence");
-        {
-            let mut tx = self.from.transaction().described()?;
-            Self::unsubscribe_back(&mut tx, &self.back)?;
-            tx.commit().described()?;
-        }
-        drop_fence(&mut self.from, schema)?;
-        Self::done(&mut self.from, self.shard, "leaving")?;
-        self.drop_back()?;
-        drop(hold);
-        self.step(&format!(
-            "rolled back shard {} ({}) to the old server",
-            self.shard,
-            printable(schema)
-        ));
-        Ok(())
-    }
-
-    /// Drops the old server's copy and the replication back.
-    fn release(&mut self, hold: Client, schema: &str) -> Result<()> {
-        self.step(&format!(
-            "release: the copy of shard {} kept on the old server, and the replication back",
-            self.shard
-        ));
-        {
-            let mut tx = self.from.transaction().described()?;
-            Self::unsubscribe_back(&mut tx, &self.back)?;
-            tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard])
-                .described()?;
-            tx.commit().described()?;
-        }
-        stop_after("released-old");
-        // (A finish killed before it dropped the fence on the new server.)
-        drop_fence(&mut self.to, schema)?;
-        self.drop_back()?;
-        drop(hold);
-        self.step(&format!(
-            "shard {} ({}) is the new server's alone",
-            self.shard,
-            printable(schema)
-        ));
-        Ok(())
-    }
-
     /// Drops what the move made for replication, each part only if it is
     /// there. On the new server in one transaction: the subscription,
     /// detached from its slot, and when undoing (`undo`: the schema) the
@@ -2511,102 +1651,6 @@ impl<'a> Mover<'a> {
     }
 }
 
-/// The first half of a cutover, in `hold`'s transaction on the server
-/// holding the shard (`publisher`, another session there): move_lock (the
-/// tables in ACCESS EXCLUSIVE mode, the mode the drop needs; then the
-/// sequences), then until the subscriber has confirmed, on `slot`,
-/// everything committed before the lock; both within what is left of
-/// `budget`, else given up, naming the sessions the lock waited for.
-/// Returns the lock's WAL position.
-fn lock_caught_up(
-    hold: &mut Client,
-    hold_pid: i32,
-    publisher: &mut Client,
-    slot: &str,
-    (shard, schema): (i32, &str),
-    budget: &Budget,
-) -> Result<String> {
-    // A statement timeout: the tables are locked one by one, and each
-    // lock_timeout would start anew (the session's, --lock-timeout, set as
-    // long, so that it does not end the wait first). Both stay to the end
-    // of the try: nothing after the lock waits longer either.
-    hold.execute(
-        "SELECT pg_catalog.set_config('statement_timeout', $1, true),
-                pg_catalog.set_config('lock_timeout', $1, true)",
-        &[&budget.left_setting()],
-    )
-    .described()?;
-    let lsn: String = match hold.query_one("SELECT insta_id.move_lock($1::int, 1)::text", &[&shard])
-    {
-        Ok(r) => r.get(0),
-        Err(e)
-            if matches!(
-                e.code(),
-                Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
-            ) =>
-        {
-            // Named now, while the entry is paused: what still holds the
-            // shard is what held it up.
-            let who = pause::holders(publisher, schema, &[hold_pid], None)?;
-            return Err(Failure::GaveUp(format!(
-                "the shard's tables were not locked within the budget ({} ms), held by:{}",
-                budget.total_ms(),
-                if who.is_empty() {
-                    "\n  (no one any more)".to_string()
-                } else {
-                    pause::listed(&who)
-                }
-            )));
-        }
-        Err(e) => return fail(crate::db::describe(&e)),
-    };
-    // Everything committed before the lock is before it. A transaction
-    // that commits with synchronous_commit on flushes the WAL past it at
-    // once, so the walsender need not wait for the WAL writer.
-    publisher
-        .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
-        .described()?;
-    // Polled every 5 ms: clients wait meanwhile.
-    loop {
-        let applied = publisher
-            .query_opt(
-                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                 WHERE slot_name = $2::text",
-                &[&lsn, &slot],
-            )
-            .described()?
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            == Some(true);
-        if applied {
-            return Ok(lsn);
-        }
-        if budget.spent() {
-            return Err(Failure::GaveUp(format!(
-                "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
-                budget.total_ms()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Gives a try of the cutover up once its budget is spent: checked last
-/// before its COMMIT.
-fn within(budget: &Budget) -> Result<()> {
-    if budget.spent() {
-        return Err(Failure::GaveUp(format!(
-            "the cutover's steps under its lock took the budget ({} ms) up",
-            budget.total_ms()
-        )));
-    }
-    Ok(())
-}
-
-/// A message of several lines, each indented as a try's lines are.
-fn printable_lines(text: &str) -> String {
-    crate::db::terminal(text).replace('\n', "\n   ")
-}
-
 /// The shard's tables (every partition) that `subscription`, on the
 /// subscriber `c`, does not both have and stream: a table made on both
 /// servers during a move exists on each, but its rows never came. `state`
@@ -2639,36 +1683,6 @@ fn unsubscribed(
 /// Whether this database has the subscription named $1.
 fn subscribed_sql() -> String {
     format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})")
-}
-
-/// Where the guard is per session (15 and 16 not preloaded), open sessions
-/// do not see a raised high-water mark: waits until the server's clock is
-/// past it, within what is left of the cutover's budget.
-fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Result<()> {
-    let mode: String = c
-        .query_one("SELECT insta_id.guard_mode()", &[])
-        .described()?
-        .get(0);
-    if mode != "session" {
-        return Ok(());
-    }
-    while !c
-        .query_one(
-            "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
-            &[&mark],
-        )
-        .described()?
-        .get::<_, bool>(0)
-    {
-        if budget.spent() {
-            return Err(Failure::GaveUp(format!(
-                "the clock of the server taking the shard did not pass the carried high-water mark ({mark}) within the budget ({} ms): it is behind the other server's (NTP)",
-                budget.total_ms()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
 }
 
 /// Where a move's old server records a committed cutover: the shard
@@ -2756,7 +1770,7 @@ FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
 
 #[cfg(test)]
 mod tests {
-    use super::{fixed_version, pg_dump_unfit};
+    use super::shard_number;
 
     #[test]
     fn a_shard_is_a_number_and_a_schema_name_is_told_apart() {
@@ -2771,53 +1785,6 @@ mod tests {
                 Err("a shard is a number from 0 to 8191".into()),
                 "{bad}"
             );
-        }
-    }
-
-    #[test]
-    fn a_pg_dump_of_the_old_major_the_new_one_or_between() {
-        let v = |s: &str| format!("pg_dump (PostgreSQL) {s}");
-        for (said, from, to) in [
-            ("16.10", 16, 18),
-            ("17.6", 16, 18),
-            ("18.0", 16, 18),
-            ("15.20", 15, 15),
-        ] {
-            assert_eq!(
-                pg_dump_unfit(&v(said), from, to),
-                None,
-                "{said} {from} {to}"
-            );
-        }
-        for (said, from, to, why) in [
-            ("15.20", 16, 18, "older than the old server's 16"),
-            ("18.1", 15, 17, "newer than the new server's 17"),
-            ("16.9", 16, 16, "CVE-2025-8714"),
-        ] {
-            let w = pg_dump_unfit(&v(said), from, to).unwrap();
-            assert!(w.contains(why), "{said}: {w}");
-        }
-        assert!(pg_dump_unfit("bash: pg_dump: not found", 16, 18).is_some());
-    }
-
-    #[test]
-    fn only_fixed_clients_restore_a_shard() {
-        for ok in [
-            "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)",
-            "psql (PostgreSQL) 17.6",
-            "pg_dump (PostgreSQL) 16.10",
-            "pg_dump (PostgreSQL) 18.0",
-            "pg_dump (PostgreSQL) 19devel",
-        ] {
-            assert!(fixed_version(ok), "{ok}");
-        }
-        for old in [
-            "pg_dump (PostgreSQL) 15.13",
-            "psql (PostgreSQL) 17.5",
-            "pg_dump (PostgreSQL) 12.22",
-            "something else",
-        ] {
-            assert!(!fixed_version(old), "{old}");
         }
     }
 }

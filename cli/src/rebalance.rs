@@ -147,6 +147,7 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
         router: None,
         router_target: None,
         undo: false,
+        check: false,
         rollback: false,
         release: false,
         rollback_subscription: None,

@@ -216,6 +216,11 @@ is($old->safe_psql('app', q{SET client_min_messages = warning;
 ($rc, $out) = move(5, $from, $old->connstr('app'));
 like("$rc|$out", qr/^1\|insta-id: --from and --to are one database \(\S+ and \S+\): a shard moves between two$/m, 'refused: the old and the new server are one database');
 is(nothing_left(), '0|0', 'refused moves made nothing: no publication, slot or subscription');
+# insta-id move --check: the move's checks, and nothing made.
+my @checked = (move(7, $from, $to, '--check'), move(9, $from, $to, '--check'));
+is(join('|', $checked[0], last_line($checked[1]), $checked[2], last_line($checked[3]), nothing_left()),
+	"0|== every check of a move of shard 7 passed; nothing was made|1|insta-id: tables without a primary key or replica identity: nokey.t|0|0",
+	'insta-id move --check: every check passes for shard 7 and refuses shard 9, and nothing is made');
 
 # The new server's clock 2 s behind the old one's, for the rest of the test.
 clock_offset($new, '-2');

@@ -1,0 +1,303 @@
+//! What a move checks before it makes anything: both servers' versions,
+//! the pg_dump it will run, the shard's tables, roles and settings.
+
+use super::*;
+
+impl Mover<'_> {
+    /// A move begun by 0.8.0's scripts/move_shard.sh recorded its cutover
+    /// as a comment on the publication, committed with the drop.
+    pub(super) fn legacy_cutover(&mut self) -> Result<bool> {
+        Ok(self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubname = $1::text
+                                AND pg_catalog.obj_description(p.oid, 'pg_publication') = 'insta_id: cutover committed')",
+                &[&self.name],
+            )
+            .described()?
+            .get(0))
+    }
+
+    /// What a move needs of the shard and both servers, said before
+    /// anything is made.
+    /// The old and the new server's PostgreSQL majors.
+    pub(super) fn majors(&mut self) -> Result<(u32, u32)> {
+        let q = "SELECT pg_catalog.current_setting('server_version_num')::int / 10000";
+        let from: i32 = self.from.query_one(q, &[]).described()?.get(0);
+        let to: i32 = self.to.query_one(q, &[]).described()?.get(0);
+        Ok((from as u32, to as u32))
+    }
+
+    /// The pg_dump this move uses, chosen once (choose_pg_dump).
+    pub(super) fn pg_dump(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.pg_dump {
+            return Ok(p.clone());
+        }
+        let (from, to) = self.majors()?;
+        let p = choose_pg_dump(self.a.pg_bin.as_deref(), from, to.max(from))?;
+        self.pg_dump = Some(p.clone());
+        Ok(p)
+    }
+
+    pub(super) fn checks(&mut self, schema: &str) -> Result<()> {
+        let one = |c: &mut Client, sql: &str, schema: &str| -> Result<Option<String>> {
+            Ok(c.query_one(sql, &[&schema]).described()?.get(0))
+        };
+        // Onto the same major or a newer one only: pg_dump's definitions of
+        // a newer server need not restore on an older one (a setting, a
+        // syntax), and a failure there would come after the publication.
+        let (from_major, to_major) = self.majors()?;
+        if to_major < from_major {
+            return fail(format!("the new server runs PostgreSQL {to_major}, older than the old server's {from_major}: a shard moves to the same major or a newer one; nothing was made"));
+        }
+        let wal: String = self
+            .from
+            .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
+            .described()?
+            .get(0);
+        if wal != "logical" {
+            return fail("wal_level on the old server is not logical");
+        }
+        let exists: bool = self
+            .to
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        if exists {
+            return fail(format!(
+                "schema {} exists on the new server",
+                printable(schema)
+            ));
+        }
+        if let Some(nokey) = one(
+            &mut self.from,
+            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1::text AND c.relkind = 'r' AND c.relreplident IN ('d', 'n')
+               AND (c.relreplident = 'n' OR NOT EXISTS (SELECT FROM pg_catalog.pg_index x
+                                                        WHERE x.indrelid = c.oid AND x.indisprimary))",
+            schema,
+        )? {
+            return fail(format!("tables without a primary key or replica identity: {}", printable(&nokey)));
+        }
+        // A publication carries permanent tables only: unlogged tables
+        // would lose their rows, materialized views would arrive empty.
+        if let Some(other) = one(
+            &mut self.from,
+            "SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ')
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1::text AND (c.relkind = 'm' OR (c.relkind IN ('r', 'p') AND c.relpersistence <> 'p'))",
+            schema,
+        )? {
+            return fail(format!("unlogged tables or materialized views, which logical replication does not carry: {}", printable(&other)));
+        }
+        let fenced: bool = self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                WHERE t.tgname = 'insta_id_move_fence' AND n.nspname = $1::text)
+                     OR EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                                WHERE p.proname = 'insta_id_move_fence' AND n.nspname = $1::text)",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        if fenced {
+            return fail(format!("{} still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup", printable(schema)));
+        }
+        // PostgreSQL 15 applies replicated rows as the subscription's owner
+        // (the superuser running this); 16 and later as each table's owner.
+        // So onto 15, no code a non-superuser owns may run in the apply:
+        // none in the schema, none its tables' constraints, indexes,
+        // triggers or defaults call.
+        let to_version: i32 = self
+            .to
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::int",
+                &[],
+            )
+            .described()?
+            .get(0);
+        let from_version: i32 = self
+            .from
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::int",
+                &[],
+            )
+            .described()?
+            .get(0);
+        // The same onto the old server, when its copy follows the new one.
+        if to_version < 160000 || (self.keep.is_some() && from_version < 160000) {
+            if let Some(owners) = one(&mut self.from, APPLY_CODE_OWNERS, schema)? {
+                if to_version < 160000 {
+                    return fail(format!("the new server runs PostgreSQL 15, which applies replicated rows as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it onto PostgreSQL 16 or later (rows applied as each table's owner), or give those objects to a superuser first", printable(schema), printable(&owners)));
+                }
+                return fail(format!("the old server runs PostgreSQL 15, which would apply the replication back (for a rollback) as the subscription's owner, a superuser: code of {} owned by {} would run with its rights there. Move it with --rollback-window 0 (no rollback), or give those objects to a superuser first", printable(schema), printable(&owners)));
+            }
+        }
+        if self.keep.is_some() {
+            let wal: String = self
+                .to
+                .query_one("SELECT pg_catalog.current_setting('wal_level')", &[])
+                .described()?
+                .get(0);
+            if wal != "logical" {
+                return fail("wal_level on the new server is not logical: the replication back to the old server's copy, for a rollback, needs it (or --rollback-window 0)");
+            }
+            let free: bool = self
+                .to
+                .query_one(
+                    "SELECT count(*) < pg_catalog.current_setting('max_replication_slots')::int FROM pg_catalog.pg_replication_slots",
+                    &[],
+                )
+                .described()?
+                .get(0);
+            if !free {
+                return fail("no replication slot is free on the new server for the replication back, for a rollback (max_replication_slots): drop unused slots, release kept copies (--release), or --rollback-window 0");
+            }
+        }
+        // The schema is restored on the new server as the one owner of its
+        // objects, who must exist there (src/restore.rs).
+        self.owners(schema)?;
+        let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
+        let (e1, e2): (String, String) = (
+            self.from.query_one(epoch, &[]).described()?.get(0),
+            self.to.query_one(epoch, &[]).described()?.get(0),
+        );
+        if e1 != e2 {
+            return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
+        }
+        // Last: the pg_dump for these two majors (the refusals above are
+        // more telling when both apply).
+        self.pg_dump()?;
+        Ok(())
+    }
+}
+
+/// The major and minor release `pg_dump --version` answers (a
+/// development version's minor is 0).
+pub(super) fn client_version(said: &str) -> Option<(u32, u32)> {
+    let v = said.split("(PostgreSQL) ").nth(1)?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+/// Whether `pg_dump --version`'s answer is a fixed release.
+pub fn fixed_version(said: &str) -> bool {
+    let Some((major, minor)) = client_version(said) else {
+        return false;
+    };
+    major >= 18
+        || FIXED_CLIENT
+            .iter()
+            .any(|&(m, fixed)| m == major && minor >= fixed)
+}
+
+/// Whether the pg_dump that answered `said` may dump a shard from a server
+/// of major `from` for one of major `to`: None if so, else why not.
+pub(super) fn pg_dump_unfit(said: &str, from: u32, to: u32) -> Option<String> {
+    match client_version(said) {
+        None => Some(format!("it answers {:?}", terminal(said))),
+        Some((m, _)) if m < from => Some(format!(
+            "it is {m}'s, older than the old server's {from} (it cannot read it)"
+        )),
+        Some((m, _)) if m > to => Some(format!(
+            "it is {m}'s, newer than the new server's {to} (what it writes may not restore there)"
+        )),
+        Some(_) if !fixed_version(said) => Some(format!("it is {} (CVE-2025-8714 and 8715: a move needs 13.22, 14.19, 15.14, 16.10, 17.6, 18 or later)", terminal(said))),
+        Some(_) => None,
+    }
+}
+
+/// The pg_dump for a move from major `from` to major `to` (--pg-bin's, or
+/// as its help says), or a refusal saying each one tried and why not.
+pub(super) fn choose_pg_dump(pg_bin: Option<&Path>, from: u32, to: u32) -> Result<PathBuf> {
+    let mut tried: Vec<PathBuf> = match pg_bin {
+        Some(dir) => vec![dir.join("pg_dump")],
+        None => std::iter::once(PathBuf::from("pg_dump"))
+            .chain(
+                (from..=to)
+                    .rev()
+                    .map(|n| PathBuf::from(format!("/usr/lib/postgresql/{n}/bin/pg_dump"))),
+            )
+            .collect(),
+    };
+    let mut why = Vec::new();
+    for path in tried.drain(..) {
+        let said = match Command::new(&path).arg("--version").output() {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            Err(_) if pg_bin.is_none() && path.is_absolute() => continue,
+            Err(e) => {
+                why.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        match pg_dump_unfit(&said, from, to) {
+            None => return Ok(path),
+            Some(w) => why.push(format!("{}: {w}", path.display())),
+        }
+    }
+    fail(format!(
+        "no pg_dump fit to move a shard from PostgreSQL {from} to {to} ({}): give --pg-bin the directory of a pg_dump of {}",
+        why.join("; "),
+        if from == to { from.to_string() } else { format!("{from} to {to}") }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fixed_version, pg_dump_unfit};
+
+    #[test]
+    fn a_pg_dump_of_the_old_major_the_new_one_or_between() {
+        let v = |s: &str| format!("pg_dump (PostgreSQL) {s}");
+        for (said, from, to) in [
+            ("16.10", 16, 18),
+            ("17.6", 16, 18),
+            ("18.0", 16, 18),
+            ("15.20", 15, 15),
+        ] {
+            assert_eq!(
+                pg_dump_unfit(&v(said), from, to),
+                None,
+                "{said} {from} {to}"
+            );
+        }
+        for (said, from, to, why) in [
+            ("15.20", 16, 18, "older than the old server's 16"),
+            ("18.1", 15, 17, "newer than the new server's 17"),
+            ("16.9", 16, 16, "CVE-2025-8714"),
+        ] {
+            let w = pg_dump_unfit(&v(said), from, to).unwrap();
+            assert!(w.contains(why), "{said}: {w}");
+        }
+        assert!(pg_dump_unfit("bash: pg_dump: not found", 16, 18).is_some());
+    }
+
+    #[test]
+    fn only_fixed_clients_restore_a_shard() {
+        for ok in [
+            "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)",
+            "psql (PostgreSQL) 17.6",
+            "pg_dump (PostgreSQL) 16.10",
+            "pg_dump (PostgreSQL) 18.0",
+            "pg_dump (PostgreSQL) 19devel",
+        ] {
+            assert!(fixed_version(ok), "{ok}");
+        }
+        for old in [
+            "pg_dump (PostgreSQL) 15.13",
+            "psql (PostgreSQL) 17.5",
+            "pg_dump (PostgreSQL) 12.22",
+            "something else",
+        ] {
+            assert!(!fixed_version(old), "{old}");
+        }
+    }
+}

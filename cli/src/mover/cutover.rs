@@ -1,0 +1,490 @@
+//! The cutover of a move or of its rollback: tries within a budget
+//! (crate::pause), each one transaction on the server holding the shard
+//! that locks it, waits for the other server to have everything, carries
+//! what replication does not, drops (or fences) the shard and COMMITs: the
+//! point of no return.
+
+use super::*;
+
+impl Mover<'_> {
+    /// In the held session on the old server: the cutover's locks, the new
+    /// server caught up, what replication does not carry carried, the drop,
+    /// COMMIT (the point of no return).
+    /// (The new server's adoption is begun before: run.)
+    pub(super) fn cutover(&mut self, hold: &mut Client, schema: &str) -> Result<()> {
+        // From here the subscription flushes what it applies at once, and
+        // so confirms it at once: its default (off) leaves that to the new
+        // server's WAL writer, up to 200 ms more of the cutover, with
+        // clients waiting. (Not from the start: during the copy and the
+        // stream a flush per applied transaction would slow the apply.
+        // Local: the new server's synchronous standbys have no part in it.)
+        self.to
+            .batch_execute(&format!(
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
+                ident(&self.name)
+            ))
+            .described()?;
+        self.tries(hold, schema, false)
+    }
+
+    /// The session on the server that holds the shard now: the old one,
+    /// or for a rollback (`back`) the new one.
+    pub(super) fn holding(&mut self, back: bool) -> &mut Client {
+        if back {
+            &mut self.to
+        } else {
+            &mut self.from
+        }
+    }
+
+    /// The tries of a cutover (`back`: a rollback's, held on the new
+    /// server), in `hold`'s session there, each within its budget, the
+    /// clients going on between tries. Before a try, sessions that have
+    /// held the shard longer than the budget are waited for, nothing
+    /// paused.
+    pub(super) fn tries(&mut self, hold: &mut Client, schema: &str, back: bool) -> Result<()> {
+        let hold_pid: i32 = hold
+            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+            .described()?
+            .get(0);
+        let w = &self.a.waits;
+        let (attempts, budget, retry) = (
+            w.cutover_attempts,
+            Duration::from_millis(w.pause_budget),
+            Duration::from_secs(w.cutover_retry),
+        );
+        let mut why = String::new();
+        for attempt in 1..=attempts {
+            if attempt > 1 {
+                println!(
+                    "   cutover try {} of {attempts} given up: {}\n   its clients go on; trying again in {} s",
+                    attempt - 1,
+                    printable_lines(&why),
+                    retry.as_secs()
+                );
+                std::thread::sleep(retry);
+            }
+            let long = self.long_holders(schema, hold_pid, back, budget)?;
+            if !long.is_empty() {
+                why = format!(
+                    "sessions have held the shard longer than the budget ({} ms), so nothing was paused:{}",
+                    budget.as_millis(),
+                    pause::listed(&long)
+                );
+                continue;
+            }
+            let b = Budget::start(budget);
+            hold.batch_execute("BEGIN").described()?;
+            let done = self
+                .pause_entry(schema, &b, hold.cancel_token(), back)
+                .and_then(|()| {
+                    if back {
+                        self.rollback_locked(hold, hold_pid, schema, &b)
+                    } else {
+                        self.cutover_locked(hold, hold_pid, schema, &b)
+                    }
+                });
+            match done {
+                Err(Failure::GaveUp(w)) => {
+                    let _ = hold.batch_execute("ROLLBACK");
+                    self.resume_entry(schema);
+                    why = w;
+                }
+                done => return self.settle(done, hold, hold_pid, back),
+            }
+        }
+        Err(Failure::GaveUp(format!(
+            "the cutover of shard {} was given up at each of its {attempts} tries, each within its budget of {} ms (--pause-budget, --cutover-attempts); the last: {}\nNothing changed: the shard is still on the {} server, its clients go on there, and the copy follows it; run the {} again to try the cutover again",
+            self.shard,
+            budget.as_millis(),
+            printable_lines(&why),
+            if back { "new" } else { "old" },
+            if back { "rollback (--rollback)" } else { "move" }
+        )))
+    }
+
+    /// Sessions that have held the shard (or a transaction open through its
+    /// PgBouncer entry) longer than `budget`: a try now would only stall
+    /// the clients behind them.
+    pub(super) fn long_holders(
+        &mut self,
+        schema: &str,
+        hold_pid: i32,
+        back: bool,
+        budget: Duration,
+    ) -> Result<Vec<String>> {
+        let servers = match &self.bouncer {
+            Some(b) => b.busy_servers()?,
+            None => Vec::new(),
+        };
+        let c = self.holding(back);
+        let mut who = pause::holders(c, schema, &[hold_pid], Some(budget))?;
+        if !servers.is_empty() {
+            who.extend(pause::sessions(c, &servers, Some(budget))?);
+        }
+        Ok(who)
+    }
+
+    /// The shard's PgBouncer entry first: once no transaction runs through
+    /// it, its clients queue there, and none waits on the cutover's locks
+    /// (where the drop would fail it). Within what is left of `budget`.
+    pub(super) fn pause_entry(
+        &mut self,
+        schema: &str,
+        budget: &Budget,
+        cancel: postgres::CancelToken,
+        back: bool,
+    ) -> Result<()> {
+        let Some(b) = self.bouncer.clone() else {
+            return Ok(());
+        };
+        // Recorded first: a run that finishes or undoes this move must be
+        // able to resume the entry.
+        self.record_to("paused", schema)?;
+        pause::pausing(&b, cancel);
+        match b.pause(budget.left()) {
+            Ok(at) => {
+                self.paused_at = Some(at);
+                println!("   PgBouncer's entry {} paused", b.entry);
+                Ok(())
+            }
+            Err(drain) => {
+                let _ = self.record_to("resumed", schema);
+                pause::released();
+                match drain {
+                    Drain::Failed(e) => fail(e),
+                    Drain::Busy => {
+                        let servers = b.busy_servers().unwrap_or_default();
+                        let who = pause::sessions(self.holding(back), &servers, None)?;
+                        Err(Failure::GaveUp(format!(
+                            "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
+                            b.entry,
+                            budget.total_ms(),
+                            if who.is_empty() { "\n  (ended since)".to_string() } else { pause::listed(&who) }
+                        )))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resumes the entry after a try given up (its transaction rolled
+    /// back): its clients go on where the shard still is.
+    pub(super) fn resume_entry(&mut self, schema: &str) {
+        let Some(b) = &self.bouncer else {
+            return;
+        };
+        match b.resume_if_paused() {
+            Ok(()) => {
+                let _ = self.record_to("resumed", schema);
+                pause::released();
+            }
+            Err(r) => eprintln!("insta-id: {r}"),
+        }
+    }
+
+    /// After a cutover (`back`: a rollback's, held on the new server) that
+    /// failed: its transaction ended, and the entry's clients go on where
+    /// the shard still is. Unless the COMMIT did happen (its reply lost):
+    /// then they wait for the run that finishes. Read once the held session
+    /// has ended its transaction, one way or the other.
+    pub(super) fn settle(
+        &mut self,
+        done: Result<()>,
+        hold: &mut Client,
+        hold_pid: i32,
+        back: bool,
+    ) -> Result<()> {
+        let (Err(e), true) = (&done, self.bouncer.is_some()) else {
+            return done;
+        };
+        let _ = hold.batch_execute("ROLLBACK");
+        let c = self.holding(back);
+        let settled = poll(
+            30,
+            Duration::from_millis(10),
+            "the cutover's session to end",
+            || {
+                Ok(c
+                    .query_one(
+                        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1::int AND state <> 'idle')",
+                        &[&hold_pid],
+                    )
+                    .described()?
+                    .get(0))
+            },
+        );
+        let committed = settled.and_then(|()| {
+            if back {
+                Ok(self.arriving_step()?.is_some_and(|(s, _)| s == "returned"))
+            } else {
+                Ok(cut_over(self.leaving_step()?.as_deref()))
+            }
+        });
+        let b = self.bouncer.as_ref().expect("a bouncer");
+        if let Ok(false) = committed {
+            if let Err(r) = b.resume_if_paused() {
+                eprintln!("insta-id: {r}");
+            } else {
+                pause::released();
+                if let Some((_, schema)) = self.arriving_step()? {
+                    let _ = self.record_to("resumed", &schema);
+                }
+            }
+            return done;
+        }
+        fail(format!(
+            "{}\nThe cutover may have committed: PgBouncer's entry {} stays paused until the {} is run again, which finishes it",
+            e.message(),
+            b.entry,
+            if back { "rollback (--rollback)" } else { "move" }
+        ))
+    }
+
+    pub(super) fn cutover_locked(
+        &mut self,
+        hold: &mut Client,
+        hold_pid: i32,
+        schema: &str,
+        budget: &Budget,
+    ) -> Result<()> {
+        lock_caught_up(
+            hold,
+            hold_pid,
+            &mut self.from,
+            &self.name,
+            (self.shard, schema),
+            budget,
+        )?;
+        stop_after("blocked");
+        // Logical replication carries neither sequences nor the time of the
+        // last ID (nor insta_id's history of the shard): move_state reads
+        // them under the lock, move_carry sets them on the new server in
+        // one transaction, the mark raised so that IDs stay unique when the
+        // new server's clock is behind.
+        let state: String = hold
+            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
+            .described()?
+            .get(0);
+        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema)?;
+        if let Some(t) = unsubscribed {
+            return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
+        }
+        let raised: Option<String> = self
+            .to
+            .query_one(
+                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)::text",
+                &[&self.shard, &state],
+            )
+            .described()?
+            .get(0);
+        let r = self
+            .to
+            .query_one(
+                "SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %s', pg_catalog.quote_ident(key),
+                                   CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END),
+                                 ', ' ORDER BY key), 'none'),
+                        ($1::text::jsonb ->> 'mark')::timestamptz::text
+                 FROM pg_catalog.jsonb_each($1::text::jsonb -> 'sequences')",
+                &[&state],
+            )
+            .described()?;
+        let (sequences, mark): (String, Option<String>) = (r.get(0), r.get(1));
+        println!(
+            "   sequences continue after the old server's: {}",
+            printable(&sequences)
+        );
+        if let Some(mark) = mark {
+            println!(
+                "   high-water mark carried over: {mark} (new server's: {})",
+                raised.as_deref().unwrap_or("none")
+            );
+            wait_past_mark(&mut self.to, &mark, budget)?;
+        }
+        stop_after("sequences");
+        within(budget)?;
+        if let Some(keep) = &self.keep {
+            let until: String = hold
+                .query_one(
+                    "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
+                                               'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
+                    &[&self.shard, keep],
+                )
+                .described()?
+                .get(0);
+            within(budget)?;
+            pause::committing();
+            hold.batch_execute("COMMIT").described()?;
+            println!(
+                "   schema {} stays on the old server, fenced, for a rollback until {until}",
+                printable(schema)
+            );
+            return Ok(());
+        }
+        // What the cutover drops on the old server, said before it does.
+        let dropped: String = hold
+            .query_one(
+                "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+                 SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
+                            CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                                 WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
+                          ', ' ORDER BY c.relname), 'nothing')
+                     || pg_catalog.format(', %s functions, %s types',
+                          (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
+                          (SELECT count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
+                           WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
+                 FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        println!(
+            "   dropping schema {} on the old server: {} (never another schema's objects: drop_shard refuses those)",
+            printable(schema),
+            printable(&dropped)
+        );
+        hold.execute(
+            "SELECT insta_id.drop_shard($1::int, force => true)",
+            &[&self.shard],
+        )
+        .described()?;
+        Self::record(
+            hold,
+            self.shard,
+            "leaving",
+            "cutover",
+            schema,
+            &self.to_label,
+        )?;
+        within(budget)?;
+        pause::committing();
+        hold.batch_execute("COMMIT").described()?;
+        Ok(())
+    }
+}
+
+/// The first half of a cutover, in `hold`'s transaction on the server
+/// holding the shard (`publisher`, another session there): move_lock (the
+/// tables in ACCESS EXCLUSIVE mode, the mode the drop needs; then the
+/// sequences), then until the subscriber has confirmed, on `slot`,
+/// everything committed before the lock; both within what is left of
+/// `budget`, else given up, naming the sessions the lock waited for.
+/// Returns the lock's WAL position.
+pub(super) fn lock_caught_up(
+    hold: &mut Client,
+    hold_pid: i32,
+    publisher: &mut Client,
+    slot: &str,
+    (shard, schema): (i32, &str),
+    budget: &Budget,
+) -> Result<String> {
+    // A statement timeout: the tables are locked one by one, and each
+    // lock_timeout would start anew (the session's, --lock-timeout, set as
+    // long, so that it does not end the wait first). Both stay to the end
+    // of the try: nothing after the lock waits longer either.
+    hold.execute(
+        "SELECT pg_catalog.set_config('statement_timeout', $1, true),
+                pg_catalog.set_config('lock_timeout', $1, true)",
+        &[&budget.left_setting()],
+    )
+    .described()?;
+    let lsn: String = match hold.query_one("SELECT insta_id.move_lock($1::int, 1)::text", &[&shard])
+    {
+        Ok(r) => r.get(0),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
+            ) =>
+        {
+            // Named now, while the entry is paused: what still holds the
+            // shard is what held it up.
+            let who = pause::holders(publisher, schema, &[hold_pid], None)?;
+            return Err(Failure::GaveUp(format!(
+                "the shard's tables were not locked within the budget ({} ms), held by:{}",
+                budget.total_ms(),
+                if who.is_empty() {
+                    "\n  (no one any more)".to_string()
+                } else {
+                    pause::listed(&who)
+                }
+            )));
+        }
+        Err(e) => return fail(crate::db::describe(&e)),
+    };
+    // Everything committed before the lock is before it. A transaction
+    // that commits with synchronous_commit on flushes the WAL past it at
+    // once, so the walsender need not wait for the WAL writer.
+    publisher
+        .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
+        .described()?;
+    // Polled every 5 ms: clients wait meanwhile.
+    loop {
+        let applied = publisher
+            .query_opt(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $2::text",
+                &[&lsn, &slot],
+            )
+            .described()?
+            .and_then(|r| r.get::<_, Option<bool>>(0))
+            == Some(true);
+        if applied {
+            return Ok(lsn);
+        }
+        if budget.spent() {
+            return Err(Failure::GaveUp(format!(
+                "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
+                budget.total_ms()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Gives a try of the cutover up once its budget is spent: checked last
+/// before its COMMIT.
+pub(super) fn within(budget: &Budget) -> Result<()> {
+    if budget.spent() {
+        return Err(Failure::GaveUp(format!(
+            "the cutover's steps under its lock took the budget ({} ms) up",
+            budget.total_ms()
+        )));
+    }
+    Ok(())
+}
+
+/// A message of several lines, each indented as a try's lines are.
+pub(super) fn printable_lines(text: &str) -> String {
+    crate::db::terminal(text).replace('\n', "\n   ")
+}
+
+/// Where the guard is per session (15 and 16 not preloaded), open sessions
+/// do not see a raised high-water mark: waits until the server's clock is
+/// past it, within what is left of the cutover's budget.
+pub(super) fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Result<()> {
+    let mode: String = c
+        .query_one("SELECT insta_id.guard_mode()", &[])
+        .described()?
+        .get(0);
+    if mode != "session" {
+        return Ok(());
+    }
+    while !c
+        .query_one(
+            "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz",
+            &[&mark],
+        )
+        .described()?
+        .get::<_, bool>(0)
+    {
+        if budget.spent() {
+            return Err(Failure::GaveUp(format!(
+                "the clock of the server taking the shard did not pass the carried high-water mark ({mark}) within the budget ({} ms): it is behind the other server's (NTP)",
+                budget.total_ms()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}

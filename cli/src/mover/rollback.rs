@@ -1,0 +1,301 @@
+//! A moved shard's kept copy on the old server: the rollback that returns
+//! the shard to it, and the release that drops it.
+
+use super::cutover::{lock_caught_up, wait_past_mark, within};
+use super::*;
+
+impl Mover<'_> {
+    /// The shard is the new server's and the old one keeps a copy (under
+    /// lock_finish's session): rolled back, released, or left as it is.
+    pub(super) fn kept_copy(&mut self, hold: Client, schema: &str) -> Result<()> {
+        let Some((_, until, expired)) = self.kept()? else {
+            return fail(format!("shard {} is on the new server, which records a copy kept on the old one, but the old server records none: compare them by hand", self.shard));
+        };
+        // A rollback interrupted before its cutover committed: the shard
+        // is still the new server's, its clients go on there.
+        let paused = self.arriving()?.is_some_and(|(_, paused)| paused);
+        if let (Some(b), true) = (&self.bouncer, paused) {
+            b.resume_if_paused()?;
+            println!(
+                "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
+                b.entry
+            );
+            self.record_to("resumed", schema)?;
+        }
+        if self.a.rollback {
+            // A move that re-pointed a router leaves it pointing at the new
+            // server: a rollback that could not point it back would send
+            // every client to a dropped shard.
+            // ('paused' is PgBouncer's; 'map' alone, the PL/Proxy router's.)
+            let r = self
+                .to
+                .query_one(
+                    "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
+                     FROM (SELECT (SELECT steps FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
+                    &[&self.shard],
+                )
+                .described()?;
+            let (bounced, mapped): (bool, bool) = (r.get(0), r.get(1));
+            if bounced && self.bouncer.is_none() {
+                return fail(format!("the move of shard {} re-pointed PgBouncer at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
+            }
+            if mapped && !bounced {
+                return fail(format!("the move of shard {} re-pointed the PL/Proxy router, which --rollback does not: --release, then move the shard back with a move of its own (--router)", self.shard));
+            }
+            if expired {
+                return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
+            }
+            return self.rollback(hold, schema);
+        }
+        if self.a.release || expired {
+            return self.release(hold, schema);
+        }
+        self.step(&format!(
+            "shard {} is on the new server; the old server keeps its copy for a rollback until {until}: nothing to do (--rollback returns the shard, --release drops the copy now)",
+            self.shard
+        ));
+        Ok(())
+    }
+
+    /// Returns the shard to the old server, whose copy the subscription back
+    /// kept up to date: the cutover the other way (the new server's locks,
+    /// the copy caught up, sequences, mark and history carried back, the
+    /// shard dropped on the new server: the point of no return), then the
+    /// old server adopts it.
+    pub(super) fn rollback(&mut self, mut hold: Client, schema: &str) -> Result<()> {
+        self.step(&format!(
+            "roll back shard {} to the old server: checks",
+            self.shard
+        ));
+        let (from, back) = (&mut self.from, &self.back);
+        let ready: Option<(i64, i64)> = from
+            .query_opt(
+                &format!(
+                    "SELECT (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::bigint, count(r.srrelid)::bigint
+                     FROM pg_catalog.pg_subscription s LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
+                     WHERE s.subname = $1::text AND s.subdbid = {THIS_DB} AND s.subenabled GROUP BY s.oid"
+                ),
+                &[back],
+            )
+            .described()?
+            .map(|r| (r.get(0), r.get(1)));
+        match ready {
+            Some((r, n)) if r == n && n > 0 => {}
+            _ => return fail(format!("the old server's subscription back ({}) is missing, disabled or not streaming every table: the copy may not be up to date, so nothing was changed", self.back)),
+        }
+        // Streaming now (an apply worker on the old server, the slot in use
+        // on the new one), before clients are paused for it.
+        let (from, to, back) = (&mut self.from, &mut self.to, &self.back);
+        wait_for(10, "the subscription back to stream", || {
+            let worker: bool = from
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_subscription
+                                    WHERE subname = $1::text AND relid IS NULL AND pid IS NOT NULL)",
+                    &[back],
+                )
+                .described()?
+                .get(0);
+            let slot: bool = to
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)",
+                    &[back],
+                )
+                .described()?
+                .get(0);
+            Ok(worker && slot)
+        })
+        .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
+        // As the move's cutover does on the new server: the old server's
+        // adoption is begun, and its registry row held, before this
+        // cutover's COMMIT on the new server, the point of no return.
+        let mut fin = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
+        let adopted = Self::adopt_begin(&mut fin, false, self.shard, schema).map_err(|e| {
+            format!(
+                "the old server could not adopt the copy of shard {} (nothing was changed): {}",
+                self.shard,
+                e.message()
+            )
+        })?;
+        self.step("rollback: cutover");
+        if let Err(e) = self.tries(&mut hold, schema, true) {
+            let _ = fin.batch_execute("ROLLBACK");
+            return Err(e);
+        }
+        stop_after("rolled-back");
+        let adopt = if adopted {
+            self.step(&format!("adopt {} on the old server", printable(schema)));
+            Self::record(
+                &mut fin,
+                self.shard,
+                "leaving",
+                "returned",
+                schema,
+                &self.to_label,
+            )
+        } else {
+            Ok(())
+        };
+        adopt
+            .and_then(|()| Ok(fin.batch_execute("COMMIT").described()?))
+            .map_err(|e| {
+                format!(
+                    "{}\nThe rollback's cutover committed: shard {} left the new server; run the rollback again, which adopts it on the old server and finishes",
+                    e.message(),
+                    self.shard
+                )
+            })?;
+        self.finish_rollback(hold, schema)
+    }
+
+    /// In the held session on the new server.
+    pub(super) fn rollback_locked(
+        &mut self,
+        hold: &mut Client,
+        hold_pid: i32,
+        schema: &str,
+        budget: &Budget,
+    ) -> Result<()> {
+        lock_caught_up(
+            hold,
+            hold_pid,
+            &mut self.to,
+            &self.back,
+            (self.shard, schema),
+            budget,
+        )?;
+        stop_after("back-blocked");
+        let state: String = hold
+            .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
+            .described()?
+            .get(0);
+        // As at the move's cutover: a table made on both servers in the
+        // window exists on the old copy, but the rows written to it on the
+        // new server never came back.
+        if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema)? {
+            return fail(format!("tables of shard {} that the subscription back does not carry (made after the move): {}; nothing was changed, the shard stays on the new server", self.shard, printable(&t)));
+        }
+        self.from
+            .execute(
+                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)",
+                &[&self.shard, &state],
+            )
+            .described()?;
+        let mark: Option<String> = self
+            .from
+            .query_one(
+                "SELECT ($1::text::jsonb ->> 'mark')::timestamptz::text",
+                &[&state],
+            )
+            .described()?
+            .get(0);
+        if let Some(mark) = mark {
+            println!("   sequences and the high-water mark ({mark}) carried back");
+            wait_past_mark(&mut self.from, &mark, budget)?;
+        }
+        hold.execute(
+            "SELECT insta_id.drop_shard($1::int, force => true)",
+            &[&self.shard],
+        )
+        .described()?;
+        Self::record(
+            hold,
+            self.shard,
+            "arriving",
+            "returned",
+            schema,
+            &self.from_label,
+        )?;
+        within(budget)?;
+        pause::committing();
+        hold.batch_execute("COMMIT").described()?;
+        println!("   schema {} dropped on the new server", printable(schema));
+        Ok(())
+    }
+
+    /// After a rollback's cutover committed: the old server adopts its copy
+    /// (the fence opens), the entry points back at it, and the replication
+    /// back and the fence are dropped.
+    pub(super) fn finish_rollback(&mut self, hold: Client, schema: &str) -> Result<()> {
+        let registered: bool = self
+            .from
+            .query_one(
+                "SELECT EXISTS (SELECT FROM insta_id_admin.shard_registry WHERE shard_id = $1::int)",
+                &[&self.shard],
+            )
+            .described()?
+            .get(0);
+        if !registered {
+            self.step(&format!("adopt {} on the old server", printable(schema)));
+            let mut tx = self.from.transaction().described()?;
+            tx.execute(
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                &[&schema, &self.shard],
+            )
+            .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "leaving",
+                "returned",
+                schema,
+                &self.to_label,
+            )?;
+            tx.commit().described()?;
+        }
+        if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
+            self.step(&format!(
+                "point PgBouncer's entry {entry} at the old server"
+            ));
+            let pointed = self.bouncer.as_ref().expect("a bouncer").point_and_resume();
+            // (Resumed, or not to be resumed by a signal: its target may be
+            // the old one.)
+            pause::released();
+            pointed.map_err(|e| format!("{e}\nThe shard is the old server's again; its entry may still be paused: fix this and run the rollback again"))?;
+            if let Some(t) = self.paused_at {
+                println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
+            }
+        }
+        self.step("cleanup: the replication back, the fence");
+        {
+            let mut tx = self.from.transaction().described()?;
+            Self::unsubscribe_back(&mut tx, &self.back)?;
+            tx.commit().described()?;
+        }
+        drop_fence(&mut self.from, schema)?;
+        Self::done(&mut self.from, self.shard, "leaving")?;
+        self.drop_back()?;
+        drop(hold);
+        self.step(&format!(
+            "rolled back shard {} ({}) to the old server",
+            self.shard,
+            printable(schema)
+        ));
+        Ok(())
+    }
+
+    /// Drops the old server's copy and the replication back.
+    pub(super) fn release(&mut self, hold: Client, schema: &str) -> Result<()> {
+        self.step(&format!(
+            "release: the copy of shard {} kept on the old server, and the replication back",
+            self.shard
+        ));
+        {
+            let mut tx = self.from.transaction().described()?;
+            Self::unsubscribe_back(&mut tx, &self.back)?;
+            tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard])
+                .described()?;
+            tx.commit().described()?;
+        }
+        stop_after("released-old");
+        // (A finish killed before it dropped the fence on the new server.)
+        drop_fence(&mut self.to, schema)?;
+        self.drop_back()?;
+        drop(hold);
+        self.step(&format!(
+            "shard {} ({}) is the new server's alone",
+            self.shard,
+            printable(schema)
+        ));
+        Ok(())
+    }
+}
