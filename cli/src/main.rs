@@ -70,6 +70,8 @@ enum Command {
         /// server alone on a line for one without shards.
         #[arg(long, value_name = "FILE", conflicts_with = "servers")]
         sizes: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        choice: plan::Choice,
     },
     /// Moves one logical shard to another server while it takes writes
     /// (logical replication; insta_id 0.9.0 or later on both servers,
@@ -97,8 +99,9 @@ fn main() -> ExitCode {
     let servers = match cli.command {
         Command::Plan {
             sizes: Some(ref file),
+            ref choice,
             ..
-        } => return plan::run_offline(file),
+        } => return plan::run_offline(file, &choice.drain, &choice.exclude),
         Command::Status { ref servers } | Command::Plan { ref servers, .. } => servers,
         Command::Rebalance(ref args) => &args.servers,
         Command::Move(args) => {
@@ -118,12 +121,25 @@ fn main() -> ExitCode {
             }
         }
     }
+    // Which servers are drained or left out, by the strings given.
+    let roles = match &cli.command {
+        Command::Plan { choice, .. } => plan::roles(servers, &choice.drain, &choice.exclude),
+        Command::Rebalance(args) => plan::roles(servers, &args.choice.drain, &args.choice.exclude),
+        _ => Ok(Vec::new()),
+    };
+    let roles = match roles {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("insta-id: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
         Command::Status { .. } => status::run(&settings),
-        Command::Plan { .. } => plan::run(&settings),
+        Command::Plan { .. } => plan::run(&settings, roles),
         Command::Rebalance(args) => {
             pause::catch_signals();
-            rebalance::run(&args, &settings, &env)
+            rebalance::run(&args, &settings, roles, &env)
         }
         Command::Move(_) => unreachable!("handled above"),
     }

@@ -31,6 +31,62 @@ pub struct Move {
     pub to: usize,
 }
 
+/// What the operator asks of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Evened out with the others.
+    Even,
+    /// Emptied (a server to retire): every shard a move of its own may
+    /// take leaves it, none arrives.
+    Drain,
+    /// Left out: its shards stay, none arrives, its bytes are not in the
+    /// mean (a server kept for something else).
+    Exclude,
+}
+
+/// Which servers to drain or leave out, as the operator names them.
+#[derive(clap::Args, Clone, Default)]
+pub struct Choice {
+    /// A server to empty (one to retire): every shard leaves it, none
+    /// arrives; give the same string as its --server (or its name in
+    /// --sizes); repeatable.
+    #[arg(long, value_name = "SERVER")]
+    pub drain: Vec<String>,
+    /// A server to leave out: its shards stay and none arrives, its bytes
+    /// are not in the mean; repeatable.
+    #[arg(long, value_name = "SERVER")]
+    pub exclude: Vec<String>,
+}
+
+/// Each server's role: `Drain` for the given ones among `drain`, `Exclude`
+/// for those among `exclude`; a name given that is no server's is an error.
+pub fn roles(
+    servers: &[String],
+    drain: &[String],
+    exclude: &[String],
+) -> Result<Vec<Role>, String> {
+    for (option, names) in [("--drain", drain), ("--exclude", exclude)] {
+        if let Some(n) = names.iter().find(|n| !servers.contains(n)) {
+            return Err(format!("{option} {n}: not one of the servers given (the same string as its --server, or its name in --sizes)"));
+        }
+    }
+    if let Some(n) = drain.iter().find(|n| exclude.contains(n)) {
+        return Err(format!("{n} is both drained and excluded"));
+    }
+    Ok(servers
+        .iter()
+        .map(|s| {
+            if drain.contains(s) {
+                Role::Drain
+            } else if exclude.contains(s) {
+                Role::Exclude
+            } else {
+                Role::Even
+            }
+        })
+        .collect())
+}
+
 /// What a plan leaves: each server's bytes, and whether that is balanced.
 #[derive(Debug)]
 pub struct Plan {
@@ -55,7 +111,22 @@ pub fn within(loads: &[u64], slack: f64) -> bool {
 /// server of an older PostgreSQL major than its own (`majors`, one per
 /// server: pg_dump's definitions of a newer server need not restore on an
 /// older one, and a move refuses it).
+#[cfg(test)]
 pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>, majors: &[u32]) -> Plan {
+    plan_for(servers, fixed, majors, &vec![Role::Even; servers.len()])
+}
+
+/// As `plan`, each server in its role: first every movable shard of a
+/// drained server, largest first, to the least loaded server it may go to
+/// (evened, of its major or newer), then the evened servers among
+/// themselves; excluded servers neither give nor take. Balanced when the
+/// evened servers are within the bound and the drained ones are empty.
+pub fn plan_for(
+    servers: &[Vec<(i32, u64)>],
+    fixed: &BTreeSet<i32>,
+    majors: &[u32],
+    roles: &[Role],
+) -> Plan {
     let mut loads: Vec<u64> = servers
         .iter()
         .map(|s| s.iter().map(|&(_, b)| b).sum())
@@ -72,15 +143,47 @@ pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>, majors: &[u32]) 
                 .collect()
         })
         .collect();
+    let even: Vec<usize> = (0..loads.len())
+        .filter(|&i| roles[i] == Role::Even)
+        .collect();
+    let mut moves = Vec::new();
+    for d in (0..loads.len()).filter(|&i| roles[i] == Role::Drain) {
+        // Every shard, the empty ones too (a shard of 0 bytes is still on
+        // the server to retire).
+        let mut leaving: Vec<(u64, i32)> = servers[d]
+            .iter()
+            .filter(|(id, _)| !fixed.contains(id))
+            .map(|&(id, b)| (b, id))
+            .collect();
+        leaving.sort_by_key(|&(b, id)| (std::cmp::Reverse(b), id));
+        for (bytes, shard) in leaving {
+            let Some(&to) = even
+                .iter()
+                .filter(|&&i| majors[i] >= majors[d])
+                .min_by_key(|&&i| (loads[i], i))
+            else {
+                break;
+            };
+            movable[d].remove(&(bytes, shard));
+            loads[d] -= bytes;
+            loads[to] += bytes;
+            moves.push(Move {
+                shard,
+                bytes,
+                from: d,
+                to,
+            });
+        }
+    }
+    let evened = |loads: &[u64]| even.iter().map(|&i| loads[i]).collect::<Vec<u64>>();
     // Aim at 5%; where a shard alone is larger, it bounds what any plan can
     // reach, and the loop stops when no move evens any pair of servers.
-    let strict = mean(&loads) * TOLERANCE;
+    let strict = mean(&evened(&loads)) * TOLERANCE;
     let bound = strict.max(largest as f64);
-    let mut moves = Vec::new();
-    while !within(&loads, strict) {
+    while !within(&evened(&loads), strict) {
         // The fullest server gives first, to the emptiest first; ties go to
         // the first server given: the same fleet, the same plan.
-        let mut order: Vec<usize> = (0..loads.len()).collect();
+        let mut order: Vec<usize> = even.clone();
         order.sort_by_key(|&i| (std::cmp::Reverse(loads[i]), i));
         let chosen = order.iter().find_map(|&hi| {
             order
@@ -105,7 +208,14 @@ pub fn plan(servers: &[Vec<(i32, u64)>], fixed: &BTreeSet<i32>, majors: &[u32]) 
             to: lo,
         });
     }
-    let balanced = within(&loads, bound);
+    let drained = (0..loads.len())
+        .filter(|&i| roles[i] == Role::Drain)
+        .all(|i| {
+            servers[i]
+                .iter()
+                .all(|(id, _)| moves.iter().any(|m| m.shard == *id))
+        });
+    let balanced = within(&evened(&loads), bound) && drained;
     Plan {
         moves,
         before,
@@ -152,13 +262,15 @@ pub struct Fleet {
     /// Each server's PostgreSQL major (0: not known, a fleet described in
     /// a file).
     pub majors: Vec<u32>,
+    /// What the operator asked of each server.
+    pub roles: Vec<Role>,
     pub plan: Plan,
 }
 
 impl Fleet {
     /// Reads each server's shards and their bytes, and plans; an error names
     /// the server.
-    pub fn read(settings: &[Settings]) -> Result<Fleet, String> {
+    pub fn read(settings: &[Settings], roles: Vec<Role>) -> Result<Fleet, String> {
         let mut shards = Vec::new();
         let mut fixed = BTreeSet::new();
         let mut majors = Vec::new();
@@ -196,11 +308,12 @@ impl Fleet {
             .iter()
             .map(|s| s.iter().map(|(id, _, b)| (*id, *b)).collect())
             .collect();
-        let plan = plan(&sizes, &fixed, &majors);
+        let plan = plan_for(&sizes, &fixed, &majors, &roles);
         Ok(Fleet {
             shards,
             fixed,
             majors,
+            roles,
             plan,
         })
     }
@@ -210,7 +323,11 @@ impl Fleet {
     /// comment), and a server alone on a line for one without shards; the
     /// servers in the order they first appear. What the
     /// servers would say of moves in progress is not known: none stay.
-    pub fn from_sizes(text: &str) -> Result<(Vec<String>, Fleet), String> {
+    pub fn from_sizes(
+        text: &str,
+        drain: &[String],
+        exclude: &[String],
+    ) -> Result<(Vec<String>, Fleet), String> {
         let mut labels: Vec<String> = Vec::new();
         let mut shards: Vec<Vec<(i32, String, u64)>> = Vec::new();
         let mut seen = BTreeSet::new();
@@ -266,13 +383,15 @@ impl Fleet {
             .collect();
         let fixed = BTreeSet::new();
         let majors = vec![0; shards.len()];
-        let plan = plan(&sizes, &fixed, &majors);
+        let roles = roles(&labels, drain, exclude)?;
+        let plan = plan_for(&sizes, &fixed, &majors, &roles);
         Ok((
             labels,
             Fleet {
                 shards,
                 fixed,
                 majors,
+                roles,
                 plan,
             },
         ))
@@ -305,11 +424,16 @@ impl Fleet {
         );
         for (i, label) in labels.iter().enumerate() {
             println!(
-                "  {}{}: {} shards, {} ({}) -> {} ({})",
+                "  {}{}{}: {} shards, {} ({}) -> {} ({})",
                 label,
                 match self.majors[i] {
                     0 => String::new(),
                     m => format!(" (PostgreSQL {m})"),
+                },
+                match self.roles[i] {
+                    Role::Even => "",
+                    Role::Drain => ", drained",
+                    Role::Exclude => ", left out",
                 },
                 self.shards[i].len(),
                 pretty(p.before[i]),
@@ -344,22 +468,22 @@ impl Fleet {
 }
 
 pub const UNBALANCED: &str =
-    "no plan brings every server within 5% of the mean (or the largest shard's size)";
+    "no plan brings every server within 5% of the mean (or the largest shard's size) and empties every drained one";
 
 /// Reads the servers and prints the plan. Exits 0 with a plan that
 /// balances the fleet (or with nothing to move), 1 when a server cannot be
 /// read or no plan reaches the bound.
-pub fn run(settings: &[Settings]) -> ExitCode {
+pub fn run(settings: &[Settings], roles: Vec<Role>) -> ExitCode {
     let labels: Vec<String> = settings.iter().map(|s| s.label.clone()).collect();
-    show(Fleet::read(settings).map(|f| (labels, f)))
+    show(Fleet::read(settings, roles).map(|f| (labels, f)))
 }
 
 /// `insta-id plan --sizes FILE`: the plan of a fleet the file describes.
-pub fn run_offline(file: &std::path::Path) -> ExitCode {
+pub fn run_offline(file: &std::path::Path, drain: &[String], exclude: &[String]) -> ExitCode {
     show(
         std::fs::read_to_string(file)
             .map_err(|e| format!("{}: {e}", file.display()))
-            .and_then(|text| Fleet::from_sizes(&text)),
+            .and_then(|text| Fleet::from_sizes(&text, drain, exclude)),
     )
 }
 
@@ -405,6 +529,8 @@ mod tests {
     fn a_fleet_described_in_a_file_is_planned_like_one_read() {
         let (labels, f) = Fleet::from_sizes(
             "# server shard bytes\ndb1 1 900\ndb1 2 100  # small\n\ndb2 3 100\ndb3 4 0\ndb4\n",
+            &[],
+            &[],
         )
         .unwrap();
         assert_eq!(labels, ["db1", "db2", "db3", "db4"]);
@@ -420,13 +546,66 @@ mod tests {
             ("db1 1 5\ndb2 1 6\n", "line 2: shard 1 is listed twice"),
             ("# nothing\n", "no shard listed"),
         ] {
-            let e = Fleet::from_sizes(bad).err().unwrap();
+            let e = Fleet::from_sizes(bad, &[], &[]).err().unwrap();
             assert!(e.starts_with(said), "{bad:?}: {e}");
         }
     }
 
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_drained_server_is_emptied_and_an_excluded_one_left_alone() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // db1 drained (its empty shard 3 too), db4 left out: db2 and db3
+        // take db1's shards, then even out; nothing reaches db1 or db4.
+        let (_, f) = Fleet::from_sizes(
+            "db1 1 500\ndb1 2 300\ndb1 3 0\ndb2 4 100\ndb3 5 100\ndb4 6 5000\n",
+            &names(&["db1"]),
+            &names(&["db4"]),
+        )
+        .unwrap();
+        let p = &f.plan;
+        assert!(p.balanced, "{p:?}");
+        assert_eq!(p.after[0], 0);
+        assert_eq!(p.after[3], 5000);
+        assert!(
+            p.moves
+                .iter()
+                .all(|m| m.to != 0 && m.to != 3 && m.from != 3),
+            "{p:?}"
+        );
+        let mut left: Vec<i32> = p
+            .moves
+            .iter()
+            .filter(|m| m.from == 0)
+            .map(|m| m.shard)
+            .collect();
+        left.sort();
+        assert_eq!(left, [1, 2, 3]);
+        assert_eq!(p.after[1] + p.after[2], 1000);
+        // A drained server's shard being moved stays: no plan empties it.
+        let p = plan_for(
+            &[vec![(1, 10), (2, 10)], vec![]],
+            &[2].into(),
+            &[16, 16],
+            &[Role::Drain, Role::Even],
+        );
+        assert!(!p.balanced && p.moves.len() == 1, "{p:?}");
+        // Nowhere to go (only an older major): not balanced, said so.
+        let p = plan_for(
+            &[vec![(1, 10)], vec![]],
+            &BTreeSet::new(),
+            &[18, 16],
+            &[Role::Drain, Role::Even],
+        );
+        assert!(!p.balanced && p.moves.is_empty(), "{p:?}");
+        // Names that are no server's, or drained and excluded at once.
+        assert!(roles(&names(&["a", "b"]), &names(&["c"]), &[])
+            .unwrap_err()
+            .starts_with("--drain c: not one of"));
+        assert!(roles(&names(&["a", "b"]), &names(&["a"]), &names(&["a"])).is_err());
+    }
 
     #[test]
     fn no_shard_goes_to_an_older_major() {

@@ -9,7 +9,7 @@
 use crate::conninfo::{Env, Settings};
 use crate::db::{connect, describe, Described};
 use crate::mover::{self, Waits, LABEL};
-use crate::plan::{pretty, Fleet, UNBALANCED};
+use crate::plan::{pretty, Fleet, Role, UNBALANCED};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -34,6 +34,8 @@ pub struct Args {
     /// exhaust.
     #[arg(long, value_name = "INTERVAL", default_value = "0")]
     pub rollback_window: String,
+    #[command(flatten)]
+    pub choice: crate::plan::Choice,
     #[command(flatten)]
     pub waits: Waits,
 }
@@ -138,7 +140,7 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
     Ok(out)
 }
 
-pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
+pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> ExitCode {
     let one = |shard: i32, from: usize, to: usize| mover::Args {
         shard: shard as u32,
         from: a.servers[from].clone(),
@@ -192,7 +194,7 @@ pub fn run(a: &Args, settings: &[Settings], env: &Env) -> ExitCode {
             return stopped(shard, e);
         }
     }
-    let fleet = match Fleet::read(settings) {
+    let fleet = match Fleet::read(settings, roles) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("insta-id: {e}");

@@ -21,6 +21,18 @@ struct Move {
     step: String,
     /// The process holding the shard's move lock here, and since when.
     mover: Option<(i32, String)>,
+    /// What its recorded step means when no mover holds it: not every
+    /// move without one is interrupted.
+    idle: &'static str,
+}
+
+/// A move with no mover, by its recorded step.
+fn idle_at(step: &str) -> &'static str {
+    match step {
+        "reserved" => "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)",
+        "returning" | "returned" => "a rollback, interrupted: run the move with --rollback again to finish it",
+        _ => "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it",
+    }
 }
 
 pub fn run(settings: &[Settings]) -> ExitCode {
@@ -54,11 +66,7 @@ pub fn run(settings: &[Settings]) -> ExitCode {
             let mover = match (&m.mover, elsewhere) {
                 (Some((pid, since)), _) => format!("mover: process {pid} since {since}"),
                 (None, Some(l)) => format!("mover: on server {l}"),
-                (None, None) => {
-                    "no mover on the servers given: interrupted (or run from a server not given); \
-                                 run the move again to finish or undo it"
-                        .to_string()
-                }
+                (None, None) => m.idle.to_string(),
             };
             println!("  shard {}: {}; {}", m.shard, m.step, mover);
         }
@@ -156,6 +164,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
     }
     // The state each server records.
     let mut state = std::collections::BTreeMap::new();
+    let mut idle = std::collections::BTreeMap::new();
     {
         for r in c.query(
             "SELECT m.shard_id, m.side, m.peer, m.step,
@@ -178,6 +187,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
+            idle.insert(shard, idle_at(&step));
             // The old copy of a finished move, kept for its rollback, and
             // the new server's side of it: their replication is the way back.
             let kept = match (until, step.as_str()) {
@@ -221,7 +231,13 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
                 &[&shard],
             )?
             .map(|r| (r.get(0), r.get(1)));
-        out.push(Move { shard, step, mover });
+        let idle = idle.get(&shard).copied().unwrap_or(idle_at(""));
+        out.push(Move {
+            shard,
+            step,
+            mover,
+            idle,
+        });
     }
     Ok((head, out))
 }

@@ -58,6 +58,38 @@ impl Mover<'_> {
         if wal != "logical" {
             return fail("wal_level on the old server is not logical");
         }
+        // What the replication takes: a slot and a WAL sender on the old
+        // server, an apply worker on the new one (background workers, of
+        // which logical replication's are a part).
+        let (slots, senders): (bool, bool) = {
+            let r = self
+                .from
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pg_catalog.pg_replication_slots) < pg_catalog.current_setting('max_replication_slots')::int,
+                            (SELECT count(*) FROM pg_catalog.pg_stat_replication) < pg_catalog.current_setting('max_wal_senders')::int",
+                    &[],
+                )
+                .described()?;
+            (r.get(0), r.get(1))
+        };
+        if !slots {
+            return fail("no replication slot is free on the old server (max_replication_slots): drop unused slots (pg_replication_slots) or raise it (a restart)");
+        }
+        if !senders {
+            return fail("every WAL sender of the old server is in use (max_wal_senders): raise it (a restart)");
+        }
+        let workers: bool = self
+            .to
+            .query_one(
+                "SELECT (SELECT count(*) FROM pg_catalog.pg_stat_subscription WHERE pid IS NOT NULL)
+                        < pg_catalog.current_setting('max_logical_replication_workers')::int",
+                &[],
+            )
+            .described()?
+            .get(0);
+        if !workers {
+            return fail("every logical replication worker of the new server is in use (max_logical_replication_workers): let other subscriptions finish, or raise it (a restart)");
+        }
         let exists: bool = self
             .to
             .query_one(

@@ -369,7 +369,8 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 		  . ($rout =~ /until (\S+ \S+ UTC)/ ? $1 : 'a time') . ': nothing to do (--rollback returns the shard, --release drops the copy now)',
 		'moved with a window: the old copy kept (unregistered, fenced, following the new server); a re-run in the window changes nothing')
 	  or diag "$out\n$rout";
-	like($status, qr/shard 13: leaving to \S+, step reserved .*kept for a rollback until/, 'insta-id status: the old copy kept, and until when');
+	like($status, qr/shard 13: leaving to \S+, step reserved .*kept for a rollback until[^\n]*; finished: the old copy is kept for a rollback until its window ends/,
+		'insta-id status: the old copy kept, and until when; a finished move, not an interrupted one');
 	my ($krc, $kout, $paused) = (0, '', 'not paused');
 	if ($kill)
 	{
