@@ -25,7 +25,7 @@
 
 use crate::conninfo::{self, Settings};
 use crate::db::printable;
-use postgres::{Client, NoTls, SimpleQueryMessage};
+use postgres::{Client, SimpleQueryMessage};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -69,7 +69,10 @@ fn console(s: &Settings) -> Result<Client, String> {
     }
     // (A console that does not answer must not hold a cutover up.)
     c.connect_timeout(Duration::from_secs(s.connect_timeout.unwrap_or(10)));
-    c.connect(NoTls).map_err(|e| {
+    let (tls, mode) =
+        crate::db::tls(&s.tls).map_err(|e| format!("PgBouncer's console ({}): {e}", s.label))?;
+    c.ssl_mode(mode);
+    c.connect(tls).map_err(|e| {
         format!(
             "PgBouncer's console ({}): {}",
             s.label,
@@ -482,6 +485,121 @@ impl Bouncer {
         written?;
         let dir = self.map.parent().filter(|d| !d.as_os_str().is_empty());
         std::fs::File::open(dir.unwrap_or(std::path::Path::new(".")))?.sync_all()
+    }
+}
+
+/// The PgBouncers in front of the fleet (several, for capacity or for
+/// availability), driven as one: each has the shard's entry, and a move
+/// pauses it on all, and points and resumes it on all.
+#[derive(Clone)]
+pub struct Bouncers {
+    pub all: Vec<Bouncer>,
+    /// shard<N>
+    pub entry: String,
+}
+
+impl Bouncers {
+    /// Whether any of them has the entry paused.
+    pub fn paused(&self) -> Result<bool, String> {
+        for b in &self.all {
+            if b.paused()? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Resumes the entry wherever it is paused; every PgBouncer is tried,
+    /// and what failed is said for each.
+    pub fn resume_if_paused(&self) -> Result<(), String> {
+        let failed: Vec<String> = self
+            .all
+            .iter()
+            .filter_map(|b| b.resume_if_paused().err())
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+
+    /// PAUSEs the entry on every PgBouncer at once, each within `within`:
+    /// when one is not drained in time or fails, the entry is resumed on
+    /// all (none keeps clients waiting for a cutover that will not come).
+    /// Returns when the first PAUSE was sent.
+    pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
+        let tries: Vec<Result<Instant, Drain>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .all
+                .iter()
+                .map(|b| s.spawn(move || b.pause(within)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Drain::Failed("a PAUSE's thread panicked".into())))
+                })
+                .collect()
+        });
+        if tries.iter().all(Result::is_ok) {
+            return Ok(tries
+                .into_iter()
+                .filter_map(Result::ok)
+                .min()
+                .expect("at least one PgBouncer"));
+        }
+        let resumed = self.resume_if_paused();
+        let mut given_up = tries
+            .into_iter()
+            .filter_map(Result::err)
+            .max_by_key(|d| matches!(d, Drain::Failed(_)))
+            .expect("a try failed");
+        if let (Err(r), Drain::Failed(e)) = (&resumed, &mut given_up) {
+            *e = format!("{e}; and resuming the entry: {r}");
+        } else if let (Err(r), Drain::Busy) = (&resumed, &given_up) {
+            given_up = Drain::Failed(format!(
+                "PgBouncer's entry {} not drained in time; resuming it: {r}",
+                self.entry
+            ));
+        }
+        Err(given_up)
+    }
+
+    /// The backend process IDs of the entry's server connections in a
+    /// transaction, on every PgBouncer.
+    pub fn busy_servers(&self) -> Result<Vec<i32>, String> {
+        let mut pids = Vec::new();
+        for b in &self.all {
+            pids.extend(b.busy_servers()?);
+        }
+        Ok(pids)
+    }
+
+    pub fn preflight(&self) -> Result<(), String> {
+        self.all.iter().try_for_each(Bouncer::preflight)
+    }
+
+    /// Points the entry at its new target on every PgBouncer and resumes
+    /// it, one after another (several may share one map file: the second
+    /// finds it rewritten). Each is tried; what failed is said for each,
+    /// and that entry stays paused for a re-run.
+    pub fn point_and_resume(&self) -> Result<(), String> {
+        let failed: Vec<String> = self
+            .all
+            .iter()
+            .filter_map(|b| {
+                b.point_and_resume()
+                    .err()
+                    .map(|e| format!("{}: {e}", b.admin.label))
+            })
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("\n"))
+        }
     }
 }
 

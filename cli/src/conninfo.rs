@@ -85,8 +85,38 @@ pub struct Settings {
     pub application_name: Option<String>,
     pub connect_timeout: Option<u64>,
     pub options: Option<String>,
+    /// TLS, as libpq's sslmode and its files say.
+    pub tls: Tls,
     /// libpq's `host` as given, for messages (never with a password).
     pub label: String,
+}
+
+/// libpq's sslmode: what TLS a connection asks for and what it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SslMode {
+    /// Never (and over a Unix socket, where libpq never uses TLS either).
+    Disable,
+    /// TLS when the server offers it, nothing verified ("allow" too).
+    #[default]
+    Prefer,
+    /// TLS or no connection, nothing verified.
+    Require,
+    /// TLS, the server's certificate signed by `rootcert`.
+    VerifyCa,
+    /// As VerifyCa, and issued to the host connected to.
+    VerifyFull,
+}
+
+/// A connection's TLS settings, resolved as libpq resolves them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tls {
+    pub mode: SslMode,
+    /// The certificate authorities a server's certificate is checked
+    /// against (`sslrootcert`, default ~/.postgresql/root.crt).
+    pub rootcert: Option<PathBuf>,
+    /// The client's certificate and key, when given or found in their
+    /// default places (~/.postgresql/postgresql.crt and .key).
+    pub cert: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +147,9 @@ const KEYWORDS: &[(&str, Option<&str>)] = &[
     ("connect_timeout", Some("PGCONNECT_TIMEOUT")),
     ("options", Some("PGOPTIONS")),
     ("sslmode", Some("PGSSLMODE")),
+    ("sslrootcert", Some("PGSSLROOTCERT")),
+    ("sslcert", Some("PGSSLCERT")),
+    ("sslkey", Some("PGSSLKEY")),
 ];
 
 const PASSWORD_REFUSED: &str =
@@ -420,16 +453,8 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
         }
     }
     let get = |k: &str| opts.get(k).filter(|v| !v.is_empty()).cloned();
-    if let Some(mode) = get("sslmode") {
-        match mode.as_str() {
-            "disable" | "allow" | "prefer" => {}
-            "require" | "verify-ca" | "verify-full" => {
-                return err(format!("sslmode={mode}: insta-id does not speak TLS yet; connect over a Unix socket or a trusted network"))
-            }
-            m => return err(format!("invalid sslmode value: \"{m}\"")),
-        }
-    }
     let host = get("host").unwrap_or_else(|| env.default_socket_dir.clone());
+    let tls = tls(&get, env, &host)?;
     if host.contains(',') {
         return err("more than one host in a connection string is not supported");
     }
@@ -474,6 +499,60 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
         application_name: get("application_name"),
         connect_timeout,
         options: get("options"),
+        tls,
+    })
+}
+
+/// libpq's TLS rules: sslmode (default prefer; never over a Unix socket),
+/// require with a root certificate file there behaving as verify-ca; the
+/// root certificate file required by verify-ca and verify-full; the
+/// client's certificate and key from sslcert and sslkey, or their default
+/// files when both exist.
+fn tls(get: &dyn Fn(&str) -> Option<String>, env: &Env, host: &str) -> Result<Tls, Error> {
+    let home = |f: &str| env.home.as_ref().map(|h| h.join(".postgresql").join(f));
+    let mut mode = match get("sslmode").as_deref() {
+        None | Some("prefer" | "allow") => SslMode::Prefer,
+        Some("disable") => SslMode::Disable,
+        Some("require") => SslMode::Require,
+        Some("verify-ca") => SslMode::VerifyCa,
+        Some("verify-full") => SslMode::VerifyFull,
+        Some(m) => return err(format!("invalid sslmode value: \"{m}\"")),
+    };
+    if host.starts_with('/') {
+        mode = SslMode::Disable;
+    }
+    let rootcert = get("sslrootcert")
+        .map(PathBuf::from)
+        .or_else(|| home("root.crt"))
+        .filter(|p| p.is_file() || matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull));
+    if mode == SslMode::Require && rootcert.is_some() {
+        mode = SslMode::VerifyCa;
+    }
+    let verifies = matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull);
+    let rootcert = rootcert.filter(|_| verifies);
+    if let Some(r) = &rootcert {
+        if !r.is_file() {
+            return err(format!(
+                "root certificate file \"{}\" does not exist: give sslrootcert, or sslmode=require to connect without verifying the server (libpq says the same)",
+                r.display()
+            ));
+        }
+    } else if verifies {
+        return err(
+            "no root certificate file for sslmode=verify-ca or verify-full: give sslrootcert",
+        );
+    }
+    let cert = match (get("sslcert"), get("sslkey")) {
+        (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+        (Some(_), None) | (None, Some(_)) => return err("sslcert and sslkey go together"),
+        (None, None) => home("postgresql.crt")
+            .zip(home("postgresql.key"))
+            .filter(|(c, k)| c.is_file() && k.is_file()),
+    };
+    Ok(Tls {
+        mode,
+        rootcert,
+        cert: cert.filter(|_| mode != SslMode::Disable),
     })
 }
 
@@ -646,16 +725,56 @@ mod tests {
             assert_eq!(parse(s).unwrap_err().0, PASSWORD_REFUSED, "{s}");
             assert_eq!(parse_foreign(s).unwrap_err().0, PASSWORD_REFUSED, "{s}");
         }
-        // A server's own string (a subscription's) may use any keyword
-        // libpq knows, TLS ones included; the tool's own may not.
+        // TLS keywords, in the tool's strings as in a server's.
         let tls = "host=h sslmode=verify-full sslrootcert=/etc/ssl/ca.pem";
-        assert_eq!(
-            parse_foreign(tls).unwrap()["sslrootcert"],
-            "/etc/ssl/ca.pem"
-        );
-        assert!(parse(tls).unwrap_err().0.contains("sslrootcert"));
+        for p in [parse(tls).unwrap(), parse_foreign(tls).unwrap()] {
+            assert_eq!(p["sslrootcert"], "/etc/ssl/ca.pem");
+        }
         let e = resolve("host=h", &env(&[("PGPASSWORD", "x")], None)).unwrap_err();
         assert!(e.0.starts_with("PGPASSWORD is set"), "{e}");
+    }
+
+    #[test]
+    fn tls_as_libpq_resolves_it() {
+        let e = env(&[], None);
+        let mode = |s: &str| resolve(s, &e).map(|s| s.tls.mode);
+        let dir = std::env::temp_dir().join(format!("insta-id-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.crt");
+        std::fs::write(&ca, "").unwrap();
+        let ca = ca.display();
+        assert_eq!(mode("host=h"), Ok(SslMode::Prefer));
+        assert_eq!(mode("host=h sslmode=allow"), Ok(SslMode::Prefer));
+        assert_eq!(mode("host=h sslmode=require"), Ok(SslMode::Require));
+        // require with a root certificate verifies the chain, as libpq does.
+        assert_eq!(
+            mode(&format!("host=h sslmode=require sslrootcert={ca}")),
+            Ok(SslMode::VerifyCa)
+        );
+        assert_eq!(
+            mode(&format!("host=h sslmode=verify-full sslrootcert={ca}")),
+            Ok(SslMode::VerifyFull)
+        );
+        // Never over a Unix socket.
+        assert_eq!(mode("host=/tmp sslmode=verify-full"), Ok(SslMode::Disable));
+        let said = |s: &str| resolve(s, &e).unwrap_err().0;
+        assert!(said("host=h sslmode=verify-full").starts_with("no root certificate file"));
+        assert!(
+            said("host=h sslmode=verify-ca sslrootcert=/nonexistent/ca.crt")
+                .contains("does not exist")
+        );
+        assert_eq!(said("host=h sslmode=on"), "invalid sslmode value: \"on\"");
+        assert_eq!(
+            said(&format!("host=h sslcert={ca}")),
+            "sslcert and sslkey go together"
+        );
+        let s = resolve(
+            &format!("host=h sslmode=require sslcert={ca} sslkey={ca}"),
+            &e,
+        )
+        .unwrap();
+        assert!(s.tls.cert.is_some() && s.tls.rootcert.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -690,10 +809,6 @@ mod tests {
         );
         assert!(resolve("port=0", &e).is_err());
         assert!(resolve("port=x", &e).is_err());
-        assert!(resolve("sslmode=require", &e)
-            .unwrap_err()
-            .0
-            .contains("TLS"));
         assert!(resolve("sslmode=prefer", &e).is_ok());
         assert_eq!(
             resolve("connect_timeout=1", &e).unwrap().connect_timeout,

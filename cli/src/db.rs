@@ -2,15 +2,52 @@
 //! and the two quotings it needs for the few statements that cannot take
 //! parameters (DDL).
 
-use crate::conninfo::Settings;
-use postgres::{Client, NoTls};
+use crate::conninfo::{Settings, SslMode, Tls};
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use postgres::config::SslMode as Mode;
+use postgres::Client;
+use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
 
-/// Connects as `s` says, without TLS (conninfo refuses the modes that need
-/// it). A server's WARNINGs are printed as they arrive (a move's cutover
-/// says with them that it tries again); NOTICEs are not. TCP keepalives end
+/// The TLS of a connection as `t` says (OpenSSL, as libpq's): the server's
+/// certificate checked against the root certificates for verify-ca, and
+/// issued to the host too for verify-full; nothing checked for prefer and
+/// require; the client's certificate when there is one.
+pub fn tls(t: &Tls) -> Result<(MakeTlsConnector, Mode), String> {
+    let said = |what: &str, e: openssl::error::ErrorStack| format!("TLS: {what}: {e}");
+    let mut b = SslConnector::builder(SslMethod::tls()).map_err(|e| said("OpenSSL", e))?;
+    match &t.rootcert {
+        Some(ca) => b
+            .set_ca_file(ca)
+            .map_err(|e| said(&format!("root certificate file \"{}\"", ca.display()), e))?,
+        None => b.set_verify(SslVerifyMode::NONE),
+    }
+    if let Some((cert, key)) = &t.cert {
+        b.set_certificate_chain_file(cert)
+            .map_err(|e| said(&format!("certificate file \"{}\"", cert.display()), e))?;
+        b.set_private_key_file(key, SslFiletype::PEM)
+            .map_err(|e| said(&format!("private key file \"{}\"", key.display()), e))?;
+    }
+    let mut c = MakeTlsConnector::new(b.build());
+    if t.mode != SslMode::VerifyFull {
+        c.set_callback(|config, _| {
+            config.set_verify_hostname(false);
+            Ok(())
+        });
+    }
+    let mode = match t.mode {
+        SslMode::Disable => Mode::Disable,
+        SslMode::Prefer => Mode::Prefer,
+        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Mode::Require,
+    };
+    Ok((c, mode))
+}
+
+/// Connects as `s` says (TLS as its sslmode asks: `tls`). A server's
+/// WARNINGs are printed as they arrive; NOTICEs are not. TCP keepalives end
 /// the session on the server, and its locks with it, when this end is gone.
-pub fn connect(s: &Settings) -> Result<Client, postgres::Error> {
+/// An error is said as `describe` says it.
+pub fn connect(s: &Settings) -> Result<Client, String> {
     let mut c = postgres::Config::new();
     c.host(&s.host)
         .port(s.port)
@@ -37,7 +74,9 @@ pub fn connect(s: &Settings) -> Result<Client, postgres::Error> {
         Some(o) => format!("{o} {SESSION_OPTIONS}"),
         None => SESSION_OPTIONS.to_string(),
     });
-    c.connect(NoTls)
+    let (connector, mode) = tls(&s.tls)?;
+    c.ssl_mode(mode);
+    c.connect(connector).map_err(|e| describe(&e))
 }
 
 /// The settings every session of the tool has, its own and those of the

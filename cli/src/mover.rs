@@ -37,7 +37,7 @@ mod checks;
 mod cutover;
 mod rollback;
 
-use crate::bouncer::{self, Bouncer, Drain};
+use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
 use crate::pause::{self, Budget};
@@ -110,14 +110,17 @@ pub struct Args {
     /// PgBouncer's admin console (dbname=pgbouncer, a user of its
     /// admin_users): the cutover pauses the shard's entry, shard<N>, so
     /// its clients wait instead of failing, then points it at the new
-    /// server and resumes it.
+    /// server and resumes it. Repeatable: with several PgBouncers, the
+    /// entry is paused on all, and pointed and resumed on all.
     #[arg(long, value_name = "CONNINFO", requires_all = ["pgbouncer_map", "pgbouncer_target"])]
-    pub pgbouncer: Option<String>,
+    pub pgbouncer: Vec<String>,
     /// The file of PgBouncer's [databases] entries, one per logical
     /// shard, which pgbouncer.ini includes (%include); rewritten
     /// atomically with the shard's new entry.
+    /// One for all the PgBouncers (a file they share), or one per
+    /// --pgbouncer, in the same order.
     #[arg(long, value_name = "FILE", requires = "pgbouncer")]
-    pub pgbouncer_map: Option<std::path::PathBuf>,
+    pub pgbouncer_map: Vec<std::path::PathBuf>,
     /// The shard's entry for the new server (with --rollback: the old
     /// one), as PgBouncer reaches it (host=... port=... dbname=...; no
     /// password).
@@ -195,7 +198,7 @@ struct Mover<'a> {
     from: Client,
     to: Client,
     router: Option<Client>,
-    bouncer: Option<Bouncer>,
+    bouncer: Option<Bouncers>,
     /// When the cutover paused the shard's PgBouncer entry.
     paused_at: Option<Instant>,
     /// The pg_dump chosen for this move (pg_dump()).
@@ -342,8 +345,7 @@ const FIXED_CLIENT: [(u32, u32); 5] = [(13, 22), (14, 19), (15, 14), (16, 10), (
 /// read committed whatever the role's default: they update rows (a move's
 /// record) that the move's other sessions update meanwhile.
 fn hold_open(s: &Settings, lock_timeout: &str) -> Result<Client> {
-    let mut c =
-        connect(s).map_err(|e| format!("server {}: {}", s.label, crate::db::describe(&e)))?;
+    let mut c = connect(s).map_err(|e| format!("server {}: {}", s.label, e))?;
     c.execute(
         "SELECT pg_catalog.set_config('client_min_messages', 'warning', false),
                 pg_catalog.set_config('statement_timeout', '0', false),
@@ -405,17 +407,29 @@ impl<'a> Mover<'a> {
         {
             conninfo::parse_foreign(other).map_err(usage)?;
         }
-        let bouncer = match (&a.pgbouncer, &a.pgbouncer_map, &a.pgbouncer_target) {
-            (Some(admin), Some(map), Some(target)) => {
+        let bouncer = match (&a.pgbouncer[..], &a.pgbouncer_map[..], &a.pgbouncer_target) {
+            (admins @ [_, ..], maps @ [_, ..], Some(target)) => {
                 Bouncer::check(target).map_err(Failure::Usage)?;
-                Some(Bouncer {
-                    admin: conninfo::resolve(admin, env).map_err(usage)?,
-                    map: map.clone(),
-                    target: target.clone(),
-                    entry: bouncer::entry_of(a.shard),
-                })
+                if maps.len() != 1 && maps.len() != admins.len() {
+                    return Err(Failure::Usage(format!(
+                        "{} --pgbouncer and {} --pgbouncer-map: give one map for all, or one per PgBouncer, in the same order",
+                        admins.len(),
+                        maps.len()
+                    )));
+                }
+                let entry = bouncer::entry_of(a.shard);
+                let mut all = Vec::new();
+                for (i, admin) in admins.iter().enumerate() {
+                    all.push(Bouncer {
+                        admin: conninfo::resolve(admin, env).map_err(usage)?,
+                        map: maps[if maps.len() == 1 { 0 } else { i }].clone(),
+                        target: target.clone(),
+                        entry: entry.clone(),
+                    });
+                }
+                Some(Bouncers { all, entry })
             }
-            (None, None, None) => None,
+            ([], [], None) => None,
             _ => {
                 return Err(Failure::Usage(
                     "--pgbouncer, --pgbouncer-map and --pgbouncer-target go together".into(),
@@ -423,9 +437,7 @@ impl<'a> Mover<'a> {
             }
         };
         let on = |s: &Settings, what: &str| -> Result<Client> {
-            connect(s).map_err(|e| {
-                Failure::Failed(format!("{what} ({}): {}", s.label, crate::db::describe(&e)))
-            })
+            connect(s).map_err(|e| Failure::Failed(format!("{what} ({}): {}", s.label, e)))
         };
         let mut from_c = on(&from, "the old server")?;
         let mut to_c = on(&to, "the new server")?;

@@ -15,7 +15,8 @@
 //! the cutover is committing, it waits for the run to point the entry at
 //! the shard's new home and resume it first.
 
-use crate::bouncer::Bouncer;
+use crate::bouncer::Bouncers;
+use crate::conninfo::Tls;
 use crate::db::{printable, Described};
 use postgres::Client;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -62,7 +63,7 @@ enum Held {
     /// Nothing paused: exit.
     Nothing,
     /// The entry is (being) paused; the try's session to cancel.
-    Entry(Box<(Bouncer, postgres::CancelToken)>),
+    Entry(Box<(Bouncers, postgres::CancelToken, Tls)>),
     /// The cutover is committing or committed: the run points the entry
     /// at the shard's new home and resumes it; the watcher waits for that.
     Committing,
@@ -102,8 +103,10 @@ pub fn catch_signals() {
                 continue;
             }
             Held::Entry(held) => {
-                let (b, cancel) = &**held;
-                let _ = cancel.cancel_query(postgres::NoTls);
+                let (b, cancel, tls) = &**held;
+                if let Ok((tls, _)) = crate::db::tls(tls) {
+                    let _ = cancel.cancel_query(tls);
+                }
                 match b.resume_if_paused() {
                     Ok(()) => eprintln!("insta-id: {name}: PgBouncer's entry {} resumed; the shard is where it was: run the move again to go on", b.entry),
                     Err(e) => eprintln!("insta-id: {name}: resuming PgBouncer's entry {}: {e}; run the move again, which resumes it", b.entry),
@@ -121,8 +124,8 @@ fn lock() -> std::sync::MutexGuard<'static, Held> {
 
 /// The entry is about to be paused (set before the PAUSE: one sent is
 /// resumed by a signal even before PgBouncer answers it).
-pub fn pausing(b: &Bouncer, cancel: postgres::CancelToken) {
-    *lock() = Held::Entry(Box::new((b.clone(), cancel)));
+pub fn pausing(b: &Bouncers, cancel: postgres::CancelToken, tls: &Tls) {
+    *lock() = Held::Entry(Box::new((b.clone(), cancel, tls.clone())));
 }
 
 /// The cutover commits: from here a signal waits for the entry to be

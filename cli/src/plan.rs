@@ -276,7 +276,7 @@ impl Fleet {
         let mut majors = Vec::new();
         for s in settings {
             // The moves first: they say clearly when insta_id is missing or old.
-            let read = connect(s).map_err(|e| describe(&e)).and_then(|mut c| {
+            let read = connect(s).and_then(|mut c| {
                 let moving = status::moving_shards(&mut c)?;
                 let sizes = shard_sizes(&mut c).map_err(|e| describe(&e))?;
                 let major: i32 = c

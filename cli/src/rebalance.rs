@@ -23,11 +23,13 @@ pub struct Args {
     /// PgBouncer's admin console: each move pauses its shard's entry and
     /// points it at the new server (as `insta-id move --pgbouncer`), whose
     /// target is that server's host, port and dbname as given here.
+    /// Repeatable, as `insta-id move`'s.
     #[arg(long, value_name = "CONNINFO", requires = "pgbouncer_map")]
-    pub pgbouncer: Option<String>,
-    /// The file of PgBouncer's [databases] entries pgbouncer.ini includes.
+    pub pgbouncer: Vec<String>,
+    /// The file of PgBouncer's [databases] entries pgbouncer.ini includes:
+    /// one for all, or one per --pgbouncer.
     #[arg(long, value_name = "FILE", requires = "pgbouncer")]
-    pub pgbouncer_map: Option<std::path::PathBuf>,
+    pub pgbouncer_map: Vec<std::path::PathBuf>,
     /// Each move's rollback window (as `insta-id move`). 0 by default: a
     /// kept copy holds a replication slot on its new server and an apply
     /// worker on its old one, which a rebalance of many shards would
@@ -71,7 +73,7 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
     let mut kept_somewhere = std::collections::BTreeSet::new();
     let mut reserved_arriving = Vec::new();
     for (i, s) in settings.iter().enumerate() {
-        let mut c = connect(s).map_err(|e| format!("server {}: {}", s.label, describe(&e)))?;
+        let mut c = connect(s).map_err(|e| format!("server {}: {}", s.label, e))?;
         labels.push(c.query_one(LABEL, &[]).described()?.get::<_, String>(0));
         for r in c
             .query(
@@ -156,7 +158,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         rollback_window: a.rollback_window.clone(),
         pgbouncer: a.pgbouncer.clone(),
         pgbouncer_map: a.pgbouncer_map.clone(),
-        pgbouncer_target: a.pgbouncer.as_ref().map(|_| target_of(&settings[to])),
+        pgbouncer_target: (!a.pgbouncer.is_empty()).then(|| target_of(&settings[to])),
         pg_bin: None,
         waits: a.waits.clone(),
     };
@@ -188,7 +190,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         let mut args = one(shard, from, to);
         if what == Pending::Rollback {
             args.rollback = true;
-            args.pgbouncer_target = a.pgbouncer.as_ref().map(|_| target_of(&settings[from]));
+            args.pgbouncer_target = (!a.pgbouncer.is_empty()).then(|| target_of(&settings[from]));
         }
         if let Err(e) = mover::move_shard(&args, env) {
             return stopped(shard, e);
@@ -264,6 +266,7 @@ mod tests {
             connect_timeout: None,
             options: None,
             label: String::new(),
+            tls: Default::default(),
         };
         assert_eq!(
             target_of(&s),

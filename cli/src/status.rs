@@ -39,10 +39,7 @@ pub fn run(settings: &[Settings]) -> ExitCode {
     let mut failed = false;
     let mut seen: Vec<(String, String, Vec<Move>)> = Vec::new();
     for s in settings {
-        match connect(s)
-            .map_err(|e| describe(&e))
-            .and_then(|mut c| moves(&mut c))
-        {
+        match connect(s).and_then(|mut c| moves(&mut c)) {
             Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
             Err(e) => {
                 eprintln!("insta-id: server {}: {e}", s.label);

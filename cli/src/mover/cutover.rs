@@ -141,7 +141,12 @@ impl Mover<'_> {
         // Recorded first: a run that finishes or undoes this move must be
         // able to resume the entry.
         self.record_to("paused", schema)?;
-        pause::pausing(&b, cancel);
+        let tls = if back {
+            &self.to_s.tls
+        } else {
+            &self.from_s.tls
+        };
+        pause::pausing(&b, cancel, tls);
         match b.pause(budget.left()) {
             Ok(at) => {
                 self.paused_at = Some(at);

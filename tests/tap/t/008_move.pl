@@ -142,7 +142,8 @@ is(join('|', (insta_id_tool('plan', '--server', $from, '--server', "$to password
 # --exclude leaves a server out; a name that is no server's is refused.
 ($prc, $pout, $perr) = insta_id_tool('plan', '--server', $from, '--server', $to, '--drain', $from);
 my $shards_here = $old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards()');
-is("$prc|" . ($pout =~ /^moves: (\d+) /m ? $1 : 'none') . '|' . ($pout =~ /, drained: \d+ shards, \S+ \S+ \(\S+\) -> 0 bytes/ ? 'emptied' : $pout),
+my ($drained_moves) = $pout =~ /^moves: (\d+) /m;
+is("$prc|" . ($drained_moves // 'none') . '|' . ($pout =~ /, drained: \d+ shards, \S+ \S+ \(\S+\) -> 0 bytes/ ? 'emptied' : $pout),
 	"0|$shards_here|emptied", 'insta-id plan --drain: every shard of the drained server moves, none arrives');
 ($prc, $pout, $perr) = insta_id_tool('plan', '--server', $from, '--server', $to, '--exclude', $to);
 is("$prc|" . ($pout =~ /^moves: (\d+) /m ? $1 : 'none'), '0|0', 'insta-id plan --exclude: nothing goes to a server left out');
@@ -706,5 +707,37 @@ is($rc . '|' . $new16->safe_psql('app', "SELECT '$at'::timestamptz > '$last'"), 
 	"moved; that session's ID in the moved shard is later than the old server's last ($last < $at)");
 $new16->stop;
 $old->stop;
+
+# TLS, as libpq's sslmode: a server that takes connections over TCP with TLS
+# only (hostnossl rejected), its certificate for localhost signed by a CA of
+# this test's. verify-full checks the chain and the host, verify-ca the
+# chain only; another CA, another host or no TLS is refused, and says why.
+my $certs = PostgreSQL::Test::Utils::tempdir_short();
+for my $cmd ([qw(req -new -x509 -days 2 -nodes -subj /CN=insta-id-test-ca -keyout ca.key -out ca.crt)],
+	[qw(req -new -x509 -days 2 -nodes -subj /CN=insta-id-other-ca -keyout other.key -out other.crt)],
+	[qw(req -new -nodes -subj /CN=localhost -keyout server.key -out server.csr)],
+	[qw(x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt)])
+{
+	append_to_file("$certs/san.ext", "subjectAltName=DNS:localhost\n") unless -e "$certs/san.ext";
+	my $oerr = '';
+	IPC::Run::run([ 'openssl', @$cmd ], '>', '/dev/null', '2>', \$oerr, init => sub { chdir $certs }) or die "openssl @$cmd: $oerr";
+}
+chmod 0600, "$certs/server.key";
+my $tls = insta_node('tls', conf => "ssl = on\nssl_cert_file = '$certs/server.crt'\nssl_key_file = '$certs/server.key'\nlisten_addresses = '127.0.0.1'\n");
+open my $hba, '>', $tls->data_dir . '/pg_hba.conf' or die $!;
+print $hba "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n";
+close $hba;
+$tls->reload;
+$tls->safe_psql('postgres', 'CREATE DATABASE app');
+$tls->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
+my $sport = $tls->port;
+my @tls = map {
+	my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=$_->[0] port=$sport dbname=app sslmode=$_->[1]" . ($_->[2] ? " sslrootcert=$certs/$_->[2]" : ''));
+	"$mrc " . ($mrc ? ($merr =~ /(certificate verify failed|no encryption|hostname mismatch)/ ? $1 : $merr) : ($mout =~ /no move/ ? 'connected' : $mout))
+} ([ 'localhost', 'verify-full', 'ca.crt' ], [ '127.0.0.1', 'verify-ca', 'ca.crt' ], [ 'localhost', 'require' ], [ 'localhost', 'prefer' ],
+	[ '127.0.0.1', 'verify-full', 'ca.crt' ], [ 'localhost', 'verify-full', 'other.crt' ], [ 'localhost', 'disable' ]);
+is(join('|', @tls), '0 connected|0 connected|0 connected|0 connected|1 certificate verify failed|1 certificate verify failed|1 no encryption',
+	'TLS: verify-full, verify-ca, require and prefer connect; another host, another CA or no TLS refused, saying why');
+$tls->stop;
 
 done_testing();

@@ -90,7 +90,8 @@ max_client_conn = 100
 logfile = $dir/pgbouncer.log
 });
 my $bouncer = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', "$dir/stdout", '2>', "$dir/stderr");
-END { $bouncer->kill_kill if $bouncer; }
+my $second;    # (a second PgBouncer, below)
+END { $_->kill_kill for grep { defined } $bouncer, $second; }
 my $admin = "host=$dir port=$port dbname=pgbouncer user=$user";
 my $through = "host=$dir port=$port user=$user";    # an application's connection, dbname=shard<N>
 # psql through PgBouncer (simple protocol: -c), its output or undef.
@@ -105,11 +106,12 @@ sub via
 }
 sub last_line { return (split /\n/, $_[0])[-1] // ''; }
 
-# PgBouncer's entry of a shard, by column (SHOW DATABASES).
+# PgBouncer's entry of a shard, by column (SHOW DATABASES), on the first
+# PgBouncer or the console given.
 sub entry
 {
-	my ($shard) = @_;
-	my ($head, @rows) = split /\n/, via($admin, 'SHOW DATABASES', '-XA') // '';
+	my ($shard, $console) = @_;
+	my ($head, @rows) = split /\n/, via($console // $admin, 'SHOW DATABASES', '-XA') // '';
 	my @names = split /\|/, $head // '';
 	for my $r (@rows)
 	{
@@ -159,13 +161,13 @@ like($out, qr/required arguments were not provided:\n  --pgbouncer-map <FILE>\n 
 # named 'pgbench', with a per-transaction log.
 sub bench_start
 {
-	my ($shard, $clients) = @_;
+	my ($shard, $clients, $via, $tag) = @_;
 	my $script = "$dir/insert$shard.sql";
 	append_to_file($script, "INSERT INTO insta$shard.users (name) VALUES ('pgbench');\n") unless -e $script;
 	my %b = (out => '', err => '', shard => $shard);
 	$b{run} = IPC::Run::start(
 		[ 'pgbench', '-n', '-M', 'simple', '-c', $clients, '-j', 1, '-T', 300, '-R', 200, '-f', $script,
-		  '-l', "--log-prefix=$dir/pgbench$shard", "$through dbname=shard$shard" ],
+		  '-l', "--log-prefix=$dir/pgbench$shard" . ($tag // ''), ($via // $through) . " dbname=shard$shard" ],
 		'>', \$b{out}, '2>', \$b{err});
 	return \%b;
 }
@@ -327,6 +329,43 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	move_released($_, 17) for $old, $new;
 	($rc, $out) = move(17);
 	is("$rc|" . join('|', @{ entry(17) }{qw(port paused)}), '0|' . $new->port . '|0', 'run again, the move finished') or diag $out;
+}
+
+# Two PgBouncers in front of the fleet (for capacity, or a pair for
+# availability), sharing the map file: the move pauses the shard's entry on
+# both, then points and resumes it on both; pgbench through each, 0 failed.
+{
+	my $port2 = PostgreSQL::Test::Cluster::get_free_port();
+	my $dir2  = PostgreSQL::Test::Utils::tempdir_short();
+	my $ini2  = slurp_file("$dir/pgbouncer.ini");
+	$ini2 =~ s/^listen_port = \d+$/listen_port = $port2/m;
+	$ini2 =~ s/^unix_socket_dir = .*$/unix_socket_dir = $dir2/m;
+	$ini2 =~ s/^logfile = .*$/logfile = $dir2\/pgbouncer.log/m;
+	append_to_file("$dir2/pgbouncer.ini", $ini2);
+	$second = IPC::Run::start([ $pgbouncer, "$dir2/pgbouncer.ini" ], '>', "$dir2/stdout", '2>', "$dir2/stderr");
+	my $admin2 = "host=$dir2 port=$port2 dbname=pgbouncer user=$user";
+	for (my $t = 0; !defined via($admin2, 'SHOW VERSION'); $t++)
+	{
+		die 'the second PgBouncer did not start: ' . slurp_file("$dir2/stderr") if $t > 100;
+		sleep 0.1;
+	}
+	$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(18, 18, 'template')});
+	append_to_file($map, 'shard18 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
+	via($_, 'RELOAD') for $admin, $admin2;
+	my @b = (bench_start(18, 2), bench_start(18, 2, "host=$dir2 port=$port2 user=$user", 'b'));
+	until_rows($old, 18, 0) or die 'pgbench on shard 18 wrote nothing';
+	($rc, $out) = move(18, undef, '--rollback-window', 0, '--pgbouncer', $admin2);
+	my $moved = rows_on($new, 18);
+	until_rows($new, 18, $moved);
+	my @stopped = map { [ bench_stop($_) ] } @b;
+	is(join('|', $rc, map({ $_->[1] . '/' . $_->[2] } @stopped), map({ my $e = entry(18, $_); "$e->{port}:$e->{paused}" } $admin, $admin2),
+			rows_on($new, 18) == $stopped[0][0] + $stopped[1][0] ? 'every row once' : 'rows differ'),
+		join('|', 0, '0/0', '0/0', ($new->port . ':0') x 2, 'every row once'),
+		'two PgBouncers: the entry paused, pointed and resumed on both; pgbench through each, 0 failed')
+	  or diag "$out\n" . join("\n", map { $_->[3] } @stopped);
+	$second->signal('INT');
+	$second->finish;
+	undef $second;
 }
 
 # Rollback. Shard 13 moved with the default window (15 minutes) under
