@@ -92,6 +92,9 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
         .collect())
 }
 
+/// How long a run waits at most for the map's lock.
+const LOCK_WITHIN: Duration = Duration::from_secs(30);
+
 /// How long a RESUME waits at most for the entry's queued clients to get a
 /// server connection, with PgBouncer's retry delay lifted.
 const SERVED_WITHIN: Duration = Duration::from_secs(5);
@@ -336,20 +339,57 @@ impl Bouncer {
     /// (a run as root) serves a run as postgres too (flock needs no write
     /// access; 0.9.0 opened it for writing, and failed after a cutover).
     fn lock_map(&self) -> Result<std::fs::File, String> {
+        use std::os::unix::fs::OpenOptionsExt;
         let said = |e| self.map_error(e);
         let path = self.map.with_extension("insta-id-lock");
-        let lock = match std::fs::File::open(&path) {
+        // A regular file only: not a symbolic link another user planted,
+        // nor a FIFO, which an open would wait on.
+        const O_NONBLOCK: i32 = 0o4000;
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            return Err(format!(
+                "{} is not a regular file: remove it",
+                path.display()
+            ));
+        }
+        let lock = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
+                .create_new(true)
                 .write(true)
+                .mode(0o600)
                 .open(&path)
                 .map_err(said)?,
             Err(e) => return Err(said(e)),
         };
-        lock.lock().map_err(said)?;
-        Ok(lock)
+        if !lock.metadata().map_err(said)?.is_file() {
+            return Err(format!(
+                "{} is not a regular file: remove it",
+                path.display()
+            ));
+        }
+        // Held by another move for a moment (its RESUME); a process that
+        // keeps it must not hold this one up for ever.
+        let until = Instant::now() + LOCK_WITHIN;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(lock),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(format!(
+                        "{} is locked by another process for {} s (another move's? fuser names it)",
+                        path.display(),
+                        LOCK_WITHIN.as_secs()
+                    ))
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(said(e)),
+            }
+        }
     }
 
     /// PAUSEs the entry, waiting `within` at most for the transactions

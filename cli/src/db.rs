@@ -4,6 +4,7 @@
 
 use crate::conninfo::{Settings, SslMode, Tls};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use openssl::x509::{store::X509StoreBuilder, X509};
 use postgres::config::SslMode as Mode;
 use postgres::Client;
 use postgres_openssl::MakeTlsConnector;
@@ -17,9 +18,21 @@ pub fn tls(t: &Tls) -> Result<(MakeTlsConnector, Mode), String> {
     let said = |what: &str, e: openssl::error::ErrorStack| format!("TLS: {what}: {e}");
     let mut b = SslConnector::builder(SslMethod::tls()).map_err(|e| said("OpenSSL", e))?;
     match &t.rootcert {
-        Some(ca) => b
-            .set_ca_file(ca)
-            .map_err(|e| said(&format!("root certificate file \"{}\"", ca.display()), e))?,
+        // The file's certificates only, as libpq: the builder's store has
+        // the system's authorities too, which would let any certificate a
+        // public authority signed pass verify-ca (no host checked).
+        Some(ca) => {
+            let file = |e: openssl::error::ErrorStack| {
+                said(&format!("root certificate file \"{}\"", ca.display()), e)
+            };
+            let pem = std::fs::read(ca)
+                .map_err(|e| format!("TLS: root certificate file \"{}\": {e}", ca.display()))?;
+            let mut store = X509StoreBuilder::new().map_err(file)?;
+            for cert in X509::stack_from_pem(&pem).map_err(file)? {
+                store.add_cert(cert).map_err(file)?;
+            }
+            b.set_cert_store(store.build());
+        }
         None => b.set_verify(SslVerifyMode::NONE),
     }
     if let Some((cert, key)) = &t.cert {

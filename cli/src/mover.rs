@@ -40,7 +40,7 @@ mod rollback;
 use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
-use crate::pause::{self, Budget};
+use crate::pause::{self, Budget, Watchdog};
 use crate::plan::pretty;
 use postgres::error::SqlState;
 use postgres::Client;
@@ -553,7 +553,7 @@ impl<'a> Mover<'a> {
             .to
             .query_opt(
                 &format!(
-                    "SELECT s.oid::bigint, coalesce((SELECT min(n.nspname::text) FROM pg_catalog.pg_subscription_rel r
+                    "SELECT s.oid::bigint, coalesce((SELECT pg_catalog.min(n.nspname::text) FROM pg_catalog.pg_subscription_rel r
                                                JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
                                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                                                WHERE r.srsubid = s.oid), '')
@@ -758,6 +758,7 @@ impl<'a> Mover<'a> {
                 "the copy of shard {} by an interrupted move is complete and streaming: on to its cutover",
                 self.shard
             ));
+            self.apply_checks(&schema)?;
             if self.keep.is_some() {
                 self.make_back(&schema)?;
             }
@@ -909,9 +910,24 @@ impl<'a> Mover<'a> {
             )
             .described()?
             .get(0);
-        Ok(published
+        if !(published
             && enabled
             && unsubscribed(&mut self.to, &tables, &self.name, schema)?.is_none())
+        {
+            return Ok(false);
+        }
+        // Definitions changed on the old server since the copy was made (a
+        // migration ran between two runs, when no mover held the shard):
+        // replication carries rows, not DDL, so the copy is made again.
+        let (old, new) = (
+            fingerprint(&mut self.from, schema)?,
+            fingerprint(&mut self.to, schema)?,
+        );
+        if old != new {
+            println!("   the shard's definitions changed on the old server since its copy was made: the copy is made again");
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// From a complete copy: the cutover (within its budget, tried again),
@@ -1167,7 +1183,7 @@ impl<'a> Mover<'a> {
             let r = self
                 .to
                 .query_one(
-                    "SELECT count(*) FILTER (WHERE r.srsubstate = 'r'), count(*),
+                    "SELECT pg_catalog.count(*) FILTER (WHERE r.srsubstate = 'r'), pg_catalog.count(*),
                             coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p
                                       WHERE p.relid IN (SELECT srrelid FROM pg_catalog.pg_subscription_rel
                                                         WHERE srsubid = $1::bigint::oid)), 0)::bigint
@@ -1271,6 +1287,8 @@ impl<'a> Mover<'a> {
                 println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
             }
         }
+        // (Without PgBouncer too: a signal from here on exits at once.)
+        pause::released();
         if let Some(target) = &self.a.router_target {
             self.step("re-point the router's map");
             let router = self.router.as_mut().expect("--router with --router-target");
@@ -1630,7 +1648,7 @@ impl<'a> Mover<'a> {
         wait_for(30, "the slots of the move to be released", || {
             Ok(from
                 .query_one(
-                    &format!("SELECT count(*) = 0 FROM pg_catalog.pg_replication_slots WHERE {ours} AND active"),
+                    &format!("SELECT pg_catalog.count(*) = 0 FROM pg_catalog.pg_replication_slots WHERE {ours} AND active"),
                     &[name, &copy_slots],
                 )
                 .described()?
@@ -1687,6 +1705,36 @@ fn unsubscribed(
                                WHERE n.nspname = $3::text AND c.relname = t AND c.relkind = 'p')"
         ),
         &[&state, &subscription, &schema],
+    )
+    .described()?
+    .get(0))
+}
+
+/// A digest of what a schema defines, as the catalogs of either server say
+/// it (the relations, their columns, constraints and triggers, and the
+/// functions), without the move's own fence: equal on both servers for a
+/// copy made from the old server's definitions and not changed since.
+fn fingerprint(c: &mut Client, schema: &str) -> Result<String> {
+    Ok(c.query_one(
+        "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+         SELECT coalesce(pg_catalog.md5(pg_catalog.string_agg(x, E'\\n' ORDER BY x)), '') FROM (
+           SELECT 'r ' || c.relname || ' ' || c.relkind FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
+           UNION ALL
+           SELECT 'a ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
+           FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND a.attnum > 0 AND NOT a.attisdropped
+           UNION ALL
+           SELECT 'c ' || c.relname || '.' || k.conname || ' ' || pg_catalog.pg_get_constraintdef(k.oid)
+           FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp)
+           UNION ALL
+           SELECT 't ' || c.relname || '.' || t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND NOT t.tgisinternal AND t.tgname <> 'insta_id_move_fence'
+           UNION ALL
+           SELECT 'f ' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
+           FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp) AND p.proname <> 'insta_id_move_fence'
+         ) s(x)",
+        &[&schema],
     )
     .described()?
     .get(0))

@@ -58,6 +58,48 @@ impl Budget {
     }
 }
 
+/// Cancels the statements of a try's sessions once its budget is spent,
+/// unless disarmed first (before the COMMIT: a cancel must never meet the
+/// COMMIT's wait for a synchronous standby, which would leave it committed
+/// locally only).
+pub struct Watchdog {
+    armed: std::sync::Arc<Mutex<bool>>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    /// `sessions`: each session's cancel token and TLS settings.
+    pub fn arm(budget: &Budget, sessions: Vec<(postgres::CancelToken, Tls)>) -> Watchdog {
+        let armed = std::sync::Arc::new(Mutex::new(true));
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deadline = Instant::now() + budget.left();
+        let (a, f) = (armed.clone(), fired.clone());
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(5));
+            let armed = a.lock().unwrap_or_else(|p| p.into_inner());
+            if !*armed {
+                return;
+            }
+            if Instant::now() >= deadline {
+                f.store(true, Ordering::SeqCst);
+                for (token, tls) in &sessions {
+                    if let Ok((tls, _)) = crate::db::tls(tls) {
+                        let _ = token.cancel_query(tls);
+                    }
+                }
+                return;
+            }
+        });
+        Watchdog { armed, fired }
+    }
+
+    /// Stops it; whether it had fired (its cancels sent) by then.
+    pub fn disarm(&self) -> bool {
+        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
 /// What the watcher does on a signal.
 enum Held {
     /// Nothing paused: exit.
@@ -177,12 +219,41 @@ pub fn holders(
                AND (c.relkind IN ('r', 'p') OR (c.relkind = 'S' AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')))
                AND ($3::float8 IS NULL
                     OR (l.granted AND (a.xact_start IS NULL
-                                       OR a.xact_start < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3::float8))))
+                                       OR a.xact_start < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3::float8))
+                        AND NOT (a.backend_type = 'autovacuum worker' AND a.query NOT LIKE '%(to prevent wraparound)%')))
              GROUP BY l.pid, a.usename, a.application_name, a.state, a.xact_start, a.query
              ORDER BY a.xact_start NULLS FIRST LIMIT 5",
             &[&schema, &except, &secs],
         )
         .described()?;
+    Ok(rows.iter().map(|r| printable(r.get(0))).collect())
+}
+
+/// Cancels the autovacuum workers (not those preventing wraparound) that
+/// hold a lock on a table of `schema`, as PostgreSQL cancels one that a
+/// lock has waited for deadlock_timeout (1 s by default, longer than a
+/// budget): it runs again later. Returns the tables said so; a role that
+/// may not cancel them (PostgreSQL 18: pg_signal_autovacuum_worker) leaves
+/// them to be named by the try they hold up.
+pub fn cancel_autovacuum(c: &mut Client, schema: &str) -> Result<Vec<String>, String> {
+    let rows = c
+        .query(
+            // (Materialized: the cancel runs for these processes only,
+            // never as a filter the planner could apply to others first.)
+            "WITH av AS MATERIALIZED (
+               SELECT DISTINCT a.pid, c.relname
+               FROM pg_catalog.pg_locks l
+               JOIN pg_catalog.pg_class c ON c.oid = l.relation
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+               WHERE l.locktype = 'relation' AND l.granted AND n.nspname = $1::text
+                 AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+                 AND a.backend_type = 'autovacuum worker' AND a.query NOT LIKE '%(to prevent wraparound)%')
+             SELECT pg_catalog.format('autovacuum (process %s) on %s cancelled', av.pid, av.relname)
+             FROM av WHERE pg_catalog.pg_cancel_backend(av.pid)",
+            &[&schema],
+        )
+        .map_err(|e| crate::db::describe(&e))?;
     Ok(rows.iter().map(|r| printable(r.get(0))).collect())
 }
 

@@ -132,7 +132,14 @@ pub fn plan_for(
         .map(|s| s.iter().map(|&(_, b)| b).sum())
         .collect();
     let before = loads.clone();
-    let largest = servers.iter().flatten().map(|&(_, b)| b).max().unwrap_or(0);
+    // (An excluded server's shards stay: they bound nothing.)
+    let largest = servers
+        .iter()
+        .zip(roles)
+        .filter(|(_, r)| **r != Role::Exclude)
+        .flat_map(|(s, _)| s.iter().map(|&(_, b)| b))
+        .max()
+        .unwrap_or(0);
     // Each server's movable shards by size; a moved shard joins no set.
     let mut movable: Vec<BTreeSet<(u64, i32)>> = servers
         .iter()

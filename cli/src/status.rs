@@ -131,7 +131,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
     // The new server's side: the subscription and its tables' states.
     for r in c.query(
         "SELECT substring(s.subname FROM '^insta_move_([0-9]+)$')::int, s.subenabled,
-                (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::int, count(r.srrelid)::int,
+                (pg_catalog.count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::int, pg_catalog.count(r.srrelid)::int,
                 EXISTS (SELECT 1 FROM insta_id_admin.shard_registry g
                         WHERE g.shard_id = substring(s.subname FROM '^insta_move_([0-9]+)$')::int),
                 coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p

@@ -71,8 +71,9 @@ glibc=$(objdump -T "$root/usr/bin/insta-id" | grep -o 'GLIBC_[0-9.]*' | sed 's/G
 # OpenSSL (its TLS): the package of the libssl it links, as this system
 # names it (libssl3 on Debian 12, libssl3t64 on 13).
 libssl=$(ldd "$root/usr/bin/insta-id" | awk '/libssl\.so/ {print $3}')
-libssl_pkg=$(dpkg -S "$(readlink -f "$libssl")" 2>/dev/null | head -n1 | cut -d: -f1)
-[ -n "$libssl_pkg" ] || libssl_pkg=$(dpkg -S "$libssl" | head -n1 | cut -d: -f1)
+libssl_pkg=$(dpkg -S "$(readlink -f "$libssl")" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+[ -n "$libssl_pkg" ] || libssl_pkg=$(dpkg -S "$libssl" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+[ -n "$libssl_pkg" ] || { echo "package.sh: no Debian package owns $libssl, which insta-id links" >&2; exit 1; }
 cat >"$root/DEBIAN/control" <<CONTROL
 Package: insta-id
 Version: $version

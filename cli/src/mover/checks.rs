@@ -40,9 +40,6 @@ impl Mover<'_> {
     }
 
     pub(super) fn checks(&mut self, schema: &str) -> Result<()> {
-        let one = |c: &mut Client, sql: &str, schema: &str| -> Result<Option<String>> {
-            Ok(c.query_one(sql, &[&schema]).described()?.get(0))
-        };
         // Onto the same major or a newer one only: pg_dump's definitions of
         // a newer server need not restore on an older one (a setting, a
         // syntax), and a failure there would come after the publication.
@@ -65,8 +62,8 @@ impl Mover<'_> {
             let r = self
                 .from
                 .query_one(
-                    "SELECT (SELECT count(*) FROM pg_catalog.pg_replication_slots) < pg_catalog.current_setting('max_replication_slots')::int,
-                            (SELECT count(*) FROM pg_catalog.pg_stat_replication) < pg_catalog.current_setting('max_wal_senders')::int",
+                    "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_replication_slots) < pg_catalog.current_setting('max_replication_slots')::int,
+                            (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_replication) < pg_catalog.current_setting('max_wal_senders')::int",
                     &[],
                 )
                 .described()?;
@@ -81,7 +78,7 @@ impl Mover<'_> {
         let workers: bool = self
             .to
             .query_one(
-                "SELECT (SELECT count(*) FROM pg_catalog.pg_stat_subscription WHERE pid IS NOT NULL)
+                "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_subscription WHERE pid IS NOT NULL)
                         < pg_catalog.current_setting('max_logical_replication_workers')::int",
                 &[],
             )
@@ -141,6 +138,29 @@ impl Mover<'_> {
         if fenced {
             return fail(format!("{} still has the fence of the move that brought it here (insta_id_move_fence): run that move again to finish its cleanup", printable(schema)));
         }
+        self.apply_checks(schema)?;
+        // The schema is restored on the new server as the one owner of its
+        // objects, who must exist there (src/restore.rs).
+        self.owners(schema)?;
+        let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
+        let (e1, e2): (String, String) = (
+            self.from.query_one(epoch, &[]).described()?.get(0),
+            self.to.query_one(epoch, &[]).described()?.get(0),
+        );
+        if e1 != e2 {
+            return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
+        }
+        // Last: the pg_dump for these two majors (the refusals above are
+        // more telling when both apply).
+        self.pg_dump()?;
+        Ok(())
+    }
+
+    /// What the replication's apply may run, and what the replication back
+    /// needs for a rollback window: checked before a copy is made, and
+    /// again before a copy an earlier run made is taken up (with this run's
+    /// window).
+    pub(super) fn apply_checks(&mut self, schema: &str) -> Result<()> {
         // PostgreSQL 15 applies replicated rows as the subscription's owner
         // (the superuser running this); 16 and later as each table's owner.
         // So onto 15, no code a non-superuser owns may run in the apply:
@@ -183,7 +203,7 @@ impl Mover<'_> {
             let free: bool = self
                 .to
                 .query_one(
-                    "SELECT count(*) < pg_catalog.current_setting('max_replication_slots')::int FROM pg_catalog.pg_replication_slots",
+                    "SELECT pg_catalog.count(*) < pg_catalog.current_setting('max_replication_slots')::int FROM pg_catalog.pg_replication_slots",
                     &[],
                 )
                 .described()?
@@ -192,22 +212,13 @@ impl Mover<'_> {
                 return fail("no replication slot is free on the new server for the replication back, for a rollback (max_replication_slots): drop unused slots, release kept copies (--release), or --rollback-window 0");
             }
         }
-        // The schema is restored on the new server as the one owner of its
-        // objects, who must exist there (src/restore.rs).
-        self.owners(schema)?;
-        let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
-        let (e1, e2): (String, String) = (
-            self.from.query_one(epoch, &[]).described()?.get(0),
-            self.to.query_one(epoch, &[]).described()?.get(0),
-        );
-        if e1 != e2 {
-            return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
-        }
-        // Last: the pg_dump for these two majors (the refusals above are
-        // more telling when both apply).
-        self.pg_dump()?;
         Ok(())
     }
+}
+
+/// The one value `sql` answers for `schema` ($1).
+fn one(c: &mut Client, sql: &str, schema: &str) -> Result<Option<String>> {
+    Ok(c.query_one(sql, &[&schema]).described()?.get(0))
 }
 
 /// The major and minor release `pg_dump --version` answers (a

@@ -75,19 +75,45 @@ impl Mover<'_> {
             }
             let b = Budget::start(budget);
             hold.batch_execute("BEGIN").described()?;
+            // Every statement of the try, on any of its three sessions, is
+            // cancelled once the budget is spent.
+            let holding = if back { &self.to_s } else { &self.from_s };
+            let dog = Watchdog::arm(
+                &b,
+                vec![
+                    (hold.cancel_token(), holding.tls.clone()),
+                    (self.from.cancel_token(), self.from_s.tls.clone()),
+                    (self.to.cancel_token(), self.to_s.tls.clone()),
+                ],
+            );
             let done = self
                 .pause_entry(schema, &b, hold.cancel_token(), back)
                 .and_then(|()| {
                     if back {
-                        self.rollback_locked(hold, hold_pid, schema, &b)
+                        self.rollback_locked(hold, hold_pid, schema, &b, &dog)
                     } else {
-                        self.cutover_locked(hold, hold_pid, schema, &b)
+                        self.cutover_locked(hold, hold_pid, schema, &b, &dog)
                     }
                 });
+            let fired = dog.disarm();
+            let done = match done {
+                // A statement the watchdog cancelled.
+                Err(e) if fired && !matches!(e, Failure::GaveUp(_)) => {
+                    for c in [&mut *hold, &mut self.from, &mut self.to] {
+                        quiet(c);
+                    }
+                    Err(Failure::GaveUp(format!(
+                        "the cutover's steps took the budget ({} ms) up: {}",
+                        b.total_ms(),
+                        e.message()
+                    )))
+                }
+                done => done,
+            };
             match done {
                 Err(Failure::GaveUp(w)) => {
                     let _ = hold.batch_execute("ROLLBACK");
-                    self.resume_entry(schema);
+                    self.resume_entry(schema)?;
                     why = w;
                 }
                 done => return self.settle(done, hold, hold_pid, back),
@@ -118,6 +144,10 @@ impl Mover<'_> {
             None => Vec::new(),
         };
         let c = self.holding(back);
+        // (Not permitted: left to the try, which names it.)
+        for said in pause::cancel_autovacuum(c, schema).unwrap_or_default() {
+            println!("   {said}: it holds the shard's table, and runs again later");
+        }
         let mut who = pause::holders(c, schema, &[hold_pid], Some(budget))?;
         if !servers.is_empty() {
             who.extend(pause::sessions(c, &servers, Some(budget))?);
@@ -174,18 +204,26 @@ impl Mover<'_> {
     }
 
     /// Resumes the entry after a try given up (its transaction rolled
-    /// back): its clients go on where the shard still is.
-    pub(super) fn resume_entry(&mut self, schema: &str) {
-        let Some(b) = &self.bouncer else {
-            return;
+    /// back): its clients go on where the shard still is. Tried for a few
+    /// seconds; an entry that stays paused ends the move, saying so (the
+    /// next try would only stall its clients longer).
+    pub(super) fn resume_entry(&mut self, schema: &str) -> Result<()> {
+        let Some(b) = self.bouncer.clone() else {
+            return Ok(());
         };
-        match b.resume_if_paused() {
-            Ok(()) => {
-                let _ = self.record_to("resumed", schema);
-                pause::released();
+        let mut last = String::new();
+        for _ in 0..5 {
+            match b.resume_if_paused() {
+                Ok(()) => {
+                    self.record_to("resumed", schema)?;
+                    pause::released();
+                    return Ok(());
+                }
+                Err(r) => last = r,
             }
-            Err(r) => eprintln!("insta-id: {r}"),
+            std::thread::sleep(Duration::from_millis(500));
         }
+        fail(format!("PgBouncer's entry {} may still be paused after a try of the cutover was given up (the shard is still on the server it was on): {last}; resume it (RESUME {}) or run the move again, which resumes it", b.entry, b.entry))
     }
 
     /// After a cutover (`back`: a rollback's, held on the new server) that
@@ -252,6 +290,7 @@ impl Mover<'_> {
         hold_pid: i32,
         schema: &str,
         budget: &Budget,
+        dog: &Watchdog,
     ) -> Result<()> {
         lock_caught_up(
             hold,
@@ -317,9 +356,7 @@ impl Mover<'_> {
                 )
                 .described()?
                 .get(0);
-            within(budget)?;
-            pause::committing();
-            hold.batch_execute("COMMIT").described()?;
+            commit_within(hold, budget, dog)?;
             println!(
                 "   schema {} stays on the old server, fenced, for a rollback until {until}",
                 printable(schema)
@@ -335,8 +372,8 @@ impl Mover<'_> {
                                  WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
                           ', ' ORDER BY c.relname), 'nothing')
                      || pg_catalog.format(', %s functions, %s types',
-                          (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
-                          (SELECT count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
+                          (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
+                          (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
                            WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
                  FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
                 &[&schema],
@@ -361,9 +398,7 @@ impl Mover<'_> {
             schema,
             &self.to_label,
         )?;
-        within(budget)?;
-        pause::committing();
-        hold.batch_execute("COMMIT").described()?;
+        commit_within(hold, budget, dog)?;
         Ok(())
     }
 }
@@ -420,8 +455,10 @@ pub(super) fn lock_caught_up(
     // Everything committed before the lock is before it. A transaction
     // that commits with synchronous_commit on flushes the WAL past it at
     // once, so the walsender need not wait for the WAL writer.
+    // (Local: a synchronous standby need not confirm it, which could take
+    // any time with clients held.)
     publisher
-        .batch_execute("SET synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id()")
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_catalog.pg_current_xact_id(); COMMIT")
         .described()?;
     // Polled every 5 ms: clients wait meanwhile.
     loop {
@@ -447,8 +484,37 @@ pub(super) fn lock_caught_up(
     }
 }
 
-/// Gives a try of the cutover up once its budget is spent: checked last
-/// before its COMMIT.
+/// The try's COMMIT (the point of no return), unless its budget is spent:
+/// the watchdog disarmed first and the timeouts lifted, so that nothing
+/// cancels the COMMIT's wait for a synchronous standby (cancelled, it
+/// would leave the transaction committed here only).
+pub(super) fn commit_within(hold: &mut Client, budget: &Budget, dog: &Watchdog) -> Result<()> {
+    if dog.disarm() {
+        return Err(Failure::GaveUp(format!(
+            "the cutover's steps took the budget ({} ms) up",
+            budget.total_ms()
+        )));
+    }
+    within(budget)?;
+    hold.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
+        .described()?;
+    pause::committing();
+    hold.batch_execute("COMMIT").described()?;
+    Ok(())
+}
+
+/// After the watchdog cancelled a session's statement: a cancel that
+/// reached it once it was idle is dropped by the server; one still on its
+/// way ends this statement instead of the next one that matters.
+fn quiet(c: &mut Client) {
+    for _ in 0..3 {
+        if c.batch_execute("SELECT 1").is_ok() {
+            return;
+        }
+    }
+}
+
+/// Gives a try of the cutover up once its budget is spent.
 pub(super) fn within(budget: &Budget) -> Result<()> {
     if budget.spent() {
         return Err(Failure::GaveUp(format!(

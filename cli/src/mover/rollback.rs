@@ -1,7 +1,7 @@
 //! A moved shard's kept copy on the old server: the rollback that returns
 //! the shard to it, and the release that drops it.
 
-use super::cutover::{lock_caught_up, wait_past_mark, within};
+use super::cutover::{commit_within, lock_caught_up, wait_past_mark};
 use super::*;
 
 impl Mover<'_> {
@@ -71,7 +71,7 @@ impl Mover<'_> {
         let ready: Option<(i64, i64)> = from
             .query_opt(
                 &format!(
-                    "SELECT (count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::bigint, count(r.srrelid)::bigint
+                    "SELECT (pg_catalog.count(r.srrelid) FILTER (WHERE r.srsubstate = 'r'))::bigint, pg_catalog.count(r.srrelid)::bigint
                      FROM pg_catalog.pg_subscription s LEFT JOIN pg_catalog.pg_subscription_rel r ON r.srsubid = s.oid
                      WHERE s.subname = $1::text AND s.subdbid = {THIS_DB} AND s.subenabled GROUP BY s.oid"
                 ),
@@ -154,6 +154,7 @@ impl Mover<'_> {
         hold_pid: i32,
         schema: &str,
         budget: &Budget,
+        dog: &Watchdog,
     ) -> Result<()> {
         lock_caught_up(
             hold,
@@ -205,9 +206,7 @@ impl Mover<'_> {
             schema,
             &self.from_label,
         )?;
-        within(budget)?;
-        pause::committing();
-        hold.batch_execute("COMMIT").described()?;
+        commit_within(hold, budget, dog)?;
         println!("   schema {} dropped on the new server", printable(schema));
         Ok(())
     }
@@ -255,6 +254,8 @@ impl Mover<'_> {
                 println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
             }
         }
+        // (Without PgBouncer too: a signal from here on exits at once.)
+        pause::released();
         self.step("cleanup: the replication back, the fence");
         {
             let mut tx = self.from.transaction().described()?;

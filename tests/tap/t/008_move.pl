@@ -392,6 +392,23 @@ like($out, qr/^== the copy of shard 21 by an interrupted move is complete and st
 	'a reader younger than the budget: the try\'s lock waited the budget out, gave up and named it')
   or diag $out;
 is("$rc|" . $new->safe_psql('app', 'SELECT count(*) FROM insta21.users') . '|' . nothing_left(), '0|1|0|0', 'then the move finished');
+# A copy whose shard changed on the old server between two runs (a column
+# added while no mover held it): replication carries rows, not definitions,
+# so the re-run does not take that copy up; it makes it again.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(22, 22, 'template');
+	INSERT INTO insta22.users (name) VALUES ('a')});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	move(22, $from, $to);
+}
+move_released($_, 22) for $old, $new;
+$old->safe_psql('app', q{ALTER TABLE insta22.users ADD COLUMN nickname text; INSERT INTO insta22.users (name, nickname) VALUES ('b', 'bee')});
+($rc, $out) = move(22, $from, $to);
+is("$rc|" . ($out =~ /^   the shard's definitions changed on the old server since its copy was made: the copy is made again$/m ? 'said' : 'not said')
+	  . '|' . ($out =~ /^== undo an interrupted move/m ? 'undone' : 'taken up') . '|'
+	  . $new->safe_psql('app', q{SELECT string_agg(coalesce(nickname, '-'), ',' ORDER BY name) FROM insta22.users}) . '|' . nothing_left(),
+	'0|said|undone|-,bee|0|0', 'a shard changed since its copy: the copy made again, the new column and its row with it')
+  or diag $out;
 
 # What the new server's part needs once the old server lets the shard go is
 # taken before that point of no return. A session on the new server holding
