@@ -1718,9 +1718,9 @@ fn fingerprint(c: &mut Client, schema: &str) -> Result<String> {
     Ok(c.query_one(
         "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
          SELECT coalesce(pg_catalog.md5(pg_catalog.string_agg(x, E'\\n' ORDER BY x)), '') FROM (
-           SELECT 'r ' || c.relname || ' ' || c.relkind FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
+           SELECT 'r ' || c.relname || ' ' || c.relkind::text FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
            UNION ALL
-           SELECT 'a ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
+           SELECT 'a ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text
            FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
            WHERE c.relnamespace = (SELECT oid FROM nsp) AND a.attnum > 0 AND NOT a.attisdropped
            UNION ALL
