@@ -1711,9 +1711,11 @@ fn unsubscribed(
 }
 
 /// A digest of what a schema defines, as the catalogs of either server say
-/// it (the relations, their columns, constraints and triggers, and the
-/// functions), without the move's own fence: equal on both servers for a
-/// copy made from the old server's definitions and not changed since.
+/// it: the relations, their columns and types, their constraints and
+/// triggers by name and kind, and the functions, without the move's own
+/// fence. By names, not deparsed text, and without 18's NOT NULL
+/// constraints (15 to 17 have none): equal across majors for a copy made
+/// from the old server's definitions and not changed since.
 fn fingerprint(c: &mut Client, schema: &str) -> Result<String> {
     Ok(c.query_one(
         "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
@@ -1724,9 +1726,9 @@ fn fingerprint(c: &mut Client, schema: &str) -> Result<String> {
            FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
            WHERE c.relnamespace = (SELECT oid FROM nsp) AND a.attnum > 0 AND NOT a.attisdropped
            UNION ALL
-           SELECT 'c ' || c.relname || '.' || k.conname || ' ' || pg_catalog.pg_get_constraintdef(k.oid)
+           SELECT 'c ' || c.relname || '.' || k.conname || ' ' || k.contype::text
            FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
-           WHERE c.relnamespace = (SELECT oid FROM nsp)
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND k.contype <> 'n'
            UNION ALL
            SELECT 't ' || c.relname || '.' || t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
            WHERE c.relnamespace = (SELECT oid FROM nsp) AND NOT t.tgisinternal AND t.tgname <> 'insta_id_move_fence'
