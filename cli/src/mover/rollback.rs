@@ -2,6 +2,7 @@
 //! the shard to it, and the release that drops it.
 
 use super::cutover::{commit_within, lock_caught_up, wait_past_mark};
+use super::finish::drop_fence;
 use super::*;
 
 impl Mover<'_> {

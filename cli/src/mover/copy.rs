@@ -1,0 +1,355 @@
+//! The copy of a shard on the new server: the checks, the publication,
+//! the schema restored as its owner, the subscription and its initial
+//! copy; and whether a copy an earlier run made can be taken up.
+
+use super::*;
+
+impl Mover<'_> {
+    /// The checks, then the copy: publication, schema and subscription,
+    /// slot, the initial copy, and for a rollback window the publication
+    /// and slot back.
+    pub(super) fn copy(&mut self, schema: &str) -> Result<()> {
+        let schema = schema.to_string();
+        self.step("checks");
+        self.checks(&schema)?;
+
+        self.step("publication on the old server");
+        {
+            let mut tx = self.from.transaction().described()?;
+            tx.batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}",
+                ident(&self.name),
+                ident(&schema)
+            ))
+            .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "leaving",
+                "published",
+                &schema,
+                &self.to_label,
+            )?;
+            tx.commit().described()?;
+        }
+
+        self.step("schema and subscription on the new server (one transaction)");
+        self.copy_schema(&schema)?;
+        let subid: i64 = self
+            .to
+            .query_one(
+                &format!("SELECT oid::bigint FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB}"),
+                &[&self.name],
+            )
+            .described()?
+            .get(0);
+
+        self.step("slot on the old server; copy");
+        self.from
+            .execute(
+                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
+                &[&self.name],
+            )
+            .described()?;
+        self.record_from("slot", &schema)?;
+        {
+            let mut tx = self.to.transaction().described()?;
+            tx.batch_execute(&format!("ALTER SUBSCRIPTION {} ENABLE", ident(&self.name)))
+                .described()?;
+            Self::record(
+                &mut tx,
+                self.shard,
+                "arriving",
+                "copying",
+                &schema,
+                &self.from_label,
+            )?;
+            tx.commit().described()?;
+        }
+        stop_after("slot");
+
+        self.step("waiting for the copy");
+        self.wait_copy(subid)?;
+        self.record_to("copied", &schema)?;
+        stop_after("copy");
+        if self.keep.is_some() {
+            self.step("publication and slot back on the new server, for a rollback");
+            self.make_back(&schema)?;
+            stop_after("back");
+        }
+        Ok(())
+    }
+
+    /// Whether an interrupted move's copy can be taken up where it
+    /// stopped: the old server's side at its slot (no cutover begun), the
+    /// new server's copied, every table of the shard subscribed and ready,
+    /// and no replication back left unless this run keeps a window (it
+    /// makes the back afresh).
+    pub(super) fn copy_kept(&mut self, st: &State, schema: &str) -> Result<bool> {
+        if st.sub.as_ref().map(|(_, s)| s.as_str()) != Some(schema)
+            || self.leaving_step()?.as_deref() != Some("slot")
+            || !self.arriving_step()?.is_some_and(|(step, s)| {
+                s == schema
+                    && matches!(step.as_str(), "copied" | "paused" | "resumed" | "sequences")
+            })
+            || (self.keep.is_none() && self.back_left()?)
+        {
+            return Ok(false);
+        }
+        let (tables, published): (String, bool) = {
+            let r = self
+                .from
+                .query_one(
+                    "SELECT pg_catalog.jsonb_build_object('tables', coalesce(pg_catalog.jsonb_agg(c.relname), '[]'))::text,
+                            EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $2::text)
+                              AND EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                          WHERE slot_name = $2::text AND database = pg_catalog.current_database())
+                     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = $1::text AND c.relkind IN ('r', 'p')",
+                    &[&schema, &self.name],
+                )
+                .described()?;
+            (r.get(0), r.get(1))
+        };
+        let enabled: bool = self
+            .to
+            .query_one(
+                &format!("SELECT coalesce((SELECT subenabled FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB}), false)"),
+                &[&self.name],
+            )
+            .described()?
+            .get(0);
+        if !(published
+            && enabled
+            && unsubscribed(&mut self.to, &tables, &self.name, schema)?.is_none())
+        {
+            return Ok(false);
+        }
+        // Definitions changed on the old server since the copy was made (a
+        // migration ran between two runs, when no mover held the shard):
+        // replication carries rows, not DDL, so the copy is made again.
+        let (old, new) = (
+            fingerprint(&mut self.from, schema)?,
+            fingerprint(&mut self.to, schema)?,
+        );
+        if old != new {
+            println!("   the shard's definitions changed on the old server since its copy was made: the copy is made again");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// On the new server, in one transaction: the schema, made by the
+    /// operator and owned by the one owner of its objects; pg_dump's
+    /// definitions of them run as that owner in a security-restricted
+    /// operation (src/restore.rs says why); the schema's own owner; its
+    /// fence, and the move's subscription, disabled and without a slot.
+    pub(super) fn copy_schema(&mut self, schema: &str) -> Result<()> {
+        let options = match std::env::var("PGOPTIONS") {
+            Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
+            _ => SESSION_OPTIONS.to_string(),
+        };
+        let pg_dump = self.pg_dump()?;
+        // The schema's name quoted: a name, not a pattern. The DDL stays in
+        // memory, never in a file a killed move would leave.
+        let dump = Command::new(&pg_dump)
+            .args(["-s", "-n", &ident(schema), "-d", &self.a.from])
+            .env("PGOPTIONS", &options)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{} could not be run: {e}", pg_dump.display()))?;
+        if !dump.status.success() {
+            return fail(format!(
+                "pg_dump of {}: {}",
+                printable(schema),
+                terminal(String::from_utf8_lossy(&dump.stderr).trim_end())
+            ));
+        }
+        let (quoted, code_owner, schema_owner) = self.owners(schema)?;
+        // pg_dump's output sets search_path to '': what follows names
+        // everything in full.
+        let owners_part =
+            crate::restore::owners_part(&String::from_utf8_lossy(&dump.stdout), &quoted)
+                .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
+        let subscription = self.a.subscription.as_deref().unwrap_or(&self.a.from);
+        let mut tx = self.to.transaction().described()?;
+        let made = (|| -> std::result::Result<(), postgres::Error> {
+            tx.batch_execute(&format!(
+                "CREATE SCHEMA {} AUTHORIZATION {}",
+                ident(schema),
+                ident(&code_owner)
+            ))?;
+            tx.execute(
+                "SELECT insta_id._run_in_schema($1::text::pg_catalog.name,
+                     (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = $2::text)::pg_catalog.regrole,
+                     ARRAY[$3::text])",
+                &[&schema, &code_owner, &owners_part],
+            )?;
+            tx.batch_execute(&format!(
+                "ALTER SCHEMA {schema} OWNER TO {owner};
+                 SELECT insta_id.move_fence({literal_schema}, {shard});
+                 CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
+                   WITH (enabled = false, create_slot = false, slot_name = {slot});
+                 SELECT insta_id.move_step({shard}, 'arriving', 'subscribed', {literal_schema}, {peer});",
+                schema = ident(schema),
+                owner = ident(&schema_owner),
+                literal_schema = literal(schema),
+                shard = self.shard,
+                name = ident(&self.name),
+                slot = literal(&self.name),
+                conn = literal(subscription),
+                peer = literal(&self.from_label),
+            ))
+        })();
+        match made {
+            Ok(()) => tx.commit().described(),
+            Err(e) => Err(e).described(),
+        }
+        .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
+        Ok(())
+    }
+
+    /// The schema's name as pg_dump quotes it, the one owner of its objects
+    /// (insta_id._code_owner: a schema of several owners is refused, 42501)
+    /// and the schema's owner, read on the old server; both roles must exist
+    /// on the new one.
+    pub(super) fn owners(&mut self, schema: &str) -> Result<(String, String, String)> {
+        let row = self
+            .from
+            .query_one(
+                "SELECT pg_catalog.quote_ident($1::text),
+                        (SELECT r.rolname::text FROM pg_catalog.pg_roles r WHERE r.oid = insta_id._code_owner($1::text)),
+                        (SELECT r.rolname::text FROM pg_catalog.pg_roles r JOIN pg_catalog.pg_namespace n ON n.nspowner = r.oid
+                         WHERE n.nspname = $1::text)",
+                &[&schema],
+            )
+            .described()
+            .map_err(|e| format!("the owner of {}'s objects: {e}", printable(schema)))?;
+        let (quoted, code_owner, schema_owner): (String, String, String) =
+            (row.get(0), row.get(1), row.get(2));
+        let missing: Option<String> = self
+            .to
+            .query_one(
+                "SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(x), ', ')
+                 FROM pg_catalog.unnest(ARRAY[$1::text, $2::text]) x
+                 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = x)",
+                &[&code_owner, &schema_owner],
+            )
+            .described()?
+            .get(0);
+        if let Some(missing) = missing {
+            return fail(format!(
+                "roles owning {} are missing on the new server: {}; create them there first (pg_dumpall --roles-only)",
+                printable(schema),
+                printable(&missing)
+            ));
+        }
+        Ok((quoted, code_owner, schema_owner))
+    }
+
+    /// Until every table is copied and streaming, printing how far the copy
+    /// is every 5 s.
+    pub(super) fn wait_copy(&mut self, subid: i64) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(self.a.waits.copy_timeout);
+        let mut said = Instant::now();
+        loop {
+            let r = self
+                .to
+                .query_one(
+                    "SELECT pg_catalog.count(*) FILTER (WHERE r.srsubstate = 'r'), pg_catalog.count(*),
+                            coalesce((SELECT sum(p.bytes_processed) FROM pg_catalog.pg_stat_progress_copy p
+                                      WHERE p.relid IN (SELECT srrelid FROM pg_catalog.pg_subscription_rel
+                                                        WHERE srsubid = $1::bigint::oid)), 0)::bigint
+                     FROM pg_catalog.pg_subscription_rel r WHERE r.srsubid = $1::bigint::oid",
+                    &[&subid],
+                )
+                .described()?;
+            let (ready, tables, bytes): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+            if ready == tables {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                return fail("gave up waiting for the initial copy");
+            }
+            if said.elapsed() >= Duration::from_secs(5) {
+                said = Instant::now();
+                let behind: Option<i64> = self
+                    .from
+                    .query_opt(
+                        "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+                         FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text",
+                        &[&self.name],
+                    )
+                    .described()?
+                    .and_then(|r| r.get(0));
+                println!(
+                    "   {ready} of {tables} tables copied; {} of the others so far; the stream {} behind",
+                    pretty(bytes as u64),
+                    behind.map_or("-".into(), |b| pretty(b.max(0) as u64))
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// On the new server, once the copy is streaming: the publication and
+    /// the slot the old server's copy will follow after the cutover, made
+    /// now so that no client waits on the slot's snapshot at the cutover.
+    /// Made afresh: a slot left by a run killed here is from before it.
+    pub(super) fn make_back(&mut self, schema: &str) -> Result<()> {
+        self.to
+            .execute(
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+                &[&self.back],
+            )
+            .described()?;
+        self.to
+            .batch_execute(&format!(
+                "SET client_min_messages = warning; DROP PUBLICATION IF EXISTS {name};
+                 RESET client_min_messages; CREATE PUBLICATION {name} FOR TABLES IN SCHEMA {schema}",
+                name = ident(&self.back),
+                schema = ident(schema)
+            ))
+            .described()?;
+        self.to
+            .execute(
+                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
+                &[&self.back],
+            )
+            .described()?;
+        Ok(())
+    }
+}
+
+/// A digest of what a schema defines, as the catalogs of either server say
+/// it: the relations, their columns and types, their constraints and
+/// triggers by name and kind, and the functions, without the move's own
+/// fence. By names, not deparsed text, and without 18's NOT NULL
+/// constraints (15 to 17 have none): equal across majors for a copy made
+/// from the old server's definitions and not changed since.
+pub(super) fn fingerprint(c: &mut Client, schema: &str) -> Result<String> {
+    Ok(c.query_one(
+        "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+         SELECT coalesce(pg_catalog.md5(pg_catalog.string_agg(x, E'\\n' ORDER BY x)), '') FROM (
+           SELECT 'r ' || c.relname || ' ' || c.relkind::text FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp)
+           UNION ALL
+           SELECT 'a ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text
+           FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND a.attnum > 0 AND NOT a.attisdropped
+           UNION ALL
+           SELECT 'c ' || c.relname || '.' || k.conname || ' ' || k.contype::text
+           FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND k.contype <> 'n'
+           UNION ALL
+           SELECT 't ' || c.relname || '.' || t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+           WHERE c.relnamespace = (SELECT oid FROM nsp) AND NOT t.tgisinternal AND t.tgname <> 'insta_id_move_fence'
+           UNION ALL
+           SELECT 'f ' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
+           FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp) AND p.proname <> 'insta_id_move_fence'
+         ) s(x)",
+        &[&schema],
+    )
+    .described()?
+    .get(0))
+}
