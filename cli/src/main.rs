@@ -22,6 +22,7 @@ mod plan;
 mod rebalance;
 mod restore;
 mod status;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -48,6 +49,12 @@ enum Command {
         /// A server's connection string; give one per server.
         #[arg(long = "server", value_name = "CONNINFO", required = true)]
         servers: Vec<String>,
+        /// One JSON object: each server's versions and moves (shard, side,
+        /// peer, step, since, started, detail, state: running,
+        /// interrupted, "finished, copy kept" or "rollback interrupted";
+        /// the mover), and the servers that could not be read.
+        #[arg(long)]
+        json: bool,
     },
     /// A dry run: the shard moves that would bring every server within 5%
     /// of the mean bytes (tables, indexes, TOAST and materialized views of
@@ -91,6 +98,13 @@ enum Command {
     /// interruption goes on. Exits 1 when a move fails (run it again) or no
     /// plan reaches the bound.
     Rebalance(Box<rebalance::Args>),
+    /// Compares a shard's two copies (a move's, before its cutover or
+    /// while the old server keeps its copy): each table's rows counted and
+    /// hashed per time bucket of their ID, read on the side the other
+    /// follows first, then on the other once it has caught up; a bucket
+    /// that differs is read again before it is reported. Exits 0 when the
+    /// copies are the same, 1 when they differ (each bucket named).
+    Verify(verify::Args),
 }
 
 fn main() -> ExitCode {
@@ -102,12 +116,13 @@ fn main() -> ExitCode {
             ref choice,
             ..
         } => return plan::run_offline(file, &choice.drain, &choice.exclude),
-        Command::Status { ref servers } | Command::Plan { ref servers, .. } => servers,
+        Command::Status { ref servers, .. } | Command::Plan { ref servers, .. } => servers,
         Command::Rebalance(ref args) => &args.servers,
         Command::Move(args) => {
             pause::catch_signals();
             return mover::run(&args, &env);
         }
+        Command::Verify(args) => return verify::run(&args, &env),
     };
     // Every server's settings first: a refused string (a password, say)
     // stops the command before it connects anywhere (exit 2).
@@ -135,12 +150,12 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Status { .. } => status::run(&settings),
+        Command::Status { json, .. } => status::run(&settings, json),
         Command::Plan { .. } => plan::run(&settings, roles),
         Command::Rebalance(args) => {
             pause::catch_signals();
             rebalance::run(&args, &settings, roles, &env)
         }
-        Command::Move(_) => unreachable!("handled above"),
+        Command::Move(_) | Command::Verify(_) => unreachable!("handled above"),
     }
 }

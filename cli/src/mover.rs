@@ -44,6 +44,7 @@ use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
 use crate::pause::{self, Budget, Watchdog};
 use crate::plan::pretty;
+use crate::verify;
 use postgres::error::SqlState;
 use postgres::Client;
 use std::io::Write;
@@ -128,6 +129,13 @@ pub struct Args {
     /// password).
     #[arg(long, value_name = "CONNSTR", requires = "pgbouncer")]
     pub pgbouncer_target: Option<String>,
+    /// The shard's clients find its server otherwise (their own map, a
+    /// DNS name, a router this tool does not drive): the move re-points
+    /// nothing. Without it, a move needs --pgbouncer or --router; once the
+    /// old server drops the shard, clients still sent there get `relation
+    /// ... does not exist`.
+    #[arg(long, conflicts_with_all = ["pgbouncer", "router"])]
+    pub routing_elsewhere: bool,
     /// The directory of the pg_dump that dumps the shard's definitions. It
     /// must be of the old server's major, the new one's or one between:
     /// an older pg_dump cannot read the old server, a newer one writes
@@ -136,6 +144,11 @@ pub struct Args {
     /// layout) for the new server's major down to the old one's.
     #[arg(long, value_name = "DIR")]
     pub pg_bin: Option<std::path::PathBuf>,
+    /// Do not compare the copy with the old server's before the cutover
+    /// (as `insta-id verify` does; for a shard whose full reading on both
+    /// servers would take too long).
+    #[arg(long)]
+    pub no_verify: bool,
     #[command(flatten)]
     pub waits: Waits,
 }
@@ -210,6 +223,9 @@ struct Mover<'a> {
     to_label: String,
     to_sysid: String,
     step_started: Option<Instant>,
+    /// The first ID the cutover compares again (verify.rs), once the
+    /// passes before it found the copies the same.
+    verified_until: Option<i64>,
 }
 
 pub fn run(a: &Args, env: &Env) -> ExitCode {
@@ -221,7 +237,7 @@ pub fn run(a: &Args, env: &Env) -> ExitCode {
 
 /// A shard's number as the operator gives it; a schema's name (insta5) is
 /// told apart from it.
-fn shard_number(said: &str) -> std::result::Result<u32, String> {
+pub fn shard_number(said: &str) -> std::result::Result<u32, String> {
     said.parse().map_err(|_| {
         // A name, then digits: insta5.
         let digits = said.trim_start_matches(|c: char| !c.is_ascii_digit());
@@ -239,6 +255,9 @@ fn shard_number(said: &str) -> std::result::Result<u32, String> {
         }
     })
 }
+
+/// A move that would re-point nothing, unless the operator says so.
+pub const UNROUTED: &str = "a move re-points what sends the shard's clients to its server: give --pgbouncer (or --router); or, when they find it otherwise (their own map, a DNS name), --routing-elsewhere. Once the old server drops the shard, clients still sent there get `relation ... does not exist`";
 
 /// Moves, finishes or undoes one shard's move, as `a` says.
 pub fn move_shard(a: &Args, env: &Env) -> Result<()> {
@@ -387,6 +406,14 @@ impl<'a> Mover<'a> {
                 "--rollback re-points PgBouncer's entry (--pgbouncer), not the PL/Proxy router's map: give --pgbouncer, or re-point the router with repoint_shard yourself".into(),
             ));
         }
+        if a.pgbouncer.is_empty()
+            && a.router.is_none()
+            && !a.routing_elsewhere
+            && !a.undo
+            && !a.release
+        {
+            return Err(Failure::Usage(UNROUTED.into()));
+        }
         if a.router.is_some() != a.router_target.is_some() {
             return Err(Failure::Usage(
                 "--router and --router-target go together: the router's database, and the new server's connection string for the application".into(),
@@ -528,6 +555,7 @@ impl<'a> Mover<'a> {
             to_label,
             to_sysid,
             step_started: None,
+            verified_until: None,
         })
     }
 
@@ -778,6 +806,7 @@ impl<'a> Mover<'a> {
         if !kept {
             self.copy(&schema)?;
         }
+        self.verify_copy(&schema)?;
         self.cutover_and_finish(hold, &schema)
     }
 
@@ -869,7 +898,7 @@ impl<'a> Mover<'a> {
         if st.on_to.is_some() && arriving.is_none() && st.sub.is_none() {
             // (A second run finishing the same move finds it finished.)
             self.step(&format!(
-                "shard {} is on the new server, and no move of it is recorded there: nothing to do",
+                "shard {} is on the new server, and no move of it is recorded there: nothing to do (a move that finished; or, if it is to leave that server, --from and --to are swapped)",
                 self.shard
             ));
             return Ok(());

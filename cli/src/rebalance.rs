@@ -30,6 +30,11 @@ pub struct Args {
     /// one for all, or one per --pgbouncer.
     #[arg(long, value_name = "FILE", requires = "pgbouncer")]
     pub pgbouncer_map: Vec<std::path::PathBuf>,
+    /// The shards' clients find their servers otherwise: the moves
+    /// re-point nothing (as `insta-id move --routing-elsewhere`). Without
+    /// it, a rebalance needs --pgbouncer.
+    #[arg(long, conflicts_with = "pgbouncer")]
+    pub routing_elsewhere: bool,
     /// Each move's rollback window (as `insta-id move`). 0 by default: a
     /// kept copy holds a replication slot on its new server and an apply
     /// worker on its old one, which a rebalance of many shards would
@@ -143,6 +148,13 @@ fn interrupted(settings: &[Settings]) -> Result<Vec<(i32, usize, usize, Pending)
 }
 
 pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> ExitCode {
+    if a.pgbouncer.is_empty() && !a.routing_elsewhere {
+        eprintln!(
+            "insta-id: {}",
+            mover::UNROUTED.replace(" (or --router)", "")
+        );
+        return ExitCode::from(2);
+    }
     let one = |shard: i32, from: usize, to: usize| mover::Args {
         shard: shard as u32,
         from: a.servers[from].clone(),
@@ -160,6 +172,8 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         pgbouncer_map: a.pgbouncer_map.clone(),
         pgbouncer_target: (!a.pgbouncer.is_empty()).then(|| target_of(&settings[to])),
         pg_bin: None,
+        no_verify: false,
+        routing_elsewhere: a.routing_elsewhere,
         waits: a.waits.clone(),
     };
     let stopped = |shard: i32, e: mover::Failure| {

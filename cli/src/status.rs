@@ -19,39 +19,79 @@ struct Move {
     shard: i32,
     /// The side, its recorded step and what the catalogs add.
     step: String,
+    /// The same, field by field (--json): the side, the other server as
+    /// this one's record names it, the step recorded and since when, when
+    /// the move began, and what the catalogs add.
+    side: &'static str,
+    recorded: Option<Recorded>,
+    detail: Option<String>,
     /// The process holding the shard's move lock here, and since when.
     mover: Option<(i32, String)>,
     /// What its recorded step means when no mover holds it: not every
-    /// move without one is interrupted.
-    idle: &'static str,
+    /// move without one is interrupted (a word for --json, and a line).
+    idle: (&'static str, &'static str),
+}
+
+/// A server's record of its side of a move.
+#[derive(Clone)]
+struct Recorded {
+    peer: String,
+    step: String,
+    since: String,
+    started: String,
 }
 
 /// A move with no mover, by its recorded step.
-fn idle_at(step: &str) -> &'static str {
+fn idle_at(step: &str) -> (&'static str, &'static str) {
     match step {
-        "reserved" => "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)",
-        "returning" | "returned" => "a rollback, interrupted: run the move with --rollback again to finish it",
-        _ => "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it",
+        "reserved" => ("finished, copy kept", "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)"),
+        "returning" | "returned" => ("rollback interrupted", "a rollback, interrupted: run the move with --rollback again to finish it"),
+        _ => ("interrupted", "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it"),
     }
 }
 
-pub fn run(settings: &[Settings]) -> ExitCode {
-    let mut failed = false;
-    let mut seen: Vec<(String, String, Vec<Move>)> = Vec::new();
+/// A JSON string.
+fn json(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_or_null(text: Option<&str>) -> String {
+    text.map_or("null".to_string(), json)
+}
+
+pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
+    let mut failed = Vec::new();
+    let mut seen: Vec<(String, (String, String), Vec<Move>)> = Vec::new();
     for s in settings {
         match connect(s).and_then(|mut c| moves(&mut c)) {
             Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
             Err(e) => {
-                eprintln!("insta-id: server {}: {e}", s.label);
-                failed = true;
+                if !as_json {
+                    eprintln!("insta-id: server {}: {e}", s.label);
+                }
+                failed.push((s.label.clone(), e));
             }
         }
     }
-    for (label, head, moves) in &seen {
-        println!("server {label}: {head}");
-        if moves.is_empty() {
-            println!("  no move");
+    let mut servers = Vec::new();
+    for (label, (version, extversion), moves) in &seen {
+        if !as_json {
+            println!("server {label}: PostgreSQL {version}, insta_id {extversion}");
+            if moves.is_empty() {
+                println!("  no move");
+            }
         }
+        let mut listed = Vec::new();
         for m in moves {
             // The mover holds the lock on the old server until the cutover,
             // on the new one while it finishes: look on every server given.
@@ -60,18 +100,56 @@ pub fn run(settings: &[Settings]) -> ExitCode {
                 .filter(|(l, _, _)| l != label)
                 .find(|(_, _, ms)| ms.iter().any(|o| o.shard == m.shard && o.mover.is_some()))
                 .map(|(l, _, _)| l);
-            let mover = match (&m.mover, elsewhere) {
-                (Some((pid, since)), _) => format!("mover: process {pid} since {since}"),
-                (None, Some(l)) => format!("mover: on server {l}"),
-                (None, None) => m.idle.to_string(),
-            };
-            println!("  shard {}: {}; {}", m.shard, m.step, mover);
+            if !as_json {
+                let mover = match (&m.mover, elsewhere) {
+                    (Some((pid, since)), _) => format!("mover: process {pid} since {since}"),
+                    (None, Some(l)) => format!("mover: on server {l}"),
+                    (None, None) => m.idle.1.to_string(),
+                };
+                println!("  shard {}: {}; {}", m.shard, m.step, mover);
+                continue;
+            }
+            let r = m.recorded.as_ref();
+            listed.push(format!(
+                "{{\"shard\": {}, \"side\": {}, \"peer\": {}, \"step\": {}, \"since\": {}, \"started\": {}, \"detail\": {}, \"state\": {}, \"mover\": {}}}",
+                m.shard,
+                json(m.side),
+                json_or_null(r.map(|r| r.peer.as_str())),
+                json_or_null(r.map(|r| r.step.as_str())),
+                json_or_null(r.map(|r| r.since.as_str())),
+                json_or_null(r.map(|r| r.started.as_str())),
+                json_or_null(m.detail.as_deref()),
+                json(if m.mover.is_some() || elsewhere.is_some() { "running" } else { m.idle.0 }),
+                match (&m.mover, elsewhere) {
+                    (Some((pid, since)), _) => format!("{{\"pid\": {pid}, \"since\": {}}}", json(since)),
+                    (None, Some(l)) => format!("{{\"server\": {}}}", json(l)),
+                    (None, None) => "null".to_string(),
+                }
+            ));
         }
+        servers.push(format!(
+            "{{\"server\": {}, \"postgresql\": {}, \"insta_id\": {}, \"moves\": [{}]}}",
+            json(label),
+            json(version),
+            json(extversion),
+            listed.join(", ")
+        ));
     }
-    if failed {
-        ExitCode::FAILURE
-    } else {
+    if as_json {
+        let errors: Vec<String> = failed
+            .iter()
+            .map(|(l, e)| format!("{{\"server\": {}, \"error\": {}}}", json(l), json(e)))
+            .collect();
+        println!(
+            "{{\"servers\": [{}], \"errors\": [{}]}}",
+            servers.join(", "),
+            errors.join(", ")
+        );
+    }
+    if failed.is_empty() {
         ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -80,9 +158,9 @@ pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, String> {
     Ok(moves(c)?.1.into_iter().map(|m| m.shard).collect())
 }
 
-/// What one server holds of moves, and a line about the server; an error as
-/// the operator should read it.
-fn moves(c: &mut Client) -> Result<(String, Vec<Move>), String> {
+/// What one server holds of moves, and its versions (PostgreSQL's and
+/// insta_id's); an error as the operator should read it.
+fn moves(c: &mut Client) -> Result<((String, String), Vec<Move>), String> {
     let described = |e: postgres::Error| describe(&e);
     let head = c
         .query_opt(
@@ -100,11 +178,12 @@ fn moves(c: &mut Client) -> Result<(String, Vec<Move>), String> {
             "insta_id {extversion} here: insta-id needs 0.9.0 or later (ALTER EXTENSION insta_id UPDATE)"
         ));
     }
-    let head = format!("PostgreSQL {version}, insta_id {extversion}");
-    moves_of(c, head).map_err(described)
+    moves_of(c, (version, extversion)).map_err(described)
 }
 
-fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgres::Error> {
+type Head = (String, String);
+
+fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::Error> {
     // shard -> (side, what the catalogs say of it)
     let mut found: std::collections::BTreeMap<i32, (&'static str, Option<String>)> =
         Default::default();
@@ -162,6 +241,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
     // The state each server records.
     let mut state = std::collections::BTreeMap::new();
     let mut idle = std::collections::BTreeMap::new();
+    let mut records = std::collections::BTreeMap::new();
     {
         for r in c.query(
             "SELECT m.shard_id, m.side, m.peer, m.step,
@@ -184,6 +264,7 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
+            records.insert(shard, Recorded { peer: peer.clone(), step: step.clone(), since: since.clone(), started: started.clone() });
             idle.insert(shard, idle_at(&step));
             // The old copy of a finished move, kept for its rollback, and
             // the new server's side of it: their replication is the way back.
@@ -205,22 +286,28 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
             }
         }
     }
-    let found: Vec<(i32, String)> = found
+    let found: Vec<(i32, String, &'static str, Option<String>)> = found
         .into_iter()
         .map(|(shard, (side, detail))| {
             let head = state
                 .remove(&shard)
                 .unwrap_or_else(|| format!("{side} (no step recorded)"));
-            let step = match detail {
-                Some(d) => format!("{head}: {d}"),
-                None if side == "leaving" => format!("{head}: its replication is gone"),
-                None => format!("{head}: its subscription is gone"),
-            };
-            (shard, step)
+            let detail = detail.or_else(|| {
+                Some(
+                    if side == "leaving" {
+                        "its replication is gone"
+                    } else {
+                        "its subscription is gone"
+                    }
+                    .to_string(),
+                )
+            });
+            let step = format!("{head}: {}", detail.as_deref().unwrap_or_default());
+            (shard, step, side, detail)
         })
         .collect();
     let mut out = Vec::new();
-    for (shard, step) in found {
+    for (shard, step, side, detail) in found {
         let mover = c
             .query_opt(
                 "SELECT a.pid, pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
@@ -232,9 +319,27 @@ fn moves_of(c: &mut Client, head: String) -> Result<(String, Vec<Move>), postgre
         out.push(Move {
             shard,
             step,
+            side,
+            recorded: records.get(&shard).cloned(),
+            detail,
             mover,
             idle,
         });
     }
     Ok((head, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(
+            json("x\ny\u{1}"),
+            r#""x\ny\u0001""#.replace(r"\n", r"\u000a")
+        );
+        assert_eq!(json_or_null(None), "null");
+    }
 }

@@ -80,6 +80,29 @@ impl Mover<'_> {
         Ok(())
     }
 
+    /// The copy compared with the old server's before the cutover
+    /// (verify.rs); the rows made since are compared at the cutover.
+    /// Copies that differ stop the move before anything changed.
+    pub(super) fn verify_copy(&mut self, schema: &str) -> Result<()> {
+        if self.a.no_verify {
+            return Ok(());
+        }
+        self.step("compare the copy with the old server's");
+        let mut publisher = connect(&self.from_s)?;
+        let mut subscriber = connect(&self.to_s)?;
+        let (differ, until) =
+            verify::before_cutover(&mut publisher, &mut subscriber, &self.name, schema)?;
+        if !differ.is_empty() {
+            return fail(format!(
+                "the copy of shard {} differs from the old server's (nothing was changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",
+                self.shard,
+                differ.join("\n  ")
+            ));
+        }
+        self.verified_until = Some(until);
+        Ok(())
+    }
+
     /// Whether an interrupted move's copy can be taken up where it
     /// stopped: the old server's side at its slot (no cutover begun), the
     /// new server's copied, every table of the shard subscribed and ready,

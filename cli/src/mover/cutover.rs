@@ -301,6 +301,18 @@ impl Mover<'_> {
             budget,
         )?;
         stop_after("blocked");
+        // The rows made since the last comparison, now that neither side
+        // changes.
+        if let Some(lo) = self.verified_until {
+            let differ = verify::at_cutover(hold, &mut self.to, schema, lo)?;
+            if !differ.is_empty() {
+                return fail(format!(
+                    "the copy of shard {} differs from the old server's at the cutover (rolled back, nothing changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",
+                    self.shard,
+                    differ.join("\n  ")
+                ));
+            }
+        }
         // Logical replication carries neither sequences nor the time of the
         // last ID (nor insta_id's history of the shard): move_state reads
         // them under the lock, move_carry sets them on the new server in

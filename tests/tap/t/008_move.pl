@@ -44,6 +44,7 @@ use lib $FindBin::RealBin . '/..';
 use InstaIdTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use JSON::PP;
 use Time::HiRes qw(sleep);
 
 plan skip_all => 'PG_MOVE_FROM and PG_MOVE_PER_SESSION (pg_configs) are not set'
@@ -86,6 +87,9 @@ sub move_command
 	# The old copy dropped at the cutover unless OPTIONS say otherwise
 	# (rollbacks: 013_pgbouncer.pl).
 	push @options, '--rollback-window', 0 unless grep { /^--rollback/ } @options;
+	# No router here: the tests' clients connect to each server.
+	push @options, '--routing-elsewhere' unless grep { /^--(?:pgbouncer|router|no-routing-flag)/ } @options;
+	@options = grep { $_ ne '--no-routing-flag' } @options;
 	return [ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--copy-timeout', 120, @options ];
 }
 sub move
@@ -169,6 +173,12 @@ is("$rc|$out", "2|insta-id: the shard must be a number from 0 to 8191, not 8192\
 ($rc, $out) = move('insta5', $from, $to);
 like("$rc|$out", qr/^2\|error: invalid value 'insta5' for '<SHARD>': a shard is a number from 0 to 8191, not a schema's name: 5, not insta5\?$/m,
 	'refused: a schema\'s name for a shard, told apart (exit 2)');
+# A move that re-points nothing is refused unless the operator says the
+# clients find the shard otherwise: 0.9.0 moved it, and the application
+# then got `relation "insta66.users" does not exist` on the old server.
+($rc, $out) = move(7, $from, $to, '--no-routing-flag');
+is("$rc|" . ($out =~ /^insta-id: a move re-points what sends the shard's clients to its server: give --pgbouncer \(or --router\); or, when they find it otherwise \(their own map, a DNS name\), --routing-elsewhere\./m ? 'said' : $out)
+	  . '|' . nothing_left(), '2|said|0|0', 'a move without --pgbouncer, --router or --routing-elsewhere: refused (exit 2), nothing made');
 ($rc, $out) = move(7, $from, $to, '--rollback-window', 'banana');
 is("$rc|" . last_line($out), '2|insta-id: --rollback-window: ERROR: invalid input syntax for type interval: "banana" (22007)',
 	'refused: a rollback window that is no interval (exit 2, a bad argument)');
@@ -410,6 +420,48 @@ is("$rc|" . ($out =~ /^   the shard's definitions changed on the old server sinc
 	'0|said|undone|-,bee|0|0', 'a shard changed since its copy: the copy made again, the new column and its row with it')
   or diag $out;
 
+# The copies compared (insta-id verify, and every move before its cutover):
+# a row changed on the new server behind the fence (as a replica would) is
+# found, in its table and its day of IDs; a row missing from a table without
+# an ID key is found in that table. The move refuses to cut over to that
+# copy, nothing changed; once the copies agree again, it moves.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(23, 23, 'template');
+	INSERT INTO insta23.users (name) SELECT 'u' || g FROM generate_series(1, 50) g;
+	INSERT INTO insta23.photos (user_id, caption) SELECT id, 'p' FROM insta23.users;
+	CREATE TABLE insta23.notes (note text); ALTER TABLE insta23.notes REPLICA IDENTITY FULL; INSERT INTO insta23.notes VALUES ('a'), ('b')});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	move(23, $from, $to);
+}
+move_released($_, 23) for $old, $new;
+($rc, $out) = (insta_id_tool('verify', 23, '--from', $from, '--to', $to))[0, 1];
+is("$rc|" . last_line($out), '0|shard 23 (insta23): 102 rows on the old server compared in ' . ($out =~ /compared in (\S+ s)/)[0] . ': the same on both servers',
+	'insta-id verify: the copy taken, the same on both servers');
+my $day = $old->safe_psql('app', q{SELECT (insta_id.created_at(min(id)) AT TIME ZONE 'UTC')::date FROM insta23.users});
+my $first = $new->safe_psql('app', q{SELECT id || ' ' || name FROM insta23.users ORDER BY id LIMIT 1});
+$new->safe_psql('app', q{SET session_replication_role = replica;
+	UPDATE insta23.users SET name = 'changed' WHERE id = (SELECT min(id) FROM insta23.users);
+	DELETE FROM insta23.notes WHERE note = 'b'});
+($rc, $out) = (insta_id_tool('verify', 23, '--from', $from, '--to', $to))[0, 1];
+like("$rc|$out", qr/^1\|notes: the whole table \(no bigint primary key\): 2 rows on the old server, 1 row on the new server\nusers: IDs made from $day 00:00:00\+00, IDs \d+ and on: 50 rows on the old server, 50 rows on the new server, rows that differ\nshard 23 \(insta23\): 102 rows on the old server compared in \S+ s: 2 buckets differ\n\z/,
+	'insta-id verify: a changed row found in its table and day, a missing one in its table (exit 1)')
+  or diag $out;
+($rc, $out) = move(23, $from, $to);
+like("$rc|$out", qr/^1\|.*^insta-id: the copy of shard 23 differs from the old server's \(nothing was changed; the old server holds the shard\):\n  notes: .*\n  users: .*rows that differ\nFind why with insta-id verify/ms,
+	'the move compares the copy before its cutover, and refuses one that differs')
+  or diag $out;
+is($old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 23'), '1', 'the old server still holds the shard');
+my ($id, $name) = split / /, $first;
+$new->safe_psql('app', qq{SET session_replication_role = replica;
+	UPDATE insta23.users SET name = '$name' WHERE id = $id;
+	INSERT INTO insta23.notes VALUES ('b')});
+$old->safe_psql('app', q{INSERT INTO insta23.users (name) VALUES ('late')});
+($rc, $out) = move(23, $from, $to);
+like("$rc|$out", qr/^0\|.*^== compare the copy with the old server's\n   pass 1: 103 rows made until it began in \S+ s, the same on both servers\n/ms,
+	'the copies agree again: the move compares them and moves the shard')
+  or diag $out;
+is($new->safe_psql('app', 'SELECT count(*) FROM insta23.users') . '|' . nothing_left(), '51|0|0', 'every row on the new server, nothing left');
+
 # What the new server's part needs once the old server lets the shard go is
 # taken before that point of no return. A session on the new server holding
 # the shard's finishing lock (a delegated administrator may take it) makes
@@ -548,6 +600,15 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 			'insta-id status: the old server recorded the slot, and publishes the interrupted move');
 		like($status, qr/^  shard $n: arriving from \S+:$fport\/app, step copied since $time \(started $time\): copied \(\d+ tables\), streaming until the cutover; no mover on the servers given/m,
 			'insta-id status: the new server recorded the copy, and streams');
+		# The same as JSON, a server that cannot be read among them.
+		my ($jrc, $json) = insta_id_tool('status', '--json', '--server', $from, '--server', $to, '--server', $old->connstr('postgres'));
+		my $st = JSON::PP::decode_json($json);
+		my ($leaving) = grep { $_->{shard} == $n } @{ $st->{servers}[0]{moves} };
+		my ($arriving) = grep { $_->{shard} == $n } @{ $st->{servers}[1]{moves} };
+		is(join('|', $jrc, map({ "$_->{side} $_->{step} $_->{state}" . ($_->{mover} // 'null') } $leaving, $arriving),
+				$st->{servers}[1]{insta_id}, $st->{errors}[0]{error} =~ /insta_id is not installed/ ? 'not installed' : $json),
+			"1|leaving slot interruptednull|arriving copied interruptednull|$ENV{INSTA_ID_VERSION}|not installed",
+			'insta-id status --json: each side\'s step and state, and the server without insta_id among the errors (exit 1)');
 		my ($sout, $serr) = PostgreSQL::Test::Utils::run_command([ 'insta-id', 'status', '--server', "$from password=x" ]);
 		like($serr, qr/^insta-id: a connection string must not hold a password/, 'insta-id status: a password on the command line is refused');
 		like((insta_id_tool('plan', '--server', $from, '--server', $to))[1], qr/^left where they are, being moved: $n$/m,
@@ -667,7 +728,7 @@ $_->safe_psql('app', 'TRUNCATE evaluation_sites.seen') for $new, $third;
 }
 like($out, qr/killed after step 'copy'/, "15's pg_dump first in PATH, --pg-bin naming 18's: the move ran to its copy")
   or diag $out;
-IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120 ], '>&', \$out);
+IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120, '--routing-elsewhere' ], '>&', \$out);
 $rc = shell_status($?);
 note join "\n", grep { /^==|^insta-id/ } split /\n/, $out;
 is($new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || who || ':' || superuser, ' ' ORDER BY site || ':' || who || ':' || superuser)

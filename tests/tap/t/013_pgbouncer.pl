@@ -244,7 +244,7 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
 	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
 	# A re-run that could not resume the entry is refused.
-	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--rollback-window', 0 ], '>&', \$out);
+	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--rollback-window', 0, '--routing-elsewhere' ], '>&', \$out);
 	my $refused = ($? >> 8) . '|' . last_line($out);
 	($rc, $out) = move($shard);
 	my $moved = rows_on($new, $shard);
@@ -252,7 +252,7 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	my ($done, $failed, $brc, $bout) = bench_stop($b);
 	is("$krc|$paused|$other|$refused|$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
 		"137|paused|t|1|insta-id: this move of shard $shard paused its PgBouncer entry (shard$shard) at the cutover and did not resume it: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it|0|0|0|$done|-1",
-		"killed after '$at' with its entry paused, another entry answering; a re-run without --pgbouncer refused; the re-run resumed and moved it: 0 failed, $done rows on the new server")
+		"killed after '$at' with its entry paused, another entry answering; a re-run without --pgbouncer (routing said to be elsewhere) refused; the re-run resumed and moved it: 0 failed, $done rows on the new server")
 	  or diag "$kout\n$out\n$bout";
 }
 my ($done, $failed, $brc, $bout) = bench_stop($steady);

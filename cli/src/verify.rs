@@ -1,0 +1,693 @@
+//! The two copies of a shard compared: `insta-id verify`, and the
+//! comparison a move makes before and at its cutover. Each table is read
+//! on both servers, its rows counted and their text hashed per time bucket
+//! of its ID (the 41 high bits of an insta_id key are its millisecond), so
+//! a difference is located in time, and a range of IDs (the rows made
+//! since an earlier pass) is read by the primary key's index alone.
+//!
+//! A row's hash is the first 64 bits of the md5 of its text, summed per
+//! bucket: the same on any two servers whatever their architecture (the
+//! hash functions of hash indexes differ between byte orders), and
+//! independent of the order rows are read in. The text of a value depends
+//! on settings (DateStyle, TimeZone, extra_float_digits...), which each
+//! comparing session fixes (`fix_text`).
+//!
+//! The copies move while they are read (the subscription applies what the
+//! publisher commits): each table is read on the publisher first, then,
+//! once the subscriber has confirmed everything committed until then, on
+//! the subscriber. A bucket that still differs is read again, up to
+//! RETRIES times, before it is reported.
+
+use crate::conninfo::{self, Env};
+use crate::db::{connect, ident, literal, printable, Described};
+use crate::mover::{shard_number, Failure, Result as Run};
+use postgres::{Client, GenericClient};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How many times a bucket that differs is read again.
+const RETRIES: usize = 3;
+
+/// A move's bucket: a day of IDs.
+const DAY_MS: i64 = 86_400_000;
+
+/// A table of the shard, and its key when that is one bigint column
+/// (an ID: its rows are bucketed by the ID's time).
+pub struct Table {
+    pub name: String,
+    pub key: Option<String>,
+}
+
+/// A bucket's rows and the sum of their hashes (numeric, as text).
+pub type Reading = (i64, String);
+
+/// Readings per bucket.
+pub type Sums = BTreeMap<i64, Reading>;
+
+/// A bucket that differs, and each side's reading of it.
+pub type Difference = (i64, Option<Reading>, Option<Reading>);
+
+/// How rows are bucketed: `ms` milliseconds of IDs each, aligned on the
+/// Unix epoch (a day's bucket is a UTC day), the IDs' epoch being
+/// `epoch_ms` after it (the publisher's: both sides bucket alike).
+#[derive(Clone, Copy, Debug)]
+pub struct Buckets {
+    pub ms: i64,
+    pub epoch_ms: i64,
+}
+
+impl Buckets {
+    /// Buckets of `ms`, with the epoch of the IDs `c`'s database makes.
+    pub fn of(c: &mut impl GenericClient, ms: i64) -> Result<Buckets, String> {
+        let epoch_ms: i64 = c
+            .query_one(
+                "SELECT (pg_catalog.date_part('epoch', insta_id.created_at(0)) * 1000)::bigint",
+                &[],
+            )
+            .described()?
+            .get(0);
+        Ok(Buckets { ms, epoch_ms })
+    }
+}
+
+/// The IDs from `lo` (inclusive) to `hi` (exclusive), either open.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Span {
+    pub lo: Option<i64>,
+    pub hi: Option<i64>,
+}
+
+impl Span {
+    /// The IDs of bucket `b` within this span; None when they do not
+    /// meet.
+    pub fn of_bucket(self, b: i64, by: Buckets) -> Option<Span> {
+        let bound = |b: i128| -> Option<i64> {
+            // Past i64's range on either side: open.
+            i64::try_from((b * by.ms as i128 - by.epoch_ms as i128) << 23).ok()
+        };
+        let lo = [self.lo, bound(b as i128)].into_iter().flatten().max();
+        let hi = [self.hi, bound(b as i128 + 1)].into_iter().flatten().min();
+        match (lo, hi) {
+            (Some(l), Some(h)) if l >= h => None,
+            _ => Some(Span { lo, hi }),
+        }
+    }
+
+    fn condition(self, key: &str) -> String {
+        let mut c = Vec::new();
+        if let Some(lo) = self.lo {
+            c.push(format!("{} >= {lo}", ident(key)));
+        }
+        if let Some(hi) = self.hi {
+            c.push(format!("{} < {hi}", ident(key)));
+        }
+        if c.is_empty() {
+            "true".to_string()
+        } else {
+            c.join(" AND ")
+        }
+    }
+}
+
+/// A bucket of a table that differs: its rows and sum on each side
+/// (None: no rows).
+#[derive(Debug, PartialEq)]
+pub struct Mismatch {
+    pub table: String,
+    /// None for a table without an ID key: the whole table.
+    pub bucket: Option<i64>,
+    pub publisher: Option<Reading>,
+    pub subscriber: Option<Reading>,
+}
+
+/// The buckets where two readings differ, in order.
+pub fn differing(a: &Sums, b: &Sums) -> Vec<Difference> {
+    let mut keys: Vec<i64> = a.keys().chain(b.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(k) != b.get(k))
+        .map(|k| (k, a.get(&k).cloned(), b.get(&k).cloned()))
+        .collect()
+}
+
+/// The settings a value's text depends on, fixed for the session (or the
+/// transaction: `local`) so that both servers write a row alike; row
+/// security off, so that reading a table never runs its owner's policies
+/// (a table whose policies would apply is an error instead); and the body
+/// of the reading's function (`sums`) not checked where it is made, by
+/// the tool's role.
+pub fn fix_text(c: &mut impl GenericClient, local: bool) -> Result<(), String> {
+    c.execute(
+        "SELECT pg_catalog.set_config(name, value, $1)
+         FROM (VALUES ('DateStyle', 'ISO, YMD'), ('IntervalStyle', 'postgres'), ('TimeZone', 'UTC'),
+                      ('extra_float_digits', '1'), ('bytea_output', 'hex'), ('lc_monetary', 'C'),
+                      ('row_security', 'off'), ('check_function_bodies', 'off')) s(name, value)",
+        &[&local],
+    )
+    .described()
+    .map(|_| ())
+}
+
+/// The shard's tables (every partition; a partitioned table's rows are
+/// its partitions'), with their ID key.
+pub fn tables(c: &mut impl GenericClient, schema: &str) -> Result<Vec<Table>, String> {
+    Ok(c.query(
+        "SELECT c.relname::text,
+                (SELECT a.attname::text FROM pg_catalog.pg_index i
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                 WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnkeyatts = 1
+                   AND a.atttypid = 'pg_catalog.int8'::pg_catalog.regtype)
+         FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1::text AND c.relkind = 'r'
+         ORDER BY 1",
+        &[&schema],
+    )
+    .described()?
+    .into_iter()
+    .map(|r| Table {
+        name: r.get(0),
+        key: r.get(1),
+    })
+    .collect())
+}
+
+/// One reading of a table: its rows in `span` (a table without an ID key:
+/// all, in bucket 0) per bucket.
+pub fn sums(
+    c: &mut impl GenericClient,
+    schema: &str,
+    t: &Table,
+    span: Span,
+    by: Buckets,
+) -> Result<Sums, String> {
+    // Floor division: a key before the Unix epoch is below zero.
+    let (bucket, filter) = match &t.key {
+        Some(k) => {
+            let (ms, b) = (format!("(({} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
+            (
+                format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
+                span.condition(k),
+            )
+        }
+        None => ("0".to_string(), "true".to_string()),
+    };
+    // Read as the table's owner: planning a query on a table folds its
+    // index expressions and predicates, which are its owner's code (an
+    // IMMUTABLE function of constants runs then), and nothing of a shard's
+    // owner runs as the tool's role. A SECURITY DEFINER function owned by
+    // the owner, made for the reading in this session's temporary schema:
+    // within it the owner's code cannot SET ROLE back (nor SET SESSION
+    // AUTHORIZATION), and its SET clause restores search_path after.
+    let Some(owner) = c
+        .query_opt(
+            "SELECT pg_catalog.pg_get_userbyid(c.relowner)::text
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1::text AND c.relname = $2::text AND c.relkind = 'r'",
+            &[&schema, &t.name],
+        )
+        .described()?
+        .map(|r| r.get::<_, String>(0))
+    else {
+        // The table missing on this side: all its rows differ.
+        return Ok(Sums::new());
+    };
+    let body = format!(
+        "SELECT {bucket}::bigint, pg_catalog.count(*),
+                pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW(t.*)::text), 16))::bit(64)::bigint::numeric)::text
+         FROM {}.{} t WHERE {filter} GROUP BY 1",
+        ident(schema),
+        ident(&t.name)
+    );
+    c.batch_execute(&format!(
+        "CREATE OR REPLACE FUNCTION pg_temp.insta_id_sums(OUT bucket bigint, OUT n bigint, OUT sum text)
+         RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+         AS {};
+         ALTER FUNCTION pg_temp.insta_id_sums() OWNER TO {}",
+        literal(&body),
+        ident(&owner)
+    ))
+    .described()?;
+    let rows = c
+        .query("SELECT bucket, n, sum FROM pg_temp.insta_id_sums()", &[])
+        .described()?;
+    c.batch_execute("DROP FUNCTION pg_temp.insta_id_sums()")
+        .described()?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.get::<_, i64>(1) > 0)
+        .map(|r| {
+            (
+                r.get(0),
+                (r.get(1), r.get::<_, Option<String>>(2).unwrap_or_default()),
+            )
+        })
+        .collect())
+}
+
+/// The two copies of `schema` compared over `span`: `publisher` first
+/// (the side the other follows, on replication slot `slot` when there is
+/// one), then `subscriber`. Returns the buckets that still differ after
+/// RETRIES readings, and how many rows were compared. Over a span that
+/// does not begin at the first ID, the tables without an ID key are left
+/// out.
+pub fn compare(
+    publisher: &mut impl GenericClient,
+    subscriber: &mut impl GenericClient,
+    slot: Option<&str>,
+    schema: &str,
+    span: Span,
+    by: Buckets,
+) -> Result<(Vec<Mismatch>, i64), String> {
+    let mut found = Vec::new();
+    let mut rows = 0;
+    for t in tables(publisher, schema)? {
+        // A table without an ID key is compared whole, by the first pass
+        // only (from the first ID).
+        if t.key.is_none() && span.lo.is_some() {
+            continue;
+        }
+        let p = sums(publisher, schema, &t, span, by)?;
+        caught_up(publisher, slot)?;
+        let s = sums(subscriber, schema, &t, span, by)?;
+        rows += p.values().map(|v| v.0).sum::<i64>();
+        let mut left = differing(&p, &s);
+        for _ in 0..RETRIES {
+            if left.is_empty() {
+                break;
+            }
+            let mut again = Vec::new();
+            for (b, _, _) in left {
+                let span = match t.key {
+                    Some(_) => match span.of_bucket(b, by) {
+                        Some(s) => s,
+                        None => continue,
+                    },
+                    None => span,
+                };
+                let p = sums(publisher, schema, &t, span, by)?;
+                caught_up(publisher, slot)?;
+                let s = sums(subscriber, schema, &t, span, by)?;
+                again.extend(differing(&p, &s).into_iter().filter(|d| d.0 == b));
+            }
+            left = again;
+        }
+        found.extend(left.into_iter().map(|(b, p, s)| Mismatch {
+            table: t.name.clone(),
+            bucket: t.key.as_ref().map(|_| b),
+            publisher: p,
+            subscriber: s,
+        }));
+    }
+    Ok((found, rows))
+}
+
+/// A move's comparison before its cutover: passes over the IDs made
+/// until each pass began, the first over all (and the tables without an ID
+/// key), each next one over those made since the last began, until a
+/// pass takes under two seconds (five at most). The bucket is a day.
+/// Returns the differences, each as a line, and the first ID the cutover
+/// compares again (`at_cutover`) with the old server's tables locked.
+pub fn before_cutover(
+    publisher: &mut Client,
+    subscriber: &mut Client,
+    slot: &str,
+    schema: &str,
+) -> Result<(Vec<String>, i64), String> {
+    fix_text(publisher, false)?;
+    fix_text(subscriber, false)?;
+    let by = Buckets::of(publisher, DAY_MS)?;
+    let mut lo = None;
+    for pass in 1..=5 {
+        let started = Instant::now();
+        let hi: i64 = publisher
+            .query_one("SELECT insta_id.min_id(pg_catalog.clock_timestamp())", &[])
+            .described()?
+            .get(0);
+        let span = Span { lo, hi: Some(hi) };
+        let (found, rows) = compare(publisher, subscriber, Some(slot), schema, span, by)?;
+        println!(
+            "   pass {pass}: {rows} rows {} in {:.1} s{}",
+            if pass == 1 {
+                "made until it began"
+            } else {
+                "made since the pass before began"
+            },
+            started.elapsed().as_secs_f64(),
+            if found.is_empty() {
+                ", the same on both servers"
+            } else {
+                ""
+            }
+        );
+        lo = Some(hi);
+        if !found.is_empty() {
+            let mut said = Vec::new();
+            for m in &found {
+                said.push(described(publisher, m, by, ("old server", "new server"))?);
+            }
+            return Ok((said, hi));
+        }
+        if started.elapsed() < Duration::from_secs(2) {
+            break;
+        }
+    }
+    Ok((Vec::new(), lo.unwrap_or(i64::MIN)))
+}
+
+/// The cutover's comparison, of the rows made since the last pass before
+/// it began (`lo`), within the cutover's transactions: `locked` holds the
+/// old server's tables, and the new server has applied everything
+/// committed before. Returns each difference as a line.
+pub fn at_cutover(
+    locked: &mut impl GenericClient,
+    subscriber: &mut Client,
+    schema: &str,
+    lo: i64,
+) -> Result<Vec<String>, String> {
+    let mut tx = subscriber.transaction().described()?;
+    fix_text(locked, true)?;
+    fix_text(&mut tx, true)?;
+    let span = Span {
+        lo: Some(lo),
+        hi: None,
+    };
+    let by = Buckets::of(locked, DAY_MS)?;
+    let (found, _) = compare(locked, &mut tx, None, schema, span, by)?;
+    let mut said = Vec::new();
+    for m in &found {
+        said.push(described(locked, m, by, ("old server", "new server"))?);
+    }
+    tx.rollback().described()?;
+    Ok(said)
+}
+
+/// Until the subscriber has confirmed, on `slot`, everything committed on
+/// the publisher so far (a commit of its own flushes the WAL, so the
+/// walsender need not wait for the WAL writer); 30 s at most, after which
+/// the reading goes on (and a difference is read again).
+fn caught_up(publisher: &mut impl GenericClient, slot: Option<&str>) -> Result<(), String> {
+    let Some(slot) = slot else { return Ok(()) };
+    let lsn: String = publisher
+        .query_one("SELECT pg_catalog.pg_current_wal_insert_lsn()::text", &[])
+        .described()?
+        .get(0);
+    publisher
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_catalog.pg_current_xact_id(); COMMIT")
+        .described()?;
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        let done = publisher
+            .query_opt(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
+                 WHERE slot_name = $2::text",
+                &[&lsn, &slot],
+            )
+            .described()?
+            .and_then(|r| r.get::<_, Option<bool>>(0));
+        if done != Some(false) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A bucket's line for the operator: its table, its first millisecond
+/// (as `publisher`'s epoch decodes it), and what each side has.
+pub fn described(
+    publisher: &mut impl GenericClient,
+    m: &Mismatch,
+    by: Buckets,
+    sides: (&str, &str),
+) -> Result<String, String> {
+    let when = match m.bucket {
+        Some(b) => {
+            let first = Span::default()
+                .of_bucket(b, by)
+                .and_then(|s| s.lo)
+                .unwrap_or(i64::MIN);
+            let at: String = publisher
+                .query_one("SELECT insta_id.created_at($1::bigint)::text", &[&first])
+                .described()?
+                .get(0);
+            format!("IDs made from {at}, IDs {first} and on")
+        }
+        None => "the whole table (no bigint primary key)".to_string(),
+    };
+    let side = |s: &Option<Reading>| match s {
+        Some((1, _)) => "1 row".to_string(),
+        Some((n, _)) => format!("{n} rows"),
+        None => "no rows".to_string(),
+    };
+    let same_count = matches!((&m.publisher, &m.subscriber), (Some(a), Some(b)) if a.0 == b.0);
+    Ok(format!(
+        "{}: {}: {} on the {}, {} on the {}{}",
+        printable(&m.table),
+        when,
+        side(&m.publisher),
+        sides.0,
+        side(&m.subscriber),
+        sides.1,
+        if same_count { ", rows that differ" } else { "" }
+    ))
+}
+
+/// What `insta-id verify` was asked.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The logical shard, 0 to 8191.
+    #[arg(value_parser = shard_number)]
+    pub shard: u32,
+    /// One server with a copy of the shard (a move's old server).
+    #[arg(long, value_name = "CONNINFO")]
+    pub from: String,
+    /// The other (a move's new server).
+    #[arg(long, value_name = "CONNINFO")]
+    pub to: String,
+    /// The time each bucket of IDs spans (a PostgreSQL interval, a second
+    /// or more): a difference is reported per table and bucket.
+    #[arg(long, value_name = "INTERVAL", default_value = "1 day")]
+    pub bucket: String,
+}
+
+pub fn run(a: &Args, env: &Env) -> ExitCode {
+    match verify(a, env) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => e.exit(),
+    }
+}
+
+/// Compares the shard's two copies; true when they are the same.
+fn verify(a: &Args, env: &Env) -> Run<bool> {
+    let usage = |e: conninfo::Error| Failure::Usage(e.to_string());
+    if a.shard > 8191 {
+        return Err(Failure::Usage(format!(
+            "the shard must be a number from 0 to 8191, not {}",
+            a.shard
+        )));
+    }
+    let from_s = conninfo::resolve(&a.from, env).map_err(usage)?;
+    let to_s = conninfo::resolve(&a.to, env).map_err(usage)?;
+    let shard = a.shard as i32;
+    let mut from = connect(&from_s).map_err(|e| format!("the old server (--from): {e}"))?;
+    let mut to = connect(&to_s).map_err(|e| format!("the new server (--to): {e}"))?;
+    let bucket_ms: i64 = from
+        .query_one(
+            "SELECT (pg_catalog.date_part('epoch', $1::text::interval) * 1000)::bigint",
+            &[&a.bucket],
+        )
+        .map_err(|e| {
+            Failure::Usage(format!(
+                "--bucket {}: {}",
+                a.bucket,
+                crate::db::describe(&e)
+            ))
+        })?
+        .get(0);
+    if bucket_ms < 1000 {
+        return Err(Failure::Usage(format!(
+            "--bucket {}: a bucket spans a second or more",
+            a.bucket
+        )));
+    }
+    // The shard's schema: registered, or kept for a move (the old copy
+    // during a rollback window), on either side; the same name on both.
+    let schema_of = |c: &mut Client| -> Run<Option<String>> {
+        Ok(c.query_opt(
+            "SELECT schema_name::text FROM insta_id_admin.shard_registry WHERE shard_id = $1::int
+             UNION ALL
+             SELECT schema_name::text FROM insta_id_admin.moves
+             WHERE shard_id = $1::int AND schema_name IS NOT NULL AND schema_name <> ''
+             LIMIT 1",
+            &[&shard],
+        )
+        .described()?
+        .map(|r| r.get(0)))
+    };
+    let schema = match (schema_of(&mut from)?, schema_of(&mut to)?) {
+        (Some(f), Some(t)) if f != t => {
+            return Err(Failure::Failed(format!(
+                "shard {shard} is schema {} on the old server and {} on the new one: not copies of each other",
+                printable(&f),
+                printable(&t)
+            )))
+        }
+        (Some(s), _) | (None, Some(s)) => s,
+        (None, None) => {
+            return Err(Failure::Failed(format!(
+                "shard {shard} is on neither server (their registries and moves name it nowhere)"
+            )))
+        }
+    };
+    for (c, side) in [
+        (&mut from, "old server (--from)"),
+        (&mut to, "new server (--to)"),
+    ] {
+        let there: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+        if !there {
+            return Err(Failure::Failed(format!(
+                "schema {} of shard {shard} is not on the {side}: no copy there to compare",
+                printable(&schema)
+            )));
+        }
+        fix_text(c, false)?;
+    }
+    // The side the other follows is read first: the move's slot on the old
+    // server, or, once a move finished with a copy kept, the slot back on
+    // the new one.
+    let slot = |c: &mut Client, name: String| -> Run<Option<String>> {
+        Ok(c.query_opt(
+            "SELECT slot_name::text FROM pg_catalog.pg_replication_slots
+             WHERE slot_name = $1::text AND database = pg_catalog.current_database()",
+            &[&name],
+        )
+        .described()?
+        .map(|r| r.get(0)))
+    };
+    let forward = slot(&mut from, format!("insta_move_{shard}"))?;
+    let back = if forward.is_none() {
+        slot(&mut to, format!("insta_back_{shard}"))?
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let (publisher, subscriber, slot, sides) = match back {
+        Some(_) => (
+            &mut to,
+            &mut from,
+            back.as_deref(),
+            ("new server", "old server"),
+        ),
+        None => (
+            &mut from,
+            &mut to,
+            forward.as_deref(),
+            ("old server", "new server"),
+        ),
+    };
+    let by = Buckets::of(publisher, bucket_ms)?;
+    let (mismatches, rows) = compare(publisher, subscriber, slot, &schema, Span::default(), by)?;
+    for m in &mismatches {
+        println!("{}", described(publisher, m, by, sides)?);
+    }
+    println!(
+        "shard {shard} ({}): {rows} rows on the {} compared in {:.1} s: {}",
+        printable(&schema),
+        sides.0,
+        started.elapsed().as_secs_f64(),
+        if mismatches.is_empty() {
+            "the same on both servers".to_string()
+        } else {
+            format!("{} buckets differ", mismatches.len())
+        }
+    );
+    Ok(mismatches.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_is_its_ids_within_the_span() {
+        let day = 86_400_000;
+        let all = Span::default();
+        let by = Buckets {
+            ms: day,
+            epoch_ms: 0,
+        };
+        assert_eq!(
+            all.of_bucket(3, by),
+            Some(Span {
+                lo: Some((3 * day) << 23),
+                hi: Some((4 * day) << 23)
+            })
+        );
+        // Below zero: the bucket below 0 holds the negative keys.
+        assert_eq!(
+            all.of_bucket(-1, by),
+            Some(Span {
+                lo: Some((-day) << 23),
+                hi: Some(0)
+            })
+        );
+        // The span narrows it, or misses it.
+        let since = Span {
+            lo: Some(((3 * day) << 23) + 5),
+            hi: None,
+        };
+        assert_eq!(
+            since.of_bucket(3, by),
+            Some(Span {
+                lo: Some(((3 * day) << 23) + 5),
+                hi: Some((4 * day) << 23)
+            })
+        );
+        assert_eq!(since.of_bucket(2, by), None);
+        // The last bucket's end is past i64: open.
+        let last = (i64::MAX >> 23) / day;
+        assert_eq!(all.of_bucket(last, by).unwrap().hi, None);
+        assert_eq!(
+            all.of_bucket(i64::MIN / day / (1 << 23) - 1, by)
+                .unwrap()
+                .lo,
+            None
+        );
+    }
+
+    #[test]
+    fn readings_differ_where_a_bucket_is_missing_or_changed() {
+        let a: Sums = [(1, (2, "5".to_string())), (2, (1, "7".to_string()))].into();
+        let b: Sums = [(1, (2, "5".to_string())), (3, (1, "7".to_string()))].into();
+        assert_eq!(
+            differing(&a, &b),
+            vec![
+                (2, Some((1, "7".to_string())), None),
+                (3, None, Some((1, "7".to_string())))
+            ]
+        );
+        assert!(differing(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn a_span_reads_by_the_key() {
+        assert_eq!(Span::default().condition("id"), "true");
+        assert_eq!(
+            Span {
+                lo: Some(-3),
+                hi: Some(9)
+            }
+            .condition("I\"d"),
+            r#""I""d" >= -3 AND "I""d" < 9"#
+        );
+    }
+}
