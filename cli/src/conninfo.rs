@@ -87,6 +87,10 @@ pub struct Settings {
     pub options: Option<String>,
     /// TLS, as libpq's sslmode and its files say.
     pub tls: Tls,
+    /// Whether the password may be sent in clear (the server's `password`
+    /// method) over a connection that is not encrypted: only when
+    /// require_auth allows `password` (see `clear_password_allowed`).
+    pub clear_password: bool,
     /// libpq's `host` as given, for messages (never with a password).
     pub label: String,
 }
@@ -150,6 +154,7 @@ const KEYWORDS: &[(&str, Option<&str>)] = &[
     ("sslrootcert", Some("PGSSLROOTCERT")),
     ("sslcert", Some("PGSSLCERT")),
     ("sslkey", Some("PGSSLKEY")),
+    ("require_auth", Some("PGREQUIREAUTH")),
 ];
 
 const PASSWORD_REFUSED: &str =
@@ -499,7 +504,38 @@ pub fn resolve(conninfo: &str, env: &Env) -> Result<Settings, Error> {
         application_name: get("application_name"),
         connect_timeout,
         options: get("options"),
+        clear_password: clear_password_allowed(get("require_auth").as_deref())?,
         tls,
+    })
+}
+
+/// Whether libpq's `require_auth` allows the `password` method: a list of
+/// methods allowed, or, each with `!`, refused. insta-id reads it for that
+/// only: without it, a password is never sent in clear over a connection
+/// that is not encrypted (libpq would send it).
+fn clear_password_allowed(require_auth: Option<&str>) -> Result<bool, Error> {
+    let Some(list) = require_auth else {
+        return Ok(false);
+    };
+    let methods: Vec<&str> = list.split(',').map(str::trim).collect();
+    let negated = methods.iter().filter(|m| m.starts_with('!')).count();
+    for m in &methods {
+        if !matches!(
+            m.trim_start_matches('!'),
+            "password" | "md5" | "gss" | "sspi" | "scram-sha-256" | "none" | "oauth"
+        ) {
+            return err(format!("invalid require_auth method: \"{m}\""));
+        }
+    }
+    if negated != 0 && negated != methods.len() {
+        return err(format!(
+            "require_auth {list}: negative methods (!) cannot be mixed with others"
+        ));
+    }
+    Ok(if negated == 0 {
+        methods.contains(&"password")
+    } else {
+        !methods.contains(&"!password")
     })
 }
 
@@ -641,6 +677,21 @@ fn field_matches<'a>(line: &'a str, token: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn require_auth_allows_a_password_in_clear_or_not() {
+        assert_eq!(clear_password_allowed(None), Ok(false));
+        assert_eq!(clear_password_allowed(Some("password")), Ok(true));
+        assert_eq!(
+            clear_password_allowed(Some("scram-sha-256,password")),
+            Ok(true)
+        );
+        assert_eq!(clear_password_allowed(Some("scram-sha-256")), Ok(false));
+        assert_eq!(clear_password_allowed(Some("!md5")), Ok(true));
+        assert_eq!(clear_password_allowed(Some("!password,!md5")), Ok(false));
+        assert!(clear_password_allowed(Some("!md5,password")).is_err());
+        assert!(clear_password_allowed(Some("plaintext")).is_err());
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn env(vars: &[(&str, &str)], home: Option<&Path>) -> Env {

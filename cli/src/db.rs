@@ -87,9 +87,69 @@ pub fn connect(s: &Settings) -> Result<Client, String> {
         Some(o) => format!("{o} {SESSION_OPTIONS}"),
         None => SESSION_OPTIONS.to_string(),
     });
+    if s.password.is_some() && !s.clear_password && !s.host.starts_with('/') {
+        refuse_clear_password(s)?;
+    }
     let (connector, mode) = tls(&s.tls)?;
     c.ssl_mode(mode);
     c.connect(connector).map_err(|e| describe(&e))
+}
+
+/// AuthenticationCleartextPassword: the server's `password` method.
+const CLEARTEXT: i32 = 3;
+
+/// Refuses a connection on which the password would cross the network in
+/// clear: not encrypted (sslmode disable, or prefer with a server that
+/// offers no TLS), and the server asking for it with its `password` method
+/// (md5 and SCRAM never send it). libpq would send it; its `require_auth`
+/// says which methods it may answer, and `password` in it allows this.
+/// The server is asked first, as the connection would ask it, and left
+/// before anything is sent (PostgreSQL logs nothing for that).
+fn refuse_clear_password(s: &Settings) -> Result<(), String> {
+    use crate::conninfo::SslMode;
+    use std::io::{Read, Write};
+    if !matches!(s.tls.mode, SslMode::Disable | SslMode::Prefer) {
+        return Ok(());
+    }
+    let asked = || -> std::io::Result<Option<i32>> {
+        let timeout = Duration::from_secs(s.connect_timeout.unwrap_or(10).max(1));
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let mut tcp = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        tcp.set_read_timeout(Some(timeout))?;
+        if s.tls.mode == SslMode::Prefer {
+            // SSLRequest: a server that offers TLS gets the password in it.
+            tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])?;
+            let mut answer = [0u8; 1];
+            tcp.read_exact(&mut answer)?;
+            if answer[0] == b'S' {
+                return Ok(None);
+            }
+        }
+        let mut startup = 196_608i32.to_be_bytes().to_vec(); // protocol 3.0
+        for (k, v) in [("user", &s.user), ("database", &s.dbname)] {
+            startup.extend_from_slice(k.as_bytes());
+            startup.push(0);
+            startup.extend_from_slice(v.as_bytes());
+            startup.push(0);
+        }
+        startup.push(0);
+        tcp.write_all(&((startup.len() + 4) as i32).to_be_bytes())?;
+        tcp.write_all(&startup)?;
+        let mut head = [0u8; 9];
+        tcp.read_exact(&mut head)?;
+        Ok((head[0] == b'R').then(|| i32::from_be_bytes([head[5], head[6], head[7], head[8]])))
+    };
+    match asked() {
+        Ok(Some(CLEARTEXT)) => Err(format!(
+            "server {}: it asks for the password in clear (its pg_hba.conf method is password) over a connection that is not encrypted: insta-id does not send it. Use TLS (sslmode=require, or verify-full), or scram-sha-256 on the server; or allow it with require_auth=password in the connection string",
+            s.label
+        )),
+        // Anything else (another method, an error, no answer): the
+        // connection itself says it.
+        _ => Ok(()),
+    }
 }
 
 /// The settings every session of the tool has, its own and those of the

@@ -223,9 +223,12 @@ struct Mover<'a> {
     to_label: String,
     to_sysid: String,
     step_started: Option<Instant>,
-    /// The first ID the cutover compares again (verify.rs), once the
-    /// passes before it found the copies the same.
+    /// What the cutover compares (verify.rs): the rows made since this
+    /// ID, and the buckets that differed before it; on the new server
+    /// through a session of the comparison's own.
     verified_until: Option<i64>,
+    verify_again: Vec<verify::Mismatch>,
+    verify_to: Option<Client>,
 }
 
 pub fn run(a: &Args, env: &Env) -> ExitCode {
@@ -556,6 +559,8 @@ impl<'a> Mover<'a> {
             to_sysid,
             step_started: None,
             verified_until: None,
+            verify_again: Vec::new(),
+            verify_to: None,
         })
     }
 

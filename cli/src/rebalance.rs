@@ -281,6 +281,7 @@ mod tests {
             options: None,
             label: String::new(),
             tls: Default::default(),
+            clear_password: false,
         };
         assert_eq!(
             target_of(&s),

@@ -21,6 +21,7 @@
 use crate::conninfo::{self, Env};
 use crate::db::{connect, ident, literal, printable, Described};
 use crate::mover::{shard_number, Failure, Result as Run};
+use postgres::error::SqlState;
 use postgres::{Client, GenericClient};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -32,11 +33,12 @@ const RETRIES: usize = 3;
 /// A move's bucket: a day of IDs.
 const DAY_MS: i64 = 86_400_000;
 
-/// A table of the shard, and its key when that is one bigint column
-/// (an ID: its rows are bucketed by the ID's time).
+/// A table of the shard, its key when that is an ID (its rows are
+/// bucketed by the ID's time), and its columns.
 pub struct Table {
     pub name: String,
     pub key: Option<String>,
+    pub columns: Vec<String>,
 }
 
 /// A bucket's rows and the sum of their hashes (numeric, as text).
@@ -151,14 +153,23 @@ pub fn fix_text(c: &mut impl GenericClient, local: bool) -> Result<(), String> {
 }
 
 /// The shard's tables (every partition; a partitioned table's rows are
-/// its partitions'), with their ID key.
+/// its partitions'), with their ID key (a one-column bigint primary key
+/// whose default is insta_id.next_id's) and their columns.
 pub fn tables(c: &mut impl GenericClient, schema: &str) -> Result<Vec<Table>, String> {
     Ok(c.query(
         "SELECT c.relname::text,
                 (SELECT a.attname::text FROM pg_catalog.pg_index i
                  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                  WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnkeyatts = 1
-                   AND a.atttypid = 'pg_catalog.int8'::pg_catalog.regtype)
+                   AND a.atttypid = 'pg_catalog.int8'::pg_catalog.regtype
+                   AND EXISTS (SELECT FROM pg_catalog.pg_attrdef d
+                               JOIN pg_catalog.pg_depend p ON p.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+                                    AND p.objid = d.oid AND p.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                               JOIN pg_catalog.pg_proc f ON f.oid = p.refobjid AND f.proname = 'next_id'
+                               JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace AND fn.nspname = 'insta_id'
+                               WHERE d.adrelid = c.oid AND d.adnum = a.attnum)),
+                ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
+                      WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = $1::text AND c.relkind = 'r'
          ORDER BY 1",
@@ -169,37 +180,74 @@ pub fn tables(c: &mut impl GenericClient, schema: &str) -> Result<Vec<Table>, St
     .map(|r| Table {
         name: r.get(0),
         key: r.get(1),
+        columns: r.get(2),
     })
     .collect())
 }
 
+/// Where a reading runs, so that it undoes whatever the table owner's
+/// code changed in the session (settings, temporary objects): in a session
+/// of the tool's own, in a transaction rolled back; within the cutover's
+/// transaction, in a savepoint rolled back to.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Within {
+    Session,
+    Transaction,
+}
+
 /// One reading of a table: its rows in `span` (a table without an ID key:
-/// all, in bucket 0) per bucket.
+/// all, in bucket 0) per bucket; none when the table is not there.
 pub fn sums(
-    c: &mut impl GenericClient,
+    c: &mut Client,
+    within: Within,
     schema: &str,
     t: &Table,
     span: Span,
     by: Buckets,
 ) -> Result<Sums, String> {
-    // Floor division: a key before the Unix epoch is below zero.
-    let (bucket, filter) = match &t.key {
-        Some(k) => {
-            let (ms, b) = (format!("(({} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
-            (
-                format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
-                span.condition(k),
-            )
-        }
-        None => ("0".to_string(), "true".to_string()),
+    let (open, close) = match within {
+        Within::Session => ("BEGIN", "ROLLBACK"),
+        Within::Transaction => (
+            "SAVEPOINT insta_id_reading",
+            "ROLLBACK TO SAVEPOINT insta_id_reading; RELEASE SAVEPOINT insta_id_reading",
+        ),
     };
-    // Read as the table's owner: planning a query on a table folds its
-    // index expressions and predicates, which are its owner's code (an
-    // IMMUTABLE function of constants runs then), and nothing of a shard's
-    // owner runs as the tool's role. A SECURITY DEFINER function owned by
-    // the owner, made for the reading in this session's temporary schema:
-    // within it the owner's code cannot SET ROLE back (nor SET SESSION
-    // AUTHORIZATION), and its SET clause restores search_path after.
+    c.batch_execute(open).described()?;
+    let read = reading(c, within, schema, t, span, by);
+    let closed = c.batch_execute(close).described();
+    let read = read?;
+    closed?;
+    Ok(read)
+}
+
+fn reading(
+    c: &mut Client,
+    within: Within,
+    schema: &str,
+    t: &Table,
+    span: Span,
+    by: Buckets,
+) -> Result<Sums, String> {
+    c.batch_execute(
+        "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL standard_conforming_strings = on",
+    )
+    .described()?;
+    fix_text(c, true)?;
+    if within == Within::Session {
+        c.batch_execute("SET LOCAL lock_timeout = '30s'")
+            .described()?;
+    }
+    // Locked first, then its owner read: the table read is the one whose
+    // owner the reading runs as (a schema's owner may drop and make
+    // tables, by the same name, in between).
+    let name = format!("{}.{}", ident(schema), ident(&t.name));
+    if let Err(e) = c.batch_execute(&format!("LOCK TABLE ONLY {name} IN ACCESS SHARE MODE")) {
+        if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
+            // Not on this side: all its rows differ.
+            return Ok(Sums::new());
+        }
+        return Err(crate::db::describe(&e));
+    }
     let Some(owner) = c
         .query_opt(
             "SELECT pg_catalog.pg_get_userbyid(c.relowner)::text
@@ -210,18 +258,42 @@ pub fn sums(
         .described()?
         .map(|r| r.get::<_, String>(0))
     else {
-        // The table missing on this side: all its rows differ.
         return Ok(Sums::new());
     };
+    // Floor division: a key before the Unix epoch is below zero.
+    let (bucket, filter) = match &t.key {
+        Some(k) => {
+            let (ms, b) = (format!("((t.{} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
+            (
+                format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
+                span.condition(k),
+            )
+        }
+        None => ("0".to_string(), "true".to_string()),
+    };
+    // The publisher's columns, by name: the subscriber may have them in
+    // another order, or more.
+    let row = t
+        .columns
+        .iter()
+        .map(|col| format!("t.{}", ident(col)))
+        .collect::<Vec<_>>()
+        .join(", ");
     let body = format!(
         "SELECT {bucket}::bigint, pg_catalog.count(*),
-                pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW(t.*)::text), 16))::bit(64)::bigint::numeric)::text
-         FROM {}.{} t WHERE {filter} GROUP BY 1",
-        ident(schema),
-        ident(&t.name)
+                pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW({row})::text), 16))::bit(64)::bigint::numeric)::text
+         FROM ONLY {name} t WHERE {filter} GROUP BY 1"
     );
+    // Read as the table's owner: planning a query on a table folds its
+    // index expressions and predicates, which are its owner's code (an
+    // IMMUTABLE function of constants runs then), and nothing of a
+    // shard's owner runs as the tool's role. A SECURITY DEFINER function
+    // owned by the owner, made for the reading in this session's temporary
+    // schema: within it the owner's code cannot SET ROLE back (nor SET
+    // SESSION AUTHORIZATION); what else it changes is rolled back with
+    // the reading.
     c.batch_execute(&format!(
-        "CREATE OR REPLACE FUNCTION pg_temp.insta_id_sums(OUT bucket bigint, OUT n bigint, OUT sum text)
+        "CREATE FUNCTION pg_temp.insta_id_sums(OUT bucket bigint, OUT n bigint, OUT sum text)
          RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
          AS {};
          ALTER FUNCTION pg_temp.insta_id_sums() OWNER TO {}",
@@ -231,8 +303,6 @@ pub fn sums(
     .described()?;
     let rows = c
         .query("SELECT bucket, n, sum FROM pg_temp.insta_id_sums()", &[])
-        .described()?;
-    c.batch_execute("DROP FUNCTION pg_temp.insta_id_sums()")
         .described()?;
     Ok(rows
         .into_iter()
@@ -253,13 +323,14 @@ pub fn sums(
 /// does not begin at the first ID, the tables without an ID key are left
 /// out.
 pub fn compare(
-    publisher: &mut impl GenericClient,
-    subscriber: &mut impl GenericClient,
+    publisher: (&mut Client, Within),
+    subscriber: &mut Client,
     slot: Option<&str>,
     schema: &str,
     span: Span,
     by: Buckets,
 ) -> Result<(Vec<Mismatch>, i64), String> {
+    let (publisher, within) = publisher;
     let mut found = Vec::new();
     let mut rows = 0;
     for t in tables(publisher, schema)? {
@@ -268,30 +339,35 @@ pub fn compare(
         if t.key.is_none() && span.lo.is_some() {
             continue;
         }
-        let p = sums(publisher, schema, &t, span, by)?;
-        caught_up(publisher, slot)?;
-        let s = sums(subscriber, schema, &t, span, by)?;
-        rows += p.values().map(|v| v.0).sum::<i64>();
-        let mut left = differing(&p, &s);
-        for _ in 0..RETRIES {
+        let mut left = Vec::new();
+        for attempt in 0..=RETRIES {
+            let spans: Vec<(i64, Span)> = if attempt == 0 {
+                vec![(0, span)]
+            } else if t.key.is_some() {
+                left.iter()
+                    .filter_map(|d: &Difference| span.of_bucket(d.0, by).map(|s| (d.0, s)))
+                    .collect()
+            } else {
+                vec![(0, span)]
+            };
+            let mut again = Vec::new();
+            for (b, span) in spans {
+                let p = sums(publisher, within, schema, &t, span, by)?;
+                caught_up(publisher, slot)?;
+                let s = sums(subscriber, Within::Session, schema, &t, span, by)?;
+                if attempt == 0 {
+                    rows += p.values().map(|v| v.0).sum::<i64>();
+                }
+                again.extend(
+                    differing(&p, &s)
+                        .into_iter()
+                        .filter(|d| attempt == 0 || t.key.is_none() || d.0 == b),
+                );
+            }
+            left = again;
             if left.is_empty() {
                 break;
             }
-            let mut again = Vec::new();
-            for (b, _, _) in left {
-                let span = match t.key {
-                    Some(_) => match span.of_bucket(b, by) {
-                        Some(s) => s,
-                        None => continue,
-                    },
-                    None => span,
-                };
-                let p = sums(publisher, schema, &t, span, by)?;
-                caught_up(publisher, slot)?;
-                let s = sums(subscriber, schema, &t, span, by)?;
-                again.extend(differing(&p, &s).into_iter().filter(|d| d.0 == b));
-            }
-            left = again;
         }
         found.extend(left.into_iter().map(|(b, p, s)| Mismatch {
             table: t.name.clone(),
@@ -304,29 +380,44 @@ pub fn compare(
 }
 
 /// A move's comparison before its cutover: passes over the IDs made
-/// until each pass began, the first over all (and the tables without an ID
-/// key), each next one over those made since the last began, until a
-/// pass takes under two seconds (five at most). The bucket is a day.
-/// Returns the differences, each as a line, and the first ID the cutover
-/// compares again (`at_cutover`) with the old server's tables locked.
+/// until each pass began (and, in the first, the tables without an ID
+/// key), each next one over those made since the last began, until a pass
+/// takes under two seconds (five at most). A pass ends before any ID a
+/// transaction still open (and writing) when it began may have made: the
+/// rows it reads were all committed then. The bucket is a day.
+/// Returns the buckets that still differ (rows changing as they were
+/// read, or copies that differ: the cutover reads them again, under its
+/// lock), each with its line, and the first ID the cutover compares.
 pub fn before_cutover(
     publisher: &mut Client,
     subscriber: &mut Client,
     slot: &str,
     schema: &str,
-) -> Result<(Vec<String>, i64), String> {
-    fix_text(publisher, false)?;
-    fix_text(subscriber, false)?;
+) -> Result<(Vec<(Mismatch, String)>, i64), String> {
     let by = Buckets::of(publisher, DAY_MS)?;
     let mut lo = None;
+    let mut differ = Vec::new();
     for pass in 1..=5 {
         let started = Instant::now();
         let hi: i64 = publisher
-            .query_one("SELECT insta_id.min_id(pg_catalog.clock_timestamp())", &[])
+            .query_one(
+                "SELECT insta_id.min_id(LEAST(pg_catalog.clock_timestamp(),
+                            (SELECT pg_catalog.min(a.xact_start) FROM pg_catalog.pg_stat_activity a
+                             WHERE a.datname = pg_catalog.current_database() AND a.backend_xid IS NOT NULL
+                               AND a.pid <> pg_catalog.pg_backend_pid())))",
+                &[],
+            )
             .described()?
             .get(0);
         let span = Span { lo, hi: Some(hi) };
-        let (found, rows) = compare(publisher, subscriber, Some(slot), schema, span, by)?;
+        let (found, rows) = compare(
+            (publisher, Within::Session),
+            subscriber,
+            Some(slot),
+            schema,
+            span,
+            by,
+        )?;
         println!(
             "   pass {pass}: {rows} rows {} in {:.1} s{}",
             if pass == 1 {
@@ -341,53 +432,91 @@ pub fn before_cutover(
                 ""
             }
         );
-        lo = Some(hi);
-        if !found.is_empty() {
-            let mut said = Vec::new();
-            for m in &found {
-                said.push(described(publisher, m, by, ("old server", "new server"))?);
-            }
-            return Ok((said, hi));
+        for m in found {
+            let line = described(publisher, &m, by, ("old server", "new server"))?;
+            differ.push((m, line));
         }
+        lo = Some(hi);
         if started.elapsed() < Duration::from_secs(2) {
             break;
         }
     }
-    Ok((Vec::new(), lo.unwrap_or(i64::MIN)))
+    Ok((differ, lo.unwrap_or(i64::MIN)))
 }
 
-/// The cutover's comparison, of the rows made since the last pass before
-/// it began (`lo`), within the cutover's transactions: `locked` holds the
-/// old server's tables, and the new server has applied everything
-/// committed before. Returns each difference as a line.
+/// The cutover's comparison, within its try: `locked` holds the old
+/// server's tables in the cutover's transaction, and the new server
+/// (`subscriber`, a session of the comparison's own) has applied
+/// everything committed before. Compared: the rows made since the last
+/// pass before began (`lo`), and the buckets that differed then
+/// (`again`). Returns each difference as a line.
 pub fn at_cutover(
-    locked: &mut impl GenericClient,
+    locked: &mut Client,
     subscriber: &mut Client,
     schema: &str,
     lo: i64,
+    again: &[Mismatch],
 ) -> Result<Vec<String>, String> {
-    let mut tx = subscriber.transaction().described()?;
-    fix_text(locked, true)?;
-    fix_text(&mut tx, true)?;
+    // The owner's code may take a session's advisory lock, which no
+    // rollback releases: the try is given up rather than go on with it.
+    let advisory = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks
+                    WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'";
+    let held: i64 = locked.query_one(advisory, &[]).described()?.get(0);
+    let by = Buckets::of(locked, DAY_MS)?;
     let span = Span {
         lo: Some(lo),
         hi: None,
     };
-    let by = Buckets::of(locked, DAY_MS)?;
-    let (found, _) = compare(locked, &mut tx, None, schema, span, by)?;
+    let (mut found, _) = compare(
+        (locked, Within::Transaction),
+        subscriber,
+        None,
+        schema,
+        span,
+        by,
+    )?;
+    let tables = tables(locked, schema)?;
+    for m in again {
+        let Some(t) = tables.iter().find(|t| t.name == m.table) else {
+            continue;
+        };
+        let span = match m.bucket {
+            Some(b) => match Span::default().of_bucket(b, by) {
+                Some(s) => s,
+                None => continue,
+            },
+            None => Span::default(),
+        };
+        let p = sums(locked, Within::Transaction, schema, t, span, by)?;
+        let s = sums(subscriber, Within::Session, schema, t, span, by)?;
+        found.extend(differing(&p, &s).into_iter().map(|(b, p, s)| Mismatch {
+            table: t.name.clone(),
+            bucket: t.key.as_ref().map(|_| b),
+            publisher: p,
+            subscriber: s,
+        }));
+    }
+    if locked
+        .query_one(advisory, &[])
+        .described()?
+        .get::<_, i64>(0)
+        != held
+    {
+        return Err("reading the shard's tables took an advisory lock in the cutover's session (an index expression of the shard's owner): given up".to_string());
+    }
     let mut said = Vec::new();
     for m in &found {
         said.push(described(locked, m, by, ("old server", "new server"))?);
     }
-    tx.rollback().described()?;
     Ok(said)
 }
 
 /// Until the subscriber has confirmed, on `slot`, everything committed on
 /// the publisher so far (a commit of its own flushes the WAL, so the
 /// walsender need not wait for the WAL writer); 30 s at most, after which
-/// the reading goes on (and a difference is read again).
-fn caught_up(publisher: &mut impl GenericClient, slot: Option<&str>) -> Result<(), String> {
+/// the reading goes on (and a difference is read again). A slot that is
+/// missing or not streaming is not waited for.
+fn caught_up(publisher: &mut Client, slot: Option<&str>) -> Result<(), String> {
     let Some(slot) = slot else { return Ok(()) };
     let lsn: String = publisher
         .query_one("SELECT pg_catalog.pg_current_wal_insert_lsn()::text", &[])
@@ -400,8 +529,8 @@ fn caught_up(publisher: &mut impl GenericClient, slot: Option<&str>) -> Result<(
     while Instant::now() < until {
         let done = publisher
             .query_opt(
-                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                 WHERE slot_name = $2::text",
+                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn OR NOT active
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $2::text",
                 &[&lsn, &slot],
             )
             .described()?
@@ -559,7 +688,6 @@ fn verify(a: &Args, env: &Env) -> Run<bool> {
                 printable(&schema)
             )));
         }
-        fix_text(c, false)?;
     }
     // The side the other follows is read first: the move's slot on the old
     // server, or, once a move finished with a copy kept, the slot back on
@@ -595,7 +723,14 @@ fn verify(a: &Args, env: &Env) -> Run<bool> {
         ),
     };
     let by = Buckets::of(publisher, bucket_ms)?;
-    let (mismatches, rows) = compare(publisher, subscriber, slot, &schema, Span::default(), by)?;
+    let (mismatches, rows) = compare(
+        (publisher, Within::Session),
+        subscriber,
+        slot,
+        &schema,
+        Span::default(),
+        by,
+    )?;
     for m in &mismatches {
         println!("{}", described(publisher, m, by, sides)?);
     }

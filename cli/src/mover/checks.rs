@@ -150,9 +150,62 @@ impl Mover<'_> {
         if e1 != e2 {
             return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
         }
+        self.subscription_reaches()?;
         // Last: the pg_dump for these two majors (the refusals above are
         // more telling when both apply).
         self.pg_dump()?;
+        Ok(())
+    }
+
+    /// The subscription's connection, made by the new server as the
+    /// subscription will make it (its pg_hba.conf on the old server, its
+    /// password file, its TLS), and for a rollback window the old server's
+    /// back: a subscription created in a transaction rolled back, without
+    /// a slot, nothing left.
+    fn subscription_reaches(&mut self) -> Result<()> {
+        let sides = [
+            (
+                false,
+                self.a.subscription.as_deref().unwrap_or(&self.a.from),
+                "--subscription",
+                "new server",
+                "old one",
+            ),
+            (
+                true,
+                self.a
+                    .rollback_subscription
+                    .as_deref()
+                    .unwrap_or(&self.a.to),
+                "--rollback-subscription",
+                "old server",
+                "new one",
+            ),
+        ];
+        for (back, conn, option, on, of) in sides {
+            if back && self.keep.is_none() {
+                continue;
+            }
+            let c = if back { &mut self.from } else { &mut self.to };
+            let tried = c.batch_execute(&format!(
+                "BEGIN;
+                 SET LOCAL client_min_messages = error; SET LOCAL statement_timeout = '30s';
+                 CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {}
+                   WITH (enabled = false, create_slot = false, slot_name = NONE)",
+                ident(&format!("insta_check_{}", self.shard)),
+                literal(conn),
+                ident(if back { &self.back } else { &self.name })
+            ));
+            let _ = c.batch_execute("ROLLBACK");
+            if let Err(e) = tried {
+                return fail(format!(
+                    "the {on} cannot reach the {of} as the move's {} would ({}): {}\nGive {option} the connection string the {on} uses for the {of}; its password belongs in the password file of the {on}'s operating-system user; nothing was made",
+                    if back { "subscription back (for --rollback)" } else { "subscription" },
+                    printable(conn),
+                    crate::db::describe(&e)
+                ));
+            }
+        }
         Ok(())
     }
 

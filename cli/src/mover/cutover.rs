@@ -78,14 +78,16 @@ impl Mover<'_> {
             // Every statement of the try, on any of its three sessions, is
             // cancelled once the budget is spent.
             let holding = if back { &self.to_s } else { &self.from_s };
-            let dog = Watchdog::arm(
-                &b,
-                vec![
-                    (hold.cancel_token(), holding.tls.clone()),
-                    (self.from.cancel_token(), self.from_s.tls.clone()),
-                    (self.to.cancel_token(), self.to_s.tls.clone()),
-                ],
-            );
+            let mut sessions = vec![
+                (hold.cancel_token(), holding.tls.clone()),
+                (self.from.cancel_token(), self.from_s.tls.clone()),
+                (self.to.cancel_token(), self.to_s.tls.clone()),
+            ];
+            // The comparison's own session on the new server (verify.rs).
+            if let Some(c) = &self.verify_to {
+                sessions.push((c.cancel_token(), self.to_s.tls.clone()));
+            }
+            let dog = Watchdog::arm(&b, sessions);
             let done = self
                 .pause_entry(schema, &b, hold.cancel_token(), back)
                 .and_then(|()| {
@@ -303,8 +305,8 @@ impl Mover<'_> {
         stop_after("blocked");
         // The rows made since the last comparison, now that neither side
         // changes.
-        if let Some(lo) = self.verified_until {
-            let differ = verify::at_cutover(hold, &mut self.to, schema, lo)?;
+        if let (Some(lo), Some(to)) = (self.verified_until, self.verify_to.as_mut()) {
+            let differ = verify::at_cutover(hold, to, schema, lo, &self.verify_again)?;
             if !differ.is_empty() {
                 return fail(format!(
                     "the copy of shard {} differs from the old server's at the cutover (rolled back, nothing changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",

@@ -173,6 +173,11 @@ is("$rc|$out", "2|insta-id: the shard must be a number from 0 to 8191, not 8192\
 ($rc, $out) = move('insta5', $from, $to);
 like("$rc|$out", qr/^2\|error: invalid value 'insta5' for '<SHARD>': a shard is a number from 0 to 8191, not a schema's name: 5, not insta5\?$/m,
 	'refused: a schema\'s name for a shard, told apart (exit 2)');
+# The subscription's connection is made by the new server: one it cannot
+# make (here, no server listens there) is refused before anything is made.
+($rc, $out) = move(7, $from, $to, '--subscription', 'host=/nonexistent port=1 dbname=app');
+is("$rc|" . ($out =~ /^insta-id: the new server cannot reach the old one as the move's subscription would \(host=\/nonexistent port=1 dbname=app\): ERROR: (?:subscription "insta_check_7" )?could not connect to the publisher: .*?nothing was made$/ms ? 'said' : $out)
+	  . '|' . nothing_left(), '1|said|0|0', 'a subscription the new server cannot connect with: refused, nothing made');
 # A move that re-points nothing is refused unless the operator says the
 # clients find the shard otherwise: 0.9.0 moved it, and the application
 # then got `relation "insta66.users" does not exist` on the old server.
@@ -447,8 +452,8 @@ like("$rc|$out", qr/^1\|notes: the whole table \(no bigint primary key\): 2 rows
 	'insta-id verify: a changed row found in its table and day, a missing one in its table (exit 1)')
   or diag $out;
 ($rc, $out) = move(23, $from, $to);
-like("$rc|$out", qr/^1\|.*^insta-id: the copy of shard 23 differs from the old server's \(nothing was changed; the old server holds the shard\):\n  notes: .*\n  users: .*rows that differ\nFind why with insta-id verify/ms,
-	'the move compares the copy before its cutover, and refuses one that differs')
+like("$rc|$out", qr/^1\|.*^   differs, read again at the cutover \(rows changing, or copies that differ\): notes: .*^insta-id: the copy of shard 23 differs from the old server's at the cutover \(rolled back, nothing changed; the old server holds the shard\):\n  notes: .*\n  users: .*rows that differ\nFind why with insta-id verify/ms,
+	'the move compares the copy before its cutover, reads what differs again under its lock, and refuses a copy that differs')
   or diag $out;
 is($old->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 23'), '1', 'the old server still holds the shard');
 my ($id, $name) = split / /, $first;
@@ -816,6 +821,40 @@ my @tls = map {
 	[ '127.0.0.1', 'verify-full', 'ca.crt' ], [ 'localhost', 'verify-full', 'other.crt' ], [ 'localhost', 'disable' ]);
 is(join('|', @tls), '0 connected|0 connected|0 connected|0 connected|1 certificate verify failed|1 certificate verify failed|1 no encryption',
 	'TLS: verify-full, verify-ca, require and prefer connect; another host, another CA or no TLS refused, saying why');
+
+# A password is never sent in clear over a connection that is not
+# encrypted unless the operator allows it (libpq's require_auth): the
+# server's `password` method over TCP without TLS is refused before the
+# password leaves; SCRAM (which never sends it), TLS, or require_auth=password
+# connect. Each row: user, sslmode, more of the connection string, what
+# happens.
+$tls->safe_psql('postgres', q{CREATE ROLE clear LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE scram LOGIN SUPERUSER PASSWORD 'secret'});
+open $hba, '>', $tls->data_dir . '/pg_hba.conf' or die $!;
+print $hba "local all all trust\nhostssl all all 127.0.0.1/32 password\nhostnossl all clear 127.0.0.1/32 password\nhostnossl all scram 127.0.0.1/32 scram-sha-256\n";
+close $hba;
+$tls->reload;
+my $passfile = "$certs/pgpass";
+append_to_file($passfile, "127.0.0.1:$sport:*:*:secret\n");
+chmod 0600, $passfile;
+my @clear = (
+	[ 'clear', 'disable', '',                           '1 refused in clear' ],
+	[ 'clear', 'disable', ' require_auth=password',     '0 connected' ],
+	[ 'clear', 'disable', ' require_auth=!md5',         '0 connected' ],
+	[ 'clear', 'disable', ' require_auth=scram-sha-256', '1 refused in clear' ],
+	[ 'clear', 'prefer',  '',                           '0 connected' ],
+	[ 'clear', 'require', '',                           '0 connected' ],
+	[ 'scram', 'disable', '',                           '0 connected' ],
+);
+{
+	local $ENV{PGPASSFILE} = $passfile;
+	for my $c (@clear)
+	{
+		my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=127.0.0.1 port=$sport dbname=app user=$c->[0] sslmode=$c->[1]$c->[2]");
+		is("$mrc " . ($mrc ? ($merr =~ /it asks for the password in clear \(its pg_hba.conf method is password\) over a connection that is not encrypted: insta-id does not send it/ ? 'refused in clear' : $merr)
+				: ($mout =~ /no move/ ? 'connected' : $mout)),
+			$c->[3], "a password over TCP: user $c->[0], sslmode=$c->[1]$c->[2]: $c->[3]");
+	}
+}
 $tls->stop;
 
 done_testing();
