@@ -10,14 +10,18 @@
 # clients at RATE transactions a second, and 1 client through a shard that
 # stays. Per move: the pause the tool held (it prints it), pgbench's failed
 # transactions, and from pgbench's per-transaction log (-l) the latency of
-# every transaction: p50, p99, max. Also `insta-id plan --sizes` on a
+# every transaction: p50, p99, max. Then one shard of LARGE_MB megabytes
+# moved the same way: its copy's and its comparison's time (the time per
+# GB), and its pause, against the cutover's budget (--pause-budget, 500 ms
+# by default). Also `insta-id plan --sizes` on a
 # synthetic fleet of 8192 shards over 4 servers. Raw figures go to
 # target/bench/moves-pgNN; bench/report.py reports them.
-#   MOVES=10 RATE=200 PG=18 bench/moves.sh
+#   MOVES=10 RATE=200 LARGE_MB=512 PG=18 bench/moves.sh
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 source "$(dirname "$0")/../tests/checks.sh"
 MOVES=${MOVES:-10}
 RATE=${RATE:-200}
+LARGE_MB=${LARGE_MB:-512}
 out="$repo/target/bench/moves-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "move $1  $2  $3"; }
@@ -50,16 +54,19 @@ for c in bench-move-a bench-move-b; do
 done
 conn() { echo "host=$(cluster_dir "$1") port=$(cluster_port "$1") dbname=app user=postgres"; }
 from=$(conn bench-move-a) to=$(conn bench-move-b)
-steady=$((MOVES + 1))
+steady=$((MOVES + 1)) large=$((MOVES + 2))
 q -d "$from" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, $steady, 'template')" >/dev/null
+  -c "SELECT insta_id.create_shards(1, $large, 'template')" >/dev/null
 for ((s = 1; s <= steady; s++)); do
   q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
 done
+# About LARGE_MB of users (a row of ~250 bytes with its index entries).
+q -d "$from" -c "INSERT INTO insta$large.users (name) SELECT repeat('x', 180) || g FROM generate_series(1, $LARGE_MB * 4200) g" \
+  -c "VACUUM ANALYZE insta$large.users"
 
 # PgBouncer, one entry per shard.
 bouncer=$(bouncer_init bench-bouncer)
-for ((s = 1; s <= steady; s++)); do
+for ((s = 1; s <= large; s++)); do
   echo "shard$s = host=$(cluster_dir bench-move-a) port=$(cluster_port bench-move-a) dbname=app"
 done | as_pg tee "$bouncer/shards.ini" >/dev/null
 bouncer_start bench-bouncer 4
@@ -95,13 +102,31 @@ for ((s = 1; s <= MOVES; s++)); do
   record "$s" transactions "$n"
   record "$s" p50_ms "$p50"; record "$s" p99_ms "$p99"; record "$s" max_ms "$max"
 done
+# The large shard: how long its copy and its comparison take, per GB.
+step_seconds() {  # LOG STEP: the duration printed under a step (on the next step's line)
+  awk -v step="$2" 'index($0, "== " step) == 1 {c = 1; next} c && /^   \(/ {gsub(/[()s ]/, ""); print; exit}' "$1"
+}
+record large bytes "$(q -d "$from" -c "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
+                                       WHERE c.relnamespace = 'insta$large'::regnamespace AND c.relkind IN ('r', 't')")"
+bench_start "$large" 4; pid=$started
+sleep 1
+insta-id move "$large" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+  --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$large.log" 2>&1 ||
+  { cat "$out/move$large.log" >&2; exit 1; }
+sleep 1
+bench_stop "$pid"
+record large copy_seconds "$(step_seconds "$out/move$large.log" "waiting for the copy")"
+record large compare_seconds "$(step_seconds "$out/move$large.log" "compare the copy")"
+record large pause "$(sed -nE "s/^   shard$large paused for ([0-9.]+) s$/\1/p" "$out/move$large.log")"
+record large failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$large.out")"
+record large budget_ms 500
 bench_stop "$steady_pid"
 read -r p50 p99 max n <<<"$(latencies "$steady")"
 record steady failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$steady.out")"
 record steady transactions "$n"
 record steady p50_ms "$p50"; record steady p99_ms "$p99"; record steady max_ms "$max"
 check "every shard moved, each on the new server once" \
-  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$MOVES|1"
+  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$((MOVES + 1))|1"
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d "$from" -c 'SELECT version()')"

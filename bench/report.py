@@ -142,7 +142,13 @@ def moves_section():
     plan_s = statistics.median(float(l.split("\t")[2]) for l in (out / "raw.tsv").read_text().splitlines()
                                if l.split("\t")[1] == "plan_seconds")
     plan = v["1"]
-    moves = sorted((k for k in v if k != "steady" and "pause" in v[k]), key=int)
+    moves = sorted((k for k in v if k not in ("steady", "large") and "pause" in v[k]), key=int)
+    lg = v.get("large")
+    large = "" if not lg else (
+        f"\nA shard of {lg['bytes'] / 2**20:.0f} MB moved the same way: its copy {lg['copy_seconds']:.1f} s "
+        f"({lg['copy_seconds'] / (lg['bytes'] / 2**30):.0f} s per GB), the comparison of both copies before the cutover "
+        f"{lg['compare_seconds']:.1f} s ({lg['compare_seconds'] / (lg['bytes'] / 2**30):.0f} s per GB), "
+        f"the entry paused {lg['pause'] * 1000:.0f} ms (the budget: {lg['budget_ms']:.0f} ms), {lg['failed']:.0f} failed transactions.\n")
     rows = "\n".join(f"| {k} | {v[k]['pause'] * 1000:.0f} ms | {v[k]['cutover'] * 1000:.0f} ms | {v[k]['transactions']:.0f} | "
                      f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
                      for k in moves)
@@ -164,7 +170,7 @@ measured from its scheduled start (`-R`):
 | move | pause | cutover | transactions | failed | p50 | p99 | max |
 |---|---|---|---|---|---|---|---|
 {rows}
-
+{large}
 Planning, offline (`insta-id plan --sizes`): 8192 shards on 3 servers, their sizes
 log-normal (a fixed seed), a 4th server new and empty: {plan_s * 1000:.0f} ms (median of 5 runs),
 {plan["plan_moves"]:.0f} moves, {"every server within 5% of the mean" if plan["plan_balanced"] else "no plan within the bound"}.

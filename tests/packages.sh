@@ -48,7 +48,8 @@ check "the tool's .deb holds the binary and its docs, and no file of a per-major
   "$(dpkg-deb -c "$tool" | awk '$1 !~ /^d/ {print $6}' | sort)" \
   "./usr/bin/insta-id
 ./usr/share/doc/insta-id/copyright
-./usr/share/doc/insta-id/fleet.md"
+./usr/share/doc/insta-id/fleet.md
+./usr/share/man/man1/insta-id.1.gz"
 check "the tool's package: name, version, what it needs" \
   "$(dpkg-deb -f "$tool" Package Version Recommends)" "Package: insta-id
 Version: $version
@@ -56,6 +57,9 @@ Recommends: postgresql-client"
 tree=$(mktemp -d)
 dpkg-deb -x "$tool" "$tree"
 check "the packaged insta-id runs and says its version" "$("$tree/usr/bin/insta-id" --version)" "insta-id $version"
+check "its manual page has a section for each command, from their --help" \
+  "$(zcat "$tree/usr/share/man/man1/insta-id.1.gz" | grep '^\.SH' | tr '\n' ' ')" \
+  '.SH NAME .SH SYNOPSIS .SH DESCRIPTION .SH "INSTA-ID STATUS" .SH "INSTA-ID PLAN" .SH "INSTA-ID MOVE" .SH "INSTA-ID REBALANCE" .SH "INSTA-ID VERIFY" .SH SEE ALSO '
 rm -rf "$tree"
 
 # Round trip into Debian's PostgreSQL 15.

@@ -65,6 +65,9 @@ fn console(s: &Settings) -> Result<Client, String> {
         .user(&s.user)
         .application_name("insta-id");
     if let Some(p) = &s.password {
+        if !s.clear_password && !s.host.starts_with('/') {
+            crate::db::refuse_clear_password(s).map_err(|e| format!("PgBouncer's console: {e}"))?;
+        }
         c.password(p);
     }
     // (A console that does not answer must not hold a cutover up.)
@@ -443,6 +446,22 @@ impl Bouncer {
     /// can be made beside it (what point_and_resume needs after the
     /// cutover, when a failure leaves the entry paused).
     pub fn preflight(&self) -> Result<(), String> {
+        // The console's user may PAUSE, RELOAD and RESUME only if it is
+        // one of admin_users (stats_users may only SHOW). Asked by a
+        // RESUME of no entry: refused first for want of rights, else for
+        // want of the entry; nothing changes either way.
+        let mut c = console(&self.admin)?;
+        if let Err(e) = c.simple_query("RESUME insta_id_no_such_entry") {
+            if e.as_db_error()
+                .is_some_and(|d| d.message().contains("admin access needed"))
+            {
+                return Err(format!(
+                    "PgBouncer's console ({}): its user {} is not one of PgBouncer's admin_users, and a move needs PAUSE, RELOAD and RESUME: add it to admin_users, or give --pgbouncer a user that is",
+                    self.admin.label,
+                    printable(&self.admin.user)
+                ));
+            }
+        }
         let said = |e| self.map_error(e);
         std::fs::read_to_string(&self.map).map_err(said)?;
         drop(self.lock_map()?);

@@ -105,7 +105,7 @@ const CLEARTEXT: i32 = 3;
 /// says which methods it may answer, and `password` in it allows this.
 /// The server is asked first, as the connection would ask it, and left
 /// before anything is sent (PostgreSQL logs nothing for that).
-fn refuse_clear_password(s: &Settings) -> Result<(), String> {
+pub fn refuse_clear_password(s: &Settings) -> Result<(), String> {
     use crate::conninfo::SslMode;
     use std::io::{Read, Write};
     if !matches!(s.tls.mode, SslMode::Disable | SslMode::Prefer) {

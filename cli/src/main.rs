@@ -90,6 +90,7 @@ enum Command {
     /// (--pgbouncer) they then go on on the new server; without it those
     /// that waited fail once it commits and retry there. The old server
     /// keeps its copy for --rollback-window (--rollback, --release).
+    #[command(after_long_help = MOVE_EXAMPLES)]
     Move(Box<mover::Args>),
     /// Carries out `insta-id plan`: the moves that even out the bytes per
     /// server, one at a time (each as `insta-id move`), with progress.
@@ -106,6 +107,20 @@ enum Command {
     /// copies are the same, 1 when they differ (each bucket named).
     Verify(verify::Args),
 }
+
+const MOVE_EXAMPLES: &str = "Examples:
+  # Check everything a move of shard 7 needs, making nothing:
+  insta-id move 7 --check --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
+      --pgbouncer 'host=/var/run/postgresql port=6432 dbname=pgbouncer user=pgbouncer' \\
+      --pgbouncer-map /etc/pgbouncer/shards.ini --pgbouncer-target 'host=db4 dbname=app'
+  # The move itself: the same command without --check.
+  # Within the rollback window (15 min), back to db1:
+  insta-id move 7 --rollback --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
+      --pgbouncer ... --pgbouncer-map ... --pgbouncer-target 'host=db1 dbname=app'
+  # The clients find their server otherwise (their own map, a DNS name):
+  insta-id move 7 --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' --routing-elsewhere
+  # Compare the two copies on demand:
+  insta-id verify 7 --from 'host=db1 dbname=app' --to 'host=db4 dbname=app'";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -38,6 +38,7 @@ mod copy;
 mod cutover;
 mod finish;
 mod rollback;
+mod steps;
 
 use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
@@ -51,6 +52,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
+use steps::{Arriving, Leaving, Step};
 
 /// What `insta-id move` was asked.
 #[derive(clap::Args)]
@@ -228,6 +230,7 @@ struct Mover<'a> {
     /// through a session of the comparison's own.
     verified_until: Option<i64>,
     verify_again: Vec<verify::Mismatch>,
+    verify_from: Option<Client>,
     verify_to: Option<Client>,
 }
 
@@ -560,6 +563,7 @@ impl<'a> Mover<'a> {
             step_started: None,
             verified_until: None,
             verify_again: Vec::new(),
+            verify_from: None,
             verify_to: None,
         })
     }
@@ -606,17 +610,16 @@ impl<'a> Mover<'a> {
     }
 
     /// The call that records a step of one side, on that side's server.
-    fn record(
+    fn record<S: Step>(
         c: &mut impl postgres::GenericClient,
         shard: i32,
-        side: &str,
-        step: &str,
+        step: S,
         schema: &str,
         peer: &str,
     ) -> Result<()> {
         c.execute(
             "SELECT insta_id.move_step($1::int, $2::text, $3::text, $4::text::name, $5::text)",
-            &[&shard, &side, &step, &schema, &peer],
+            &[&shard, &S::SIDE, &step.as_str(), &schema, &peer],
         )
         .described()?;
         Ok(())
@@ -631,25 +634,11 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    fn record_from(&mut self, step: &str, schema: &str) -> Result<()> {
-        Self::record(
-            &mut self.from,
-            self.shard,
-            "leaving",
-            step,
-            schema,
-            &self.to_label,
-        )
+    fn record_from(&mut self, step: Leaving, schema: &str) -> Result<()> {
+        Self::record(&mut self.from, self.shard, step, schema, &self.to_label)
     }
-    fn record_to(&mut self, step: &str, schema: &str) -> Result<()> {
-        Self::record(
-            &mut self.to,
-            self.shard,
-            "arriving",
-            step,
-            schema,
-            &self.from_label,
-        )
+    fn record_to(&mut self, step: Arriving, schema: &str) -> Result<()> {
+        Self::record(&mut self.to, self.shard, step, schema, &self.from_label)
     }
 
     /// The new server's record of the move: the old server as it names it,
@@ -680,22 +669,24 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    fn leaving_step(&mut self) -> Result<Option<String>> {
-        Ok(self
+    /// The old server's record of the move: its step.
+    fn leaving_step(&mut self) -> Result<Option<Leaving>> {
+        let step: Option<String> = self
             .from
             .query_opt(
                 "SELECT step FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'leaving'",
                 &[&self.shard],
             )
             .described()?
-            .map(|r| r.get(0)))
+            .map(|r| r.get(0));
+        step.as_deref().map(recorded).transpose()
     }
 
     fn run(&mut self) -> Result<()> {
         // A rollback whose cutover committed (the shard dropped on the new
         // server) is only finished.
         if let Some((step, schema)) = self.arriving_step()? {
-            if step == "returned" {
+            if step == Arriving::Returned {
                 // Only a run that knows it is a rollback: its PgBouncer
                 // target is the old server's, not the move's.
                 if !self.a.rollback {
@@ -739,19 +730,9 @@ impl<'a> Mover<'a> {
         // A move whose cutover committed is never undone, even with the
         // shard registered on the old server again: the new server's copy
         // is the shard.
-        let arriving: Option<String> = self
-            .to
-            .query_opt(
-                "SELECT step FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
-                &[&self.shard],
-            )
-            .described()?
-            .map(|r| r.get(0));
-        if cut_over(self.leaving_step()?.as_deref())
-            || matches!(
-                arriving.as_deref(),
-                Some("adopted" | "map" | "cleanup" | "reserved")
-            )
+        let arriving = self.arriving_step()?.map(|(step, _)| step);
+        if self.leaving_step()?.is_some_and(Leaving::cut_over)
+            || arriving.is_some_and(Arriving::adopted)
         {
             return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
         }
@@ -911,7 +892,7 @@ impl<'a> Mover<'a> {
         if let Some((peer, _)) = arriving {
             // A label names a route (a socket, an address), which a re-run
             // may take otherwise: the old server's own record decides.
-            if peer != self.from_label && !cut_over(self.leaving_step()?.as_deref()) {
+            if peer != self.from_label && !self.leaving_step()?.is_some_and(Leaving::cut_over) {
                 return fail(format!(
                     "shard {} is being moved to the new server from {}, not from {}: give that server as --from",
                     self.shard,
@@ -951,7 +932,7 @@ impl<'a> Mover<'a> {
         // old server's record of the cutover, committed with the drop:
         // anything else is not a move this can finish.
         if st.on_to.is_none()
-            && !cut_over(self.leaving_step()?.as_deref())
+            && !self.leaving_step()?.is_some_and(Leaving::cut_over)
             && !self.legacy_cutover()?
         {
             return fail(format!("shard {} is on neither server's registry and its cutover did not commit: compare the servers by hand", self.shard));
@@ -969,15 +950,15 @@ impl<'a> Mover<'a> {
     }
 
     /// The new server's record of the move: its step and schema.
-    fn arriving_step(&mut self) -> Result<Option<(String, String)>> {
-        Ok(self
-            .to
+    fn arriving_step(&mut self) -> Result<Option<(Arriving, String)>> {
+        self.to
             .query_opt(
                 "SELECT step, schema_name::text FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
                 &[&self.shard],
             )
             .described()?
-            .map(|r| (r.get(0), r.get(1))))
+            .map(|r| Ok((recorded(r.get::<_, &str>(0))?, r.get(1))))
+            .transpose()
     }
 
     /// The old server's record of a copy it keeps for a rollback: its step
@@ -1046,10 +1027,16 @@ fn subscribed_sql() -> String {
     format!("SELECT EXISTS (SELECT FROM pg_catalog.pg_subscription WHERE subname = $1::text AND subdbid = {THIS_DB})")
 }
 
-/// Where a move's old server records a committed cutover: the shard
-/// dropped there, or its copy kept for a rollback.
-fn cut_over(step: Option<&str>) -> bool {
-    matches!(step, Some("cutover" | "reserved" | "returning"))
+/// A step as a server recorded it: one of steps.rs's, which its test
+/// compares with the extension's; another is a newer extension's.
+fn recorded<S: Step>(text: &str) -> Result<S> {
+    S::parse(text).ok_or_else(|| {
+        Failure::Failed(format!(
+            "the server records a step of the move ({} side) this insta-id does not know, {}: run the insta-id of the servers' insta_id",
+            S::SIDE,
+            printable(text)
+        ))
+    })
 }
 
 /// The non-superusers owning code a subscription's apply would run for a

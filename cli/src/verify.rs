@@ -388,14 +388,17 @@ pub fn compare(
 /// Returns the buckets that still differ (rows changing as they were
 /// read, or copies that differ: the cutover reads them again, under its
 /// lock), each with its line, and the first ID the cutover compares.
+/// From `since` (an earlier call's), only the IDs made since: between two
+/// tries of a cutover.
 pub fn before_cutover(
     publisher: &mut Client,
     subscriber: &mut Client,
     slot: &str,
     schema: &str,
+    since: Option<i64>,
 ) -> Result<(Vec<(Mismatch, String)>, i64), String> {
     let by = Buckets::of(publisher, DAY_MS)?;
-    let mut lo = None;
+    let mut lo = since;
     let mut differ = Vec::new();
     for pass in 1..=5 {
         let started = Instant::now();
@@ -420,10 +423,10 @@ pub fn before_cutover(
         )?;
         println!(
             "   pass {pass}: {rows} rows {} in {:.1} s{}",
-            if pass == 1 {
-                "made until it began"
-            } else {
-                "made since the pass before began"
+            match (pass, since) {
+                (1, None) => "made until it began",
+                (1, Some(_)) => "made since the last comparison",
+                _ => "made since the pass before began",
             },
             started.elapsed().as_secs_f64(),
             if found.is_empty() {

@@ -63,8 +63,10 @@ done
 # runs the pg_dump and psql it finds in PATH).
 cargo build --quiet -p insta-id --profile "$profile"
 root="target/packages/insta-id/root"; rm -rf "$root"
-mkdir -p "$root/usr/bin" "$root/usr/share/doc/insta-id" "$root/DEBIAN"
+mkdir -p "$root/usr/bin" "$root/usr/share/doc/insta-id" "$root/usr/share/man/man1" "$root/DEBIAN"
 install -m 0755 "target/$([ "$profile" = dev ] && echo debug || echo "$profile")/insta-id" "$root/usr/bin/"
+scripts/dev/manpage.sh "$root/usr/bin/insta-id" "$version" | gzip -9n >"$root/usr/share/man/man1/insta-id.1.gz"
+chmod 0644 "$root/usr/share/man/man1/insta-id.1.gz"
 install -m 0644 docs/fleet.md "$root/usr/share/doc/insta-id/"
 install -m 0644 LICENSE "$root/usr/share/doc/insta-id/copyright"
 glibc=$(objdump -T "$root/usr/bin/insta-id" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)

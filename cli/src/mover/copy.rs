@@ -25,8 +25,7 @@ impl Mover<'_> {
             Self::record(
                 &mut tx,
                 self.shard,
-                "leaving",
-                "published",
+                Leaving::Published,
                 &schema,
                 &self.to_label,
             )?;
@@ -51,7 +50,7 @@ impl Mover<'_> {
                 &[&self.name],
             )
             .described()?;
-        self.record_from("slot", &schema)?;
+        self.record_from(Leaving::Slot, &schema)?;
         {
             let mut tx = self.to.transaction().described()?;
             tx.batch_execute(&format!("ALTER SUBSCRIPTION {} ENABLE", ident(&self.name)))
@@ -59,8 +58,7 @@ impl Mover<'_> {
             Self::record(
                 &mut tx,
                 self.shard,
-                "arriving",
-                "copying",
+                Arriving::Copying,
                 &schema,
                 &self.from_label,
             )?;
@@ -70,7 +68,7 @@ impl Mover<'_> {
 
         self.step("waiting for the copy");
         self.wait_copy(subid, &schema)?;
-        self.record_to("copied", &schema)?;
+        self.record_to(Arriving::Copied, &schema)?;
         stop_after("copy");
         if self.keep.is_some() {
             self.step("publication and slot back on the new server, for a rollback");
@@ -91,13 +89,35 @@ impl Mover<'_> {
         let mut publisher = connect(&self.from_s)?;
         let mut subscriber = connect(&self.to_s)?;
         let (differ, until) =
-            verify::before_cutover(&mut publisher, &mut subscriber, &self.name, schema)?;
+            verify::before_cutover(&mut publisher, &mut subscriber, &self.name, schema, None)?;
         for (_, line) in &differ {
             println!("   differs, read again at the cutover (rows changing, or copies that differ): {line}");
         }
         self.verified_until = Some(until);
         self.verify_again = differ.into_iter().map(|(m, _)| m).collect();
+        self.verify_from = Some(publisher);
         self.verify_to = Some(subscriber);
+        Ok(())
+    }
+
+    /// Between two tries of the cutover: the rows made since the last
+    /// comparison compared now, so that the next try's, under its lock,
+    /// stays as short as the first's.
+    pub(super) fn verify_since(&mut self, schema: &str) -> Result<()> {
+        let (Some(lo), Some(publisher), Some(subscriber)) = (
+            self.verified_until,
+            self.verify_from.as_mut(),
+            self.verify_to.as_mut(),
+        ) else {
+            return Ok(());
+        };
+        let (differ, until) =
+            verify::before_cutover(publisher, subscriber, &self.name, schema, Some(lo))?;
+        for (m, line) in differ {
+            println!("   differs, read again at the cutover (rows changing, or copies that differ): {line}");
+            self.verify_again.push(m);
+        }
+        self.verified_until = Some(until);
         Ok(())
     }
 
@@ -108,11 +128,10 @@ impl Mover<'_> {
     /// makes the back afresh).
     pub(super) fn copy_kept(&mut self, st: &State, schema: &str) -> Result<bool> {
         if st.sub.as_ref().map(|(_, s)| s.as_str()) != Some(schema)
-            || self.leaving_step()?.as_deref() != Some("slot")
-            || !self.arriving_step()?.is_some_and(|(step, s)| {
-                s == schema
-                    && matches!(step.as_str(), "copied" | "paused" | "resumed" | "sequences")
-            })
+            || self.leaving_step()? != Some(Leaving::Slot)
+            || !self
+                .arriving_step()?
+                .is_some_and(|(step, s)| s == schema && step.copied())
             || (self.keep.is_none() && self.back_left()?)
         {
             return Ok(false);

@@ -63,6 +63,9 @@ impl Mover<'_> {
                     retry.as_secs()
                 );
                 std::thread::sleep(retry);
+                if !back {
+                    self.verify_since(schema)?;
+                }
             }
             let long = self.long_holders(schema, hold_pid, back, budget)?;
             if !long.is_empty() {
@@ -172,7 +175,7 @@ impl Mover<'_> {
         };
         // Recorded first: a run that finishes or undoes this move must be
         // able to resume the entry.
-        self.record_to("paused", schema)?;
+        self.record_to(Arriving::Paused, schema)?;
         let tls = if back {
             &self.to_s.tls
         } else {
@@ -186,7 +189,7 @@ impl Mover<'_> {
                 Ok(())
             }
             Err(drain) => {
-                let _ = self.record_to("resumed", schema);
+                let _ = self.record_to(Arriving::Resumed, schema);
                 pause::released();
                 match drain {
                     Drain::Failed(e) => fail(e),
@@ -217,7 +220,7 @@ impl Mover<'_> {
         for _ in 0..5 {
             match b.resume_if_paused() {
                 Ok(()) => {
-                    self.record_to("resumed", schema)?;
+                    self.record_to(Arriving::Resumed, schema)?;
                     pause::released();
                     return Ok(());
                 }
@@ -261,9 +264,11 @@ impl Mover<'_> {
         );
         let committed = settled.and_then(|()| {
             if back {
-                Ok(self.arriving_step()?.is_some_and(|(s, _)| s == "returned"))
+                Ok(self
+                    .arriving_step()?
+                    .is_some_and(|(s, _)| s == Arriving::Returned))
             } else {
-                Ok(cut_over(self.leaving_step()?.as_deref()))
+                Ok(self.leaving_step()?.is_some_and(Leaving::cut_over))
             }
         });
         let b = self.bouncer.as_ref().expect("a bouncer");
@@ -273,7 +278,7 @@ impl Mover<'_> {
             } else {
                 pause::released();
                 if let Some((_, schema)) = self.arriving_step()? {
-                    let _ = self.record_to("resumed", &schema);
+                    let _ = self.record_to(Arriving::Resumed, &schema);
                 }
             }
             return done;
@@ -404,14 +409,7 @@ impl Mover<'_> {
             &[&self.shard],
         )
         .described()?;
-        Self::record(
-            hold,
-            self.shard,
-            "leaving",
-            "cutover",
-            schema,
-            &self.to_label,
-        )?;
+        Self::record(hold, self.shard, Leaving::Cutover, schema, &self.to_label)?;
         commit_within(hold, budget, dog)?;
         Ok(())
     }

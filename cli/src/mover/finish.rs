@@ -89,11 +89,11 @@ impl Mover<'_> {
             println!("   map version {version}");
         }
         if self.bouncer.is_some() || self.router.is_some() {
-            self.record_to("map", schema)?;
+            self.record_to(Arriving::Map, schema)?;
             stop_after("map");
         }
         self.step("cleanup: subscription, slots, publication, fence");
-        self.record_to("cleanup", schema)?;
+        self.record_to(Arriving::Cleanup, schema)?;
         self.drop_replication(st, None)?;
         stop_after("unsubscribed");
         drop_fence(&mut self.to, schema)?;
@@ -115,8 +115,7 @@ impl Mover<'_> {
                 Self::record(
                     &mut tx,
                     self.shard,
-                    "arriving",
-                    "reserved",
+                    Arriving::Reserved,
                     schema,
                     &self.from_label,
                 )?;
@@ -220,7 +219,7 @@ impl Mover<'_> {
                 )
                 .described()?;
             }
-            Self::record(c, shard, "arriving", "adopted", schema, from_label)?;
+            Self::record(c, shard, Arriving::Adopted, schema, from_label)?;
         }
         c.batch_execute("COMMIT").described()?;
         Ok(())

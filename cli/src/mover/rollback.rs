@@ -21,7 +21,7 @@ impl Mover<'_> {
                 "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
                 b.entry
             );
-            self.record_to("resumed", schema)?;
+            self.record_to(Arriving::Resumed, schema)?;
         }
         if self.a.rollback {
             // A move that re-pointed a router leaves it pointing at the new
@@ -128,8 +128,7 @@ impl Mover<'_> {
             Self::record(
                 &mut fin,
                 self.shard,
-                "leaving",
-                "returned",
+                Leaving::Returned,
                 schema,
                 &self.to_label,
             )
@@ -202,8 +201,7 @@ impl Mover<'_> {
         Self::record(
             hold,
             self.shard,
-            "arriving",
-            "returned",
+            Arriving::Returned,
             schema,
             &self.from_label,
         )?;
@@ -235,8 +233,7 @@ impl Mover<'_> {
             Self::record(
                 &mut tx,
                 self.shard,
-                "leaving",
-                "returned",
+                Leaving::Returned,
                 schema,
                 &self.to_label,
             )?;

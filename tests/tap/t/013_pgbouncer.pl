@@ -74,7 +74,7 @@ my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $user = getpwuid($<);
 my $map  = "$dir/shards.ini";
 append_to_file($map, join '', map { "shard$_ = host=" . $old->host . ' port=' . $old->port . " dbname=app\n" } 1 .. 13);
-append_to_file("$dir/userlist.txt", qq{"$user" ""\n});
+append_to_file("$dir/userlist.txt", qq{"$user" ""\n"watcher" ""\n});
 append_to_file("$dir/pgbouncer.ini", qq{[databases]
 %include $map
 [pgbouncer]
@@ -84,6 +84,7 @@ unix_socket_dir = $dir
 auth_type = trust
 auth_file = $dir/userlist.txt
 admin_users = $user
+stats_users = watcher
 pool_mode = transaction
 default_pool_size = 4
 max_client_conn = 100
@@ -156,6 +157,14 @@ is("$rc|$out", "2|insta-id: a connection string must not hold a password: put it
 	"refused: a password in the entry's target (PgBouncer's map is a file others read)");
 IPC::Run::run([ 'insta-id', 'move', 1, '--from', $from, '--to', $to, '--pgbouncer', $admin ], '>&', \$out);
 like($out, qr/required arguments were not provided:\n  --pgbouncer-map <FILE>\n  --pgbouncer-target <CONNSTR>/, 'refused: --pgbouncer without its map and target');
+# The console's user must be one of admin_users: one of stats_users may
+# SHOW, not PAUSE, RELOAD or RESUME, which 0.9.0 found out at the cutover.
+IPC::Run::run([ 'insta-id', 'move', 1, '--from', $from, '--to', $to, '--rollback-window', 0, '--copy-timeout', 120,
+	'--pgbouncer', "host=$dir port=$port dbname=pgbouncer user=watcher", '--pgbouncer-map', $map,
+	'--pgbouncer-target', 'host=' . $new->host . ' port=' . $new->port . ' dbname=app' ], '>&', \$out);
+is(($? >> 8) . '|' . last_line($out) . '|' . $old->safe_psql('app', 'SELECT count(*) FROM pg_publication'),
+	"1|insta-id: PgBouncer's console ($dir:$port/pgbouncer): its user watcher is not one of PgBouncer's admin_users, and a move needs PAUSE, RELOAD and RESUME: add it to admin_users, or give --pgbouncer a user that is|0",
+	'refused before anything is made: a console user of stats_users only');
 
 # pgbench (-M simple) through PgBouncer on a shard's entry, inserting users
 # named 'pgbench', with a per-transaction log.
@@ -366,6 +375,13 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	$second->signal('INT');
 	$second->finish;
 	undef $second;
+	# One of the two stopped: the next move stops before anything is made,
+	# the entry on the other neither paused nor repointed.
+	($rc, $out) = move(13, undef, '--rollback-window', 0, '--pgbouncer', $admin2);
+	is(join('|', $rc, last_line($out) =~ /^insta-id: PgBouncer's console \(\Q$dir2\E:$port2\/pgbouncer\): error connecting to server/ ? 'console named' : last_line($out),
+			$old->safe_psql('app', 'SELECT count(*) FROM pg_publication'), @{ entry(13) }{qw(port paused)}),
+		join('|', 1, 'console named', 0, $old->port, 0),
+		'two PgBouncers, one stopped before the move: refused before anything is made, the other entry untouched');
 }
 
 # Rollback. Shard 13 moved with the default window (15 minutes) under
