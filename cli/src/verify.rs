@@ -10,7 +10,7 @@
 //! hash functions of hash indexes differ between byte orders), and
 //! independent of the order rows are read in. The text of a value depends
 //! on settings (DateStyle, TimeZone, extra_float_digits...), which each
-//! comparing session fixes (`fix_text`).
+//! reading fixes (`READING_SETTINGS`).
 //!
 //! The copies move while they are read (the subscription applies what the
 //! publisher commits): each table is read on the publisher first, then,
@@ -21,7 +21,6 @@
 use crate::conninfo::{self, Env};
 use crate::db::{connect, ident, literal, printable, Described};
 use crate::mover::{shard_number, Failure, Result as Run};
-use postgres::error::SqlState;
 use postgres::{Client, GenericClient};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -134,23 +133,23 @@ pub fn differing(a: &Sums, b: &Sums) -> Vec<Difference> {
         .collect()
 }
 
-/// The settings a value's text depends on, fixed for the session (or the
-/// transaction: `local`) so that both servers write a row alike; row
-/// security off, so that reading a table never runs its owner's policies
-/// (a table whose policies would apply is an error instead); and the body
-/// of the reading's function (`sums`) not checked where it is made, by
-/// the tool's role.
-pub fn fix_text(c: &mut impl GenericClient, local: bool) -> Result<(), String> {
-    c.execute(
-        "SELECT pg_catalog.set_config(name, value, $1)
-         FROM (VALUES ('DateStyle', 'ISO, YMD'), ('IntervalStyle', 'postgres'), ('TimeZone', 'UTC'),
-                      ('extra_float_digits', '1'), ('bytea_output', 'hex'), ('lc_monetary', 'C'),
-                      ('row_security', 'off'), ('check_function_bodies', 'off')) s(name, value)",
-        &[&local],
-    )
-    .described()
-    .map(|_| ())
-}
+/// The settings a value's text depends on, fixed for each reading so that
+/// both servers write a row alike; row security off, so that reading a
+/// table never runs its owner's policies (a table whose policies would
+/// apply is an error instead); and the body of the reading's function
+/// not checked where it is made, by the tool's role.
+const READING_SETTINGS: [(&str, &str); 10] = [
+    ("search_path", "pg_catalog, pg_temp"),
+    ("standard_conforming_strings", "on"),
+    ("DateStyle", "ISO, YMD"),
+    ("IntervalStyle", "postgres"),
+    ("TimeZone", "UTC"),
+    ("extra_float_digits", "1"),
+    ("bytea_output", "hex"),
+    ("lc_monetary", "C"),
+    ("row_security", "off"),
+    ("check_function_bodies", "off"),
+];
 
 /// The shard's tables (every partition; a partitioned table's rows are
 /// its partitions'), with their ID key (a one-column bigint primary key
@@ -195,16 +194,19 @@ pub enum Within {
     Transaction,
 }
 
-/// One reading of a table: its rows in `span` (a table without an ID key:
-/// all, in bucket 0) per bucket; none when the table is not there.
+/// One reading of tables: for each part, a table's rows in its span (a
+/// table without an ID key: all, in bucket 0) per bucket; none for a
+/// table that is not there. One statement on the server for all the parts
+/// (the cutover's reading stays a few round trips whatever the number of
+/// tables); a pass before the cutover reads one table at a time, so that
+/// no lock is held on all of them for the whole pass.
 pub fn sums(
     c: &mut Client,
     within: Within,
     schema: &str,
-    t: &Table,
-    span: Span,
+    parts: &[(&Table, Span)],
     by: Buckets,
-) -> Result<Sums, String> {
+) -> Result<Vec<Sums>, String> {
     let (open, close) = match within {
         Within::Session => ("BEGIN", "ROLLBACK"),
         Within::Transaction => (
@@ -213,7 +215,7 @@ pub fn sums(
         ),
     };
     c.batch_execute(open).described()?;
-    let read = reading(c, within, schema, t, span, by);
+    let read = reading(c, within, schema, parts, by);
     let closed = c.batch_execute(close).described();
     let read = read?;
     closed?;
@@ -224,67 +226,85 @@ fn reading(
     c: &mut Client,
     within: Within,
     schema: &str,
-    t: &Table,
-    span: Span,
+    parts: &[(&Table, Span)],
     by: Buckets,
-) -> Result<Sums, String> {
-    c.batch_execute(
-        "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL standard_conforming_strings = on",
-    )
-    .described()?;
-    fix_text(c, true)?;
+) -> Result<Vec<Sums>, String> {
+    let mut set: String = READING_SETTINGS
+        .iter()
+        .map(|(name, value)| format!("SET LOCAL {name} = {};", literal(value)))
+        .collect();
     if within == Within::Session {
-        c.batch_execute("SET LOCAL lock_timeout = '30s'")
-            .described()?;
+        set += " SET LOCAL lock_timeout = '30s';";
     }
-    // Locked first, then its owner read: the table read is the one whose
+    c.batch_execute(&set).described()?;
+    let mut names: Vec<String> = parts.iter().map(|(t, _)| t.name.clone()).collect();
+    names.sort();
+    names.dedup();
+    let on_this_side = "SELECT c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text
+                        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = $1::text AND c.relname = ANY ($2::text[]) AND c.relkind = 'r'";
+    let present: Vec<String> = c
+        .query(on_this_side, &[&schema, &names])
+        .described()?
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut out = vec![Sums::new(); parts.len()];
+    if present.is_empty() {
+        return Ok(out);
+    }
+    // Locked first, then their owners read: a table read is the one whose
     // owner the reading runs as (a schema's owner may drop and make
     // tables, by the same name, in between).
-    let name = format!("{}.{}", ident(schema), ident(&t.name));
-    if let Err(e) = c.batch_execute(&format!("LOCK TABLE ONLY {name} IN ACCESS SHARE MODE")) {
-        if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
-            // Not on this side: all its rows differ.
-            return Ok(Sums::new());
-        }
-        return Err(crate::db::describe(&e));
-    }
-    let Some(owner) = c
-        .query_opt(
-            "SELECT pg_catalog.pg_get_userbyid(c.relowner)::text
-             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1::text AND c.relname = $2::text AND c.relkind = 'r'",
-            &[&schema, &t.name],
-        )
+    c.batch_execute(&format!(
+        "LOCK TABLE {} IN ACCESS SHARE MODE",
+        present
+            .iter()
+            .map(|t| format!("ONLY {}.{}", ident(schema), ident(t)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .described()?;
+    let owners: std::collections::HashMap<String, String> = c
+        .query(on_this_side, &[&schema, &present])
         .described()?
-        .map(|r| r.get::<_, String>(0))
-    else {
-        return Ok(Sums::new());
-    };
-    // Floor division: a key before the Unix epoch is below zero.
-    let (bucket, filter) = match &t.key {
-        Some(k) => {
-            let (ms, b) = (format!("((t.{} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
-            (
-                format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
-                span.condition(k),
-            )
-        }
-        None => ("0".to_string(), "true".to_string()),
-    };
-    // The publisher's columns, by name: the subscriber may have them in
-    // another order, or more.
-    let row = t
-        .columns
-        .iter()
-        .map(|col| format!("t.{}", ident(col)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let body = format!(
-        "SELECT {bucket}::bigint, pg_catalog.count(*),
-                pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW({row})::text), 16))::bit(64)::bigint::numeric)::text
-         FROM ONLY {name} t WHERE {filter} GROUP BY 1"
-    );
-    // Read as the table's owner: planning a query on a table folds its
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    // Per owner, the parts of its tables, one SELECT each.
+    let mut by_owner: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (i, (t, span)) in parts.iter().enumerate() {
+        let Some(owner) = owners.get(&t.name) else {
+            continue;
+        };
+        // Floor division: a key before the Unix epoch is below zero.
+        let (bucket, filter) = match &t.key {
+            Some(k) => {
+                let (ms, b) = (format!("((t.{} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
+                (
+                    format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
+                    span.condition(k),
+                )
+            }
+            None => ("0".to_string(), "true".to_string()),
+        };
+        // The publisher's columns, by name: the subscriber may have them
+        // in another order, or more.
+        let row = t
+            .columns
+            .iter()
+            .map(|col| format!("t.{}", ident(col)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        by_owner.entry(owner).or_default().push(format!(
+            "(SELECT {i}, {bucket}::bigint, pg_catalog.count(*),
+                     pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW({row})::text), 16))::bit(64)::bigint::numeric)::text
+              FROM ONLY {}.{} t WHERE {filter} GROUP BY 2)",
+            ident(schema),
+            ident(&t.name)
+        ));
+    }
+    // Read as each table's owner: planning a query on a table folds its
     // index expressions and predicates, which are its owner's code (an
     // IMMUTABLE function of constants runs then), and nothing of a
     // shard's owner runs as the tool's role. A SECURITY DEFINER function
@@ -292,28 +312,40 @@ fn reading(
     // schema: within it the owner's code cannot SET ROLE back (nor SET
     // SESSION AUTHORIZATION); what else it changes is rolled back with
     // the reading.
-    c.batch_execute(&format!(
-        "CREATE FUNCTION pg_temp.insta_id_sums(OUT bucket bigint, OUT n bigint, OUT sum text)
-         RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-         AS {};
-         ALTER FUNCTION pg_temp.insta_id_sums() OWNER TO {}",
-        literal(&body),
-        ident(&owner)
-    ))
-    .described()?;
-    let rows = c
-        .query("SELECT bucket, n, sum FROM pg_temp.insta_id_sums()", &[])
-        .described()?;
-    Ok(rows
-        .into_iter()
-        .filter(|r| r.get::<_, i64>(1) > 0)
-        .map(|r| {
-            (
-                r.get(0),
-                (r.get(1), r.get::<_, Option<String>>(2).unwrap_or_default()),
-            )
-        })
-        .collect())
+    let mut make = String::new();
+    let mut calls = Vec::new();
+    for (k, (owner, selects)) in by_owner.iter().enumerate() {
+        make += &format!(
+            "CREATE FUNCTION pg_temp.insta_id_sums_{k}(OUT part int, OUT bucket bigint, OUT n bigint, OUT sum text)
+             RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+             AS {};
+             ALTER FUNCTION pg_temp.insta_id_sums_{k}() OWNER TO {};",
+            literal(&selects.join(" UNION ALL ")),
+            ident(owner)
+        );
+        calls.push(format!(
+            "SELECT part, bucket, n, sum FROM pg_temp.insta_id_sums_{k}()"
+        ));
+    }
+    if calls.is_empty() {
+        return Ok(out);
+    }
+    c.batch_execute(&make).described()?;
+    for r in c.query(&calls.join(" UNION ALL "), &[]).described()? {
+        let (part, bucket, n): (i32, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        if n > 0 {
+            out[part as usize].insert(
+                bucket,
+                (n, r.get::<_, Option<String>>(3).unwrap_or_default()),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The only reading of a list of one.
+fn one(mut readings: Vec<Sums>) -> Sums {
+    readings.pop().unwrap_or_default()
 }
 
 /// The two copies of `schema` compared over `span`: `publisher` first
@@ -352,9 +384,15 @@ pub fn compare(
             };
             let mut again = Vec::new();
             for (b, span) in spans {
-                let p = sums(publisher, within, schema, &t, span, by)?;
+                let p = one(sums(publisher, within, schema, &[(&t, span)], by)?);
                 caught_up(publisher, slot)?;
-                let s = sums(subscriber, Within::Session, schema, &t, span, by)?;
+                let s = one(sums(
+                    subscriber,
+                    Within::Session,
+                    schema,
+                    &[(&t, span)],
+                    by,
+                )?);
                 if attempt == 0 {
                     rows += p.values().map(|v| v.0).sum::<i64>();
                 }
@@ -466,19 +504,18 @@ pub fn at_cutover(
                     WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'";
     let held: i64 = locked.query_one(advisory, &[]).described()?.get(0);
     let by = Buckets::of(locked, DAY_MS)?;
-    let span = Span {
+    // One reading on each side, of every part: nothing changes under the
+    // lock, so nothing is read again.
+    let tables = tables(locked, schema)?;
+    let since = Span {
         lo: Some(lo),
         hi: None,
     };
-    let (mut found, _) = compare(
-        (locked, Within::Transaction),
-        subscriber,
-        None,
-        schema,
-        span,
-        by,
-    )?;
-    let tables = tables(locked, schema)?;
+    let mut parts: Vec<(&Table, Span, Option<i64>)> = tables
+        .iter()
+        .filter(|t| t.key.is_some())
+        .map(|t| (t, since, None))
+        .collect();
     for m in again {
         let Some(t) = tables.iter().find(|t| t.name == m.table) else {
             continue;
@@ -490,15 +527,29 @@ pub fn at_cutover(
             },
             None => Span::default(),
         };
-        let p = sums(locked, Within::Transaction, schema, t, span, by)?;
-        let s = sums(subscriber, Within::Session, schema, t, span, by)?;
-        found.extend(differing(&p, &s).into_iter().map(|(b, p, s)| Mismatch {
-            table: t.name.clone(),
-            bucket: t.key.as_ref().map(|_| b),
-            publisher: p,
-            subscriber: s,
-        }));
+        parts.push((t, span, m.bucket));
     }
+    let read: Vec<(&Table, Span)> = parts.iter().map(|(t, s, _)| (*t, *s)).collect();
+    let p = sums(locked, Within::Transaction, schema, &read, by)?;
+    let s = sums(subscriber, Within::Session, schema, &read, by)?;
+    let mut found = Vec::new();
+    for (((t, _, bucket), p), s) in parts.iter().zip(&p).zip(&s) {
+        found.extend(
+            differing(p, s)
+                .into_iter()
+                .filter(|d| bucket.is_none_or(|b| d.0 == b) || t.key.is_none())
+                .map(|(b, p, s)| Mismatch {
+                    table: t.name.clone(),
+                    bucket: t.key.as_ref().map(|_| b),
+                    publisher: p,
+                    subscriber: s,
+                }),
+        );
+    }
+    // The same bucket from two parts (rows since, and differing before)
+    // is said once.
+    let mut seen = std::collections::HashSet::new();
+    found.retain(|m| seen.insert((m.table.clone(), m.bucket)));
     if locked
         .query_one(advisory, &[])
         .described()?

@@ -311,7 +311,12 @@ impl Mover<'_> {
         // The rows made since the last comparison, now that neither side
         // changes.
         if let (Some(lo), Some(to)) = (self.verified_until, self.verify_to.as_mut()) {
+            let compared = Instant::now();
             let differ = verify::at_cutover(hold, to, schema, lo, &self.verify_again)?;
+            println!(
+                "   the rows made since the last comparison compared with the tables locked: {} ms",
+                compared.elapsed().as_millis()
+            );
             if !differ.is_empty() {
                 return fail(format!(
                     "the copy of shard {} differs from the old server's at the cutover (rolled back, nothing changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",
