@@ -86,39 +86,38 @@ latencies() {
   cat "$out/log$1".* | awk '{print $3}' | sort -n |
     awk '{v[NR] = $1} END {printf "%.2f %.2f %.2f %d\n", v[int(NR * 0.50) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000, v[NR] / 1000, NR}'
 }
-bench_start "$steady" 1; steady_pid=$started
-for ((s = 1; s <= MOVES; s++)); do
-  bench_start "$s" 4; pid=$started
+# A shard moved under pgbench (4 clients on its entry, from 1 s before to
+# 1 s after), its output in $out/move<SHARD>.log; its pause and pgbench's
+# failed transactions recorded under KEY.
+move_under_load() {  # SHARD KEY
+  bench_start "$1" 4; pid=$started
   sleep 1
-  insta-id move "$s" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
-    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$s.log" 2>&1 ||
-    { cat "$out/move$s.log" >&2; exit 1; }
+  insta-id move "$1" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$1.log" 2>&1 ||
+    { cat "$out/move$1.log" >&2; exit 1; }
   sleep 1
   bench_stop "$pid"
+  record "$2" pause "$(sed -nE "s/^   shard$1 paused for ([0-9.]+) s$/\1/p" "$out/move$1.log")"
+  record "$2" failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$1.out")"
+}
+# The duration printed under a step (on the next step's line).
+step_seconds() {  # LOG STEP
+  awk -v step="$2" 'index($0, "== " step) == 1 {c = 1; next} c && /^   \(/ {gsub(/[()s ]/, ""); print; exit}' "$1"
+}
+bench_start "$steady" 1; steady_pid=$started
+for ((s = 1; s <= MOVES; s++)); do
+  move_under_load "$s" "$s"
   read -r p50 p99 max n <<<"$(latencies "$s")"
-  record "$s" pause "$(sed -nE "s/^   shard$s paused for ([0-9.]+) s$/\1/p" "$out/move$s.log")"
-  record "$s" cutover "$(awk '/^== cutover/ {c = 1; next} c && /^   \(/ {gsub(/[()s ]/, ""); print; exit}' "$out/move$s.log")"
-  record "$s" failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$s.out")"
+  record "$s" cutover "$(step_seconds "$out/move$s.log" cutover)"
   record "$s" transactions "$n"
   record "$s" p50_ms "$p50"; record "$s" p99_ms "$p99"; record "$s" max_ms "$max"
 done
 # The large shard: how long its copy and its comparison take, per GB.
-step_seconds() {  # LOG STEP: the duration printed under a step (on the next step's line)
-  awk -v step="$2" 'index($0, "== " step) == 1 {c = 1; next} c && /^   \(/ {gsub(/[()s ]/, ""); print; exit}' "$1"
-}
 record large bytes "$(q -d "$from" -c "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
                                        WHERE c.relnamespace = 'insta$large'::regnamespace AND c.relkind IN ('r', 't')")"
-bench_start "$large" 4; pid=$started
-sleep 1
-insta-id move "$large" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
-  --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$large.log" 2>&1 ||
-  { cat "$out/move$large.log" >&2; exit 1; }
-sleep 1
-bench_stop "$pid"
+move_under_load "$large" large
 record large copy_seconds "$(step_seconds "$out/move$large.log" "waiting for the copy")"
 record large compare_seconds "$(step_seconds "$out/move$large.log" "compare the copy")"
-record large pause "$(sed -nE "s/^   shard$large paused for ([0-9.]+) s$/\1/p" "$out/move$large.log")"
-record large failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$large.out")"
 record large budget_ms 500
 bench_stop "$steady_pid"
 read -r p50 p99 max n <<<"$(latencies "$steady")"
