@@ -188,7 +188,10 @@ pub fn released() {
 /// pg_sequences view takes on every sequence), each as a line naming its
 /// process, role, application, state, since when its transaction is open
 /// and its query. With `older_than`, only granted locks of transactions
-/// open longer than that: those that hold a cutover up past its budget.
+/// open longer than that: those that hold a cutover up past its budget (a
+/// prepared transaction's age is unknown: it counts; a session whose
+/// transaction ended between the reading of pg_locks and that of
+/// pg_stat_activity holds nothing any more, and does not).
 pub fn holders(
     c: &mut Client,
     schema: &str,
@@ -218,7 +221,7 @@ pub fn holders(
                AND (l.pid IS NULL OR (l.pid <> pg_catalog.pg_backend_pid() AND l.pid <> ALL ($2::int[])))
                AND (c.relkind IN ('r', 'p') OR (c.relkind = 'S' AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')))
                AND ($3::float8 IS NULL
-                    OR (l.granted AND (a.xact_start IS NULL
+                    OR (l.granted AND (l.pid IS NULL
                                        OR a.xact_start < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3::float8))
                         AND NOT (a.backend_type = 'autovacuum worker' AND a.query NOT LIKE '%(to prevent wraparound)%')))
              GROUP BY l.pid, a.usename, a.application_name, a.state, a.xact_start, a.query
