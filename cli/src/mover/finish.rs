@@ -98,8 +98,11 @@ impl Mover<'_> {
         stop_after("unsubscribed");
         drop_fence(&mut self.to, schema)?;
         // The old server keeps its copy for a rollback: it follows the new
-        // server from now on (the forward stream gone, nothing loops).
-        let kept = self.kept()?.is_some();
+        // server from now on (the forward stream gone, nothing loops). A
+        // copy whose window has passed (a move without one: the cutover
+        // fenced it, see cutover) is dropped below.
+        let fenced = self.kept()?;
+        let kept = matches!(fenced, Some((_, _, false)));
         if kept {
             self.subscribe_back()?;
         }
@@ -127,12 +130,15 @@ impl Mover<'_> {
         if !kept {
             self.drop_back()?;
         }
-        drop(hold);
         self.step(&format!(
             "moved shard {} ({})",
             self.shard,
             printable(schema)
         ));
+        if fenced.is_some() && !kept {
+            return self.release(hold, schema);
+        }
+        drop(hold);
         if let Some((_, until, _)) = self.kept()? {
             println!("   the old server keeps its copy, fenced and following this one, for a rollback until {until}");
         }

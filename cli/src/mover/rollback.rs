@@ -275,12 +275,34 @@ impl Mover<'_> {
     /// Drops the old server's copy and the replication back.
     pub(super) fn release(&mut self, hold: Client, schema: &str) -> Result<()> {
         self.step(&format!(
-            "release: the copy of shard {} kept on the old server, and the replication back",
+            "release: the old server's copy of shard {} (fenced since the cutover), and any replication back",
             self.shard
         ));
         {
             let mut tx = self.from.transaction().described()?;
             Self::unsubscribe_back(&mut tx, &self.back)?;
+            // What it drops, said before it does.
+            let dropped: String = tx
+                .query_one(
+                    "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+                     SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
+                                CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                                     WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
+                              ', ' ORDER BY c.relname), 'nothing')
+                         || pg_catalog.format(', %s functions, %s types',
+                              (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
+                              (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
+                               WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
+                     FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
+                    &[&schema],
+                )
+                .described()?
+                .get(0);
+            println!(
+                "   dropping schema {} on the old server: {} (never another schema's objects: drop_shard refuses those)",
+                printable(schema),
+                printable(&dropped)
+            );
             tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard])
                 .described()?;
             tx.commit().described()?;

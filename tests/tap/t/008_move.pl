@@ -292,8 +292,8 @@ my ($ok, $wfailed) = split ' ', $writer->{out};
 note "writer: $ok rows committed, $wfailed attempts failed on both servers";
 is($rc, 0, 'the move succeeded');
 like($out,
-	qr/^   dropping schema insta7 on the old server: table likes, sequence likes_id_seq, table photos, sequence photos_id_seq, table users, sequence users_id_seq, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/m,
-	'the cutover said what it dropped on the old server');
+	qr/^   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, sequence likes_id_seq, table photos, sequence photos_id_seq, table users, sequence users_id_seq, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
+	'the cutover fenced the old copy; the move dropped it once it had finished, saying what it dropped');
 is($new->safe_psql('app', q{SELECT count(*) FILTER (WHERE name LIKE 'w%') || '|' || count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users}),
 	"$ok|20000", 'every committed row is on the new server, the 20,000 copied ones too');
 my @written = map { [ split /\|/ ] } grep { /\S/ } split /\n/, slurp_file("$work/ids7");
@@ -556,13 +556,13 @@ $new15->stop;
 like("$rc|" . last_line($out) . '|' . nothing_left(),
 	qr/^1\|insta-id: the old server runs PostgreSQL 15, which would apply the replication back \(for a rollback\) as the subscription's owner, a superuser: code of insta16 owned by app_owner would run with its rights there\..*\|0\|0$/,
 	'refused from 15 with a rollback window: the replication back would run the shard owner\'s code as the superuser');
-# Shard 16 holds 3,500 functions: dropping them in the cutover's
-# transaction (and in a rollback's) takes 0.4 to 0.5 s on 2 cores, about
-# the default budget of 500 ms, so a try may be given up for that alone
-# (exit 75). Its moves get a budget of 5 s: what they test is who runs the
-# owner's code. (A cutover's time grows with what it drops: docs/fleet.md.)
+# Shard 16 holds 3,500 functions: dropping them takes 0.4 to 0.5 s on 2
+# cores, about the default budget of 500 ms. A move's cutover fences the old
+# copy and drops it once the clients are on the new server, so its moves
+# take the default budget; a rollback's cutover drops the new server's copy
+# in its transaction, and gets a budget of 5 s (docs/fleet.md).
 my @large_drop = ('--pause-budget', 5000);
-($rc, $out) = move(16, $from, $to, @large_drop);
+($rc, $out) = move(16, $from, $to);
 is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})
 	  . '|' . $old->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
 	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
@@ -633,8 +633,13 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		my $steps = q{SELECT side || ': ' || string_agg(s ->> 'step', ',' ORDER BY o) FROM insta_id_admin.moves, jsonb_array_elements(steps) WITH ORDINALITY e(s, o)
 		              WHERE shard_id = %d GROUP BY side};
 		is($old->safe_psql('app', sprintf($steps, $n)) . ' | ' . $new->safe_psql('app', sprintf($steps, $n)),
-			'leaving: published,slot' . ($at eq 'cutover' ? ',cutover' : '') . ' | arriving: subscribed,copying,copied,sequences',
-			"killed after '$at', each server recorded its steps, in order (the old one's cutover with its drop)");
+			'leaving: published,slot' . ($at eq 'cutover' ? ',reserved' : '') . ' | arriving: subscribed,copying,copied,sequences',
+			"killed after '$at', each server recorded its steps, in order (the old one's cutover, its copy fenced)");
+	}
+	if ($at eq 'cutover')    # the old copy fenced, not dropped: a client's write refused there
+	{
+		like(error_of($old, 'app', "INSERT INTO insta$n.users (name) VALUES ('fenced')"), qr/^ERROR:  55006: /m,
+			"killed after the cutover: the old server's copy is fenced, a write refused (55006); the re-run drops it");
 	}
 	if ($at eq 'adopted')    # adopted, the cleanup not run: the fence is there, open
 	{
@@ -691,7 +696,7 @@ $third->safe_psql('app', "SET client_min_messages = warning; CREATE EXTENSION in
 	SET ROLE app_owner;\n\\i $fixtures/decoys.sql\n\\i $fixtures/evaluation_sites.sql");
 $new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');
 my ($via, $onward) = ($new->connstr('app'), $third->connstr('app'));
-($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min', @large_drop);
+($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
 is($rc, 0, 'shard 16 moved on to a third server, its copy kept') or diag $out;
 $new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');    # (the copy follows the third server from now on)
 $third->safe_psql('app', q{SET ROLE app_owner;
@@ -703,9 +708,9 @@ is("$rc|" . $new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || w
 	'0|check_domain:app_owner:false check_table:app_owner:false generated_stored:app_owner:false|2|2',
 	'rolled back: the replication back ran the sites of the rows written meanwhile as their owner')
   or diag $out;
-($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min', @large_drop);
+($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
 my $moved = $rc;
-($rc, $out) = move(16, $via, $onward, '--release', @large_drop);
+($rc, $out) = move(16, $via, $onward, '--release');
 is("$moved$rc|" . $new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'})
 	  . '|' . $third->safe_psql('app', q{SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16}),
 	'00|0|1', 'moved again and released: the kept copy dropped')
@@ -739,7 +744,7 @@ $_->safe_psql('app', 'TRUNCATE evaluation_sites.seen') for $new, $third;
 }
 like($out, qr/killed after step 'copy'/, "15's pg_dump first in PATH, --pg-bin naming 18's: the move ran to its copy")
   or diag $out;
-IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120, '--routing-elsewhere', @large_drop ], '>&', \$out);
+IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120, '--routing-elsewhere' ], '>&', \$out);
 $rc = shell_status($?);
 note join "\n", grep { /^==|^insta-id/ } split /\n/, $out;
 is($new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || who || ':' || superuser, ' ' ORDER BY site || ':' || who || ':' || superuser)
