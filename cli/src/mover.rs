@@ -8,10 +8,13 @@
 //!
 //! Each server records its side in insta_id_admin.moves in the transaction that
 //! makes the step, so a re-run after an interruption at any point reads how
-//! far the move got: the old server's row reaches 'cutover' in the
-//! transaction that drops the shard there, the point of no return. Before
-//! it, a re-run undoes the partial copy and moves afresh; after it, it only
-//! finishes.
+//! far the move got: the old server's row reaches 'reserved' in the
+//! transaction that unregisters and fences the shard there, the point of no
+//! return. Before it, a re-run takes a complete copy up or undoes a partial
+//! one; after it, it only finishes. What a run does is decided in one place
+//! (rerun::decide, a pure function of both servers' records and the
+//! operator's flags); the steps are types (steps.rs), and each phase a file
+//! of its own: checks, copy, cutover, finish, rollback (with the release).
 //!
 //! Steps (each printed with its duration):
 //!  1. checks, under insta_id.lock_shard_for_move on the old server, held by
@@ -28,15 +31,18 @@
 //!  5. the cutover, in the old server's held session: move_lock (the
 //!     shard's tables and sequences; writers wait), the new server applies
 //!     everything, move_state there and move_carry here carry sequences, the
-//!     high-water mark and the migration history, then drop_shard and
-//!     COMMIT;
+//!     high-water mark and the migration history, then move_reserve (the
+//!     old copy unregistered and fenced, not dropped: a drop's time grows
+//!     with the schema) and COMMIT;
 //!  6. the new server adopts the shard (the fence opens); the router's map;
-//!  7. the subscription, slots, publication and fence dropped.
+//!  7. the subscription, slots, publication and fence dropped; without a
+//!     rollback window, the old copy (move_release).
 
 mod checks;
 mod copy;
 mod cutover;
 mod finish;
+mod rerun;
 mod rollback;
 mod steps;
 
@@ -48,6 +54,7 @@ use crate::plan::pretty;
 use crate::verify;
 use postgres::error::SqlState;
 use postgres::Client;
+use rerun::{Locus, Next, Seen, Want};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -157,13 +164,16 @@ pub struct Args {
 
 /// How long a move waits at each step, before it gives up (a move and a
 /// rebalance take the same).
+/// --pause-budget's default (docs/fleet.md says it).
+pub const DEFAULT_PAUSE_BUDGET_MS: u64 = 500;
+
 #[derive(clap::Args, Clone)]
 pub struct Waits {
     /// Milliseconds each try of the cutover may hold the shard's clients:
     /// from the PAUSE of its PgBouncer entry (without one, from its lock)
     /// to its COMMIT. A try that would take longer gives up, rolls back,
     /// resumes the entry and names the sessions that held it up.
-    #[arg(long, value_name = "MS", default_value_t = 500,
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_PAUSE_BUDGET_MS,
           value_parser = clap::value_parser!(u64).range(10..=60000))]
     pub pause_budget: u64,
     /// How many times the cutover is tried.
@@ -342,20 +352,42 @@ fn poll(
 }
 
 /// INSTA_ID_MOVE_STOP_AFTER=<step> kills the tool after that step (slot,
-/// copy, back, blocked, sequences, cutover, adopted, map, unsubscribed; of
-/// a rollback back-blocked, rolled-back; of a release released-old), its
-/// sessions cut as a crash would: how the tests interrupt a move.
+/// copy, back, verified, blocked, sequences, cutover, adopted, map,
+/// unsubscribed, released-old; of a rollback back-blocked, rolled-back),
+/// its sessions cut as a crash would: how the tests interrupt a move.
+/// <step>:INT or <step>:TERM sends the tool that signal instead, as an
+/// operator would, and goes on until the signal's handling ends the run.
 fn stop_after(step: &str) {
-    if std::env::var("INSTA_ID_MOVE_STOP_AFTER").as_deref() == Ok(step) {
+    let Ok(said) = std::env::var("INSTA_ID_MOVE_STOP_AFTER") else {
+        return;
+    };
+    let (at, sig) = match said.split_once(':') {
+        Some((at, "INT")) => (at, 2),
+        Some((at, "TERM")) => (at, 15),
+        _ => (said.as_str(), 9),
+    };
+    if at != step {
+        return;
+    }
+    if sig == 9 {
         println!("   (killed after step '{step}': INSTA_ID_MOVE_STOP_AFTER)");
-        let _ = std::io::stdout().flush();
-        extern "C" {
-            fn kill(pid: i32, sig: i32) -> i32;
-        }
-        // SAFETY: kill(2) with this process's own ID and SIGKILL.
-        unsafe {
-            kill(std::process::id() as i32, 9);
-        }
+    } else {
+        println!("   (signalled after step '{step}': INSTA_ID_MOVE_STOP_AFTER)");
+    }
+    let _ = std::io::stdout().flush();
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) with this process's own ID and SIGKILL, SIGINT or
+    // SIGTERM (both caught: pause::catch_signals).
+    unsafe {
+        kill(std::process::id() as i32, sig);
+    }
+    // The signal's handler exits the process, at once unless the cutover
+    // is committing (it then waits for the entry to be resumed): until
+    // then this run goes no further, as an operator's Ctrl-C would find it.
+    while sig != 9 && !pause::committing_now() {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -657,18 +689,6 @@ impl<'a> Mover<'a> {
             .map(|r| (r.get(0), r.get(1))))
     }
 
-    /// A move that paused the shard's PgBouncer entry is finished or undone
-    /// only by a run that can resume it.
-    fn refuse_paused_without_bouncer(&mut self) -> Result<()> {
-        if self.bouncer.is_none() && self.arriving()?.is_some_and(|(_, paused)| paused) {
-            return fail(format!(
-                "this move of shard {} paused its PgBouncer entry (shard{}) at the cutover and did not resume it: run it again with --pgbouncer, --pgbouncer-map and --pgbouncer-target, which resume it",
-                self.shard, self.shard
-            ));
-        }
-        Ok(())
-    }
-
     /// The old server's record of the move: its step.
     fn leaving_step(&mut self) -> Result<Option<Leaving>> {
         let step: Option<String> = self
@@ -682,76 +702,137 @@ impl<'a> Mover<'a> {
         step.as_deref().map(recorded).transpose()
     }
 
+    /// One run: the move's lock, what both servers record read under it,
+    /// the decision (rerun::decide), carried out.
     fn run(&mut self) -> Result<()> {
-        // A rollback whose cutover committed (the shard dropped on the new
-        // server) is only finished.
-        if let Some((step, schema)) = self.arriving_step()? {
-            if step == Arriving::Returned {
-                // Only a run that knows it is a rollback: its PgBouncer
-                // target is the old server's, not the move's.
-                if !self.a.rollback {
-                    return fail(format!("a rollback of shard {} committed (the shard was dropped on the new server): finish it with --rollback, and with --pgbouncer-target naming the old server", self.shard));
-                }
-                self.refuse_paused_without_bouncer()?;
-                let (hold, _) = self.lock_finish()?;
-                return self.finish_rollback(hold, &schema);
-            }
-        }
-        let st = self.read_state()?;
-        if st.on_from.is_some() && st.on_to.is_some() {
-            return fail(format!(
-                "shard {} is registered on both servers: not a state a move leaves; compare them and drop one by hand",
-                self.shard
-            ));
-        }
-        if st.on_from.is_some() && (self.a.rollback || self.a.release) {
-            return fail(format!(
-                "shard {} is on the old server: no move of it to roll back or release",
-                self.shard
-            ));
-        }
-        let Some(schema) = st.on_from.clone() else {
-            if self.a.check {
-                return fail(format!(
-                    "shard {} is not registered on the old server: nothing to check",
-                    self.shard
-                ));
-            }
-            return self.not_on_from(st);
+        let want = Want {
+            rollback: self.a.rollback,
+            release: self.a.release,
+            undo: self.a.undo,
+            check: self.a.check,
+            bouncer: self.bouncer.is_some(),
         };
         // The move's lock first: a mover still running elsewhere is never
-        // undone.
-        let mut hold = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
-        hold.execute(
-            "SELECT insta_id.lock_shard_for_move($1::int)",
-            &[&self.shard],
-        )
-        .described()?;
-        // A move whose cutover committed is never undone, even with the
-        // shard registered on the old server again: the new server's copy
-        // is the shard.
-        let arriving = self.arriving_step()?.map(|(step, _)| step);
-        if self.leaving_step()?.is_some_and(Leaving::cut_over)
-            || arriving.is_some_and(Arriving::adopted)
-        {
-            return fail(format!("shard {} is registered on the old server, but its move to the new one committed its cutover there: the new server's copy is the shard; compare them by hand", self.shard));
+        // undone, a finisher beside this one never raced.
+        let locus = Locus::of(self.read_state()?.on_from.is_some());
+        let hold = match locus {
+            Locus::Old => {
+                let mut hold = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
+                hold.execute(
+                    "SELECT insta_id.lock_shard_for_move($1::int)",
+                    &[&self.shard],
+                )
+                .described()?;
+                hold
+            }
+            Locus::New => self.lock_finish()?.0,
+        };
+        let st = self.read_state()?;
+        let seen = self.seen(&st)?;
+        let next = rerun::decide(&seen, want, locus);
+        // A rollback interrupted before its cutover committed: the shard
+        // is still the new server's, its clients go on there (whatever
+        // this run does next, a refusal too).
+        if seen.on_to && !seen.sub && seen.subscribed_back && seen.entry_paused {
+            if let (Some(b), Some(schema)) = (&self.bouncer, &st.on_to) {
+                b.resume_if_paused()?;
+                println!(
+                    "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
+                    b.entry
+                );
+                let schema = schema.clone();
+                self.record_to(Arriving::Resumed, &schema)?;
+            }
         }
-        self.refuse_paused_without_bouncer()?;
+        // The schema: the old server's while it holds the shard, else the
+        // new one's, else its copy's (its subscription's tables).
+        let schema = st
+            .on_from
+            .clone()
+            .or_else(|| st.on_to.clone())
+            .or_else(|| st.sub.as_ref().map(|(_, s)| s.clone()))
+            .unwrap_or_default();
+        match next {
+            Next::Refuse(why) => fail(why),
+            Next::Nothing(what) => {
+                self.step(&what);
+                Ok(())
+            }
+            Next::FinishRollback => {
+                let (_, schema) = self.arriving_step()?.expect("a rollback recorded");
+                self.finish_rollback(hold, &schema)
+            }
+            Next::Check => {
+                if let Some(b) = &self.bouncer {
+                    b.preflight()?;
+                }
+                self.step("checks");
+                self.checks(&schema)?;
+                self.step(&format!(
+                    "every check of a move of shard {} passed; nothing was made",
+                    self.shard
+                ));
+                Ok(())
+            }
+            Next::Move { leftovers } => self.move_shard(hold, &st, &schema, leftovers),
+            Next::Rollback => self.rollback(hold, &schema),
+            Next::Release => self.release(hold, &schema),
+            Next::Finish => {
+                self.step(&format!(
+                    "shard {} left the old server: finishing the move",
+                    self.shard
+                ));
+                self.finish_move(hold, &st, &schema)
+            }
+        }
+    }
+
+    /// What both servers record of the move (rerun::Seen).
+    fn seen(&mut self, st: &State) -> Result<Seen> {
+        let arriving = self.arriving()?;
+        let r = self
+            .to
+            .query_one(
+                "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
+                 FROM (SELECT (SELECT steps FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
+                &[&self.shard],
+            )
+            .described()?;
+        Ok(Seen {
+            shard: self.shard,
+            on_from: st.on_from.is_some(),
+            on_to: st.on_to.is_some(),
+            sub: st.sub.is_some(),
+            sub_schema: st.sub.as_ref().is_some_and(|(_, s)| !s.is_empty()),
+            leaving: self.leaving_step()?,
+            arriving: self.arriving_step()?.map(|(step, _)| step),
+            arriving_from_elsewhere: arriving
+                .as_ref()
+                .filter(|(peer, _)| *peer != self.from_label)
+                .map(|(peer, _)| (printable(peer), self.from_label.clone())),
+            entry_paused: arriving.is_some_and(|(_, paused)| paused),
+            bounced: r.get(0),
+            mapped: r.get(1),
+            kept: self.kept()?.map(|(_, until, expired)| (until, expired)),
+            subscribed_back: self.subscribed_back()?,
+            leftovers: self.leftovers(st)?,
+            legacy_cutover: self.legacy_cutover()?,
+        })
+    }
+
+    /// The old server holds the shard (under its move lock, `hold`): an
+    /// entry an interrupted run left paused resumed; a complete copy taken
+    /// up, or what is left undone; then, unless --undo, the copy, the
+    /// comparison and the cutover.
+    fn move_shard(
+        &mut self,
+        hold: Client,
+        st: &State,
+        schema: &str,
+        leftovers: bool,
+    ) -> Result<()> {
         if let Some(b) = &self.bouncer {
             b.preflight()?;
-        }
-        let leftovers = self.leftovers(&st)?;
-        if self.a.check {
-            if leftovers {
-                return fail(format!("an interrupted move of shard {} is recorded: run the move (it takes a complete copy up, or undoes a partial one) or --undo; insta-id status says where it stands", self.shard));
-            }
-            self.step("checks");
-            self.checks(&schema)?;
-            self.step(&format!(
-                "every check of a move of shard {} passed; nothing was made",
-                self.shard
-            ));
-            return Ok(());
         }
         // A move killed in its cutover leaves the shard's entry paused, its
         // clients queued: they go on, on the old server, which still holds
@@ -768,32 +849,33 @@ impl<'a> Mover<'a> {
         // A move interrupted with its copy complete and streaming (a cutover
         // given up within its budget, say) goes on from its copy: a large
         // shard's copy takes hours.
-        let kept = leftovers && !self.a.undo && self.copy_kept(&st, &schema)?;
+        let kept = leftovers && !self.a.undo && self.copy_kept(st, schema)?;
         if kept {
             self.step(&format!(
                 "the copy of shard {} by an interrupted move is complete and streaming: on to its cutover",
                 self.shard
             ));
-            self.apply_checks(&schema)?;
+            self.apply_checks(schema)?;
             if self.keep.is_some() {
-                self.make_back(&schema)?;
+                self.make_back(schema)?;
             }
         } else if leftovers {
             self.step(&format!(
                 "undo an interrupted move: the old server still holds shard {}",
                 self.shard
             ));
-            self.drop_replication(&st, Some(&schema))?;
+            self.drop_replication(st, Some(schema))?;
         }
         if self.a.undo {
             self.step(&format!("shard {} is on the old server only", self.shard));
             return Ok(());
         }
         if !kept {
-            self.copy(&schema)?;
+            self.copy(schema)?;
         }
-        self.verify_copy(&schema)?;
-        self.cutover_and_finish(hold, &schema)
+        self.verify_copy(schema)?;
+        stop_after("verified");
+        self.cutover_and_finish(hold, schema)
     }
 
     /// Whether an earlier run left anything of this move on either server.
@@ -859,94 +941,6 @@ impl<'a> Mover<'a> {
         })?;
         let st = self.read_state()?;
         self.finish_move(fin, &st, &schema)
-    }
-
-    /// The shard is not registered on the old server: a move past its
-    /// cutover to finish, or nothing to do.
-    fn not_on_from(&mut self, st: State) -> Result<()> {
-        if self.a.undo {
-            return fail(format!("shard {} is not on the old server: nothing to undo (a move past its cutover is only finished)", self.shard));
-        }
-        if st.on_to.is_none() && st.sub.is_none() {
-            return fail(format!(
-                "shard {} is not registered on the old server",
-                self.shard
-            ));
-        }
-        let (hold, st) = self.lock_finish()?;
-        if st.on_from.is_some() {
-            return fail(format!(
-                "shard {} came back to the old server while this waited: run again",
-                self.shard
-            ));
-        }
-        let arriving = self.arriving()?;
-        if st.on_to.is_some() && arriving.is_none() && st.sub.is_none() {
-            // (A second run finishing the same move finds it finished.)
-            self.step(&format!(
-                "shard {} is on the new server, and no move of it is recorded there: nothing to do (a move that finished; or, if it is to leave that server, --from and --to are swapped)",
-                self.shard
-            ));
-            return Ok(());
-        }
-        if let Some((peer, _)) = arriving {
-            // A label names a route (a socket, an address), which a re-run
-            // may take otherwise: the old server's own record decides.
-            if peer != self.from_label && !self.leaving_step()?.is_some_and(Leaving::cut_over) {
-                return fail(format!(
-                    "shard {} is being moved to the new server from {}, not from {}: give that server as --from",
-                    self.shard,
-                    printable(&peer),
-                    self.from_label
-                ));
-            }
-        }
-        self.refuse_paused_without_bouncer()?;
-        // A finished move whose old copy is kept: the forward subscription
-        // gone, the one back made (a rollback given up since may have left
-        // the new server's row at 'paused' or 'resumed').
-        if let (Some(schema), None, Some((_, _, expired))) = (&st.on_to, &st.sub, self.kept()?) {
-            let schema = schema.clone();
-            if self.subscribed_back()? {
-                return self.kept_copy(hold, &schema);
-            }
-            // Its subscription back gone (a run killed before making it,
-            // or dropped by hand): a release needs none; a plain run
-            // within the window makes it again (below).
-            if self.a.release || expired {
-                return self.release(hold, &schema);
-            }
-            if self.a.rollback {
-                return fail(format!("the old server's copy of shard {} does not follow the new server (no subscription {} there): run the move once without --rollback, which subscribes it again, then roll back", self.shard, self.back));
-            }
-        }
-        // (--release goes on: a release interrupted after the old server's
-        // part is finished by the cleanup below.)
-        if self.a.rollback {
-            return fail(format!(
-                "no finished move of shard {} keeps a copy on the old server: nothing to roll back (a move is rolled back once it has finished, within its window)",
-                self.shard
-            ));
-        }
-        // Adopted on the new server (only ever after the cutover), or the
-        // old server's record of the cutover, committed with the drop:
-        // anything else is not a move this can finish.
-        if st.on_to.is_none()
-            && !self.leaving_step()?.is_some_and(Leaving::cut_over)
-            && !self.legacy_cutover()?
-        {
-            return fail(format!("shard {} is on neither server's registry and its cutover did not commit: compare the servers by hand", self.shard));
-        }
-        let schema = match (&st.on_to, &st.sub) {
-            (Some(s), _) => s.clone(),
-            (None, Some((_, s))) if !s.is_empty() => s.clone(),
-            _ => return fail(format!("shard {} left the old server, but its copy on the new one has no tables: compare the servers by hand", self.shard)),
-        };
-        self.step(&format!(
-            "shard {} left the old server: finishing the move",
-            self.shard
-        ));
-        self.finish_move(hold, &st, &schema)
     }
 
     /// The new server's record of the move: its step and schema.

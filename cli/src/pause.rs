@@ -177,6 +177,12 @@ pub fn committing() {
     *lock() = Held::Committing;
 }
 
+/// Whether a cutover is committing (a signal then waits for the entry to
+/// be resumed).
+pub fn committing_now() -> bool {
+    matches!(*lock(), Held::Committing)
+}
+
 /// The entry is resumed (or was never paused).
 pub fn released() {
     *lock() = Held::Nothing;

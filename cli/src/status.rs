@@ -27,6 +27,10 @@ struct Move {
     detail: Option<String>,
     /// The process holding the shard's move lock here, and since when.
     mover: Option<(i32, String)>,
+    /// On the old server before the cutover: the sessions holding the
+    /// shard's tables longer than the default budget, which a cutover
+    /// waits for (pause::holders).
+    held_by: Vec<String>,
     /// What its recorded step means when no mover holds it: not every
     /// move without one is interrupted (a word for --json, and a line).
     idle: (&'static str, &'static str),
@@ -107,11 +111,17 @@ pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
                     (None, None) => m.idle.1.to_string(),
                 };
                 println!("  shard {}: {}; {}", m.shard, m.step, mover);
+                if !m.held_by.is_empty() {
+                    println!(
+                        "    holding the shard longer than the default budget (a cutover waits for them):\n      {}",
+                        m.held_by.join("\n      ")
+                    );
+                }
                 continue;
             }
             let r = m.recorded.as_ref();
             listed.push(format!(
-                "{{\"shard\": {}, \"side\": {}, \"peer\": {}, \"step\": {}, \"since\": {}, \"started\": {}, \"detail\": {}, \"state\": {}, \"mover\": {}}}",
+                "{{\"shard\": {}, \"side\": {}, \"peer\": {}, \"step\": {}, \"since\": {}, \"started\": {}, \"detail\": {}, \"state\": {}, \"mover\": {}, \"held_by\": [{}]}}",
                 m.shard,
                 json(m.side),
                 json_or_null(r.map(|r| r.peer.as_str())),
@@ -124,7 +134,8 @@ pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
                     (Some((pid, since)), _) => format!("{{\"pid\": {pid}, \"since\": {}}}", json(since)),
                     (None, Some(l)) => format!("{{\"server\": {}}}", json(l)),
                     (None, None) => "null".to_string(),
-                }
+                },
+                m.held_by.iter().map(|h| json(h)).collect::<Vec<_>>().join(", ")
             ));
         }
         servers.push(format!(
@@ -242,6 +253,7 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
     let mut state = std::collections::BTreeMap::new();
     let mut idle = std::collections::BTreeMap::new();
     let mut records = std::collections::BTreeMap::new();
+    let mut before_cutover = std::collections::BTreeMap::new();
     {
         for r in c.query(
             "SELECT m.shard_id, m.side, m.peer, m.step,
@@ -255,12 +267,16 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
                                               pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn)))
                      FROM pg_catalog.pg_replication_slots s
                      WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
-                       AND NOT pg_catalog.pg_is_in_recovery())
+                       AND NOT pg_catalog.pg_is_in_recovery()),
+                    m.schema_name::text
              FROM insta_id_admin.moves m",
             &[],
         )? {
             let (shard, side, peer, step, since, started, until, back): (i32, String, String, String, String, String, Option<String>, Option<String>) =
                 (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6), r.get(7));
+            if side == "leaving" && (step == "published" || step == "slot") {
+                before_cutover.insert(shard, r.get::<_, String>(8));
+            }
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
@@ -316,6 +332,19 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
             )?
             .map(|r| (r.get(0), r.get(1)));
         let idle = idle.get(&shard).copied().unwrap_or(idle_at(""));
+        // (Not a reason to fail the status: said in its place.)
+        let held_by = match before_cutover.get(&shard) {
+            Some(schema) => crate::pause::holders(
+                c,
+                schema,
+                &mover.iter().map(|(pid, _)| *pid).collect::<Vec<i32>>(),
+                Some(std::time::Duration::from_millis(
+                    crate::mover::DEFAULT_PAUSE_BUDGET_MS,
+                )),
+            )
+            .unwrap_or_else(|e| vec![format!("(not read: {e})")]),
+            None => Vec::new(),
+        };
         out.push(Move {
             shard,
             step,
@@ -323,6 +352,7 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
             recorded: records.get(&shard).cloned(),
             detail,
             mover,
+            held_by,
             idle,
         });
     }

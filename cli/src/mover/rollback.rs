@@ -6,58 +6,6 @@ use super::finish::drop_fence;
 use super::*;
 
 impl Mover<'_> {
-    /// The shard is the new server's and the old one keeps a copy (under
-    /// lock_finish's session): rolled back, released, or left as it is.
-    pub(super) fn kept_copy(&mut self, hold: Client, schema: &str) -> Result<()> {
-        let Some((_, until, expired)) = self.kept()? else {
-            return fail(format!("shard {} is on the new server, which records a copy kept on the old one, but the old server records none: compare them by hand", self.shard));
-        };
-        // A rollback interrupted before its cutover committed: the shard
-        // is still the new server's, its clients go on there.
-        let paused = self.arriving()?.is_some_and(|(_, paused)| paused);
-        if let (Some(b), true) = (&self.bouncer, paused) {
-            b.resume_if_paused()?;
-            println!(
-                "   PgBouncer's entry {} was left paused by an interrupted rollback: resumed",
-                b.entry
-            );
-            self.record_to(Arriving::Resumed, schema)?;
-        }
-        if self.a.rollback {
-            // A move that re-pointed a router leaves it pointing at the new
-            // server: a rollback that could not point it back would send
-            // every client to a dropped shard.
-            // ('paused' is PgBouncer's; 'map' alone, the PL/Proxy router's.)
-            let r = self
-                .to
-                .query_one(
-                    "SELECT coalesce(steps @> '[{\"step\": \"paused\"}]', false), coalesce(steps @> '[{\"step\": \"map\"}]', false)
-                     FROM (SELECT (SELECT steps FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving') AS steps) x",
-                    &[&self.shard],
-                )
-                .described()?;
-            let (bounced, mapped): (bool, bool) = (r.get(0), r.get(1));
-            if bounced && self.bouncer.is_none() {
-                return fail(format!("the move of shard {} re-pointed PgBouncer at the new server: roll it back with --pgbouncer, --pgbouncer-map and --pgbouncer-target (the old server's entry), which point it back", self.shard));
-            }
-            if mapped && !bounced {
-                return fail(format!("the move of shard {} re-pointed the PL/Proxy router, which --rollback does not: --release, then move the shard back with a move of its own (--router)", self.shard));
-            }
-            if expired {
-                return fail(format!("the rollback window of shard {}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)", self.shard));
-            }
-            return self.rollback(hold, schema);
-        }
-        if self.a.release || expired {
-            return self.release(hold, schema);
-        }
-        self.step(&format!(
-            "shard {} is on the new server; the old server keeps its copy for a rollback until {until}: nothing to do (--rollback returns the shard, --release drops the copy now)",
-            self.shard
-        ));
-        Ok(())
-    }
-
     /// Returns the shard to the old server, whose copy the subscription back
     /// kept up to date: the cutover the other way (the new server's locks,
     /// the copy caught up, sequences, mark and history carried back, the
@@ -278,6 +226,10 @@ impl Mover<'_> {
             "release: the old server's copy of shard {} (fenced since the cutover), and any replication back",
             self.shard
         ));
+        // (A finish interrupted in its cleanup leaves the forward
+        // replication: its subscription, slots and publication.)
+        let st = self.read_state()?;
+        self.drop_replication(&st, None)?;
         {
             let mut tx = self.from.transaction().described()?;
             Self::unsubscribe_back(&mut tx, &self.back)?;

@@ -348,6 +348,9 @@ like("$rc|$out",
 is($old->safe_psql('app', q{INSERT INTO insta11.users (name) VALUES ('after the try') RETURNING name}) . '|'
 	  . $new->safe_psql('app', q{SELECT step FROM insta_id_admin.moves WHERE shard_id = 11}),
 	'after the try|copied', 'the shard still takes writes on the old server, its copy kept on the new one');
+like((insta_id_tool('status', '--server', $from))[1],
+	qr/^  shard 11: leaving to [^\n]*step slot [^\n]*\n    holding the shard longer than the default budget \(a cutover waits for them\):\n      process $reader_pid \([^\n]*idle in transaction[^\n]*\): SELECT count\(\*\) FROM insta11\.users/m,
+	'insta-id status names the session a cutover of the shard would wait for');
 $reader->query_safe('COMMIT');
 $reader->quit;
 ($rc, $out) = move(11, $from, $to);

@@ -7,9 +7,10 @@
 #   target, --pgbouncer without its map;
 # - ten shards moved one after another, each while pgbench (-M simple, the
 #   protocol transaction pooling on 1.18 allows) runs 4 clients on its
-#   entry, and one client on a shard that does not move: 0 failed
-#   transactions, every committed row on the new server once, the entry
-#   pointed at it;
+#   entry, and one client on a shard that does not move, each move first
+#   interrupted by SIGINT or SIGTERM after one of its ten steps, then run
+#   again: 0 failed transactions, every committed row on the new server
+#   once, the entry pointed at it;
 # - a move killed in its cutover (the entry left paused, clients queued) and
 #   one killed after it committed, each with pgbench running and run again:
 #   the entry of another shard answers meanwhile, a re-run without
@@ -213,19 +214,45 @@ sub until_rows
 my $steady = bench_start(13, 1);    # a shard that stays where it is
 until_rows($old, 13, 0) or die 'pgbench on shard 13 wrote nothing';
 my @paused;
+# Each of the ten moves is first interrupted by SIGINT or SIGTERM after one
+# of its steps, as an operator would: the run ends (130, 143) with the entry
+# not paused, and the same command run again finishes the move.
+my @interrupted = qw(slot:INT copy:TERM verified:INT blocked:TERM sequences:INT
+  cutover:TERM adopted:INT map:TERM unsubscribed:INT released-old:TERM);
 for my $shard (1 .. 10)
 {
 	my $b = bench_start($shard, 4);
 	until_rows($old, $shard, 0) or die "pgbench on shard $shard wrote nothing";
+	my ($at, $sig) = split /:/, $interrupted[ $shard - 1 ];
+	my ($src, $sout);
+	{
+		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = "$at:$sig";
+		($src, $sout) = move($shard);
+	}
+	my $name = $sig eq 'INT' ? 'SIGINT' : 'SIGTERM';
+	my $expected = $sig eq 'INT' ? 130 : 143;
+	move_released($_, $shard) for $old, $new;
+	is("$src|" . (entry($shard)->{paused} // 'no entry') . '|'
+		  . ($sout =~ /^   \(signalled after step '\Q$at\E'[^\n]*\n(?:.*\n)*insta-id: $name: (?:stopped; run it again to go on|PgBouncer's entry shard$shard resumed; the shard is where it was: run the move again to go on)$/m ? 'said' : 'not said'),
+		"$expected|0|said", "shard $shard: $name after step '$at' ended the run, the entry not paused")
+	  or diag $sout;
 	($rc, $out) = move($shard);
 	# pgbench goes on through the entry, on the new server, then stops.
 	my $moved = rows_on($new, $shard);
 	until_rows($new, $shard, $moved);
 	my ($done, $failed, $brc, $bout) = bench_stop($b);
 	push @paused, $out =~ /shard$shard paused for ([0-9.]+) s/ ? $1 : 'none';
-	is("$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard),
-		"0|0|0|$done|-1", "shard $shard moved under pgbench through PgBouncer: 0 failed, its $done rows on the new server once")
-	  or diag "$out\n$bout";
+	my $left = join ' ', map {
+		$_->safe_psql('app', qq{SELECT coalesce(string_agg(x, ','), 'none') FROM (
+			SELECT 'publication ' || pubname FROM pg_publication WHERE pubname IN ('insta_move_$shard', 'insta_back_$shard')
+			UNION ALL SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name IN ('insta_move_$shard', 'insta_back_$shard')
+			UNION ALL SELECT 'subscription ' || subname FROM pg_subscription WHERE subname IN ('insta_move_$shard', 'insta_back_$shard')
+			UNION ALL SELECT 'record ' || side || ' ' || step FROM insta_id_admin.moves WHERE shard_id = $shard
+			UNION ALL SELECT 'fence ' || tgrelid::regclass FROM pg_trigger WHERE tgname = 'insta_id_move_fence') l(x)})
+	} $old, $new;
+	is("$rc|$brc|$failed|" . rows_on($new, $shard) . '|' . rows_on($old, $shard) . "|$left",
+		"0|0|0|$done|-1|none none", "shard $shard moved under pgbench through PgBouncer, its run interrupted first: 0 failed, its $done rows on the new server once, nothing of the move left")
+	  or diag "$sout\n$out\n$bout";
 }
 note 'pauses (s): ' . join(' ', @paused);
 is(join('|', @{ entry(7) }{qw(host port database paused)}), $new->host . '|' . $new->port . '|app|0',
