@@ -230,3 +230,53 @@ mod tests {
         assert_eq!(terminal("a\nb\u{1b}[2Jc\r"), "a\nb[2Jc");
     }
 }
+
+/// How far a logical slot's subscriber has come (slot_reached).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reached {
+    /// It confirmed the position: it applied and flushed all before it.
+    Yes,
+    /// Not before `until` said to stop.
+    No,
+    /// The slot is not streaming (its subscription stopped or gone).
+    Idle,
+}
+
+/// Whether the subscriber of the logical slot `slot` on `publisher` has
+/// confirmed `lsn`, polled every `every` until `stop` says to give up; with
+/// `idle_ends`, also once the slot is seen inactive (else that is waited
+/// out: an apply worker restarts after an ALTER SUBSCRIPTION).
+/// First a transaction is committed with synchronous_commit on: it flushes
+/// the WAL past `lsn` at once, so the walsender need not wait for the WAL
+/// writer. (Local: a synchronous standby need not confirm it, which could
+/// take any time.)
+pub fn slot_reached(
+    publisher: &mut Client,
+    slot: &str,
+    lsn: &str,
+    every: Duration,
+    idle_ends: bool,
+    mut stop: impl FnMut() -> bool,
+) -> Result<Reached, String> {
+    publisher
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_catalog.pg_current_xact_id(); COMMIT")
+        .described()?;
+    loop {
+        let r = publisher
+            .query_opt(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn, active
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $2::text",
+                &[&lsn, &slot],
+            )
+            .described()?;
+        match r.map(|r| (r.get::<_, Option<bool>>(0), r.get::<_, bool>(1))) {
+            Some((Some(true), _)) => return Ok(Reached::Yes),
+            Some((_, false)) | None if idle_ends => return Ok(Reached::Idle),
+            _ => {}
+        }
+        if stop() {
+            return Ok(Reached::No);
+        }
+        std::thread::sleep(every);
+    }
+}

@@ -44,7 +44,7 @@ mod cutover;
 mod finish;
 mod rerun;
 mod rollback;
-mod steps;
+pub(crate) mod steps;
 
 use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
@@ -353,7 +353,8 @@ fn poll(
 
 /// INSTA_ID_MOVE_STOP_AFTER=<step> kills the tool after that step (slot,
 /// copy, back, verified, blocked, sequences, cutover, adopted, map,
-/// unsubscribed, released-old; of a rollback back-blocked, rolled-back),
+/// unsubscribed, moved, released-old; of a rollback back-blocked,
+/// rolled-back),
 /// its sessions cut as a crash would: how the tests interrupt a move.
 /// <step>:INT or <step>:TERM sends the tool that signal instead, as an
 /// operator would, and goes on until the signal's handling ends the run.
@@ -714,7 +715,10 @@ impl<'a> Mover<'a> {
         };
         // The move's lock first: a mover still running elsewhere is never
         // undone, a finisher beside this one never raced.
-        let locus = Locus::of(self.read_state()?.on_from.is_some());
+        let locus = Locus::of(
+            self.read_state()?.on_from.is_some(),
+            self.arriving_step()?.map(|(step, _)| step),
+        );
         let hold = match locus {
             Locus::Old => {
                 let mut hold = hold_open(&self.from_s, &self.a.waits.lock_timeout)?;
@@ -758,10 +762,14 @@ impl<'a> Mover<'a> {
                 self.step(&what);
                 Ok(())
             }
-            Next::FinishRollback => {
-                let (_, schema) = self.arriving_step()?.expect("a rollback recorded");
-                self.finish_rollback(hold, &schema)
-            }
+            Next::FinishRollback => match self.arriving_step()? {
+                Some((_, schema)) => self.finish_rollback(hold, &schema),
+                // (Read under the lock: only a finisher could have ended it.)
+                None => fail(format!(
+                    "the rollback of shard {} was finished while this read it: run again to see",
+                    self.shard
+                )),
+            },
             Next::Check => {
                 if let Some(b) = &self.bouncer {
                     b.preflight()?;

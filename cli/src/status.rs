@@ -11,6 +11,7 @@
 
 use crate::conninfo::Settings;
 use crate::db::{connect, describe};
+use crate::mover::steps::{Arriving, Leaving, Step};
 use postgres::Client;
 use std::process::ExitCode;
 
@@ -45,12 +46,33 @@ struct Recorded {
     started: String,
 }
 
-/// A move with no mover, by its recorded step.
-fn idle_at(step: &str) -> (&'static str, &'static str) {
+/// A move with no mover, by its side's recorded step.
+fn idle_at(step: Option<Typed>, past: bool) -> (&'static str, &'static str) {
     match step {
-        "reserved" => ("finished, copy kept", "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)"),
-        "returning" | "returned" => ("rollback interrupted", "a rollback, interrupted: run the move with --rollback again to finish it"),
+        // Fenced at a cutover without a window (or its window over): the
+        // move drops it as it finishes; a run interrupted before left it.
+        Some(Typed::Leaving(Leaving::Reserved)) if past => ("cut over, copy to drop", "cut over: the old copy's window is over (none, or passed); run the move again to finish it and drop the copy (or --release)"),
+        Some(Typed::Leaving(Leaving::Reserved) | Typed::Arriving(Arriving::Reserved)) => ("finished, copy kept", "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)"),
+        Some(Typed::Leaving(Leaving::Returning | Leaving::Returned) | Typed::Arriving(Arriving::Returned)) => ("rollback interrupted", "a rollback, interrupted: run the move with --rollback again to finish it"),
         _ => ("interrupted", "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it"),
+    }
+}
+
+/// A step as its side's type (mover::steps), None for one this tool does
+/// not know (a newer tool's).
+#[derive(Clone, Copy)]
+enum Typed {
+    Leaving(Leaving),
+    Arriving(Arriving),
+}
+
+impl Typed {
+    fn parse(side: &str, step: &str) -> Option<Typed> {
+        if side == "leaving" {
+            Leaving::parse(step).map(Typed::Leaving)
+        } else {
+            Arriving::parse(step).map(Typed::Arriving)
+        }
     }
 }
 
@@ -77,7 +99,7 @@ pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
     let mut failed = Vec::new();
     let mut seen: Vec<(String, (String, String), Vec<Move>)> = Vec::new();
     for s in settings {
-        match connect(s).and_then(|mut c| moves(&mut c)) {
+        match connect(s).and_then(|mut c| moves(&mut c, true)) {
             Ok((head, moves)) => seen.push((s.label.clone(), head, moves)),
             Err(e) => {
                 if !as_json {
@@ -166,12 +188,12 @@ pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
 
 /// The shards a move is under way or interrupted for on this server.
 pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, String> {
-    Ok(moves(c)?.1.into_iter().map(|m| m.shard).collect())
+    Ok(moves(c, false)?.1.into_iter().map(|m| m.shard).collect())
 }
 
 /// What one server holds of moves, and its versions (PostgreSQL's and
 /// insta_id's); an error as the operator should read it.
-fn moves(c: &mut Client) -> Result<((String, String), Vec<Move>), String> {
+fn moves(c: &mut Client, with_holders: bool) -> Result<((String, String), Vec<Move>), String> {
     let described = |e: postgres::Error| describe(&e);
     let head = c
         .query_opt(
@@ -189,12 +211,16 @@ fn moves(c: &mut Client) -> Result<((String, String), Vec<Move>), String> {
             "insta_id {extversion} here: insta-id needs 0.9.0 or later (ALTER EXTENSION insta_id UPDATE)"
         ));
     }
-    moves_of(c, (version, extversion)).map_err(described)
+    moves_of(c, (version, extversion), with_holders).map_err(described)
 }
 
 type Head = (String, String);
 
-fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::Error> {
+fn moves_of(
+    c: &mut Client,
+    head: Head,
+    with_holders: bool,
+) -> Result<(Head, Vec<Move>), postgres::Error> {
     // shard -> (side, what the catalogs say of it)
     let mut found: std::collections::BTreeMap<i32, (&'static str, Option<String>)> =
         Default::default();
@@ -268,25 +294,27 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
                      FROM pg_catalog.pg_replication_slots s
                      WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
                        AND NOT pg_catalog.pg_is_in_recovery()),
-                    m.schema_name::text
+                    m.schema_name::text,
+                    coalesce(m.reserve_until < pg_catalog.clock_timestamp(), false)
              FROM insta_id_admin.moves m",
             &[],
         )? {
             let (shard, side, peer, step, since, started, until, back): (i32, String, String, String, String, String, Option<String>, Option<String>) =
                 (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6), r.get(7));
-            if side == "leaving" && (step == "published" || step == "slot") {
+            let typed = Typed::parse(&side, &step);
+            if matches!(typed, Some(Typed::Leaving(Leaving::Published | Leaving::Slot))) {
                 before_cutover.insert(shard, r.get::<_, String>(8));
             }
             let toward = if side == "leaving" { "to" } else { "from" };
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
             records.insert(shard, Recorded { peer: peer.clone(), step: step.clone(), since: since.clone(), started: started.clone() });
-            idle.insert(shard, idle_at(&step));
+            idle.insert(shard, idle_at(typed, r.get::<_, bool>(9)));
             // The old copy of a finished move, kept for its rollback, and
             // the new server's side of it: their replication is the way back.
             let kept = match (until, step.as_str()) {
                 (Some(u), _) => Some(format!("the old copy kept for a rollback until {u}, following the new server")),
-                (None, "reserved") => Some(format!(
+                (None, _) if matches!(typed, Some(Typed::Arriving(Arriving::Reserved))) => Some(format!(
                     "moved; the old server keeps a copy for a rollback{}",
                     back.map_or(String::new(), |b| format!(", {b}"))
                 )),
@@ -331,20 +359,33 @@ fn moves_of(c: &mut Client, head: Head) -> Result<(Head, Vec<Move>), postgres::E
                 &[&shard],
             )?
             .map(|r| (r.get(0), r.get(1)));
-        let idle = idle.get(&shard).copied().unwrap_or(idle_at(""));
-        // (Not a reason to fail the status: said in its place.)
-        let held_by = match before_cutover.get(&shard) {
-            Some(schema) => crate::pause::holders(
+        let idle = idle.get(&shard).copied().unwrap_or(idle_at(None, false));
+        // (Not a reason to fail the status: said in its place.) The move's
+        // own sessions are not what a cutover waits for: its mover, and the
+        // walsenders of its copy.
+        let mut held_by = Vec::new();
+        if let (true, Some(schema)) = (with_holders, before_cutover.get(&shard)) {
+            let mut ours: Vec<i32> = c
+                .query_one(
+                    "SELECT coalesce(pg_catalog.array_agg(pid), '{}') FROM pg_catalog.pg_stat_activity WHERE backend_type = 'walsender'",
+                    &[],
+                )?
+                .get(0);
+            ours.extend(mover.iter().map(|(pid, _)| *pid));
+            held_by = crate::pause::holders(
                 c,
                 schema,
-                &mover.iter().map(|(pid, _)| *pid).collect::<Vec<i32>>(),
+                &ours,
                 Some(std::time::Duration::from_millis(
                     crate::mover::DEFAULT_PAUSE_BUDGET_MS,
                 )),
             )
-            .unwrap_or_else(|e| vec![format!("(not read: {e})")]),
-            None => Vec::new(),
-        };
+            .unwrap_or_else(|e| {
+                vec![format!(
+                    "(the sessions holding the shard could not be read: {e})"
+                )]
+            });
+        }
         out.push(Move {
             shard,
             step,

@@ -576,25 +576,16 @@ fn caught_up(publisher: &mut Client, slot: Option<&str>) -> Result<(), String> {
         .query_one("SELECT pg_catalog.pg_current_wal_insert_lsn()::text", &[])
         .described()?
         .get(0);
-    publisher
-        .batch_execute("BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_catalog.pg_current_xact_id(); COMMIT")
-        .described()?;
     let until = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < until {
-        let done = publisher
-            .query_opt(
-                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn OR NOT active
-                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $2::text",
-                &[&lsn, &slot],
-            )
-            .described()?
-            .and_then(|r| r.get::<_, Option<bool>>(0));
-        if done != Some(false) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    match crate::db::slot_reached(publisher, slot, &lsn, Duration::from_millis(20), true, || {
+        Instant::now() > until
+    })? {
+        // (Not streaming: the copies are compared as they stand.)
+        crate::db::Reached::Yes | crate::db::Reached::Idle => Ok(()),
+        crate::db::Reached::No => Err(format!(
+            "the subscriber of {slot} did not apply what the old server had committed ({lsn}) within 30 s: it is behind (pg_stat_subscription there); compare again once it has caught up"
+        )),
     }
-    Ok(())
 }
 
 /// A bucket's line for the operator: its table, its first millisecond

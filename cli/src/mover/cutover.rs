@@ -387,6 +387,7 @@ impl Mover<'_> {
             .described()?
             .get(0);
         if self.keep.is_none() {
+            drop_sequences(hold, schema)?;
             // (move_reserve's shortest window is a second: this ends it.)
             hold.execute(
                 "UPDATE insta_id_admin.moves SET reserve_until = pg_catalog.clock_timestamp()
@@ -460,35 +461,16 @@ pub(super) fn lock_caught_up(
         }
         Err(e) => return fail(crate::db::describe(&e)),
     };
-    // Everything committed before the lock is before it. A transaction
-    // that commits with synchronous_commit on flushes the WAL past it at
-    // once, so the walsender need not wait for the WAL writer.
-    // (Local: a synchronous standby need not confirm it, which could take
-    // any time with clients held.)
-    publisher
-        .batch_execute("BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_catalog.pg_current_xact_id(); COMMIT")
-        .described()?;
-    // Polled every 5 ms: clients wait meanwhile.
-    loop {
-        let applied = publisher
-            .query_opt(
-                "SELECT confirmed_flush_lsn >= $1::text::pg_catalog.pg_lsn FROM pg_catalog.pg_replication_slots
-                 WHERE slot_name = $2::text",
-                &[&lsn, &slot],
-            )
-            .described()?
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            == Some(true);
-        if applied {
-            return Ok(lsn);
-        }
-        if budget.spent() {
-            return Err(Failure::GaveUp(format!(
-                "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
-                budget.total_ms()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    // Everything committed before the lock is before it; polled every 5 ms:
+    // clients wait meanwhile.
+    match crate::db::slot_reached(publisher, slot, &lsn, Duration::from_millis(5), false, || {
+        budget.spent()
+    })? {
+        crate::db::Reached::Yes => Ok(lsn),
+        _ => Err(Failure::GaveUp(format!(
+            "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
+            budget.total_ms()
+        ))),
     }
 }
 
@@ -564,6 +546,61 @@ pub(super) fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Res
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// In the cutover of a move without a window (`c`'s transaction, the
+/// shard's tables locked): the old copy's sequences dropped, so that a
+/// client connected to the old server itself mints no ID for the shard
+/// until the copy is dropped (the fence refuses writes, not nextval). Only
+/// those whose dependents are all column defaults of the schema's tables,
+/// the defaults dropped first, then each sequence RESTRICT: never another
+/// object. Any other is kept (an identity column's, one a view or function
+/// uses), and said.
+fn drop_sequences(c: &mut Client, schema: &str) -> Result<()> {
+    let r = c
+        .query_one(
+            "WITH seq AS (
+               SELECT s.oid, s.relname,
+                      NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                                  WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = s.oid
+                                    AND NOT (d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND d.deptype = 'n'
+                                             AND EXISTS (SELECT FROM pg_catalog.pg_attrdef a JOIN pg_catalog.pg_class t ON t.oid = a.adrelid
+                                                         WHERE a.oid = d.objid AND t.relnamespace = s.relnamespace)))
+                      AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                                      WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = s.oid AND d.deptype = 'i') AS alone
+               FROM pg_catalog.pg_class s JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+               WHERE n.nspname = $1::text AND s.relkind = 'S')
+             SELECT coalesce((SELECT pg_catalog.string_agg(pg_catalog.format('ALTER TABLE ONLY %I.%I ALTER COLUMN %I DROP DEFAULT;',
+                                                                              $1::text, t.relname, att.attname), ' ' ORDER BY t.relname, att.attnum)
+                              FROM pg_catalog.pg_depend d
+                              JOIN pg_catalog.pg_attrdef a ON d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND a.oid = d.objid
+                              JOIN pg_catalog.pg_class t ON t.oid = a.adrelid
+                              JOIN pg_catalog.pg_attribute att ON att.attrelid = a.adrelid AND att.attnum = a.adnum
+                              WHERE d.refobjid IN (SELECT oid FROM seq WHERE alone)
+                                AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass), ''),
+                    coalesce((SELECT 'DROP SEQUENCE ' || pg_catalog.string_agg(pg_catalog.format('%I.%I', $1::text, relname), ', ' ORDER BY relname) || ' RESTRICT'
+                              FROM seq WHERE alone), ''),
+                    coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_ident(relname), ', ' ORDER BY relname) FROM seq WHERE alone), ''),
+                    coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_ident(relname), ', ' ORDER BY relname) FROM seq WHERE NOT alone), '')",
+            &[&schema],
+        )
+        .described()?;
+    let (defaults, drop, dropped, kept): (String, String, String, String) =
+        (r.get(0), r.get(1), r.get(2), r.get(3));
+    if !drop.is_empty() {
+        c.batch_execute(&format!("{defaults} {drop}")).described()?;
+        println!(
+            "   sequences dropped on the old server: {}",
+            printable(&dropped)
+        );
+    }
+    if !kept.is_empty() {
+        println!(
+            "   sequences kept on the old server until its copy is dropped (an identity column's, or used by another object): {}",
+            printable(&kept)
+        );
     }
     Ok(())
 }

@@ -125,18 +125,22 @@ impl Mover<'_> {
             }
             tx.commit().described()?;
         }
-        // No copy kept (any more): the slot and publication back, if a
-        // window or an interrupted release left them, go with the record.
-        if !kept {
-            self.drop_back()?;
-        }
         self.step(&format!(
             "moved shard {} ({})",
             self.shard,
             printable(schema)
         ));
+        // The old copy, fenced, its window over: dropped, then the new
+        // server's record (release ends with drop_back), so that a run
+        // interrupted before the drop finds the move to finish.
         if fenced.is_some() && !kept {
+            stop_after("moved");
             return self.release(hold, schema);
+        }
+        // No copy kept (any more): the slot and publication back, if a
+        // window or an interrupted release left them, go with the record.
+        if !kept {
+            self.drop_back()?;
         }
         drop(hold);
         if let Some((_, until, _)) = self.kept()? {

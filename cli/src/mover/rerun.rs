@@ -61,8 +61,12 @@ pub enum Locus {
 }
 
 impl Locus {
-    pub fn of(on_from: bool) -> Locus {
-        if on_from {
+    /// The old server's while it registers the shard, unless a rollback's
+    /// cutover committed (the new server's row 'returned'): that one is
+    /// finished under the new server's lock, as its finisher holds it,
+    /// even once the old server registers the shard again.
+    pub fn of(on_from: bool, arriving: Option<Arriving>) -> Locus {
+        if on_from && arriving != Some(Arriving::Returned) {
             Locus::Old
         } else {
             Locus::New
@@ -110,12 +114,17 @@ pub fn decide(s: &Seen, w: Want, locus: Locus) -> Next {
         if let Some(m) = paused_without_bouncer(s, w) {
             return refuse(m);
         }
+        if locus != Locus::New {
+            return refuse(format!(
+                "a rollback of shard {n} committed while this waited: run again"
+            ));
+        }
         return Next::FinishRollback;
     }
     if s.on_from && s.on_to {
         return refuse(format!("shard {n} is registered on both servers: not a state a move leaves; compare them and drop one by hand"));
     }
-    if locus != Locus::of(s.on_from) {
+    if locus != Locus::of(s.on_from, s.arriving) {
         return refuse(if s.on_from {
             format!("shard {n} came back to the old server while this waited: run again")
         } else {
@@ -182,10 +191,6 @@ fn not_on_from(s: &Seen, w: Want) -> Next {
     if !s.on_to && !s.sub {
         return refuse(format!("shard {n} is not registered on the old server"));
     }
-    if s.on_to && s.arriving.is_none() && !s.sub {
-        // (A second run finishing the same move finds it finished.)
-        return Next::Nothing(format!("shard {n} is on the new server, and no move of it is recorded there: nothing to do (a move that finished; or, if it is to leave that server, --from and --to are swapped)"));
-    }
     // A label names a route (a socket, an address), which a re-run may
     // take otherwise: the old server's own record decides.
     if let Some((peer, ours)) = &s.arriving_from_elsewhere {
@@ -198,20 +203,28 @@ fn not_on_from(s: &Seen, w: Want) -> Next {
     }
     // A finished move whose old copy is kept: the forward subscription
     // gone, the one back made (a rollback given up since may have left the
-    // new server's row at 'paused' or 'resumed').
+    // new server's row at 'paused' or 'resumed'). Or fenced at the cutover
+    // of a move without a window, to be dropped: its window is over.
     if let (true, false, Some((until, expired))) = (s.on_to, s.sub, &s.kept) {
         if s.subscribed_back {
             return kept_copy(s, w, until, *expired);
         }
         // Its subscription back gone (a run killed before making it, or
-        // dropped by hand): a release needs none; a plain run within the
-        // window makes it again (Finish).
+        // dropped by hand): never a rollback; a release needs none; a
+        // plain run within the window makes it again (Finish).
+        if w.rollback {
+            if *expired {
+                return refuse(format!("the rollback window of shard {n}'s move closed at {until}: the shard stays on the new server (--release drops the old copy)"));
+            }
+            return refuse(format!("the old server's copy of shard {n} does not follow the new server (no subscription insta_back_{n} there): run the move once without --rollback, which subscribes it again, then roll back"));
+        }
         if w.release || *expired {
             return Next::Release;
         }
-        if w.rollback {
-            return refuse(format!("the old server's copy of shard {n} does not follow the new server (no subscription insta_back_{n} there): run the move once without --rollback, which subscribes it again, then roll back"));
-        }
+    }
+    if s.on_to && s.arriving.is_none() && !s.sub {
+        // (A second run finishing the same move finds it finished.)
+        return Next::Nothing(format!("shard {n} is on the new server, and no move of it is recorded there: nothing to do (a move that finished; or, if it is to leave that server, --from and --to are swapped)"));
     }
     // (--release goes on: a release interrupted after the old server's
     // part is finished by Finish's cleanup.)
@@ -500,6 +513,17 @@ mod tests {
             &decide(&kept(false, false), rollback, Locus::New),
             "does not follow"
         ));
+        assert!(is_refused(
+            &decide(&kept(true, false), rollback, Locus::New),
+            "closed"
+        ));
+        // Fenced at a cutover without a window, the new server's record
+        // gone (a release killed before it dropped the copy): released.
+        let fenced = Seen {
+            arriving: None,
+            ..kept(true, false)
+        };
+        assert_eq!(decide(&fenced, Want::default(), Locus::New), Next::Release);
         // A router re-pointed: PgBouncer's needs --pgbouncer to go back;
         // PL/Proxy's is not rolled back at all.
         let bounced = Seen {

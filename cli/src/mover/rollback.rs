@@ -255,8 +255,26 @@ impl Mover<'_> {
                 printable(schema),
                 printable(&dropped)
             );
-            tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard])
-                .described()?;
+            // Bounded: a session on the old copy (a reader, a backup) holds
+            // the drop up, named; a re-run (or --release) drops it later.
+            tx.execute(
+                "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+                &[&self.a.waits.lock_timeout],
+            )
+            .described()?;
+            if let Err(e) = tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard]) {
+                if e.code() != Some(&SqlState::LOCK_NOT_AVAILABLE) {
+                    return fail(crate::db::describe(&e));
+                }
+                drop(tx);
+                let who = pause::holders(&mut self.from, schema, &[], None)?;
+                return fail(format!(
+                    "the old server's copy of shard {} was not dropped within --lock-timeout ({}), held by:{}\nThe shard is the new server's; run the move again (or --release) to drop the copy",
+                    self.shard,
+                    self.a.waits.lock_timeout,
+                    if who.is_empty() { "\n  (no one any more)".to_string() } else { pause::listed(&who) }
+                ));
+            }
             tx.commit().described()?;
         }
         stop_after("released-old");

@@ -292,8 +292,8 @@ my ($ok, $wfailed) = split ' ', $writer->{out};
 note "writer: $ok rows committed, $wfailed attempts failed on both servers";
 is($rc, 0, 'the move succeeded');
 like($out,
-	qr/^   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, sequence likes_id_seq, table photos, sequence photos_id_seq, table users, sequence users_id_seq, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
-	'the cutover fenced the old copy; the move dropped it once it had finished, saying what it dropped');
+	qr/^   sequences dropped on the old server: likes_id_seq, photos_id_seq, users_id_seq\n   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, table photos, table users, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
+	'the cutover dropped the old copy\'s sequences and fenced it; the move dropped it once it had finished, saying what it dropped');
 is($new->safe_psql('app', q{SELECT count(*) FILTER (WHERE name LIKE 'w%') || '|' || count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users}),
 	"$ok|20000", 'every committed row is on the new server, the 20,000 copied ones too');
 my @written = map { [ split /\|/ ] } grep { /\S/ } split /\n/, slurp_file("$work/ids7");
@@ -641,8 +641,11 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 	}
 	if ($at eq 'cutover')    # the old copy fenced, not dropped: a client's write refused there
 	{
-		like(error_of($old, 'app', "INSERT INTO insta$n.users (name) VALUES ('fenced')"), qr/^ERROR:  55006: /m,
-			"killed after the cutover: the old server's copy is fenced, a write refused (55006); the re-run drops it");
+		is(join(' ', map { error_of($old, 'app', $_) =~ /^ERROR:  (\w{5}): /m ? $1 : 'accepted' }
+			  "INSERT INTO insta$n.users (name) VALUES ('fenced')", "SELECT nextval('insta$n.users_id_seq')",
+			  "SELECT insta_id.next_id($n, 'insta$n.users_id_seq')"),
+			'55006 42P01 42P01',
+			"killed after the cutover: the old server's copy is fenced, a write refused (55006), its sequences gone (no ID minted there); the re-run drops it");
 	}
 	if ($at eq 'adopted')    # adopted, the cleanup not run: the fence is there, open
 	{
@@ -681,6 +684,31 @@ is("$done[0][0]$done[1][0]|" . rows_of($new, 14) . '|' . $old->safe_psql('app', 
 	  . '|' . nothing_left(),
 	"00|$rows|0|0|0", 'killed after the cutover, two re-runs at once both finish, every row there, nothing left')
   or diag "$done[0][1]\n$done[1][1]";
+
+# Killed between the cutover and the drop of the old copy (without a
+# window, the move's last step): the old copy fenced, its sequences gone. A
+# session reading it holds the drop up past --lock-timeout: the run says
+# who, the shard the new server's; once it has gone, a re-run drops it.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(24, 24, 'template');
+	INSERT INTO insta24.users (name) VALUES ('u1'), ('u2')});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'moved';
+	($rc, $out) = move(24, $from, $to);
+}
+move_released($_, 24) for $old, $new;
+my $stale = $old->background_psql('app');
+my $stale_pid = $stale->query_safe('SELECT pg_backend_pid()');
+$stale->query_safe('BEGIN; SELECT count(*) FROM insta24.users');
+my ($held_rc, $held_out) = move(24, $from, $to, '--lock-timeout', '1s');
+my $kept = $old->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta24'});
+$stale->query_safe('COMMIT');
+$stale->quit;
+my ($last_rc, $last_out) = move(24, $from, $to);
+like("$rc|$held_rc|$kept|$last_rc|" . $old->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta24'}) . '|' . nothing_left()
+	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta24.users') . "\n$held_out",
+	qr/^137\|1\|1\|0\|0\|0\|0\|2\n.*^insta-id: the old server's copy of shard 24 was not dropped within --lock-timeout \(1s\), held by:\n\s+process $stale_pid \([^\n]*holds AccessShareLock on users\): [^\n]*\nThe shard is the new server's; run the move again \(or --release\) to drop the copy$/ms,
+	'killed before the old copy was dropped: a reader of it holds the drop up, named (exit 1); once gone, a re-run drops it')
+  or diag "$out\n$held_out\n$last_out";
 
 # The rollback and the release over the evaluation sites (issue 40): shard
 # 16, app_owner's with its sites and decoys, goes on from the new server to

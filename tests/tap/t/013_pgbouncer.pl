@@ -24,6 +24,9 @@
 #   --release; refusals (the window's range, a table the replication back
 #   does not carry). On 18 and on 15 (make test-move): with 15 the copy
 #   follows through the slot's advance, from 16 through origin = none;
+# - the cutover's budget: a transaction open through the entry, and a
+#   pg_dump of the old server, holding the shard longer than the budget:
+#   named, nothing paused (exit 75); SIGTERM during a PAUSE;
 # - insta-id rebalance through PgBouncer, killed in its first move and run
 #   again: it finishes that move, plans again and goes on;
 # - PgBouncer's delay after a failed login (what a PAUSE that cuts a login
@@ -218,7 +221,7 @@ my @paused;
 # of its steps, as an operator would: the run ends (130, 143) with the entry
 # not paused, and the same command run again finishes the move.
 my @interrupted = qw(slot:INT copy:TERM verified:INT blocked:TERM sequences:INT
-  cutover:TERM adopted:INT map:TERM unsubscribed:INT released-old:TERM);
+  cutover:TERM adopted:INT map:TERM unsubscribed:INT moved:TERM);
 for my $shard (1 .. 10)
 {
 	my $b = bench_start($shard, 4);
@@ -231,9 +234,14 @@ for my $shard (1 .. 10)
 	}
 	my $name = $sig eq 'INT' ? 'SIGINT' : 'SIGTERM';
 	my $expected = $sig eq 'INT' ? 130 : 143;
+	# In a try (the entry paused): resumed before the exit. Past the
+	# cutover's commit: once the entry is pointed and resumed.
+	my $said = $at =~ /^(blocked|sequences)$/
+	  ? "PgBouncer's entry shard$shard resumed; the shard is where it was: run the move again to go on"
+	  : 'stopped; run it again to go on';
 	move_released($_, $shard) for $old, $new;
 	is("$src|" . (entry($shard)->{paused} // 'no entry') . '|'
-		  . ($sout =~ /^   \(signalled after step '\Q$at\E'[^\n]*\n(?:.*\n)*insta-id: $name: (?:stopped; run it again to go on|PgBouncer's entry shard$shard resumed; the shard is where it was: run the move again to go on)$/m ? 'said' : 'not said'),
+		  . ($sout =~ /^   \(signalled after step '\Q$at\E'[^\n]*\n(?:.*\n)*insta-id: $name: \Q$said\E$/m ? 'said' : 'not said'),
 		"$expected|0|said", "shard $shard: $name after step '$at' ended the run, the entry not paused")
 	  or diag $sout;
 	($rc, $out) = move($shard);
@@ -332,6 +340,43 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 		'a transaction open through the entry longer than the budget: named, nothing paused');
 	is("$grc|$paused|$rc|" . ($out =~ /^== the copy of shard 16 by an interrupted move is complete and streaming/m ? 'taken up' : 'made again') . "|$brc|$failed|" . rows_on($new, 16) . '|' . rows_on($old, 16),
 		"75|0|0|taken up|0|0|$done|-1", "given up (exit 75), the entry never paused; pgbench went on; the re-run took the copy up: 0 failed, $done rows on the new server")
+	  or diag "$gout\n$out\n$bout";
+}
+# A pg_dump backup of the old server holds every table it dumps for the
+# whole dump (ACCESS SHARE, from its start): its output read slowly here, it
+# holds shard 19 for as long as the test says. The cutover pauses nothing
+# behind it and names it; the backup completes; the re-run moves the shard.
+{
+	$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(19, 19, 'template');
+		INSERT INTO insta19.users (name) SELECT repeat('x', 200) FROM generate_series(1, 5000)});
+	append_to_file($map, 'shard19 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
+	via($admin, 'RELOAD');
+	my $b = bench_start(19, 4);
+	until_rows($old, 19, 0) or die 'pgbench on shard 19 wrote nothing';
+	my $go = "$dir/dump19.go";
+	# (As a backup names itself: the TAP framework's PGAPPNAME would.)
+	my $dump = IPC::Run::start([ 'bash', '-c',
+		'PGAPPNAME=pg_dump pg_dump -d "$1" -n insta19 | { until [ -e "$2" ]; do sleep 0.1; done; wc -c; }', 'dump', $from, $go ],
+		'>', \my $dumped, '2>', \my $dump_err, IPC::Run::timeout(180));
+	$old->poll_query_until('app', q{SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE a.application_name = 'pg_dump' AND l.relation = 'insta19.users'::regclass AND l.granted
+		  AND a.xact_start < clock_timestamp() - interval '1 s'})
+	  or die 'pg_dump did not hold shard 19';
+	my ($grc, $gout) = move(19, undef, '--rollback-window', 0, '--cutover-attempts', 1);
+	my $paused = entry(19)->{paused};
+	append_to_file($go, '');
+	$dump->finish;
+	move_released($_, 19) for $old, $new;
+	($rc, $out) = move(19);
+	my $moved = rows_on($new, 19);
+	until_rows($new, 19, $moved);
+	my ($done, $failed, $brc, $bout) = bench_stop($b);
+	like($gout, qr/^insta-id: the cutover of shard 19 was given up at each of its 1 tries, each within its budget of 500 ms \(--pause-budget, --cutover-attempts\); the last: sessions have held the shard longer than the budget \(500 ms\), so nothing was paused:\n\s+process \d+ \([^\n]*application 'pg_dump'[^\n]*holds AccessShareLock on [^\n]*users[^\n]*\): /m,
+		'a pg_dump of the old server holding the shard: named, nothing paused');
+	is("$grc|$paused|" . ($dump->result(0) == 0 && $dumped =~ /^\s*(\d+)/ && $1 > 100_000 ? 'the dump completed' : "the dump failed: $dump_err")
+		  . "|$rc|$brc|$failed|" . rows_on($new, 19) . '|' . rows_on($old, 19),
+		"75|0|the dump completed|0|0|0|$done|-1",
+		"given up (exit 75), the entry never paused, the backup completed; pgbench went on; the re-run moved the shard: 0 failed, $done rows on the new server")
 	  or diag "$gout\n$out\n$bout";
 }
 # SIGTERM while the cutover's PAUSE waits for a transaction through the
@@ -576,9 +621,9 @@ for my $n ($old, $new)
 {
 	$holder{$_} = $n for split /\n/, $n->safe_psql('app', 'SELECT shard_id FROM insta_id.shards() ORDER BY 1');
 }
-my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14, 16 .. 18;
+my @misrouted = grep { my $e = entry($_); !$holder{$_} || ($e->{host} // '') ne $holder{$_}->host || ($e->{port} // '') ne $holder{$_}->port } 1 .. 14, 16 .. 19;
 is(join('|', $krc, $out =~ /^== rebalance: the interrupted move of shard (\d+) \(/m ? $1 : 'none', $rc, scalar(keys %holder), "@misrouted"),
-	join('|', 137, $first // 'a first move', 0, 17, ''),
+	join('|', 137, $first // 'a first move', 0, 18, ''),
 	'insta-id rebalance, killed in its first move and run again: that move finished first, every shard on one server, its PgBouncer entry pointing there');
 like($out, qr/^== rebalanced: \d+ moves, /m, 'and it said it was done');
 is("$release_finished|" . left_of($old) . '|' . left_of($new), 'finished first|0|0',
