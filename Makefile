@@ -16,7 +16,8 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
-        test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck
+        test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
+        bench-moves
 
 ## help: this list
 help:
@@ -109,6 +110,14 @@ bench:
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
+
+## bench-moves: only the moves under pgbench through PgBouncer (the newest
+##        version, or PG=NN), and their section of BENCHMARKS.md
+bench-moves:
+	@scripts/dev/setup.sh $(lastword $(BENCH_VERSIONS)) bench pgbouncer
+	@PG=$(lastword $(BENCH_VERSIONS)) scripts/dev/build.sh install
+	@PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
+	@bench/report.sh --moves
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads),
 ##        the tool's connection settings

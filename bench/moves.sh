@@ -5,7 +5,7 @@
 # one entry per logical shard in a file pgbouncer.ini includes), and
 # MOVES shards of 20,000 users each moved from the first server to the
 # second, one after another, with `insta-id move --pgbouncer` (no rollback
-# window: the old copies dropped at the cutover, as 0.9.0 did first), while
+# window: the old copies fenced at the cutover, dropped after it), while
 # pgbench (-M simple) inserts through the moving shard's entry with 4
 # clients at RATE transactions a second, and 1 client through a shard that
 # stays. Per move: the pause the tool held (it prints it), pgbench's failed

@@ -77,7 +77,7 @@ class Run:
         return self.med[name] / self.calls(name) * 1e9
 
 
-runs = [Run(o) for o in outs]
+runs = [Run(o) for o in outs if o.name != "--moves"]
 
 
 def shards_section():
@@ -163,7 +163,9 @@ def moves_section():
 second, one INSERT each) writes through the moving shard's entry, from 1 s
 before the move to 1 s after. The pause is how long the entry was paused
 (its clients queue in PgBouncer); the cutover is the step's time on the
-old server (locks, catching up, carrying sequences and the mark, the drop);
+old server (locks, catching up, comparing the rows made since the last
+comparison, carrying sequences and the mark, the fence; the old copy is
+dropped after the RESUME);
 latencies are every transaction's, from pgbench's per-transaction log,
 measured from its scheduled start (`-R`):
 
@@ -179,6 +181,20 @@ A client on a shard that stays, through every move: {st["transactions"]:.0f} tra
 p50 {st["p50_ms"]:.1f} ms, p99 {st["p99_ms"]:.1f} ms, max {st["max_ms"]:.0f} ms.
 """
 
+
+# report.py REPO --moves: only the moves section of BENCHMARKS.md, from
+# bench/moves.sh's last run (the rest as the last full run left it).
+if [o.name for o in outs] == ["--moves"]:
+    bench_md = repo / "BENCHMARKS.md"
+    text, section = bench_md.read_text(), moves_section()
+    head = "\n## Moving shards under load"
+    if not section or head not in text:
+        sys.exit("report.py --moves: no run of bench/moves.sh (target/bench/moves-pgNN), or no such section")
+    start = text.index(head)
+    end = text.index("\n## ", start + len(head))
+    bench_md.write_text(text[:start] + section.rstrip("\n") + "\n" + text[end:])
+    print(section)
+    sys.exit(0)
 
 # (label, numerator, denominator, limit, lower is better): medians of the
 # pairs' ratios.

@@ -231,7 +231,9 @@ impl Bouncer {
     /// that two moves never take each other's 0 for the value to set back.
     /// Once the RESUME is sent, nothing here fails the move: what went
     /// wrong after it is printed.
-    fn resume(&self, c: &mut Client) -> Result<(), String> {
+    /// Returns when PgBouncer acknowledged the RESUME: the end of the
+    /// clients' wait (what follows is the watch of the pools).
+    fn resume(&self, c: &mut Client) -> Result<Instant, String> {
         // A PgBouncer that does not let the delay be read or changed is
         // resumed all the same, as before.
         let lifted = login_retry(c).ok().and_then(|retry| {
@@ -240,8 +242,9 @@ impl Bouncer {
             Some((retry, before))
         });
         let resumed = command(c, &format!("RESUME {}", self.entry));
+        let at = Instant::now();
         let Some((retry, before)) = lifted else {
-            return resumed.map(drop);
+            return resumed.map(|_| at);
         };
         let served = match &resumed {
             Ok(_) => self.until_served(c, &before),
@@ -270,7 +273,7 @@ impl Bouncer {
             ),
             (Ok(true), Ok(_)) => {}
         }
-        Ok(())
+        Ok(at)
     }
 
     /// The entry's server connections that are logged in: in SHOW
@@ -479,8 +482,8 @@ impl Bouncer {
 
     /// Points the entry at the new server (the map file replaced
     /// atomically), reloads PgBouncer, checks that it took the new target,
-    /// and resumes the entry if it is paused.
-    pub fn point_and_resume(&self) -> Result<(), String> {
+    /// and resumes the entry if it is paused: when it was resumed.
+    pub fn point_and_resume(&self) -> Result<Option<Instant>, String> {
         let said = |e| self.map_error(e);
         // Moves of other shards rewrite the same file: one at a time, from
         // reading it to the RESUME.
@@ -509,9 +512,9 @@ impl Bouncer {
             ));
         }
         if paused {
-            self.resume(&mut c)?;
+            return self.resume(&mut c).map(Some);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Replaces the map file with `text`: a new file of its own, with the
@@ -643,19 +646,19 @@ impl Bouncers {
     /// Points the entry at its new target on every PgBouncer and resumes
     /// it, one after another (several may share one map file: the second
     /// finds it rewritten). Each is tried; what failed is said for each,
-    /// and that entry stays paused for a re-run.
-    pub fn point_and_resume(&self) -> Result<(), String> {
-        let failed: Vec<String> = self
-            .all
-            .iter()
-            .filter_map(|b| {
-                b.point_and_resume()
-                    .err()
-                    .map(|e| format!("{}: {e}", b.admin.label))
-            })
-            .collect();
+    /// and that entry stays paused for a re-run. Returns when the last
+    /// was resumed.
+    pub fn point_and_resume(&self) -> Result<Option<Instant>, String> {
+        let mut failed = Vec::new();
+        let mut last = None;
+        for b in &self.all {
+            match b.point_and_resume() {
+                Ok(at) => last = last.max(at),
+                Err(e) => failed.push(format!("{}: {e}", b.admin.label)),
+            }
+        }
         if failed.is_empty() {
-            Ok(())
+            Ok(last)
         } else {
             Err(failed.join("\n"))
         }

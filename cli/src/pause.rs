@@ -46,6 +46,11 @@ impl Budget {
         self.left().is_zero()
     }
 
+    /// How much of it the try has taken so far.
+    pub fn used_ms(&self) -> u128 {
+        self.started.elapsed().as_millis()
+    }
+
     /// The budget as the operator gave it, for messages.
     pub fn total_ms(&self) -> u128 {
         self.total.as_millis()

@@ -299,6 +299,7 @@ impl Mover<'_> {
         budget: &Budget,
         dog: &Watchdog,
     ) -> Result<()> {
+        let locked = Instant::now();
         lock_caught_up(
             hold,
             hold_pid,
@@ -307,6 +308,10 @@ impl Mover<'_> {
             (self.shard, schema),
             budget,
         )?;
+        println!(
+            "   the shard's tables locked and the new server caught up: {} ms",
+            locked.elapsed().as_millis()
+        );
         stop_after("blocked");
         // The rows made since the last comparison, now that neither side
         // changes.
@@ -397,6 +402,11 @@ impl Mover<'_> {
             .described()?;
         }
         commit_within(hold, budget, dog)?;
+        println!(
+            "   committed: the try took {} ms of its budget ({} ms)",
+            budget.used_ms(),
+            budget.total_ms()
+        );
         if self.keep.is_some() {
             println!(
                 "   schema {} stays on the old server, fenced, for a rollback until {until}",

@@ -69,9 +69,14 @@ impl Mover<'_> {
             // (Resumed, or not to be resumed by a signal: its target may be
             // the old one.)
             pause::released();
-            pointed.map_err(|e| format!("{e}\nThe shard is the new server's; its entry may still be paused: fix this and run the move again"))?;
-            if let Some(t) = self.paused_at {
-                println!("   {entry} paused for {:.3} s", t.elapsed().as_secs_f64());
+            let resumed = pointed.map_err(|e| format!("{e}\nThe shard is the new server's; its entry may still be paused: fix this and run the move again"))?;
+            // From the PAUSE to PgBouncer's answer to the RESUME: how long
+            // its clients waited.
+            if let (Some(t), Some(r)) = (self.paused_at, resumed) {
+                println!(
+                    "   {entry} paused for {:.3} s",
+                    r.duration_since(t).as_secs_f64()
+                );
             }
         }
         // (Without PgBouncer too: a signal from here on exits at once.)
