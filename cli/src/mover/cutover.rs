@@ -299,7 +299,6 @@ impl Mover<'_> {
         budget: &Budget,
         dog: &Watchdog,
     ) -> Result<()> {
-        let locked = Instant::now();
         lock_caught_up(
             hold,
             hold_pid,
@@ -308,10 +307,6 @@ impl Mover<'_> {
             (self.shard, schema),
             budget,
         )?;
-        println!(
-            "   the shard's tables locked and the new server caught up: {} ms",
-            locked.elapsed().as_millis()
-        );
         stop_after("blocked");
         // The rows made since the last comparison, now that neither side
         // changes.
@@ -447,6 +442,7 @@ pub(super) fn lock_caught_up(
         &[&budget.left_setting()],
     )
     .described()?;
+    let started = Instant::now();
     let lsn: String = match hold.query_one("SELECT insta_id.move_lock($1::int, 1)::text", &[&shard])
     {
         Ok(r) => r.get(0),
@@ -471,12 +467,20 @@ pub(super) fn lock_caught_up(
         }
         Err(e) => return fail(crate::db::describe(&e)),
     };
+    let locked = started.elapsed();
     // Everything committed before the lock is before it; polled every 5 ms:
     // clients wait meanwhile.
     match crate::db::slot_reached(publisher, slot, &lsn, Duration::from_millis(5), false, || {
         budget.spent()
     })? {
-        crate::db::Reached::Yes => Ok(lsn),
+        crate::db::Reached::Yes => {
+            println!(
+                "   the shard's tables locked in {} ms; the new server caught up in {} ms",
+                locked.as_millis(),
+                (started.elapsed() - locked).as_millis()
+            );
+            Ok(lsn)
+        }
         _ => Err(Failure::GaveUp(format!(
             "the subscription of {slot} had not applied what was committed before the lock ({lsn}) within the budget ({} ms): it is behind (pg_stat_subscription on the subscriber)",
             budget.total_ms()
