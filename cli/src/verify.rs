@@ -100,8 +100,15 @@ impl Span {
         if let Some(lo) = self.lo {
             c.push(format!("{} >= {lo}", ident(key)));
         }
-        if let Some(hi) = self.hi {
-            c.push(format!("{} < {hi}", ident(key)));
+        match self.hi {
+            Some(hi) => c.push(format!("{} < {hi}", ident(key))),
+            // Open above: bounded all the same, by the largest bigint. A
+            // copy just made has no statistics, and the planner's guess for
+            // `id >= lo` alone is a third of the table (a scan of all of it:
+            // 0.3 s for 546 MB at the cutover in bench/moves.sh); for a
+            // range it is 0.5%, which goes through the key's index.
+            None if self.lo.is_some() => c.push(format!("{} <= {}", ident(key), i64::MAX)),
+            None => {}
         }
         if c.is_empty() {
             "true".to_string()
@@ -868,6 +875,24 @@ mod tests {
             }
             .condition("I\"d"),
             r#""I""d" >= -3 AND "I""d" < 9"#
+        );
+        // Open above: a range all the same (the planner's guess for one
+        // without statistics goes through the index).
+        assert_eq!(
+            Span {
+                lo: Some(5),
+                hi: None
+            }
+            .condition("id"),
+            r#""id" >= 5 AND "id" <= 9223372036854775807"#
+        );
+        assert_eq!(
+            Span {
+                lo: None,
+                hi: Some(5)
+            }
+            .condition("id"),
+            r#""id" < 5"#
         );
     }
 }
