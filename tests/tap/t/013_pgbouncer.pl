@@ -354,9 +354,10 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	my $b = bench_start(19, 4);
 	until_rows($old, 19, 0) or die 'pgbench on shard 19 wrote nothing';
 	my $go = "$dir/dump19.go";
-	# (As a backup names itself: the TAP framework's PGAPPNAME would.)
+	# (As a backup names itself: the TAP framework's PGAPPNAME would. The
+	# slow reader gives up after 180 s, should the test die first.)
 	my $dump = IPC::Run::start([ 'bash', '-c',
-		'PGAPPNAME=pg_dump pg_dump -d "$1" -n insta19 | { until [ -e "$2" ]; do sleep 0.1; done; wc -c; }', 'dump', $from, $go ],
+		'PGAPPNAME=pg_dump pg_dump -d "$1" -n insta19 | { for i in $(seq 1800); do [ -e "$2" ] && break; sleep 0.1; done; wc -c; }', 'dump', $from, $go ],
 		'>', \my $dumped, '2>', \my $dump_err, IPC::Run::timeout(180));
 	$old->poll_query_until('app', q{SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 		WHERE a.application_name = 'pg_dump' AND l.relation = 'insta19.users'::regclass AND l.granted
