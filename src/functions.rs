@@ -100,6 +100,72 @@ fn check_is_sequence(relid: pg_sys::Oid) {
             "insta_id.next_id takes the sequence of the table, for example 'myschema.mytable_id_seq'::regclass.",
         );
     }
+    if has_fence_shape(relid) {
+        check_fence(relid);
+    }
+}
+
+/// A row of pg_sequence (catalog/pg_sequence.h, the same in 15 to 18),
+/// which pgrx does not bind.
+#[repr(C)]
+struct PgSequenceRow {
+    seqrelid: pg_sys::Oid,
+    seqtypid: pg_sys::Oid,
+    seqstart: i64,
+    seqincrement: i64,
+    seqmax: i64,
+    seqmin: i64,
+    seqcache: i64,
+    seqcycle: bool,
+}
+
+/// Whether the sequence has the shape a move's fence gives it (two values,
+/// NO CYCLE: `_fence_sequences`, src/sql/moves.sql), which next_id must
+/// not mint from; the fence's record decides (`check_fence`).
+fn has_fence_shape(relid: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache lookup by OID, released before returning; the
+    // tuple of pg_sequence is a FormData_pg_sequence.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::SEQRELID as _,
+            Datum::from(relid),
+        );
+        if tuple.is_null() {
+            return false;
+        }
+        let form = pg_sys::heap_tuple_get_struct::<PgSequenceRow>(tuple);
+        let row = &*form;
+        debug_assert_eq!(row.seqrelid, relid);
+        let shape = !row.seqcycle && row.seqmax.wrapping_sub(row.seqmin) == 1;
+        pg_sys::ReleaseSysCache(tuple);
+        shape
+    }
+}
+
+/// Raises 55006, naming the server holding the shard, when the sequence is
+/// fenced: insta_id._check_sequence_fence, a SECURITY DEFINER function
+/// called through fmgr (no EXECUTE check: whoever may call next_id may be
+/// told why it refuses). Before the extension's SQL is updated to 0.10.0
+/// there is no such function and no fence.
+#[cold]
+fn check_fence(relid: pg_sys::Oid) {
+    // SAFETY: a qualified name as a list of palloc'd String nodes; the
+    // lookup returns InvalidOid when there is no such function; the call
+    // raises or returns a boolean.
+    unsafe {
+        let mut name = std::ptr::null_mut();
+        for part in [c"insta_id", c"_check_sequence_fence"] {
+            name = pg_sys::lappend(
+                name,
+                pg_sys::makeString(pg_sys::pstrdup(part.as_ptr())).cast(),
+            );
+        }
+        let arg_types = [pg_sys::OIDOID];
+        let fn_oid = pg_sys::LookupFuncName(name, 1, arg_types.as_ptr(), true);
+        if fn_oid != pg_sys::InvalidOid {
+            pg_sys::OidFunctionCall1Coll(fn_oid, pg_sys::InvalidOid, Datum::from(relid));
+        }
+    }
 }
 
 fn relation_name(relid: pg_sys::Oid) -> String {
@@ -696,27 +762,53 @@ pub unsafe extern "C-unwind" fn insta_id_high_water_mark(fcinfo: FunctionCallInf
 }
 
 v1!(pg_finfo_insta_id_raise_high_water_mark);
-/// `insta_id.raise_high_water_mark(at timestamptz) RETURNS timestamptz`: no
-/// ID of this server is made in a millisecond up to `at` from now on (a shard
-/// moved in from a server whose clock is ahead). Returns the mark on disk.
+/// `insta_id.raise_high_water_mark(at timestamptz, slack interval) RETURNS
+/// timestamptz`: no ID of this server is made in a millisecond up to `at`
+/// from now on (a shard moved in from a server whose clock is ahead), if
+/// `at` is at most insta_id.max_lead + slack ahead of the clock. Returns the
+/// mark on disk.
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_raise_high_water_mark(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one timestamptz argument.
-    let ms = clock::timestamptz_to_unix_ms(unsafe { arg_i64(fcinfo, 0) });
+    // SAFETY: a STRICT function with arguments (timestamptz, interval); an
+    // interval is passed by reference.
+    let (ms, slack) = unsafe {
+        let slack = &*(arg(fcinfo, 1).cast_mut_ptr::<pg_sys::Interval>());
+        (
+            clock::timestamptz_to_unix_ms(arg_i64(fcinfo, 0)),
+            interval_ms(slack),
+        )
+    };
     let epoch = settings::epoch_ms();
     ok_or_raise(layout::check_ms(ms - epoch), epoch);
-    if !crate::mark::may_raise_to(ms, clock::now_unix_ms()) {
-        raise!(
+    let max_lead = settings::max_lead_ms();
+    match crate::mark::may_raise_to(ms, clock::now_unix_ms(), max_lead, slack) {
+        Ok(()) => {}
+        Err(crate::mark::RaiseRefused::Slack) => raise!(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "the high-water mark may be raised to at most one hour ahead of this server's clock",
-            "Every ID of this server would be made in a later millisecond than its clock until the clock got there.",
-        );
+            "slack must be between 0 and 1 hour",
+        ),
+        Err(crate::mark::RaiseRefused::TooFarAhead { bound_ms }) => raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "the high-water mark may be raised to at most {bound_ms} ms ahead of this server's clock (insta_id.max_lead {max_lead} ms + slack {slack} ms)"
+            ),
+            "Until the clock comes within insta_id.max_lead of the mark, every next_id of this server waits (or fails, with insta_id.on_overflow = error): a mark an hour ahead is an hour of stalled inserts.",
+            "If the mark is meant (a shard from a server whose clock is that far ahead), pass slack => interval '...' (at most 1 hour).",
+        ),
     }
     Datum::from(clock::unix_ms_to_timestamptz(guard_store::raise_mark(ms)))
 }
 
 /// A double precision Datum (passed by value on 64-bit platforms).
+/// An interval in ms, a month counted as 30 days (as PostgreSQL compares
+/// intervals), saturating.
+fn interval_ms(i: &pg_sys::Interval) -> i64 {
+    (i.time / 1000)
+        .saturating_add(i64::from(i.day).saturating_mul(86_400_000))
+        .saturating_add(i64::from(i.month).saturating_mul(30 * 86_400_000))
+}
+
 fn float8(x: f64) -> Datum {
     Datum::from(x.to_bits())
 }

@@ -76,16 +76,38 @@ pub fn need(ms: i64, durable: i64) -> Need {
     }
 }
 
-/// How far ahead of the server's clock `raise_high_water_mark` may put the
-/// mark. Carrying a moved shard's last millisecond needs the clock difference
-/// of two servers (seconds); a mark further ahead is a typo that would hold
-/// every sequence of the server ahead of its clock until the clock got there.
-pub const MAX_RAISE_AHEAD_MS: i64 = 3_600_000;
+/// How far beyond `insta_id.max_lead` ahead of the server's clock
+/// `raise_high_water_mark` may put the mark, by default: a move carries the
+/// old server's mark (at most its max_lead ahead of its clock) to a server
+/// whose clock may be behind, and its cutover waits for that clock to pass
+/// the mark within the pause budget, so a minute covers every move that can
+/// succeed. A mark further ahead is likely a typo, and every `next_id` of
+/// the server would wait for the clock to come within max_lead of it.
+pub const DEFAULT_RAISE_SLACK_MS: i64 = 60_000;
+/// The most `slack` the caller may give: an hour (0.8.0's fixed bound).
+pub const MAX_RAISE_SLACK_MS: i64 = 3_600_000;
 
-/// Whether the mark may be raised to `ms` on a server whose clock reads `now`.
-#[inline]
-pub fn may_raise_to(ms: i64, now: i64) -> bool {
-    ms <= now.saturating_add(MAX_RAISE_AHEAD_MS)
+/// Why a raise is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RaiseRefused {
+    /// The slack given is negative or more than MAX_RAISE_SLACK_MS.
+    Slack,
+    /// The mark would be further ahead of the clock than max_lead + slack.
+    TooFarAhead { bound_ms: i64 },
+}
+
+/// Whether the mark may be raised to `ms` on a server whose clock reads
+/// `now`, with `insta_id.max_lead` = `max_lead` and the caller's `slack`
+/// (all in ms).
+pub fn may_raise_to(ms: i64, now: i64, max_lead: i64, slack: i64) -> Result<(), RaiseRefused> {
+    if !(0..=MAX_RAISE_SLACK_MS).contains(&slack) {
+        return Err(RaiseRefused::Slack);
+    }
+    let bound_ms = max_lead.saturating_add(slack);
+    if ms > now.saturating_add(bound_ms) {
+        return Err(RaiseRefused::TooFarAhead { bound_ms });
+    }
+    Ok(())
 }
 
 /// The file's content: a magic, the mark, and a checksum of both, 24 bytes
@@ -592,6 +614,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_raise_is_bounded_by_max_lead_and_the_slack() {
+        let (now, lead) = (1_000_000, 1_000);
+        let slack = DEFAULT_RAISE_SLACK_MS;
+        assert_eq!(may_raise_to(now + lead + slack, now, lead, slack), Ok(()));
+        assert_eq!(may_raise_to(now - 5, now, lead, slack), Ok(()));
+        assert_eq!(
+            may_raise_to(now + lead + slack + 1, now, lead, slack),
+            Err(RaiseRefused::TooFarAhead {
+                bound_ms: lead + slack
+            })
+        );
+        // An hour's typo is refused by default, allowed when asked for.
+        assert!(may_raise_to(now + 3_600_000, now, lead, slack).is_err());
+        assert_eq!(
+            may_raise_to(now + 3_600_000, now, lead, MAX_RAISE_SLACK_MS),
+            Ok(())
+        );
+        assert_eq!(may_raise_to(now, now, lead, -1), Err(RaiseRefused::Slack));
+        assert_eq!(
+            may_raise_to(now, now, lead, MAX_RAISE_SLACK_MS + 1),
+            Err(RaiseRefused::Slack)
+        );
+        assert_eq!(may_raise_to(i64::MAX, i64::MAX - 1, i64::MAX, 0), Ok(()));
+        assert!(may_raise_to(i64::MAX, now, lead, MAX_RAISE_SLACK_MS).is_err());
+    }
+
+    #[test]
     fn need_reserves_ahead_and_renews_before_running_out() {
         assert_eq!(need(1000, i64::MIN), Need::Now(1000 + STEP_MS));
         assert_eq!(need(1000, 999), Need::Now(1000 + STEP_MS));
@@ -823,13 +872,5 @@ mod tests {
         f.write_sessions(r).unwrap();
         assert_eq!(f.read_sessions().unwrap(), Some(r));
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_raise_may_go_up_to_an_hour_ahead_of_the_clock() {
-        assert!(may_raise_to(1_000, 5_000)); // behind the clock: a no-op, allowed
-        assert!(may_raise_to(5_000 + MAX_RAISE_AHEAD_MS, 5_000));
-        assert!(!may_raise_to(5_001 + MAX_RAISE_AHEAD_MS, 5_000));
-        assert!(!may_raise_to(i64::MAX, 5_000));
     }
 }

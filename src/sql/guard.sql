@@ -42,13 +42,16 @@ COMMENT ON FUNCTION insta_id.high_water_mark() IS
 -- millisecond up to the old server's mark counts as used here too (docs/shards.md,
 -- "Moving a logical shard online"). Superuser only: it moves every sequence's
 -- IDs ahead of the clock until the clock passes the mark (this database's
--- durably; the server's other databases' until it restarts).
-CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz)
+-- durably; the server's other databases' until it restarts). Refused (22023)
+-- further ahead of the clock than insta_id.max_lead + slack: a minute by
+-- default, which covers a move, up to an hour when the caller says so; a
+-- typo of an hour would otherwise stall every insert for an hour.
+CREATE FUNCTION insta_id.raise_high_water_mark(at timestamptz, slack interval DEFAULT interval '1 minute')
 RETURNS timestamptz
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_raise_high_water_mark';
-COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz) IS
-'Counts every millisecond up to at (at most an hour ahead of the clock) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';
+COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz, interval) IS
+'Counts every millisecond up to at (at most insta_id.max_lead + slack ahead of the clock; slack a minute by default, at most an hour) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';
 
 -- What the duplicate guard did: per sequence in its table, and in total.
 -- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a

@@ -131,18 +131,24 @@ COMMENT ON FUNCTION insta_id.move_step(int, text, text, name, text) IS
 'Records the step this server''s side of a shard''s move has reached (the mover calls it)';
 
 -- The move of a shard is over on this server (finished or undone): forgets
--- its row, if it is that side's. Whether there was one.
+-- its row, if it is that side's, and the fences of its sequences that are
+-- gone (a copy dropped). Whether there was a row.
 CREATE FUNCTION insta_id.move_done(shard_id int, side text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    forgotten boolean;
 BEGIN
     IF num_nulls(move_done.shard_id, move_done.side) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_done.shard_id AND m.side = move_done.side;
-    RETURN FOUND;
+    forgotten := FOUND;
+    DELETE FROM insta_id_admin.sequence_fences s
+    WHERE s.shard_id = move_done.shard_id AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = s.seq);
+    RETURN forgotten;
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_done(int, text) IS
@@ -175,9 +181,138 @@ BEGIN
 END
 $$;
 
+-- The sequences of a copy this server does not hold (a copy being moved
+-- here, the copy a move away from here keeps for its rollback) are fenced
+-- too: a client calling next_id or nextval() on them directly would mint
+-- the shard's IDs beside the server holding it. Each is narrowed to the
+-- value it last issued, NO CYCLE: nextval() fails (2200H, PostgreSQL's
+-- "reached maximum value"), next_id refuses first (55006, naming the
+-- server holding the shard), and other sessions' cached values go with the
+-- sequence's rewrite. Its own range, start and cycle are kept here and
+-- put back when the shard is registered here (adopt_shard), in the same
+-- transaction. Keyed by OID: a copy is dropped (move_release) or adopted
+-- where it is, never dumped and restored as one, so pg_dump leaves these
+-- rows out.
+CREATE TABLE insta_id_admin.sequence_fences (
+    seq         oid    PRIMARY KEY,
+    schema_name name   NOT NULL,
+    shard_id    int    NOT NULL CHECK (shard_id BETWEEN 0 AND 8191),
+    min_value   bigint NOT NULL,
+    max_value   bigint NOT NULL,
+    start_value bigint NOT NULL,
+    cycle       boolean NOT NULL,
+    -- The state when fenced: a sequence not yet used (is_called false) is
+    -- marked used so that not even its first value is issued, and unmarked
+    -- when the fence opens.
+    last_value  bigint NOT NULL,
+    is_called   boolean NOT NULL
+);
+COMMENT ON TABLE insta_id_admin.sequence_fences IS
+'Sequences of a shard''s copy this server does not hold, narrowed so that they mint nothing, with what adopt_shard puts back; not dumped';
+
+-- Fences every sequence of schema nsp (a copy of shard shard_id) that is
+-- not fenced yet. Returns how many. The caller owns them (ALTER SEQUENCE).
+CREATE FUNCTION insta_id._fence_sequences(nsp name, shard_id int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq record;
+    state record;
+    fenced int := 0;
+BEGIN
+    FOR seq IN SELECT c.oid, q.* FROM pg_class c JOIN pg_sequence q ON q.seqrelid = c.oid
+               WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = _fence_sequences.nsp)
+                 AND c.relkind = 'S'
+                 AND NOT EXISTS (SELECT FROM insta_id_admin.sequence_fences f WHERE f.seq = c.oid)
+               ORDER BY c.relname LOOP
+        -- By OID (regclass prints it qualified): never a name parsed into a query.
+        EXECUTE format('SELECT last_value, is_called FROM %s', seq.oid::regclass) INTO state;
+        INSERT INTO insta_id_admin.sequence_fences
+        VALUES (seq.oid, _fence_sequences.nsp, _fence_sequences.shard_id, seq.seqmin, seq.seqmax, seq.seqstart,
+                seq.seqcycle, state.last_value, state.is_called);
+        IF NOT state.is_called THEN
+            PERFORM setval(seq.oid, state.last_value, true);
+        END IF;
+        -- Two values, the one issued last and the one before it in the
+        -- increment's direction: MINVALUE must stay below MAXVALUE.
+        EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s NO CYCLE', seq.oid::regclass,
+                       CASE WHEN seq.seqincrement > 0 THEN state.last_value - 1 ELSE state.last_value END,
+                       CASE WHEN seq.seqincrement > 0 THEN state.last_value ELSE state.last_value + 1 END,
+                       state.last_value);
+        fenced := fenced + 1;
+    END LOOP;
+    RETURN fenced;
+END
+$$;
+
+-- Opens the fence of schema nsp's sequences: each gets its own range,
+-- start, cycle and, if it was not yet used when fenced and has not been
+-- set since, its unused state back. Forgets the fences of sequences that
+-- are gone. Returns how many were opened.
+CREATE FUNCTION insta_id._unfence_sequences(nsp name)
+RETURNS int
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f record;
+    now_last bigint;
+    opened int := 0;
+BEGIN
+    FOR f IN SELECT s.* FROM insta_id_admin.sequence_fences s JOIN pg_class c ON c.oid = s.seq
+             WHERE s.schema_name = _unfence_sequences.nsp ORDER BY c.relname LOOP
+        EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s', f.seq::regclass,
+                       f.min_value, f.max_value, f.start_value, CASE WHEN f.cycle THEN 'CYCLE' ELSE 'NO CYCLE' END);
+        IF NOT f.is_called THEN
+            EXECUTE format('SELECT last_value FROM %s', f.seq::regclass) INTO now_last;
+            IF now_last = f.last_value THEN
+                PERFORM setval(f.seq, f.last_value, false);
+            END IF;
+        END IF;
+        DELETE FROM insta_id_admin.sequence_fences s WHERE s.seq = f.seq;
+        opened := opened + 1;
+    END LOOP;
+    DELETE FROM insta_id_admin.sequence_fences s
+    WHERE s.schema_name = _unfence_sequences.nsp AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = s.seq);
+    RETURN opened;
+END
+$$;
+
+-- next_id's refusal on a fenced sequence (src/functions.rs calls it when a
+-- sequence has a fence's shape: two values, NO CYCLE): 55006 naming the
+-- server that holds the shard, as the mover recorded it; false when the
+-- sequence is not fenced. SECURITY DEFINER: the caller of next_id has no
+-- USAGE on insta_id_admin; it reads two rows and raises, nothing else.
+CREATE FUNCTION insta_id._check_sequence_fence(seq oid)
+RETURNS boolean
+LANGUAGE plpgsql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f insta_id_admin.sequence_fences;
+    holder text;
+BEGIN
+    SELECT * INTO f FROM insta_id_admin.sequence_fences s WHERE s.seq = _check_sequence_fence.seq;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT m.peer INTO holder FROM insta_id_admin.moves m WHERE m.shard_id = f.shard_id AND m.schema_name = f.schema_name;
+    RAISE EXCEPTION 'sequence %.% belongs to a copy of shard % that this server does not hold',
+                    quote_ident(f.schema_name), quote_ident((SELECT c.relname FROM pg_class c WHERE c.oid = f.seq)), f.shard_id
+        USING ERRCODE = 'object_in_use',
+              DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback: its sequences mint nothing until the shard is registered here.',
+              HINT = CASE WHEN holder IS NULL
+                          THEN 'No move of the shard is recorded here: insta-id status names the server that holds it.'
+                          ELSE format('Shard %s is on %s: mint its IDs there (a router does).', f.shard_id, holder) END;
+END
+$$;
+
 -- Fences every table of a schema the mover has just created here (in the
--- same transaction as the schema): the trigger insta_id_move_fence on each.
--- Returns how many tables. 55000 when the shard or the schema is registered
+-- same transaction as the schema): the trigger insta_id_move_fence on each,
+-- and its sequences (_fence_sequences). Returns how many tables. 55000 when
+-- the shard or the schema is registered
 -- here already (the fence would never open), 3F000 without the schema, 22023
 -- for insta_id's and PostgreSQL's own schemas.
 CREATE FUNCTION insta_id.move_fence(schema_name name, shard_id int)
@@ -213,6 +348,7 @@ BEGIN
                        move_fence.schema_name, rel.relname, move_fence.shard_id);
         fenced := fenced + 1;
     END LOOP;
+    PERFORM insta_id._fence_sequences(move_fence.schema_name, move_fence.shard_id);
     RETURN fenced;
 END
 $$;
@@ -440,6 +576,9 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'They were made after the schema was copied; their rows would be lost. Undo the move and move it again.';
     END IF;
+    -- The copy's sequences are fenced (move_fence): opened to be compared
+    -- and set, and fenced again below, in this transaction.
+    PERFORM insta_id._unfence_sequences(nsp);
     FOR seq IN SELECT e.key, (e.value ->> 0)::bigint AS last_value, (e.value ->> 1)::boolean AS is_called
                FROM jsonb_each(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
         -- By OID from the catalog, never a name parsed into a query: the
@@ -466,6 +605,7 @@ BEGIN
         END IF;
         PERFORM setval(target, seq.last_value, seq.is_called);
     END LOOP;
+    PERFORM insta_id._fence_sequences(nsp, move_carry.shard_id);
     IF move_carry.state ->> 'mark' IS NOT NULL THEN
         PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);
     END IF;
@@ -567,6 +707,7 @@ BEGIN
     -- locks decide what goes.
     INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
     PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
+    DELETE FROM insta_id_admin.sequence_fences s WHERE s.schema_name = recorded.schema_name;
     DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
     RETURN recorded.schema_name;
 END

@@ -115,9 +115,22 @@ SELECT insta_id.created_at(insta_id.next_id(1, 'b')) > :'raise_to' AS next_id_af
        insta_id.created_at(insta_id.next_id(2, 'tmp_seq')) > :'raise_to' AS other_sequence_too;
 -- A mark in the past changes nothing; never lowered.
 SELECT insta_id.raise_high_water_mark('2020-01-01') >= :'raise_to' AS never_lowered;
--- At most an hour ahead of the clock (22023); inside the time field (22008).
+-- At most insta_id.max_lead + slack ahead of the clock (22023): slack is a
+-- minute by default, enough for a move, so a typo of an hour is refused;
+-- the caller may give less or more, up to an hour (22023 beyond, or below
+-- zero). Inside the time field (22008).
 SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '61 minutes');
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '2 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '2 minutes', slack => interval '30 seconds');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '500 ms', slack => interval '0') IS NOT NULL AS within_max_lead;
+SELECT insta_id.raise_high_water_mark(now(), slack => interval '61 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(now(), slack => interval '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.raise_high_water_mark(now(), NULL) IS NULL AS strict_slack;
 SELECT insta_id.raise_high_water_mark('1960-01-01');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.raise_high_water_mark(NULL) IS NULL AS strict;

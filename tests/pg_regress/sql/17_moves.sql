@@ -212,18 +212,35 @@ SELECT insta_id.move_carry(31, :'copy_state');
 \echo :LAST_ERROR_SQLSTATE
 SELECT jsonb_set(:'copy_state'::jsonb, '{shard}', '31') AS copy_state \gset
 SELECT insta_id.move_carry(31, :'copy_state') >= insta_id.high_water_mark() AS mark_raised;
-SELECT last_value, is_called FROM copy30.t_id_seq;
-SELECT last_value, is_called FROM copy30.unused;
+-- The copy's sequences are left fenced (0.10.0): each narrowed to the value
+-- it issued last, what it had kept aside to be put back at the adoption.
+SELECT c.relname, f.last_value, f.is_called, f.min_value, f.max_value, q.seqmin, q.seqmax, q.seqcycle
+FROM insta_id_admin.sequence_fences f JOIN pg_class c ON c.oid = f.seq JOIN pg_sequence q ON q.seqrelid = f.seq
+ORDER BY c.relname;
+-- So nothing mints from them: nextval() fails (2200H), next_id names the
+-- server that holds the shard (55006), setval() past the fence fails
+-- (22003).
+SELECT nextval('copy30.t_id_seq');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.next_id(31, 'copy30.t_id_seq');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.next_id(31, 'copy30.unused');
+\echo :LAST_ERROR_SQLSTATE
+SELECT setval('copy30.t_id_seq', 9);
+\echo :LAST_ERROR_SQLSTATE
 SELECT migration, applied_at FROM insta_id_admin.applied_migrations WHERE schema_name = 'copy30';
 SELECT step, jsonb_array_length(steps) AS steps FROM insta_id_admin.moves WHERE shard_id = 31;
 -- Refused (55000): a copy whose sequence was used past the old server's
 -- (its values could repeat), one that lacks a table of the old server (its
 -- rows would be lost), no move of that shard into that schema recorded
 -- here, or the shard registered here already. Nothing is carried then.
+-- (A copy fenced by 0.9.0 had its tables fenced only: opened by hand here.)
+BEGIN;
+SELECT insta_id._unfence_sequences('copy30') AS opened;
 SELECT setval('copy30.t_id_seq', 9);
 SELECT insta_id.move_carry(31, :'copy_state');
 \echo :LAST_ERROR_SQLSTATE
-SELECT setval('copy30.t_id_seq', 5);
+ROLLBACK;
 SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{tables}', '["t", "made_later"]'));
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_carry(32, jsonb_set(:'copy_state'::jsonb, '{shard}', '32'));
@@ -253,11 +270,19 @@ SELECT insta_id.move_carry(31, NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_state(33);
 \echo :LAST_ERROR_SQLSTATE
-SELECT last_value, is_called FROM copy30.t_id_seq;
--- The restarted sequence continues where the old server's would have.
-SELECT nextval('copy30.restarted') AS restarted_continues_at;
+-- Adopted, the copy is the shard: its sequences are as they were on the
+-- old server, each continuing where it would have there (the restarted
+-- one at its restart value, the unused one at its start), and the fences
+-- are gone.
+SELECT insta_id.adopt_shard('copy30', 31);
+SELECT c.relname, q.seqmin, q.seqmax, q.seqstart, q.seqcycle FROM pg_sequence q JOIN pg_class c ON c.oid = q.seqrelid
+WHERE c.relnamespace = 'copy30'::regnamespace ORDER BY c.relname;
+SELECT nextval('copy30.restarted') AS restarted_continues_at, nextval('copy30.unused') AS unused_starts,
+       nextval('copy30.t_id_seq') AS t_continues;
+SELECT insta_id.next_id(31, 'copy30.t_id_seq') > 0 AS minted;
+SELECT count(*) AS fences_left FROM insta_id_admin.sequence_fences;
 SELECT insta_id.move_done(31, 'arriving');
-DROP SCHEMA copy30 CASCADE;
+SELECT insta_id.drop_shard(31, force => true);
 DELETE FROM insta_id_admin.applied_migrations WHERE schema_name IN ('insta30', 'copy30');
 SELECT insta_id.drop_shard(30, force => true);
 
@@ -294,8 +319,14 @@ COMMIT;
 SELECT :'kept_until'::timestamptz - now() BETWEEN interval '14 minutes' AND interval '15 minutes' AS kept_15_minutes;
 SELECT count(*) AS registered FROM insta_id_admin.shard_registry WHERE shard_id = 40;
 SELECT step, reserve_until > now() AS kept FROM insta_id_admin.moves WHERE shard_id = 40;
--- The copy is fenced (55006), its rows still there.
+-- The copy is fenced (55006), its rows still there, and so is its sequence:
+-- next_id names the server the shard moved to (55006), nextval() fails
+-- (2200H).
 INSERT INTO insta40.t (v) VALUES (3);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.next_id(40, 'insta40.t_id_seq');
+\echo :LAST_ERROR_SQLSTATE
+SELECT nextval('insta40.t_id_seq');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS rows_kept FROM insta40.t;
 -- The rollback carries the new server's state onto it (here: the shard's
@@ -338,6 +369,7 @@ SELECT insta_id.move_release(40);
 SELECT count(*) AS schema_left FROM pg_namespace WHERE nspname = 'insta40';
 SELECT count(*) AS moves_left FROM insta_id_admin.moves WHERE shard_id = 40;
 SELECT count(*) AS registered FROM insta_id_admin.shard_registry WHERE shard_id = 40;
+SELECT count(*) AS fences_left FROM insta_id_admin.sequence_fences;
 SELECT insta_id.move_release(40);
 \echo :LAST_ERROR_SQLSTATE
 
