@@ -144,24 +144,35 @@ fn has_fence_shape(relid: pg_sys::Oid) -> bool {
 
 /// Raises 55006, naming the server holding the shard, when the sequence is
 /// fenced: insta_id._check_sequence_fence, a SECURITY DEFINER function
-/// called through fmgr (no EXECUTE check: whoever may call next_id may be
-/// told why it refuses). Before the extension's SQL is updated to 0.10.0
-/// there is no such function and no fence.
+/// called through fmgr. Only for a caller that may use the sequence (as
+/// nextval would check: the others get nextval's 42501, and learn nothing
+/// of the fence). Found in the syscache, without the EXECUTE and schema
+/// USAGE checks a call from SQL makes: whoever may call next_id on the
+/// sequence may be told why it refuses. Before the extension's SQL is
+/// updated to 0.10.0 there is no such function and no fence.
 #[cold]
 fn check_fence(relid: pg_sys::Oid) {
-    // SAFETY: a qualified name as a list of palloc'd String nodes; the
-    // lookup returns InvalidOid when there is no such function; the call
-    // raises or returns a boolean.
+    // SAFETY: ACL and syscache lookups by OID and by name; the oidvector is
+    // palloc'd; the call raises or returns a boolean.
     unsafe {
-        let mut name = std::ptr::null_mut();
-        for part in [c"insta_id", c"_check_sequence_fence"] {
-            name = pg_sys::lappend(
-                name,
-                pg_sys::makeString(pg_sys::pstrdup(part.as_ptr())).cast(),
-            );
+        let may_use = pg_sys::pg_class_aclcheck(
+            relid,
+            pg_sys::GetUserId(),
+            (pg_sys::ACL_USAGE | pg_sys::ACL_UPDATE) as pg_sys::AclMode,
+        ) == pg_sys::AclResult::ACLCHECK_OK;
+        let nsp = pg_sys::get_namespace_oid(c"insta_id".as_ptr(), true);
+        if !may_use || nsp == pg_sys::InvalidOid {
+            return;
         }
-        let arg_types = [pg_sys::OIDOID];
-        let fn_oid = pg_sys::LookupFuncName(name, 1, arg_types.as_ptr(), true);
+        let arg_types = pg_sys::buildoidvector([pg_sys::OIDOID].as_ptr(), 1);
+        let fn_oid = pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::PROCNAMEARGSNSP as _,
+            pg_sys::Anum_pg_proc_oid as _,
+            Datum::from(c"_check_sequence_fence".as_ptr()),
+            Datum::from(arg_types),
+            Datum::from(nsp),
+            Datum::from(0),
+        );
         if fn_oid != pg_sys::InvalidOid {
             pg_sys::OidFunctionCall1Coll(fn_oid, pg_sys::InvalidOid, Datum::from(relid));
         }
@@ -771,13 +782,15 @@ v1!(pg_finfo_insta_id_raise_high_water_mark);
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_raise_high_water_mark(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with arguments (timestamptz, interval); an
-    // interval is passed by reference.
+    // interval is passed by reference. 0.9.0's SQL declares one argument
+    // (the library is updated before the SQL): the default slack then.
     let (ms, slack) = unsafe {
-        let slack = &*(arg(fcinfo, 1).cast_mut_ptr::<pg_sys::Interval>());
-        (
-            clock::timestamptz_to_unix_ms(arg_i64(fcinfo, 0)),
-            interval_ms(slack),
-        )
+        let slack = if (*fcinfo).nargs >= 2 {
+            interval_ms(&*(arg(fcinfo, 1).cast_mut_ptr::<pg_sys::Interval>()))
+        } else {
+            crate::mark::DEFAULT_RAISE_SLACK_MS
+        };
+        (clock::timestamptz_to_unix_ms(arg_i64(fcinfo, 0)), slack)
     };
     let epoch = settings::epoch_ms();
     ok_or_raise(layout::check_ms(ms - epoch), epoch);
@@ -800,7 +813,6 @@ pub unsafe extern "C-unwind" fn insta_id_raise_high_water_mark(fcinfo: FunctionC
     Datum::from(clock::unix_ms_to_timestamptz(guard_store::raise_mark(ms)))
 }
 
-/// A double precision Datum (passed by value on 64-bit platforms).
 /// An interval in ms, a month counted as 30 days (as PostgreSQL compares
 /// intervals), saturating.
 fn interval_ms(i: &pg_sys::Interval) -> i64 {
@@ -809,6 +821,7 @@ fn interval_ms(i: &pg_sys::Interval) -> i64 {
         .saturating_add(i64::from(i.month).saturating_mul(30 * 86_400_000))
 }
 
+/// A double precision Datum (passed by value on 64-bit platforms).
 fn float8(x: f64) -> Datum {
     Datum::from(x.to_bits())
 }

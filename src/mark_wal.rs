@@ -240,18 +240,82 @@ fn replicated(lsn: pg_sys::XLogRecPtr) -> bool {
             return true;
         }
         let ctl = pg_sys::WalSndCtl;
-        let status = std::ptr::read_volatile(&(*ctl).sync_standbys_status) as u32;
-        let defined = pg_sys::SYNC_STANDBY_INIT | pg_sys::SYNC_STANDBY_DEFINED;
-        if status & defined == pg_sys::SYNC_STANDBY_INIT {
+        let status = std::ptr::read_volatile(&(*ctl).sync_standbys_status);
+        if !sync_standbys_defined(status, server_version_num()) {
             return true;
         }
         std::ptr::read_volatile(&(*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]) >= lsn
     }
 }
 
+/// The first minor release of each major whose WalSndCtlData has the bits
+/// `sync_standbys_status` (INIT, DEFINED) where earlier minors have the
+/// bool `sync_standbys_defined` in the same byte: PostgreSQL's fix of the
+/// startup race of synchronous_standby_names (April 2025), first released
+/// in 15.13, 16.9 and 17.5; 18 has it from its first release. This library
+/// is built against one minor's headers and loads into any minor of its
+/// major, so the byte is read as the running server's minor wrote it.
+const SYNC_STANDBYS_STATUS_SINCE: [i32; 3] = [150_013, 160_009, 170_005];
+
+/// Whether the checkpointer has published that synchronous standbys are
+/// defined, from the byte `status` of a server of `server_version_num`.
+/// Before the bits: the bool (1 is defined). With them: defined unless
+/// initialised without DEFINED (not yet initialised: PostgreSQL itself then
+/// falls back to the session's setting, which is set, since the caller
+/// checked it).
+fn sync_standbys_defined(status: u8, server_version_num: i32) -> bool {
+    let major = server_version_num / 10_000;
+    let has_bits = SYNC_STANDBYS_STATUS_SINCE
+        .iter()
+        .find(|since| *since / 10_000 == major)
+        .is_none_or(|since| server_version_num >= *since);
+    if !has_bits {
+        return status != 0;
+    }
+    let init = pg_sys::SYNC_STANDBY_INIT as u8;
+    let defined = pg_sys::SYNC_STANDBY_DEFINED as u8;
+    status & (init | defined) != init
+}
+
+/// The running server's version (server_version_num), read once: the
+/// minor of the server binary, which may be older than the headers'.
+fn server_version_num() -> i32 {
+    static VERSION: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        // SAFETY: a read-only GUC every server has; the result is a C
+        // string owned by the GUC machinery.
+        let text = unsafe {
+            let p = pg_sys::GetConfigOption(c"server_version_num".as_ptr(), false, false);
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        };
+        text.parse().unwrap_or(pg_sys::PG_VERSION_NUM as i32)
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::inserted_end;
+    use super::{inserted_end, sync_standbys_defined};
+
+    #[test]
+    fn the_sync_standbys_byte_is_read_as_the_running_minor_wrote_it() {
+        // 15.12, 16.8, 17.4: a bool, 1 when defined.
+        for old in [150_012, 160_008, 170_004] {
+            assert!(sync_standbys_defined(1, old), "{old}");
+            assert!(!sync_standbys_defined(0, old), "{old}");
+        }
+        // 15.13, 16.9, 17.5, 18.0 and later: INIT (1) | DEFINED (2).
+        for new in [150_013, 150_020, 160_009, 170_005, 180_000, 180_006] {
+            assert!(
+                !sync_standbys_defined(1, new),
+                "{new}: initialised, none defined"
+            );
+            assert!(sync_standbys_defined(3, new), "{new}: defined");
+            assert!(
+                sync_standbys_defined(0, new),
+                "{new}: not yet initialised: the session's setting"
+            );
+        }
+    }
 
     const PAGE: u64 = 8192;
     const SEGMENT: u64 = 16 << 20;

@@ -184,15 +184,16 @@ $$;
 -- The sequences of a copy this server does not hold (a copy being moved
 -- here, the copy a move away from here keeps for its rollback) are fenced
 -- too: a client calling next_id or nextval() on them directly would mint
--- the shard's IDs beside the server holding it. Each is narrowed to the
--- value it last issued, NO CYCLE: nextval() fails (2200H, PostgreSQL's
--- "reached maximum value"), next_id refuses first (55006, naming the
--- server holding the shard), and other sessions' cached values go with the
--- sequence's rewrite. Its own range, start and cycle are kept here and
--- put back when the shard is registered here (adopt_shard), in the same
--- transaction. Keyed by OID: a copy is dropped (move_release) or adopted
--- where it is, never dumped and restored as one, so pg_dump leaves these
--- rows out.
+-- the shard's IDs beside the server holding it. Each is narrowed to two
+-- values, the one it issued last and its neighbour, NO CYCLE, and marked
+-- used: nextval() fails (2200H, PostgreSQL's "reached maximum value"),
+-- next_id refuses first (55006, naming the server holding the shard), and
+-- other sessions' cached values go with the sequence's rewrite. Its own
+-- range, start and cycle, and the state to put back, are kept here;
+-- move_carry sets that state, and the mover opens the fence
+-- (move_open) in the transaction that adopts the shard. Keyed by OID and
+-- schema: a copy is dropped (move_release) or adopted where it is, never
+-- dumped and restored as one, so pg_dump leaves these rows out.
 CREATE TABLE insta_id_admin.sequence_fences (
     seq         oid    PRIMARY KEY,
     schema_name name   NOT NULL,
@@ -201,90 +202,131 @@ CREATE TABLE insta_id_admin.sequence_fences (
     max_value   bigint NOT NULL,
     start_value bigint NOT NULL,
     cycle       boolean NOT NULL,
-    -- The state when fenced: a sequence not yet used (is_called false) is
-    -- marked used so that not even its first value is issued, and unmarked
-    -- when the fence opens.
+    -- The state move_open puts back: last_value and is_called.
     last_value  bigint NOT NULL,
     is_called   boolean NOT NULL
 );
 COMMENT ON TABLE insta_id_admin.sequence_fences IS
-'Sequences of a shard''s copy this server does not hold, narrowed so that they mint nothing, with what adopt_shard puts back; not dumped';
+'Sequences of a shard''s copy this server does not hold, narrowed so that they mint nothing, with what move_open puts back; not dumped';
 
--- Fences every sequence of schema nsp (a copy of shard shard_id) that is
--- not fenced yet. Returns how many. The caller owns them (ALTER SEQUENCE).
+-- Fences one sequence (seq) of schema nsp, a copy of
+-- shard shard_id, at the state (last_value, is_called): records it (an
+-- existing record keeps the sequence's own range, start and cycle), sets
+-- the sequence used at the fence's value, and narrows it to two values.
+-- The caller owns the sequence (ALTER SEQUENCE). One rewrite of it.
+CREATE FUNCTION insta_id._fence_sequence(seq oid, nsp name, shard_id int, last_value bigint, is_called boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+    low bigint;
+    high bigint;
+    at bigint := _fence_sequence.last_value;
+BEGIN
+    SELECT s.* INTO STRICT q FROM pg_sequence s WHERE s.seqrelid = _fence_sequence.seq;
+    low := CASE q.seqtypid WHEN 'int2'::regtype THEN -32768 WHEN 'int4'::regtype THEN -2147483648
+                           ELSE -9223372036854775808 END;
+    high := CASE q.seqtypid WHEN 'int2'::regtype THEN 32767 WHEN 'int4'::regtype THEN 2147483647
+                            ELSE 9223372036854775807 END;
+    INSERT INTO insta_id_admin.sequence_fences
+    VALUES (q.seqrelid, _fence_sequence.nsp, _fence_sequence.shard_id, q.seqmin, q.seqmax, q.seqstart, q.seqcycle,
+            _fence_sequence.last_value, _fence_sequence.is_called)
+    ON CONFLICT ON CONSTRAINT sequence_fences_pkey DO UPDATE SET last_value = excluded.last_value, is_called = excluded.is_called;
+    -- nextval() would leave the two values in the increment's direction:
+    -- the fence's value is their end on that side (the state's, or next to
+    -- it at the bound of the sequence's type).
+    IF q.seqincrement > 0 THEN
+        at := greatest(at, low + 1);
+    ELSE
+        at := least(at, high - 1);
+    END IF;
+    -- (RESTART: the range is checked against it, not against the value now,
+    -- which an earlier fence may have put outside it.)
+    EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s RESTART %s NO CYCLE', q.seqrelid::regclass,
+                   CASE WHEN q.seqincrement > 0 THEN at - 1 ELSE at END,
+                   CASE WHEN q.seqincrement > 0 THEN at ELSE at + 1 END, at, at);
+    PERFORM setval(q.seqrelid, at, true);
+END
+$$;
+
+-- Fences every sequence of schema nsp (a copy of shard shard_id) not
+-- fenced yet, at its present state, after forgetting the fences of
+-- sequences that are gone or elsewhere. Returns how many.
 CREATE FUNCTION insta_id._fence_sequences(nsp name, shard_id int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    seq record;
+    q record;
     state record;
     fenced int := 0;
 BEGIN
-    FOR seq IN SELECT c.oid, q.* FROM pg_class c JOIN pg_sequence q ON q.seqrelid = c.oid
-               WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = _fence_sequences.nsp)
-                 AND c.relkind = 'S'
-                 AND NOT EXISTS (SELECT FROM insta_id_admin.sequence_fences f WHERE f.seq = c.oid)
-               ORDER BY c.relname LOOP
+    DELETE FROM insta_id_admin.sequence_fences f
+    WHERE NOT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE c.oid = f.seq AND c.relkind = 'S' AND n.nspname = f.schema_name);
+    FOR q IN SELECT s.* FROM pg_class c JOIN pg_sequence s ON s.seqrelid = c.oid
+             WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = _fence_sequences.nsp)
+               AND c.relkind = 'S'
+               AND NOT EXISTS (SELECT FROM insta_id_admin.sequence_fences f WHERE f.seq = c.oid)
+             ORDER BY c.relname LOOP
         -- By OID (regclass prints it qualified): never a name parsed into a query.
-        EXECUTE format('SELECT last_value, is_called FROM %s', seq.oid::regclass) INTO state;
-        INSERT INTO insta_id_admin.sequence_fences
-        VALUES (seq.oid, _fence_sequences.nsp, _fence_sequences.shard_id, seq.seqmin, seq.seqmax, seq.seqstart,
-                seq.seqcycle, state.last_value, state.is_called);
-        IF NOT state.is_called THEN
-            PERFORM setval(seq.oid, state.last_value, true);
-        END IF;
-        -- Two values, the one issued last and the one before it in the
-        -- increment's direction: MINVALUE must stay below MAXVALUE.
-        EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s NO CYCLE', seq.oid::regclass,
-                       CASE WHEN seq.seqincrement > 0 THEN state.last_value - 1 ELSE state.last_value END,
-                       CASE WHEN seq.seqincrement > 0 THEN state.last_value ELSE state.last_value + 1 END,
-                       state.last_value);
+        EXECUTE format('SELECT last_value, is_called FROM %s', q.seqrelid::regclass) INTO state;
+        PERFORM insta_id._fence_sequence(q.seqrelid, _fence_sequences.nsp, _fence_sequences.shard_id, state.last_value, state.is_called);
         fenced := fenced + 1;
     END LOOP;
     RETURN fenced;
 END
 $$;
 
--- Opens the fence of schema nsp's sequences: each gets its own range,
--- start, cycle and, if it was not yet used when fenced and has not been
--- set since, its unused state back. Forgets the fences of sequences that
--- are gone. Returns how many were opened.
-CREATE FUNCTION insta_id._unfence_sequences(nsp name)
+-- The fence of a shard's copy opened, in the transaction that adopts it
+-- (the mover calls it after adopt_shard, once the old server has let the
+-- shard go; the same for a rollback on the old server): each sequence of
+-- the shard's schema gets its own range, start and cycle back, and the
+-- state move_carry set. Returns how many sequences. 42704 for a shard not
+-- registered here; 22004 for NULL. Not PUBLIC's.
+CREATE FUNCTION insta_id.move_open(shard_id int)
 RETURNS int
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    nsp name;
     f record;
-    now_last bigint;
     opened int := 0;
 BEGIN
+    IF move_open.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    nsp := insta_id._shard_schema(move_open.shard_id);
     FOR f IN SELECT s.* FROM insta_id_admin.sequence_fences s JOIN pg_class c ON c.oid = s.seq
-             WHERE s.schema_name = _unfence_sequences.nsp ORDER BY c.relname LOOP
+             WHERE s.schema_name = nsp AND c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp)
+             ORDER BY c.relname LOOP
+        -- The recorded value first (inside the fence, and the sequence's own
+        -- range), whatever was set inside the fence meanwhile.
+        PERFORM setval(f.seq, f.last_value, true);
         EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s', f.seq::regclass,
                        f.min_value, f.max_value, f.start_value, CASE WHEN f.cycle THEN 'CYCLE' ELSE 'NO CYCLE' END);
         IF NOT f.is_called THEN
-            EXECUTE format('SELECT last_value FROM %s', f.seq::regclass) INTO now_last;
-            IF now_last = f.last_value THEN
-                PERFORM setval(f.seq, f.last_value, false);
-            END IF;
+            PERFORM setval(f.seq, f.last_value, false);
         END IF;
-        DELETE FROM insta_id_admin.sequence_fences s WHERE s.seq = f.seq;
         opened := opened + 1;
     END LOOP;
-    DELETE FROM insta_id_admin.sequence_fences s
-    WHERE s.schema_name = _unfence_sequences.nsp AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = s.seq);
+    DELETE FROM insta_id_admin.sequence_fences s WHERE s.schema_name = nsp;
     RETURN opened;
 END
 $$;
+COMMENT ON FUNCTION insta_id.move_open(int) IS
+'Opens the fence of the sequences of a shard''s copy adopted here (insta-id move calls it in the adoption''s transaction)';
 
 -- next_id's refusal on a fenced sequence (src/functions.rs calls it when a
--- sequence has a fence's shape: two values, NO CYCLE): 55006 naming the
--- server that holds the shard, as the mover recorded it; false when the
--- sequence is not fenced. SECURITY DEFINER: the caller of next_id has no
--- USAGE on insta_id_admin; it reads two rows and raises, nothing else.
+-- sequence the caller may use has a fence's shape: two values, NO CYCLE):
+-- 55006 naming the server that holds the shard, as the mover recorded it;
+-- false when the sequence is not fenced. SECURITY DEFINER: the caller of
+-- next_id has no USAGE on insta_id_admin; it reads three rows and raises,
+-- nothing else.
 CREATE FUNCTION insta_id._check_sequence_fence(seq oid)
 RETURNS boolean
 LANGUAGE plpgsql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
@@ -292,17 +334,26 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     f insta_id_admin.sequence_fences;
+    seqname text;
     holder text;
 BEGIN
-    SELECT * INTO f FROM insta_id_admin.sequence_fences s WHERE s.seq = _check_sequence_fence.seq;
+    SELECT s.* INTO f FROM insta_id_admin.sequence_fences s JOIN pg_class c ON c.oid = s.seq
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE s.seq = _check_sequence_fence.seq AND n.nspname = s.schema_name;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO seqname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = f.seq;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = f.shard_id AND r.schema_name = f.schema_name) THEN
+        RAISE EXCEPTION 'sequence % of shard % is still fenced by the move that brought the shard here', seqname, f.shard_id
+            USING ERRCODE = 'object_in_use',
+                  HINT = format('SELECT insta_id.move_open(%s) opens it (insta-id move does, when it adopts the shard).', f.shard_id);
+    END IF;
     SELECT m.peer INTO holder FROM insta_id_admin.moves m WHERE m.shard_id = f.shard_id AND m.schema_name = f.schema_name;
-    RAISE EXCEPTION 'sequence %.% belongs to a copy of shard % that this server does not hold',
-                    quote_ident(f.schema_name), quote_ident((SELECT c.relname FROM pg_class c WHERE c.oid = f.seq)), f.shard_id
+    RAISE EXCEPTION 'sequence % belongs to a copy of shard % that this server does not hold', seqname, f.shard_id
         USING ERRCODE = 'object_in_use',
-              DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback: its sequences mint nothing until the shard is registered here.',
+              DETAIL = 'A copy being moved here, or the copy a move away from here keeps for its rollback: its sequences mint nothing until the shard is adopted here.',
               HINT = CASE WHEN holder IS NULL
                           THEN 'No move of the shard is recorded here: insta-id status names the server that holds it.'
                           ELSE format('Shard %s is on %s: mint its IDs there (a router does).', f.shard_id, holder) END;
@@ -534,6 +585,7 @@ DECLARE
     increment bigint;
     recorded insta_id_admin.moves;
     missing text;
+    fence insta_id_admin.sequence_fences;
 BEGIN
     IF num_nulls(move_carry.shard_id, move_carry.state) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -576,9 +628,6 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'They were made after the schema was copied; their rows would be lost. Undo the move and move it again.';
     END IF;
-    -- The copy's sequences are fenced (move_fence): opened to be compared
-    -- and set, and fenced again below, in this transaction.
-    PERFORM insta_id._unfence_sequences(nsp);
     FOR seq IN SELECT e.key, (e.value ->> 0)::bigint AS last_value, (e.value ->> 1)::boolean AS is_called
                FROM jsonb_each(move_carry.state -> 'sequences') e ORDER BY e.key LOOP
         -- By OID from the catalog, never a name parsed into a query: the
@@ -592,9 +641,12 @@ BEGIN
             RAISE EXCEPTION '%.% is not a sequence', quote_ident(nsp), quote_ident(seq.key) USING ERRCODE = 'wrong_object_type';
         END IF;
         target := found_rel.oid;
-        -- NULL until the copy's sequence issued a value (is_called).
-        here_last := pg_sequence_last_value(target);
-        SELECT q.seqincrement INTO increment FROM pg_sequence q WHERE q.seqrelid = target;
+        SELECT * INTO fence FROM insta_id_admin.sequence_fences f WHERE f.seq = target AND f.schema_name = nsp;
+        -- NULL until the copy's sequence issued a value (is_called); of a
+        -- fenced sequence (move_fence), the state its fence keeps.
+        here_last := CASE WHEN fence.seq IS NULL THEN pg_sequence_last_value(target)
+                          WHEN fence.is_called THEN fence.last_value END;
+        SELECT s.seqincrement INTO increment FROM pg_sequence s WHERE s.seqrelid = target;
         -- Refused when the copy issued a value the old server's sequence
         -- would issue next (in the increment's direction).
         IF here_last IS NOT NULL AND sign(increment) * (here_last::numeric - seq.last_value
@@ -603,8 +655,14 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'It was used on this server during the move; carrying the old value could repeat its values.';
         END IF;
-        PERFORM setval(target, seq.last_value, seq.is_called);
+        IF fence.seq IS NULL THEN
+            PERFORM setval(target, seq.last_value, seq.is_called);
+        ELSE
+            -- The fence moved to the carried state (move_open sets it).
+            PERFORM insta_id._fence_sequence(target, nsp, move_carry.shard_id, seq.last_value, seq.is_called);
+        END IF;
     END LOOP;
+    -- Those the fence had not reached (a copy fenced by 0.9.0, tables only).
     PERFORM insta_id._fence_sequences(nsp, move_carry.shard_id);
     IF move_carry.state ->> 'mark' IS NOT NULL THEN
         PERFORM insta_id.raise_high_water_mark((move_carry.state ->> 'mark')::timestamptz);

@@ -69,7 +69,6 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
-        ('EXECUTE', 'FUNCTION insta_id._unfence_sequences(name)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         -- what they read and write: insta_id's tables (what PUBLIC reads of
         -- them goes through functions, insta_id.shards() and the like)
@@ -78,9 +77,7 @@ AS $$
         ('SELECT, INSERT', 'TABLE insta_id_admin.migrations'),
         ('SELECT, INSERT, DELETE', 'TABLE insta_id_admin.applied_migrations'),
         -- which shards a move holds here: migrate skips them
-        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves'),
-        -- a move's copy adopted: its sequences' fences opened
-        ('SELECT, DELETE', 'TABLE insta_id_admin.sequence_fences')
+        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
 $$;
 COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';

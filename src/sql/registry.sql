@@ -360,10 +360,6 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
-    -- A move's copy becomes the shard: its sequences mint again (moves.sql).
-    IF EXISTS (SELECT FROM insta_id_admin.sequence_fences f WHERE f.schema_name = adopt_shard.schema_name) THEN
-        PERFORM insta_id._unfence_sequences(adopt_shard.schema_name);
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS

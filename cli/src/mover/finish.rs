@@ -215,8 +215,9 @@ impl Mover<'_> {
     }
 
     /// Its second half, once the old server has let the shard go: the
-    /// slot back advanced and the step recorded (when this run adopted),
-    /// COMMIT.
+    /// fence of the copy's sequences opened (move_open: only now, since the
+    /// cutover sets them through it from another session), the slot back
+    /// advanced and the step recorded (when this run adopted), COMMIT.
     pub(super) fn adopt_end(
         c: &mut Client,
         adopted: bool,
@@ -226,6 +227,8 @@ impl Mover<'_> {
         back: Option<&str>,
     ) -> Result<()> {
         if adopted {
+            c.execute("SELECT insta_id.move_open($1::int)", &[&shard])
+                .described()?;
             if let Some(back) = back {
                 c.execute(
                     "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())

@@ -174,7 +174,7 @@ impl Mover<'_> {
             self.step(&format!("adopt {} on the old server", printable(schema)));
             let mut tx = self.from.transaction().described()?;
             tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int), insta_id.move_open($2::int)",
                 &[&schema, &self.shard],
             )
             .described()?;

@@ -170,6 +170,8 @@ INSERT INTO public.admin_attempts VALUES
 ('IDs ahead of the clock', $$SELECT insta_id.raise_high_water_mark(now() + interval '1 hour')$$),
 ('reset the guard''s counters', $$SELECT insta_id.guard_stats_reset()$$),
 ('fence a shard', $$SELECT insta_id.move_fence('theirs', 77)$$),
+('open a copy''s fence', $$SELECT insta_id.move_open(77)$$),
+('fence a sequence', $$SELECT insta_id._fence_sequence('theirs.s'::regclass, 'theirs', 77, 1, true)$$),
 ('record a move', $$SELECT insta_id.move_step(77, 'leaving', 'published', 'theirs', NULL)$$),
 ('delegate further', $$SELECT insta_id.grant_shard_admin('insta_id_regress_nobody')$$),
 ('register another role''s schema', $$SELECT insta_id.adopt_shard('theirs', 77)$$),

@@ -206,6 +206,9 @@ CREATE SCHEMA copy30;
 CREATE TABLE copy30.t (id bigserial PRIMARY KEY, v int);
 CREATE SEQUENCE copy30.unused;
 CREATE SEQUENCE copy30.restarted;
+-- Sequences at the bound of their type, unused: fenced beside the bound.
+CREATE SEQUENCE copy30.tiny AS smallint MINVALUE -32768 START -32768;
+CREATE SEQUENCE copy30.top INCREMENT -1 MINVALUE 1 MAXVALUE 9223372036854775807 START 9223372036854775807;
 SELECT insta_id.move_step(31, 'arriving', 'copied', 'copy30', '/tmp:5433/app');
 -- Another shard's state (22023); then the carry.
 SELECT insta_id.move_carry(31, :'copy_state');
@@ -222,6 +225,10 @@ ORDER BY c.relname;
 -- (22003).
 SELECT nextval('copy30.t_id_seq');
 \echo :LAST_ERROR_SQLSTATE
+SELECT nextval('copy30.tiny');
+\echo :LAST_ERROR_SQLSTATE
+SELECT nextval('copy30.top');
+\echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.next_id(31, 'copy30.t_id_seq');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.next_id(31, 'copy30.unused');
@@ -234,9 +241,10 @@ SELECT step, jsonb_array_length(steps) AS steps FROM insta_id_admin.moves WHERE 
 -- (its values could repeat), one that lacks a table of the old server (its
 -- rows would be lost), no move of that shard into that schema recorded
 -- here, or the shard registered here already. Nothing is carried then.
--- (A copy fenced by 0.9.0 had its tables fenced only: opened by hand here.)
+-- (A copy fenced by 0.9.0 had its tables fenced only: as if here.)
 BEGIN;
-SELECT insta_id._unfence_sequences('copy30') AS opened;
+DELETE FROM insta_id_admin.sequence_fences WHERE seq = 'copy30.t_id_seq'::regclass;
+ALTER SEQUENCE copy30.t_id_seq MINVALUE 1 MAXVALUE 100 START 1 RESTART 1;
 SELECT setval('copy30.t_id_seq', 9);
 SELECT insta_id.move_carry(31, :'copy_state');
 \echo :LAST_ERROR_SQLSTATE
@@ -270,15 +278,28 @@ SELECT insta_id.move_carry(31, NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_state(33);
 \echo :LAST_ERROR_SQLSTATE
--- Adopted, the copy is the shard: its sequences are as they were on the
--- old server, each continuing where it would have there (the restarted
--- one at its restart value, the unused one at its start), and the fences
--- are gone.
+-- Carried again onto the fence: it keeps the new state. Adopted, the copy
+-- is the shard, still fenced until move_open (insta-id move calls it in
+-- the adoption's transaction, after the carry): next_id says so (55006).
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,t_id_seq}', '[6, true]')) IS NOT NULL AS carried;
+SELECT last_value, is_called FROM insta_id_admin.sequence_fences WHERE seq = 'copy30.t_id_seq'::regclass;
 SELECT insta_id.adopt_shard('copy30', 31);
+SELECT insta_id.next_id(31, 'copy30.t_id_seq');
+\echo :LAST_ERROR_SQLSTATE
+-- Opened: its sequences are as they were on the old server, each
+-- continuing where it would have there (the restarted one at its restart
+-- value, the unused one at its start), and the fences are gone. Not
+-- PUBLIC's; 42704 for a shard not registered here, 22004 for NULL.
+SELECT insta_id.move_open(32);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_open(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_open(31) AS opened;
 SELECT c.relname, q.seqmin, q.seqmax, q.seqstart, q.seqcycle FROM pg_sequence q JOIN pg_class c ON c.oid = q.seqrelid
 WHERE c.relnamespace = 'copy30'::regnamespace ORDER BY c.relname;
 SELECT nextval('copy30.restarted') AS restarted_continues_at, nextval('copy30.unused') AS unused_starts,
-       nextval('copy30.t_id_seq') AS t_continues;
+       nextval('copy30.t_id_seq') AS t_continues, nextval('copy30.tiny') AS tiny_starts, nextval('copy30.top') AS top_starts;
+SELECT insta_id.move_open(31) AS opened_again;
 SELECT insta_id.next_id(31, 'copy30.t_id_seq') > 0 AS minted;
 SELECT count(*) AS fences_left FROM insta_id_admin.sequence_fences;
 SELECT insta_id.move_done(31, 'arriving');

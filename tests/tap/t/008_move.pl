@@ -599,6 +599,13 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 		my @refused = map { error_of($new, 'app', $_) =~ /^ERROR:  (55006): shard $n is not registered on this server: this is the copy of a move/m ? $1 : 'accepted' }
 		  "INSERT INTO insta$n.users (name) VALUES ('early')", "UPDATE insta$n.photos SET caption = 'early'", "TRUNCATE insta$n.likes";
 		is("@refused", '55006 55006 55006', "the copy on the new server refuses a client's INSERT, UPDATE, TRUNCATE until it is adopted");
+		# Nor does it mint (0.10.0): next_id names the server holding the
+		# shard, nextval() is at the fence's end.
+		my $from_label = $new->safe_psql('app', "SELECT peer FROM insta_id_admin.moves WHERE shard_id = $n");
+		my $minted = error_of($new, 'app', "SELECT insta_id.next_id($n, 'insta$n.users_id_seq')");
+		like($minted, qr/^ERROR:  55006: sequence insta$n\.users_id_seq belongs to a copy of shard $n that this server does not hold\n.*^HINT:  Shard $n is on \Q$from_label\E: mint its IDs there/ms,
+			"... and its sequences mint nothing: next_id refuses (55006), naming the old server") or diag $minted;
+		like(error_of($new, 'app', "SELECT nextval('insta$n.users_id_seq')"), qr/^ERROR:  2200H: /m, '... nextval() too (2200H)');
 		# insta-id status, given both servers, sees the move on each side;
 		# once the killed tool's sessions have gone, nobody holds it.
 		my $status = '';
@@ -729,6 +736,14 @@ $new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');
 my ($via, $onward) = ($new->connstr('app'), $third->connstr('app'));
 ($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
 is($rc, 0, 'shard 16 moved on to a third server, its copy kept') or diag $out;
+# The kept copy mints nothing (0.10.0): next_id names the server holding
+# the shard, nextval() is at the fence's end; the rollback opens it.
+my $kept_seq = $new->safe_psql('app', q{SELECT c.oid::regclass FROM pg_class c
+	WHERE c.relnamespace = 'insta16'::regnamespace AND c.relkind = 'S' ORDER BY c.relname LIMIT 1});
+my $onward_label = $new->safe_psql('app', 'SELECT peer FROM insta_id_admin.moves WHERE shard_id = 16');
+like(error_of($new, 'app', "SELECT insta_id.next_id(16, '$kept_seq')") . error_of($new, 'app', "SELECT nextval('$kept_seq')"),
+	qr/^ERROR:  55006: sequence \Q$kept_seq\E belongs to a copy of shard 16 that this server does not hold\n.*^HINT:  Shard 16 is on \Q$onward_label\E: .*^ERROR:  2200H: /ms,
+	"the copy kept for the rollback mints nothing: next_id refuses (55006) naming the server holding the shard, nextval() fails (2200H)");
 $new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');    # (the copy follows the third server from now on)
 $third->safe_psql('app', q{SET ROLE app_owner;
 	INSERT INTO insta16.s_check VALUES (2); INSERT INTO insta16.s_generated (v) VALUES (2);
@@ -739,12 +754,16 @@ is("$rc|" . $new->safe_psql('app', q{SELECT string_agg(DISTINCT site || ':' || w
 	'0|check_domain:app_owner:false check_table:app_owner:false generated_stored:app_owner:false|2|2',
 	'rolled back: the replication back ran the sites of the rows written meanwhile as their owner')
   or diag $out;
+is($new->safe_psql('app', "SELECT insta_id.next_id(16, '$kept_seq') > 0") . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta_id_admin.sequence_fences')
+	  . '|' . $third->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'}),
+	't|0|0', 'rolled back: the old copy mints again, no fence left, the third server\'s copy gone');
 ($rc, $out) = move(16, $via, $onward, '--rollback-window', '15 min');
 my $moved = $rc;
 ($rc, $out) = move(16, $via, $onward, '--release');
 is("$moved$rc|" . $new->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta16'})
-	  . '|' . $third->safe_psql('app', q{SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16}),
-	'00|0|1', 'moved again and released: the kept copy dropped')
+	  . '|' . $third->safe_psql('app', q{SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16})
+	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta_id_admin.sequence_fences'),
+	'00|0|1|0', 'moved again and released: the kept copy dropped, its fences with it')
   or diag $out;
 is(join('|', map { $_->safe_psql('app', q{SELECT (SELECT count(*) FROM evaluation_sites.seen WHERE superuser OR who <> 'app_owner')
 	  + (SELECT count(*) FROM hostile.log WHERE superuser)}) } $new, $third)
