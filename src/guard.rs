@@ -424,11 +424,21 @@ impl<'a> Table<'a> {
         })
     }
 
-    /// Every sequence in the table with its counts, in bucket order.
+    /// Every sequence in the table with its counts, in bucket order. Each
+    /// bucket's live slots are copied to the stack under its lock, and only
+    /// then into the vector: growing it (a copy of everything so far, or an
+    /// allocation that fails) never happens while other sessions' next_id
+    /// spin on that bucket.
     pub fn sequences(&self) -> Vec<SeqStats> {
         let mut out = Vec::new();
         for bucket in self.buckets {
-            locked(bucket, |slots| out.extend(slots.live()));
+            let mut copy = [None; WAYS];
+            locked(bucket, |slots| {
+                for (to, seq) in copy.iter_mut().zip(slots.live()) {
+                    *to = Some(seq);
+                }
+            });
+            out.extend(copy.into_iter().flatten());
         }
         out
     }

@@ -443,6 +443,9 @@ fn mark_error(e: MarkError) -> ! {
     }
 }
 
+/// Whether this backend registered `record_at_exit` (per-session guard).
+static EXIT_RECORDED: BackendCell<bool> = BackendCell::new(false);
+
 /// This database's mark as this backend uses it: its state (in shared
 /// memory, or the session's own) and where it is kept. Decided, and the
 /// mark loaded, at the backend's first next_id.
@@ -465,21 +468,52 @@ fn db_key(db: pg_sys::Oid, backing: &Backing) -> u64 {
     (u64::from(u32::from(db)) << 32) | u64::from(seq)
 }
 
+/// A slot's key while a reclaimer resets it: database 0, which no
+/// database's key has (`db_key`).
+const RECLAIMING: u64 = 1;
+
 /// The shared slot of `key`, claimed if new. A full table first reuses the
 /// slots of dropped databases.
 fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
+    let database_exists = |k: u64| {
+        // SAFETY: a catalog cache probe of pg_database (shared).
+        unsafe {
+            pg_sys::SearchSysCacheExists(
+                pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+                pg_sys::Datum::from((k >> 32) as u32),
+                pg_sys::Datum::from(0),
+                pg_sys::Datum::from(0),
+                pg_sys::Datum::from(0),
+            )
+        }
+    };
+    if let Some(mark) = claim_slot(slots, key, database_exists) {
+        return mark;
+    }
+    raise!(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        format!("insta_id tracks the high-water marks of at most {DB_SLOTS} databases at once"),
+        "Every database in which next_id ran since the server started keeps a slot until the database is dropped (one more after each DROP and CREATE EXTENSION insta_id in it).",
+        "Restart the server to free the slots of databases that no longer use insta_id.",
+    )
+}
+
+/// `key`'s slot, claimed if new; when none is free, the slots of keys whose
+/// database is gone (`exists` false) are freed and the search made again.
+/// None when the table is full of live databases.
+fn claim_slot(slots: &[DbSlot], key: u64, exists: impl Fn(u64) -> bool) -> Option<&MarkState> {
     let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % slots.len();
     for pass in 0..2 {
         for i in 0..slots.len() {
             let slot = &slots[(start + i) % slots.len()];
             match slot.key.load(Ordering::Acquire) {
-                k if k == key => return &slot.mark,
+                k if k == key => return Some(&slot.mark),
                 0 => match slot
                     .key
                     .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
                 {
-                    Ok(_) => return &slot.mark,
-                    Err(k) if k == key => return &slot.mark,
+                    Ok(_) => return Some(&slot.mark),
+                    Err(k) if k == key => return Some(&slot.mark),
                     Err(_) => {}
                 },
                 _ => {}
@@ -488,34 +522,28 @@ fn shared_slot(slots: &'static [DbSlot], key: u64) -> &'static MarkState {
         if pass == 0 {
             for slot in slots {
                 let k = slot.key.load(Ordering::Acquire);
-                // SAFETY: a catalog cache probe of pg_database (shared).
-                let exists = k == 0
-                    || unsafe {
-                        pg_sys::SearchSysCacheExists(
-                            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
-                            pg_sys::Datum::from((k >> 32) as u32),
-                            pg_sys::Datum::from(0),
-                            pg_sys::Datum::from(0),
-                            pg_sys::Datum::from(0),
-                        )
-                    };
-                if !exists {
-                    // Nobody uses a dropped database's slot: forget its mark,
-                    // then free it.
-                    slot.mark.reset();
-                    let _ = slot
+                // Nobody uses a dropped database's slot: taken out of use
+                // (one reclaimer wins), its mark forgotten, then freed. In
+                // that order, so that no claimer gets a slot being reset and
+                // no late reclaimer resets a slot claimed again (0.9.0 reset
+                // first: a reclaimer that had read the key before another
+                // freed it and a database claimed it reset that database's
+                // mark).
+                if k != 0
+                    && k != RECLAIMING
+                    && !exists(k)
+                    && slot
                         .key
-                        .compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        .compare_exchange(k, RECLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    slot.mark.reset();
+                    slot.key.store(0, Ordering::Release);
                 }
             }
         }
     }
-    raise!(
-        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-        format!("insta_id tracks the high-water marks of at most {DB_SLOTS} databases at once"),
-        "Every database in which next_id ran since the server started keeps a slot until the database is dropped (one more after each DROP and CREATE EXTENSION insta_id in it).",
-        "Restart the server to free the slots of databases that no longer use insta_id.",
-    )
+    None
 }
 
 /// A backend's first next_id in its database: finds where the database's
@@ -551,8 +579,16 @@ fn load_db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
                     mark::session_floor(mark, rec, run, offset)
                 })?;
                 table.raise_floor(floor);
-                // SAFETY: registering a plain callback for this backend's exit.
-                unsafe { pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0)) };
+                // Once per backend: the mark is loaded again when it changes
+                // (refreshed: the extension dropped and created again), and
+                // PostgreSQL has room for 20 such callbacks in all.
+                if !EXIT_RECORDED.get() {
+                    EXIT_RECORDED.set(true);
+                    // SAFETY: registering a plain callback for this backend's exit.
+                    unsafe {
+                        pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0))
+                    };
+                }
             }
         }
         Ok(())
@@ -930,6 +966,122 @@ mod tests {
     use super::*;
 
     const BUCKET_BYTES: usize = 1792;
+
+    fn table(n: usize) -> Vec<DbSlot> {
+        (0..n)
+            .map(|_| DbSlot {
+                key: AtomicU64::new(0),
+                mark: MarkState::new(),
+                _pad: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_table_frees_the_slots_of_dropped_databases_only() {
+        let slots = table(2);
+        let (a, b, c) = (5u64 << 32 | 9, 6u64 << 32 | 9, 7u64 << 32 | 9);
+        let live = |k: u64| k != a;
+        assert!(std::ptr::eq(
+            claim_slot(&slots, a, live).unwrap(),
+            claim_slot(&slots, a, live).unwrap()
+        ));
+        claim_slot(&slots, a, live).unwrap().set_durable(10);
+        claim_slot(&slots, b, live).unwrap().set_durable(20);
+        // a's database is gone: c takes its slot, forgotten; b's is untouched.
+        assert_eq!(claim_slot(&slots, c, live).unwrap().durable(), i64::MIN);
+        assert_eq!(claim_slot(&slots, b, live).unwrap().durable(), 20);
+        let keys: Vec<u64> = slots
+            .iter()
+            .map(|s| s.key.load(Ordering::Relaxed))
+            .collect();
+        assert!(keys.contains(&b) && keys.contains(&c));
+        // Full of live databases: none.
+        assert!(claim_slot(&slots, a, |_| true).is_none());
+    }
+
+    #[test]
+    fn a_slot_being_reclaimed_is_nobodys() {
+        let slots = table(1);
+        slots[0].key.store(RECLAIMING, Ordering::Relaxed);
+        // Neither claimed nor reclaimed again while its reclaimer resets it.
+        assert!(claim_slot(&slots, 5u64 << 32, |_| false).is_none());
+        assert_eq!(slots[0].key.load(Ordering::Relaxed), RECLAIMING);
+    }
+
+    #[test]
+    fn a_late_reclaimer_leaves_a_slot_claimed_again_alone() {
+        // The reclaimer has read the key of a dropped database (a); while it
+        // asks whether a exists, another reclaimer frees the slot and a new
+        // database (b) claims it and loads its mark. The late reclaimer must
+        // neither reset b's mark nor free b's slot (0.9.0 reset it first).
+        let slots = table(1);
+        let (a, b, x) = (5u64 << 32 | 1, 6u64 << 32 | 1, 7u64 << 32 | 1);
+        slots[0].key.store(a, Ordering::Relaxed);
+        let meanwhile = std::cell::Cell::new(true);
+        let exists = |k: u64| {
+            if k == a && meanwhile.replace(false) {
+                slots[0].key.store(0, Ordering::Release);
+                claim_slot(&slots, b, |_| true).unwrap().set_durable(77);
+            }
+            k != a
+        };
+        assert!(claim_slot(&slots, x, exists).is_none());
+        assert_eq!(
+            (
+                slots[0].key.load(Ordering::Relaxed),
+                slots[0].mark.durable()
+            ),
+            (b, 77)
+        );
+    }
+
+    #[test]
+    fn concurrent_claims_and_reclaims_never_share_or_reset_a_live_slot() {
+        // Six threads, each a database created and dropped 2,000 times (a
+        // new key each time, as a new database or mark has), over 3 slots:
+        // while its database lives, nobody takes its slot or resets it.
+        let slots: &'static [DbSlot] = Box::leak(table(3).into_boxed_slice());
+        let live: &'static [AtomicU64] = Box::leak(
+            (0..7)
+                .map(|_| AtomicU64::new(0))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        let exists = |k: u64| live[(k >> 32) as usize].load(Ordering::Acquire) == k;
+        let threads: Vec<_> = (1..=6u64)
+            .map(|db| {
+                std::thread::spawn(move || {
+                    for generation in 1..=2_000u64 {
+                        let key = db << 32 | generation;
+                        live[db as usize].store(key, Ordering::Release);
+                        if let Some(mark) = claim_slot(slots, key, exists) {
+                            let slot = slots.iter().find(|s| std::ptr::eq(&s.mark, mark)).unwrap();
+                            mark.set_durable(key as i64);
+                            for _ in 0..50 {
+                                assert_eq!(
+                                    slot.key.load(Ordering::Acquire),
+                                    key,
+                                    "a live database's slot taken"
+                                );
+                                assert_eq!(
+                                    mark.durable(),
+                                    key as i64,
+                                    "a live database's mark reset"
+                                );
+                                std::hint::spin_loop();
+                            }
+                        }
+                        live[db as usize].store(0, Ordering::Release);
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
 
     #[test]
     fn layout_is_pinned() {

@@ -325,6 +325,12 @@ impl MarkState {
         need(ms, self.durable()) == Need::Covered
     }
 
+    /// A durable mark set directly: for tests of the slots' table.
+    #[cfg(test)]
+    pub fn set_durable(&self, ms: i64) {
+        self.durable.store(ms, Ordering::Release);
+    }
+
     /// Forgets everything: the state of a slot being reused.
     pub fn reset(&self) {
         self.loaded.store(0, Ordering::Release);

@@ -73,13 +73,21 @@ impl Mover<'_> {
         stop_after("rolled-back");
         let adopt = if adopted {
             self.step(&format!("adopt {} on the old server", printable(schema)));
-            Self::record(
-                &mut fin,
-                self.shard,
-                Leaving::Returned,
-                schema,
-                &self.to_label,
-            )
+            // The fence of its sequences opened now that the carry, from
+            // another session, has set them (as adopt_end does).
+            let open = fin
+                .execute("SELECT insta_id.move_open($1::int)", &[&self.shard])
+                .described();
+            match open {
+                Ok(_) => Self::record(
+                    &mut fin,
+                    self.shard,
+                    Leaving::Returned,
+                    schema,
+                    &self.to_label,
+                ),
+                Err(e) => Err(e.into()),
+            }
         } else {
             Ok(())
         };

@@ -8,6 +8,7 @@
 # 2. The check cannot miss (PostgreSQL 18+, whose extension_control_path
 #    lets a test install a script of its own): an upgrade script that leaves
 #    out one function changed in src/ makes it fail, naming that function.
+# 3. A move under way across the update (below).
 # (scripts/dev/release.sh check, run by make check before this, proves the
 # released scripts unchanged.)
 use strict;
@@ -56,6 +57,36 @@ for my $old (@earlier)
 	is(extversion($db), $version, "$old -> $version: version after UPDATE");
 	same_text(describe($db), $fresh, "$old -> $version: the objects of a fresh install, in full");
 	is($node->safe_psql($db, q{CREATE SEQUENCE s; SELECT insta_id.shard_id(insta_id.next_id(7, 's'))}), 7, "$old -> $version: mints IDs");
+}
+
+# 3. From 0.9.0 with a move under way (0.10.0 fences a copy's sequences):
+#    0.9.0's one-argument raise_high_water_mark on this library takes the
+#    default slack (it must not read an argument that is not there), and
+#    the update fences the copies the database has: the one kept for a
+#    rollback and the one arriving.
+if (grep { $_ eq '0.9.0' } @earlier)
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE copies');
+	$node->safe_psql('copies', "SET client_min_messages = warning; CREATE EXTENSION insta_id VERSION '0.9.0'");
+	is($node->safe_psql('copies', q{SELECT insta_id.raise_high_water_mark(clock_timestamp()) IS NOT NULL}), 't',
+		"0.9.0 SQL with the $version library: raise_high_water_mark(at) works");
+	like(error_of($node, 'copies', q{SELECT insta_id.raise_high_water_mark(clock_timestamp() + interval '2 minutes')}),
+		qr/^ERROR:  22023: the high-water mark may be raised to at most \d+ ms ahead of this server's clock \(insta_id.max_lead \d+ ms \+ slack 60000 ms\)$/m,
+		'... and refuses a mark beyond max_lead and the default slack (22023)');
+	$node->safe_psql('copies', q{
+		CREATE SCHEMA kept; CREATE SEQUENCE kept.t_id_seq; SELECT nextval('kept.t_id_seq');
+		CREATE SCHEMA arriving; CREATE SEQUENCE arriving.t_id_seq;
+		INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps, reserve_until)
+		VALUES (5, 'leaving', 'kept', 'new:5432/app', 'reserved', now(), '[]', now() + interval '1 hour'),
+		       (6, 'arriving', 'arriving', 'old:5432/app', 'copied', now(), '[]', NULL)});
+	is($node->safe_psql('copies', q{SELECT nextval('kept.t_id_seq')}), 2, 'a copy kept by 0.9.0 mints');
+	$node->safe_psql('copies', 'ALTER EXTENSION insta_id UPDATE');
+	my $refused = join '', map { error_of($node, 'copies', $_) }
+	  q{SELECT insta_id.next_id(5, 'kept.t_id_seq')}, q{SELECT nextval('kept.t_id_seq')},
+	  q{SELECT insta_id.next_id(6, 'arriving.t_id_seq')}, q{SELECT nextval('arriving.t_id_seq')};
+	like($refused, qr/^ERROR:  55006: sequence kept\.t_id_seq belongs to a copy of shard 5 that this server does not hold\n.*^HINT:  Shard 5 is on new:5432\/app: .*^ERROR:  2200H: .*^ERROR:  55006: sequence arriving\.t_id_seq belongs to a copy of shard 6 .*^HINT:  Shard 6 is on old:5432\/app: .*^ERROR:  2200H: /ms,
+		'0.9.0 -> 0.10.0 fences the copies under way: next_id refuses (55006) naming the holder, nextval fails (2200H)')
+	  or diag $refused;
 }
 
 SKIP:
