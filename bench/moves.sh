@@ -40,7 +40,11 @@ done
 record 1 plan_moves "$(sed -nE 's/^moves: ([0-9]+) .*/\1/p' "$out/plan8192.out")"
 record 1 plan_balanced "$([ "$status" = 0 ] && echo 1 || echo 0)"
 
-durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical')
+# PostgreSQL's default max_connections, not the harness's 40: by the last
+# move PgBouncer keeps up to 4 server connections for each of the 12 shards'
+# entries on the new server (its pool, idle for server_idle_timeout, 10
+# minutes), and the harness's 40 ran out ("too many clients already").
+durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical' --conf 'max_connections = 100')
 stop_all() {
   bouncer_stop bench-bouncer
   stop_cluster bench-move-a; stop_cluster bench-move-b

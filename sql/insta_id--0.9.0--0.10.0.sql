@@ -108,8 +108,9 @@ END
 $$;
 
 -- The fence of a shard's copy opened, in the transaction that adopts it
--- (the mover calls it after adopt_shard, once the old server has let the
--- shard go; the same for a rollback on the old server): each sequence of
+-- (move_step does, when the mover records the adoption once the old server
+-- has let the shard go; the same for a rollback on the old server; by hand
+-- after adopt_shard of a copy left by a move): each sequence of
 -- the shard's schema gets its own range, start and cycle back, and the
 -- state move_carry set. Returns how many sequences. 42704 for a shard not
 -- registered here; 22004 for NULL. Not PUBLIC's.
@@ -145,7 +146,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_open(int) IS
-'Opens the fence of the sequences of a shard''s copy adopted here (insta-id move calls it in the adoption''s transaction)';
+'Opens the fence of the sequences of a shard''s copy adopted here (move_step does, in the adoption''s transaction)';
 
 -- next_id's refusal on a fenced sequence (src/functions.rs calls it when a
 -- sequence the caller may use has a fence's shape: two values, NO CYCLE):
@@ -183,6 +184,58 @@ BEGIN
               HINT = CASE WHEN holder IS NULL
                           THEN 'No move of the shard is recorded here: insta-id status names the server that holds it.'
                           ELSE format('Shard %s is on %s: mint its IDs there (a router does).', f.shard_id, holder) END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION insta_id.move_step(shard_id int, side text, step text, schema_name name, peer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+    found_row insta_id_admin.moves;
+BEGIN
+    IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(move_step.shard_id);
+    IF move_step.side NOT IN ('leaving', 'arriving') THEN
+        RAISE EXCEPTION 'a move''s side is ''leaving'' or ''arriving'', not %', quote_literal(move_step.side)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT move_step.step = ANY (insta_id._move_steps(move_step.side)) THEN
+        RAISE EXCEPTION '% is not a step of the % side of a move', quote_literal(move_step.step), move_step.side
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its steps: %s.', array_to_string(insta_id._move_steps(move_step.side), ', '));
+    END IF;
+    SELECT * INTO found_row FROM insta_id_admin.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+        VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
+                jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t)));
+        RETURN;
+    END IF;
+    -- The peer is how the mover reached the other server, which a re-run
+    -- may spell otherwise (a socket, an address): the latest is kept.
+    IF (found_row.side, found_row.schema_name) IS DISTINCT FROM (move_step.side, move_step.schema_name) THEN
+        RAISE EXCEPTION 'shard % has another move recorded here', move_step.shard_id
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('Schema %s, %s %s since %s.', found_row.schema_name,
+                                  CASE found_row.side WHEN 'leaving' THEN 'leaving for' ELSE 'arriving from' END,
+                                  found_row.peer, found_row.started_at),
+                  HINT = 'Finish or undo that move first (insta-id move).';
+    END IF;
+    UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
+           steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
+    WHERE m.shard_id = move_step.shard_id;
+    -- The adoption (a move's on the new server, a rollback's on the old
+    -- one) records its step in its own transaction, after the cutover:
+    -- the fence of the copy's sequences opens with it, whichever release
+    -- of insta-id records it.
+    IF (move_step.side, move_step.step) IN (('arriving', 'adopted'), ('leaving', 'returned')) THEN
+        PERFORM insta_id.move_open(move_step.shard_id);
+    END IF;
 END
 $$;
 
@@ -329,6 +382,12 @@ BEGIN
         END IF;
         IF fence.seq IS NULL THEN
             PERFORM setval(target, seq.last_value, seq.is_called);
+        ELSIF seq.last_value NOT BETWEEN fence.min_value AND fence.max_value THEN
+            -- As setval would: now, not when move_open puts the range back
+            -- after the old server let the shard go.
+            RAISE EXCEPTION 'setval: value % is out of bounds for sequence % (%..%)', seq.last_value, target,
+                            fence.min_value, fence.max_value
+                USING ERRCODE = 'numeric_value_out_of_range';
         ELSE
             -- The fence moved to the carried state (move_open sets it).
             PERFORM insta_id._fence_sequence(target, nsp, move_carry.shard_id, seq.last_value, seq.is_called);

@@ -1,6 +1,6 @@
 //! `insta-id move`: one logical shard from one server to another while it
 //! takes writes, with PostgreSQL's logical replication (both servers need
-//! insta_id 0.10.0 or later). Each server's half is the extension's
+//! insta_id 0.9.0 or later; 0.10.0 fences the copy's sequences). Each server's half is the extension's
 //! (src/sql/moves.sql: the lock, the state, the fence, the cutover's locks,
 //! what replication does not carry); this only sequences it over its
 //! sessions, and runs pg_dump for the schema, whose definitions it applies
@@ -513,14 +513,13 @@ impl<'a> Mover<'a> {
         for c in [&mut from_c, &mut to_c] {
             let recorded: bool = c
                 .query_one(
-                    // (0.10.0: a copy's sequences fenced, opened by move_open)
-                    "SELECT pg_catalog.to_regprocedure('insta_id.move_open(integer)') IS NOT NULL",
+                    "SELECT pg_catalog.to_regclass('insta_id_admin.moves') IS NOT NULL",
                     &[],
                 )
                 .described()?
                 .get(0);
             if !recorded {
-                return fail("insta_id 0.10.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)");
+                return fail("insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)");
             }
         }
         // Two strings for one database would move a shard onto itself.
@@ -935,6 +934,7 @@ impl<'a> Mover<'a> {
         let advance = (!self.origin_filter).then_some(self.back.as_str());
         Self::adopt_end(
             &mut fin,
+            &self.a.waits.lock_timeout,
             adopted,
             self.shard,
             &schema,

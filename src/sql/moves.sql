@@ -82,7 +82,9 @@ COMMENT ON TABLE insta_id_admin.moves IS
 
 -- Records that this server's side of a shard's move reached a step (the
 -- first step makes the row; _move_steps lists each side's). 55006 when the
--- row is another move's (the other side, or another schema).
+-- row is another move's (the other side, or another schema). At the
+-- adoption's step, opens the fence of the shard's sequences (move_open:
+-- 42704 if the shard is not registered here).
 CREATE FUNCTION insta_id.move_step(shard_id int, side text, step text, schema_name name, peer text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -125,6 +127,13 @@ BEGIN
     UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
            steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
     WHERE m.shard_id = move_step.shard_id;
+    -- The adoption (a move's on the new server, a rollback's on the old
+    -- one) records its step in its own transaction, after the cutover:
+    -- the fence of the copy's sequences opens with it, whichever release
+    -- of insta-id records it.
+    IF (move_step.side, move_step.step) IN (('arriving', 'adopted'), ('leaving', 'returned')) THEN
+        PERFORM insta_id.move_open(move_step.shard_id);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_step(int, text, text, name, text) IS
@@ -282,8 +291,9 @@ END
 $$;
 
 -- The fence of a shard's copy opened, in the transaction that adopts it
--- (the mover calls it after adopt_shard, once the old server has let the
--- shard go; the same for a rollback on the old server): each sequence of
+-- (move_step does, when the mover records the adoption once the old server
+-- has let the shard go; the same for a rollback on the old server; by hand
+-- after adopt_shard of a copy left by a move): each sequence of
 -- the shard's schema gets its own range, start and cycle back, and the
 -- state move_carry set. Returns how many sequences. 42704 for a shard not
 -- registered here; 22004 for NULL. Not PUBLIC's.
@@ -319,7 +329,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_open(int) IS
-'Opens the fence of the sequences of a shard''s copy adopted here (insta-id move calls it in the adoption''s transaction)';
+'Opens the fence of the sequences of a shard''s copy adopted here (move_step does, in the adoption''s transaction)';
 
 -- next_id's refusal on a fenced sequence (src/functions.rs calls it when a
 -- sequence the caller may use has a fence's shape: two values, NO CYCLE):
@@ -657,6 +667,12 @@ BEGIN
         END IF;
         IF fence.seq IS NULL THEN
             PERFORM setval(target, seq.last_value, seq.is_called);
+        ELSIF seq.last_value NOT BETWEEN fence.min_value AND fence.max_value THEN
+            -- As setval would: now, not when move_open puts the range back
+            -- after the old server let the shard go.
+            RAISE EXCEPTION 'setval: value % is out of bounds for sequence % (%..%)', seq.last_value, target,
+                            fence.min_value, fence.max_value
+                USING ERRCODE = 'numeric_value_out_of_range';
         ELSE
             -- The fence moved to the carried state (move_open sets it).
             PERFORM insta_id._fence_sequence(target, nsp, move_carry.shard_id, seq.last_value, seq.is_called);

@@ -58,7 +58,14 @@ impl Mover<'_> {
         if st.on_to.is_none() {
             self.step(&format!("adopt {} on the new server", printable(schema)));
             let advance = (!self.origin_filter).then_some(self.back.as_str());
-            Self::adopt(&mut hold, self.shard, schema, &self.from_label, advance)?;
+            Self::adopt(
+                &mut hold,
+                &self.a.waits.lock_timeout,
+                self.shard,
+                schema,
+                &self.from_label,
+                advance,
+            )?;
         }
         stop_after("adopted");
         if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {
@@ -165,13 +172,14 @@ impl Mover<'_> {
     /// then refused, nothing lost.)
     pub(super) fn adopt(
         c: &mut Client,
+        lock_timeout: &str,
         shard: i32,
         schema: &str,
         from_label: &str,
         back: Option<&str>,
     ) -> Result<()> {
         let done = Self::adopt_begin(c, true, shard, schema)
-            .and_then(|now| Self::adopt_end(c, now, shard, schema, from_label, back));
+            .and_then(|now| Self::adopt_end(c, lock_timeout, now, shard, schema, from_label, back));
         if done.is_err() {
             let _ = c.batch_execute("ROLLBACK");
         }
@@ -215,11 +223,12 @@ impl Mover<'_> {
     }
 
     /// Its second half, once the old server has let the shard go: the
-    /// fence of the copy's sequences opened (move_open: only now, since the
-    /// cutover sets them through it from another session), the slot back
-    /// advanced and the step recorded (when this run adopted), COMMIT.
+    /// slot back advanced and the step recorded (when this run adopted),
+    /// which opens the fence of the copy's sequences (only now: the cutover
+    /// sets them through it from another session), COMMIT.
     pub(super) fn adopt_end(
         c: &mut Client,
+        lock_timeout: &str,
         adopted: bool,
         shard: i32,
         schema: &str,
@@ -227,8 +236,14 @@ impl Mover<'_> {
         back: Option<&str>,
     ) -> Result<()> {
         if adopted {
-            c.execute("SELECT insta_id.move_open($1::int)", &[&shard])
-                .described()?;
+            // The step opens the fence of the copy's sequences (0.10.0),
+            // which waits for a session using one: no longer than
+            // --lock-timeout, as clients are paused.
+            c.execute(
+                "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+                &[&lock_timeout],
+            )
+            .described()?;
             if let Some(back) = back {
                 c.execute(
                     "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())

@@ -73,21 +73,15 @@ impl Mover<'_> {
         stop_after("rolled-back");
         let adopt = if adopted {
             self.step(&format!("adopt {} on the old server", printable(schema)));
-            // The fence of its sequences opened now that the carry, from
-            // another session, has set them (as adopt_end does).
-            let open = fin
-                .execute("SELECT insta_id.move_open($1::int)", &[&self.shard])
-                .described();
-            match open {
-                Ok(_) => Self::record(
-                    &mut fin,
-                    self.shard,
-                    Leaving::Returned,
-                    schema,
-                    &self.to_label,
-                ),
-                Err(e) => Err(e.into()),
-            }
+            // (The step opens the fence of its sequences, now that the
+            // carry, from another session, has set them.)
+            Self::record(
+                &mut fin,
+                self.shard,
+                Leaving::Returned,
+                schema,
+                &self.to_label,
+            )
         } else {
             Ok(())
         };
@@ -182,7 +176,7 @@ impl Mover<'_> {
             self.step(&format!("adopt {} on the old server", printable(schema)));
             let mut tx = self.from.transaction().described()?;
             tx.execute(
-                "SELECT insta_id.adopt_shard($1::text::name, $2::int), insta_id.move_open($2::int)",
+                "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
                 &[&schema, &self.shard],
             )
             .described()?;

@@ -263,6 +263,10 @@ SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,t_id_
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,gone}', '[7, true]'));
 \echo :LAST_ERROR_SQLSTATE
+-- A value outside the fenced sequence's own range (22003), as setval
+-- would say: now, not at the adoption after the old server let go.
+SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,tiny}', '[40000, true]'));
+\echo :LAST_ERROR_SQLSTATE
 -- A view in the copy where the old server had a sequence (the copy's owner
 -- can make one): refused (42809) by the catalog, before any query names it,
 -- so its function (IMMUTABLE: planning would run it) never runs as the
