@@ -378,6 +378,11 @@ impl Mover<'_> {
         // clients are on the new server; a run killed before that drops it
         // on its re-run, as any copy whose window has passed.
         let keep = self.keep.as_deref().unwrap_or("1 second");
+        if self.keep.is_none() {
+            // First, so that move_reserve's fence (0.10.0) narrows only the
+            // sequences kept: one rewrite less each, with clients paused.
+            drop_sequences(hold, schema)?;
+        }
         let until: String = hold
             .query_one(
                 "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
@@ -387,7 +392,6 @@ impl Mover<'_> {
             .described()?
             .get(0);
         if self.keep.is_none() {
-            drop_sequences(hold, schema)?;
             // (move_reserve's shortest window is a second: this ends it.)
             hold.execute(
                 "UPDATE insta_id_admin.moves SET reserve_until = pg_catalog.clock_timestamp()
@@ -567,7 +571,8 @@ pub(super) fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Res
 /// In the cutover of a move without a window (`c`'s transaction, the
 /// shard's tables locked): the old copy's sequences dropped, so that a
 /// client connected to the old server itself mints no ID for the shard
-/// until the copy is dropped (the fence refuses writes, not nextval). Only
+/// until the copy is dropped (0.9.0's fence refuses writes, not nextval;
+/// 0.10.0's narrows the sequences kept here). Only
 /// those whose dependents are all column defaults of the schema's tables,
 /// the defaults dropped first, then each sequence RESTRICT: never another
 /// object. Any other is kept (an identity column's, one a view or function
