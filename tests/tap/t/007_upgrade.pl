@@ -9,6 +9,7 @@
 #    lets a test install a script of its own): an upgrade script that leaves
 #    out one function changed in src/ makes it fail, naming that function.
 # 3. A move under way across the update (below).
+# 4. raise_high_water_mark's bound and its override (last).
 # (scripts/dev/release.sh check, run by make check before this, proves the
 # released scripts unchanged.)
 use strict;
@@ -123,6 +124,22 @@ SKIP:
 	is(join(' ', sort keys %differ) || 'nothing', $left_out,
 		"$prev -> $version with a script stale in $left_out: the check fails, naming $left_out alone");
 }
+# 4. The bound's explicit override, last (the raise holds every database of
+#    this server ahead of its clock until the clock gets there): a mark two
+#    minutes ahead is refused by default, accepted with slack, and then
+#    every next_id of the server waits for the clock (here, with
+#    on_overflow = error, refuses at once: 54000), which is what a
+#    mistaken raise costs.
+{
+	my $ahead = q{clock_timestamp() + interval '2 minutes'};
+	like(error_of($node, 'fresh', "SELECT insta_id.raise_high_water_mark($ahead)"), qr/^ERROR:  22023: /m,
+		'a mark 2 minutes ahead: refused by default (22023)');
+	is($node->safe_psql('fresh', "SELECT insta_id.raise_high_water_mark($ahead, slack => interval '3 minutes') > clock_timestamp() + interval '1 minute'"),
+		't', '... accepted with slack => 3 minutes');
+	like(error_of($node, 'fresh', q{SET insta_id.on_overflow = error; CREATE SEQUENCE after_raise; SELECT insta_id.next_id(1, 'after_raise')}),
+		qr/^ERROR:  54000: /m, '... after which next_id waits for the clock (on_overflow = error: 54000 at once)');
+}
+
 $node->stop;
 
 done_testing();
