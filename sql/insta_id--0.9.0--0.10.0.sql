@@ -16,8 +16,8 @@
 -- next_id refuses first (55006, naming the server holding the shard), and
 -- other sessions' cached values go with the sequence's rewrite. Its own
 -- range, start and cycle, and the state to put back, are kept here;
--- move_carry sets that state, and the mover opens the fence
--- (move_open) in the transaction that adopts the shard. Keyed by OID and
+-- move_carry sets that state, and move_open opens the fence, which
+-- move_step calls when the adoption's step is recorded. Keyed by OID and
 -- schema: a copy is dropped (move_release) or adopted where it is, never
 -- dumped and restored as one, so pg_dump leaves these rows out.
 CREATE TABLE insta_id_admin.sequence_fences (

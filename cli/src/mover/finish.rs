@@ -223,9 +223,9 @@ impl Mover<'_> {
     }
 
     /// Its second half, once the old server has let the shard go: the
-    /// slot back advanced and the step recorded (when this run adopted),
-    /// which opens the fence of the copy's sequences (only now: the cutover
-    /// sets them through it from another session), COMMIT.
+    /// step recorded (when this run adopted), which opens the fence of the
+    /// copy's sequences (only now: the cutover sets them through it from
+    /// another session), the slot back advanced, COMMIT.
     pub(super) fn adopt_end(
         c: &mut Client,
         lock_timeout: &str,
@@ -244,6 +244,10 @@ impl Mover<'_> {
                 &[&lock_timeout],
             )
             .described()?;
+            Self::record(c, shard, Arriving::Adopted, schema, from_label)?;
+            // After the step, which may give up: the advance is not undone
+            // by a rollback. (The step's writes are insta_id's own tables
+            // and sequences, which the slot's publication does not carry.)
             if let Some(back) = back {
                 c.execute(
                     "SELECT pg_catalog.pg_replication_slot_advance(slot_name, pg_catalog.pg_current_wal_flush_lsn())
@@ -252,7 +256,6 @@ impl Mover<'_> {
                 )
                 .described()?;
             }
-            Self::record(c, shard, Arriving::Adopted, schema, from_label)?;
         }
         c.batch_execute("COMMIT").described()?;
         Ok(())

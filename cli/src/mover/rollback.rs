@@ -175,6 +175,13 @@ impl Mover<'_> {
         if !registered {
             self.step(&format!("adopt {} on the old server", printable(schema)));
             let mut tx = self.from.transaction().described()?;
+            // The step opens the fence of the copy's sequences: bounded, as
+            // the entry may still be paused.
+            tx.execute(
+                "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+                &[&self.a.waits.lock_timeout],
+            )
+            .described()?;
             tx.execute(
                 "SELECT insta_id.adopt_shard($1::text::name, $2::int)",
                 &[&schema, &self.shard],

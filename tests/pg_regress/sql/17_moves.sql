@@ -283,14 +283,17 @@ SELECT insta_id.move_carry(31, NULL);
 SELECT insta_id.move_state(33);
 \echo :LAST_ERROR_SQLSTATE
 -- Carried again onto the fence: it keeps the new state. Adopted, the copy
--- is the shard, still fenced until move_open (insta-id move calls it in
--- the adoption's transaction, after the carry): next_id says so (55006).
+-- is the shard, still fenced until move_open (move_step calls it when the
+-- adoption's step is recorded, after the carry): next_id says so (55006).
+-- The step before the adoption: 42704, nothing recorded.
+SELECT insta_id.move_step(31, 'arriving', 'adopted', 'copy30', '/tmp:5433/app');
+\echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_carry(31, jsonb_set(:'copy_state'::jsonb, '{sequences,t_id_seq}', '[6, true]')) IS NOT NULL AS carried;
 SELECT last_value, is_called FROM insta_id_admin.sequence_fences WHERE seq = 'copy30.t_id_seq'::regclass;
 SELECT insta_id.adopt_shard('copy30', 31);
 SELECT insta_id.next_id(31, 'copy30.t_id_seq');
 \echo :LAST_ERROR_SQLSTATE
--- Opened: its sequences are as they were on the old server, each
+-- Opened by the step: its sequences are as they were on the old server, each
 -- continuing where it would have there (the restarted one at its restart
 -- value, the unused one at its start), and the fences are gone. Not
 -- PUBLIC's; 42704 for a shard not registered here, 22004 for NULL.
@@ -298,7 +301,8 @@ SELECT insta_id.move_open(32);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.move_open(NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT insta_id.move_open(31) AS opened;
+SELECT insta_id.move_step(31, 'arriving', 'adopted', 'copy30', '/tmp:5433/app');
+SELECT count(*) AS fences_after_the_step FROM insta_id_admin.sequence_fences;
 SELECT c.relname, q.seqmin, q.seqmax, q.seqstart, q.seqcycle FROM pg_sequence q JOIN pg_class c ON c.oid = q.seqrelid
 WHERE c.relnamespace = 'copy30'::regnamespace ORDER BY c.relname;
 SELECT nextval('copy30.restarted') AS restarted_continues_at, nextval('copy30.unused') AS unused_starts,
