@@ -314,13 +314,14 @@ BEGIN
     FOR f IN SELECT s.* FROM insta_id_admin.sequence_fences s JOIN pg_class c ON c.oid = s.seq
              WHERE s.schema_name = nsp AND c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp)
              ORDER BY c.relname LOOP
-        -- The recorded value first (inside the fence, and the sequence's own
-        -- range), whatever was set inside the fence meanwhile.
-        PERFORM setval(f.seq, f.last_value, true);
-        EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s %s', f.seq::regclass,
-                       f.min_value, f.max_value, f.start_value, CASE WHEN f.cycle THEN 'CYCLE' ELSE 'NO CYCLE' END);
-        IF NOT f.is_called THEN
-            PERFORM setval(f.seq, f.last_value, false);
+        -- RESTART at the recorded value, as _fence_sequence does: whatever
+        -- was set inside the fence meanwhile, and the range checked against
+        -- it alone. RESTART leaves it unused; used, setval says so.
+        EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s RESTART %s %s', f.seq::regclass,
+                       f.min_value, f.max_value, f.start_value, f.last_value,
+                       CASE WHEN f.cycle THEN 'CYCLE' ELSE 'NO CYCLE' END);
+        IF f.is_called THEN
+            PERFORM setval(f.seq, f.last_value, true);
         END IF;
         opened := opened + 1;
     END LOOP;
