@@ -15,7 +15,7 @@ BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(N
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade \
+        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
         bench-moves
 
@@ -40,6 +40,7 @@ test:
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-clients PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
 	@$(MAKE) -s test-pg-upgrade
+	@$(MAKE) -s test-library-upgrade PG=$(NEWEST)
 	@$(MAKE) -s test-move
 	@$(MAKE) -s test-packages
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
@@ -220,9 +221,18 @@ test-move:
 	@PG=16 scripts/dev/build.sh install ci
 	@PG=$(NEWEST) scripts/dev/build.sh install ci
 	@PG=$(NEWEST) PG_MOVE_FROM=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) \
-	  PG_MOVE_PER_SESSION=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move pgbouncer
+	  PG_MOVE_NOT_PRELOADED=$$(scripts/dev/harness.sh pg_config_of 16) tests/tap.sh move pgbouncer
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) tests/tap.sh pgbouncer
 	@PG=$(NEWEST) scripts/demo/bouncer_demo.sh
+
+## test-library-upgrade: a package installed under a running server: sessions of
+##        0.8.0's and 0.9.0's libraries (built from their commits) beside this one's on
+##        one sequence, preloaded and not: no ID repeated, or the documented refusal
+test-library-upgrade:
+	@scripts/dev/setup.sh tap
+	@scripts/dev/build.sh install ci
+	@for v in 0.8.0 0.9.0; do scripts/dev/build.sh release-library $$v ci >/dev/null || exit 1; done
+	@tests/tap.sh library_upgrade
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version
 test-pg-upgrade:

@@ -476,3 +476,10 @@ FROM insta_id_admin.moves m
 WHERE (m.side = 'arriving' OR m.step IN ('reserved', 'returning'))
   AND EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = m.schema_name)
   AND NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = m.shard_id OR r.schema_name = m.schema_name);
+
+-- The guard is shared by every session in every configuration (15 and 16
+-- without preloading: a segment published in the data directory).
+COMMENT ON FUNCTION insta_id.guard_stats() IS
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+COMMENT ON FUNCTION insta_id.guard_mode() IS
+'shared: the duplicate guard spans all sessions of the server, in every configuration since 0.10.0 (0.9.0 and earlier said session on PostgreSQL 15/16 without preloading, where each session guarded only its own IDs)';

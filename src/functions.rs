@@ -305,7 +305,7 @@ fn mint_fast(guard: &Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> R
         .table
         .admit_counted(seq_key(relid), residue as u16, now, policy, counted);
     match admit {
-        Admit::Issue(ms) if guard.settled(ms, now) => match layout::check_ms(ms - epoch) {
+        Admit::Issue(ms) if guard.settled(ms) => match layout::check_ms(ms - epoch) {
             Ok(since_epoch) => Ok(layout::pack(since_epoch, shard, residue)),
             Err(_) => Err(Taken::Admitted(admit, now)),
         },
@@ -338,8 +338,8 @@ fn seq_key(relid: pg_sys::Oid) -> SeqKey {
 }
 
 /// The ID for `shard` and the sequence value `seq_value` of `relid`, from
-/// where `mint_fast` left off: the errors, the waits, the claims and the
-/// mark's renewals.
+/// where `mint_fast` left off: the errors, the waits and the mark's
+/// renewals.
 #[cold]
 fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Taken) -> i64 {
     let epoch = settings::epoch_ms();
@@ -366,13 +366,7 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
                 .admit_counted(key, residue as u16, now, policy, counted)
         });
         match admit {
-            Admit::Issue(ms) => match guard.claim(ms, now) {
-                Ok(()) => break ms,
-                // Another session (per-session guard) issues ahead of the
-                // clock there already: every millisecond up to `taken` is
-                // used for this session too; ask again.
-                Err(taken) => guard.table.raise_floor(taken),
-            },
+            Admit::Issue(ms) => break ms,
             Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
             Admit::Full(ms) => raise!(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -749,11 +743,12 @@ pub unsafe extern "C-unwind" fn insta_id_epoch(_fcinfo: FunctionCallInfo) -> Dat
 }
 
 v1!(pg_finfo_insta_id_guard_mode);
-/// `insta_id.guard_mode() RETURNS text`: 'shared' or 'session'.
+/// `insta_id.guard_mode() RETURNS text`: 'shared' (0.9.0 and earlier could
+/// say 'session').
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_guard_mode(_fcinfo: FunctionCallInfo) -> Datum {
-    text(guard_store::mode().as_str())
+    text(guard_store::mode())
 }
 
 v1!(pg_finfo_insta_id_high_water_mark);
@@ -905,7 +900,7 @@ pub unsafe extern "C-unwind" fn insta_id_guard_stats_total(fcinfo: FunctionCallI
     let r = guard_store::report();
     let [issued, waits, wait_time, borrowed, refused] = stats_columns(&r.totals);
     let mut values = [
-        text(r.mode.as_str()),
+        text(guard_store::mode()),
         Datum::from(r.capacity as i64),
         Datum::from(r.tracked as i64),
         issued,

@@ -24,9 +24,8 @@
 //! the rest of a millisecond: what a state inherited from the floor is not
 //! its own overflow (`SeqState::inherited`). The hash that picks a key's
 //! bucket is keyed with random words drawn when the table is made (`Seed`),
-//! so no role can aim its own sequences at another's bucket. The same table
-//! serves the server-wide guard (in shared memory) and the per-session
-//! fallback.
+//! so no role can aim its own sequences at another's bucket. The table lives
+//! in shared memory, wherever `guard_store` finds it.
 //!
 //! Each slot also counts what the guard did for its sequence (`Stats`),
 //! updated under the bucket's lock that admitting takes anyway; an evicted
@@ -473,20 +472,6 @@ impl<'a> Table<'a> {
     /// The number of sequences the table holds at most.
     pub fn capacity(&self) -> usize {
         self.buckets.len() * WAYS
-    }
-
-    /// The last millisecond of every sequence in the table, at most; `None`
-    /// when it holds none. What a per-session table has issued in.
-    pub fn last_ms(&self) -> Option<i64> {
-        let mut last = None;
-        for bucket in self.buckets {
-            locked(bucket, |slots| {
-                for seq in slots.live() {
-                    last = last.max(Some(seq.last_ms));
-                }
-            });
-        }
-        last
     }
 
     /// Counts every millisecond up to `ms` as used by every sequence, known

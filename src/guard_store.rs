@@ -6,36 +6,34 @@
 //!   (`GetNamedDSMSegment`), created by the first session that needs it and
 //!   found by name by every later one. Exact across sessions like the above;
 //!   its size is fixed (`REGISTRY_SEQUENCES`).
-//! - Not preloaded, 15 and 16: each session keeps its own table, exact within
-//!   the session only (see the README); `insta_id.require_shared_guard`
-//!   makes next_id refuse to run that way. The sessions of a server's run
-//!   share a record (`mark::Sessions`): a millisecond issued in ahead of the
-//!   clock is claimed there first, an ending session adds its last one, and a
-//!   new session starts above it (above the mark after a restart or a step
-//!   back of the clock).
+//! - Not preloaded, 15 and 16: in a dynamic shared memory segment created by
+//!   the first session that needs it, pinned for the server's run, and found
+//!   by every later one through the handle published in the data directory
+//!   (`guard_segment`). Exact across sessions like the above, of the same
+//!   fixed size as the registry's. A session that cannot attach refuses;
+//!   there is no per-session fallback (0.9.0 and earlier had one, which let
+//!   two sessions repeat each other's IDs).
 //!
-//! `insta_id.guard_mode()` says `shared` for the first two, `session` else.
+//! `insta_id.guard_mode()` says `shared` in every case.
 
 use crate::guard::{Bucket, Seed, SeqStats, Stats, Table, WAYS};
-use crate::mark::{self, Durable, MarkError, MarkFile, MarkState, Run};
+use crate::mark::{self, Durable, MarkError, MarkFile, MarkState};
 use crate::mark_wal::{SeqLock, SeqMark};
 use crate::settings;
 use crate::BackendCell;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::OnceLock;
 
-/// Buckets of a session-local table (2048 sequences, about 400 kB).
-#[cfg(not(any(feature = "pg17", feature = "pg18")))]
-const SESSION_BUCKETS: usize = 256;
-
-/// The registry segment's name carries the guard table's layout: change the
-/// name whenever `Bucket` or the header changes, so that a library never maps
-/// a segment laid out by another (`layout_is_pinned` fails until you do).
+/// The guard table's layout: change it (and the registry segment's name,
+/// which carries it) whenever `Bucket` or the header changes, so that a
+/// library never maps a table laid out by another (`layout_is_pinned` fails
+/// until you do).
+pub const LAYOUT: u32 = 5;
 pub const REGISTRY_NAME: &std::ffi::CStr = c"insta_id duplicate guard, layout 5";
-/// Sequences the registry segment tracks (fixed: without preloading there is
-/// no server-start setting to size it). About 3.5 MiB.
+/// Sequences the guard tracks without preloading, in the registry's segment
+/// or 15's and 16's (fixed: there is no server-start setting to size it).
+/// About 3.5 MiB.
 pub const REGISTRY_SEQUENCES: usize = 16_384;
 
 /// Shared memory (startup or registry) starts with this header, then the
@@ -74,30 +72,11 @@ static mut SHARED: *mut u8 = std::ptr::null_mut();
 pub struct Store {
     pub(crate) buckets: &'static [Bucket],
     header: &'static Header,
-    /// Empty with the per-session guard (each session keeps its own mark).
     db_slots: &'static [DbSlot],
-    mode: GuardMode,
 }
 
 /// This backend's store, decided on first use.
 static STORE: BackendCell<Option<Store>> = BackendCell::new(None);
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum GuardMode {
-    /// Shared memory or the DSM registry: exact across all sessions.
-    Shared,
-    /// Per session: exact within each session only.
-    Session,
-}
-
-impl GuardMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GuardMode::Shared => "shared",
-            GuardMode::Session => "session",
-        }
-    }
-}
 
 impl Store {
     #[inline]
@@ -124,7 +103,7 @@ fn store() -> Store {
 ///
 /// # Safety
 /// `ptr` points at initialised memory of that layout that outlives the backend.
-unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
+unsafe fn laid_out(ptr: *mut u8, buckets: usize) -> Store {
     unsafe {
         Store {
             header: &*(ptr as *const Header),
@@ -133,7 +112,6 @@ unsafe fn laid_out(ptr: *mut u8, buckets: usize, mode: GuardMode) -> Store {
                 ptr.add(HEADER + DB_SLOTS * DB_SLOT) as *const Bucket,
                 buckets,
             ),
-            mode,
         }
     }
 }
@@ -164,29 +142,37 @@ unsafe fn initialise(ptr: *mut u8, buckets: usize) {
 }
 
 /// A fresh hash key from the operating system's strong random source. Runs
-/// where the table is made (the postmaster, the registry's first session, a
-/// session's own table), so cannot report an error: were the source to fail,
+/// where the table is made (the postmaster, the first session of the
+/// registry or of 15's and 16's segment), so cannot report an error: were the source to fail,
 /// the key falls back to the clock and the process id, which a role that
 /// cannot read the server's memory does not know to the microsecond.
 fn random_seed() -> Seed {
-    let mut bytes = [0u8; 16];
-    // SAFETY: fills the 16 bytes it is given.
-    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) } {
+    Seed::from_bytes(strong_random())
+}
+
+/// `N` bytes from the operating system's strong random source, or else
+/// (see `random_seed`) the clock and the process id.
+fn strong_random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    // SAFETY: fills the N bytes it is given.
+    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), N) } {
         // SAFETY: plain reads of the clock and a global.
         let (now, pid) = unsafe { (pg_sys::GetCurrentTimestamp(), pg_sys::MyProcPid) };
-        bytes[..8].copy_from_slice(&now.to_le_bytes());
-        bytes[8..12].copy_from_slice(&pid.to_le_bytes());
+        let fallback = [now.to_le_bytes(), i64::from(pid).to_le_bytes()].concat();
+        for (b, f) in bytes.iter_mut().zip(fallback) {
+            *b = f;
+        }
     }
-    Seed::from_bytes(bytes)
+    bytes
 }
 
 fn size_of_table(buckets: usize) -> usize {
     HEADER + DB_SLOTS * DB_SLOT + buckets * std::mem::size_of::<Bucket>()
 }
 
-/// Preloaded: the startup shared memory; else on 17+ the registry segment
-/// (which may raise, and is then tried again on the next call); else a table
-/// of this session's own.
+/// Preloaded: the startup shared memory; else on 17+ the registry segment,
+/// on 15 and 16 the published one (either may raise, and is then tried
+/// again on the next call).
 #[cold]
 fn resolve() -> Store {
     // SAFETY: written once in the postmaster before any backend exists.
@@ -194,22 +180,12 @@ fn resolve() -> Store {
     if !ptr.is_null() {
         // SAFETY: the startup hook initialised this layout, which lives as
         // long as the server.
-        return unsafe { laid_out(ptr, shared_buckets(), GuardMode::Shared) };
+        return unsafe { laid_out(ptr, shared_buckets()) };
     }
     #[cfg(any(feature = "pg17", feature = "pg18"))]
     let store = registry::attach(REGISTRY_NAME, REGISTRY_SEQUENCES.div_ceil(WAYS));
     #[cfg(not(any(feature = "pg17", feature = "pg18")))]
-    let store = {
-        let mem: &'static mut [u64] =
-            Box::leak(vec![0u64; size_of_table(SESSION_BUCKETS).div_ceil(8)].into_boxed_slice());
-        let ptr = mem.as_mut_ptr() as *mut u8;
-        // SAFETY: fresh, 8-aligned memory of the right size, leaked for the
-        // life of the session.
-        unsafe {
-            initialise(ptr, SESSION_BUCKETS);
-            laid_out(ptr, SESSION_BUCKETS, GuardMode::Session)
-        }
-    };
+    let store = segment::attach(REGISTRY_SEQUENCES.div_ceil(WAYS));
     store
 }
 
@@ -281,26 +257,10 @@ fn backing() -> Backing {
     }
 }
 
-/// The per-session guard's record of this database's sessions
-/// (`insta_id.sessions.<database oid>`), opened once per backend.
-static SESSIONS_FILE: OnceLock<MarkFile> = OnceLock::new();
-
-fn sessions_file() -> Result<&'static MarkFile, MarkError> {
-    if let Some(file) = SESSIONS_FILE.get() {
-        return Ok(file);
-    }
-    // SAFETY: a plain read of the backend's database.
-    let db = unsafe { pg_sys::MyDatabaseId };
-    let name: &'static str =
-        Box::leak(format!("{}.{}", mark::SESSIONS_FILE_NAME, u32::from(db)).into_boxed_str());
-    let _ = SESSIONS_FILE.set(MarkFile::open_named(&data_dir(), name, fsync_enabled)?);
-    Ok(SESSIONS_FILE.get().expect("just set"))
-}
-
 // What pgrx leaves opaque in storage/pg_shmem.h (the same in 15 to 18): the
 // header of the run's main shared memory, and the global pointing at it
 // (declared there for EXEC_BACKEND builds, defined and exported in all).
-// Only the per-session guard (15 and 16) needs them.
+// Only the published segment (15 and 16) needs them.
 #[cfg(not(any(feature = "pg17", feature = "pg18")))]
 #[repr(C)]
 struct PGShmemHeader {
@@ -320,30 +280,22 @@ unsafe extern "C" {
 /// This server's run. The postmaster's start time does not change at a crash
 /// restart; the handle of the dynamic shared memory control segment, which
 /// the postmaster draws at random whenever it builds shared memory (at start
-/// and at every crash restart), does. A header not laid out as expected
-/// gives a run that never matches: every session then starts above the
-/// mark, as in 0.8.0.
+/// and at every crash restart), does. `None` when the header is not laid out
+/// as expected: `segment::attach` then refuses.
 #[cfg(not(any(feature = "pg17", feature = "pg18")))]
-fn server_run() -> Run {
+fn server_run() -> Option<crate::guard_segment::Run> {
     // SAFETY: plain reads of globals the postmaster set before forking this
     // backend; the header lives as long as the run.
     unsafe {
         let header = UsedShmemSegAddr as *const PGShmemHeader;
-        let shmem = match header.as_ref() {
-            Some(h) if h.magic == PG_SHMEM_MAGIC => h.dsm_control as u64,
-            _ => u64::MAX - pg_sys::MyProcPid as u64,
-        };
-        Run {
-            started: pg_sys::PgStartTime,
-            shmem,
+        match header.as_ref() {
+            Some(h) if h.magic == PG_SHMEM_MAGIC => Some(crate::guard_segment::Run {
+                started: pg_sys::PgStartTime,
+                shmem: h.dsm_control as u64,
+            }),
+            _ => None,
         }
     }
-}
-
-/// 17+: the per-session guard does not exist there (the DSM registry).
-#[cfg(any(feature = "pg17", feature = "pg18"))]
-fn server_run() -> Run {
-    unreachable!("the per-session guard exists on 15 and 16 only")
 }
 
 /// Takes `file`'s lock, trying again on the latch each millisecond, so that
@@ -356,50 +308,6 @@ fn lock_cancellable(file: &MarkFile) -> Result<mark::Locked<'_>, MarkError> {
         }
         crate::latch::nap(1, pg_sys::PG_WAIT_EXTENSION);
     }
-}
-
-/// Reads the run's sessions' record under its lock, lets `decide` answer
-/// from it (given the run and the clocks' gap now), and writes the record
-/// `decide` returns, if any, before the lock goes. `at_exit`: the backend
-/// is exiting, where interrupts are not served; the lock's holders never
-/// wait while holding it, so a blocking wait is short.
-fn with_sessions<R>(
-    at_exit: bool,
-    decide: impl FnOnce(Option<mark::Sessions>, Run, i64) -> (R, Option<mark::Sessions>),
-) -> Result<R, MarkError> {
-    let file = sessions_file()?;
-    let _lock = if at_exit {
-        file.lock(true)?.expect("a blocking lock")
-    } else {
-        lock_cancellable(file)?
-    };
-    let offset = crate::clock::wall_minus_monotonic_us();
-    let (answer, write) = decide(file.read_sessions()?, server_run(), offset);
-    if let Some(rec) = write {
-        file.write_sessions(rec)?;
-    }
-    Ok(answer)
-}
-
-/// The highest millisecond this session claimed in the sessions' record.
-static CLAIMED: BackendCell<i64> = BackendCell::new(i64::MIN);
-
-/// Per-session guard, an ID about to be issued in `ms` ahead of the clock:
-/// claim `ms` in the run's record first. `Err(taken)`: another session has
-/// claimed up to `taken >= ms`; this one must issue above it.
-#[cold]
-fn claim_ahead(ms: i64) -> Result<(), i64> {
-    let claimed = with_sessions(false, |rec, run, offset| {
-        match mark::claim(rec, run, ms, offset) {
-            Ok(rec) => (Ok(()), Some(rec)),
-            Err(taken) => (Err(taken), None),
-        }
-    })
-    .unwrap_or_else(|e| mark_error(e));
-    if claimed.is_ok() {
-        CLAIMED.set(ms);
-    }
-    claimed
 }
 
 /// PostgreSQL's `fsync` setting: with it off, the mark is written but not
@@ -432,7 +340,7 @@ fn mark_error(e: MarkError) -> ! {
         MarkError::Io(file, what, err) => raise!(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
             format!("could not {what} insta_id's file \"{file}\" in the data directory: {err}"),
-            "next_id records there, before issuing them, the highest millisecond it may issue IDs in (insta_id.mark) and what sessions of the per-session guard issued ahead of the clock (insta_id.sessions).",
+            "next_id keeps there the highest millisecond it may issue IDs in (insta_id.mark, before 0.9.0's SQL) and, on PostgreSQL 15 and 16 without preloading, where every session finds the duplicate guard's shared memory (insta_id.guard).",
         ),
         MarkError::Damaged(d) => raise!(
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
@@ -443,11 +351,8 @@ fn mark_error(e: MarkError) -> ! {
     }
 }
 
-/// Whether this backend registered `record_at_exit` (per-session guard).
-static EXIT_RECORDED: BackendCell<bool> = BackendCell::new(false);
-
 /// This database's mark as this backend uses it: its state (in shared
-/// memory, or the session's own) and where it is kept. Decided, and the
+/// memory) and where it is kept. Decided, and the
 /// mark loaded, at the backend's first next_id.
 static DB_MARK: BackendCell<Option<(&'static MarkState, &'static Backing)>> =
     BackendCell::new(None);
@@ -549,54 +454,27 @@ fn claim_slot(slots: &[DbSlot], key: u64, exists: impl Fn(u64) -> bool) -> Optio
 /// A backend's first next_id in its database: finds where the database's
 /// mark is kept, and loads it if no session did in this run. Every
 /// millisecond up to the mark then counts as used by every sequence, before
-/// any ID is issued. With the per-session guard, every session loads:
-/// starting above the run's sessions' record, or above the mark in a new run
-/// or after a step back (`mark::session_floor`).
+/// any ID is issued.
 #[cold]
 fn load_db_mark(store: &Store) -> (&'static MarkState, &'static Backing) {
     let backing: &'static Backing = Box::leak(Box::new(backing()));
     if let Backing::Wal(seq) = backing {
         adopt_legacy_mark(seq).unwrap_or_else(|e| mark_error(e));
     }
-    let state: &'static MarkState = match store.mode {
-        GuardMode::Shared => {
-            // SAFETY: a plain read of the backend's database.
-            let db = unsafe { pg_sys::MyDatabaseId };
-            shared_slot(store.db_slots, db_key(db, backing))
-        }
-        GuardMode::Session => Box::leak(Box::new(MarkState::new())),
-    };
+    // SAFETY: a plain read of the backend's database.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    let state = shared_slot(store.db_slots, db_key(db, backing));
     let table = store.table();
     let loaded = state.load(backing, |mark| {
-        match store.mode {
-            GuardMode::Shared => {
-                if let Some(mark) = mark {
-                    table.raise_floor(mark);
-                }
-            }
-            GuardMode::Session => {
-                let floor = with_sessions(false, |rec, run, offset| {
-                    mark::session_floor(mark, rec, run, offset)
-                })?;
-                table.raise_floor(floor);
-                // Once per backend: the mark is loaded again when it changes
-                // (refreshed: the extension dropped and created again), and
-                // PostgreSQL has room for 20 such callbacks in all.
-                if !EXIT_RECORDED.get() {
-                    EXIT_RECORDED.set(true);
-                    // SAFETY: registering a plain callback for this backend's exit.
-                    unsafe {
-                        pg_sys::before_shmem_exit(Some(record_at_exit), pg_sys::Datum::from(0))
-                    };
-                }
-            }
+        if let Some(mark) = mark {
+            table.raise_floor(mark);
         }
         Ok(())
     });
     match loaded {
         Ok(Some(mark)) => {
             let ahead = mark - crate::clock::now_unix_ms();
-            if ahead > 0 && store.mode == GuardMode::Shared {
+            if ahead > 0 {
                 pgrx::log!(
                     "insta_id: the high-water mark of issued IDs in this database is {ahead} ms ahead of the clock; IDs continue above it (waiting while it is more than insta_id.max_lead ahead)"
                 );
@@ -648,32 +526,11 @@ fn refreshed(
     load_db_mark(&store())
 }
 
-/// Adds `last_ms` to the run's sessions' record (per-session guard).
-fn record_ended(last_ms: i64) -> Result<(), MarkError> {
-    with_sessions(true, |rec, run, offset| {
-        ((), Some(mark::ended(rec, run, last_ms, offset)))
-    })
-}
-
-/// At a per-session-guard backend's exit: its last millisecond, so that a
-/// session starting within that millisecond does not reuse it (IDs ahead of
-/// the clock were claimed as they were issued). A backend that dies without
-/// this (SIGKILL, a crash) takes the server into a crash restart, a new run.
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn record_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
-    let Some(store) = STORE.get() else { return };
-    let Some(last_ms) = store.table().last_ms() else {
-        return;
-    };
-    if let Err(MarkError::Io(file, what, err)) = record_ended(last_ms) {
-        pgrx::warning!(
-            "insta_id: could not {what} \"{file}\" at session exit: {err}; a session starting within this session's last millisecond could repeat one of its IDs"
-        );
-    }
-}
-
-pub fn mode() -> GuardMode {
-    store().mode
+/// What insta_id.guard_mode() says, once the guard is found: every guard is
+/// shared by the server's sessions (0.9.0 and earlier could say `session`).
+pub fn mode() -> &'static str {
+    store();
+    "shared"
 }
 
 /// The guard in force for this session. Take it before nextval, so that a
@@ -681,14 +538,6 @@ pub fn mode() -> GuardMode {
 #[inline]
 pub fn guard() -> Guard {
     let store = store();
-    if store.mode == GuardMode::Session && settings::require_shared_guard() {
-        raise!(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "insta_id.next_id refuses to run with a per-session duplicate guard",
-            "insta_id.require_shared_guard is on, and this server keeps the guard per session: insta_id is not in shared_preload_libraries and PostgreSQL is older than 17.",
-            "Add insta_id to shared_preload_libraries and restart the server, or turn insta_id.require_shared_guard off.",
-        );
-    }
     // A write (the mark's renewal) that a standby or a read-only transaction
     // refuses: refused here, before anything, with the SQLSTATE nextval gives.
     // SAFETY: a plain read of a global, then a C call that raises.
@@ -700,7 +549,6 @@ pub fn guard() -> Guard {
         table: store.table(),
         mark,
         backing,
-        per_session: store.mode == GuardMode::Session,
     }
 }
 
@@ -712,16 +560,14 @@ pub fn guard() -> Guard {
 pub fn ready() -> Option<Guard> {
     let store = STORE.get()?;
     let (mark, backing) = DB_MARK.get()?;
-    let per_session = store.mode == GuardMode::Session;
     // SAFETY: a plain read of a global of this backend.
-    if (per_session && settings::require_shared_guard()) || unsafe { pg_sys::XactReadOnly } {
+    if unsafe { pg_sys::XactReadOnly } {
         return None;
     }
     Some(Guard {
         table: store.table(),
         mark,
         backing,
-        per_session,
     })
 }
 
@@ -732,29 +578,14 @@ pub struct Guard {
     pub table: Table<'static>,
     mark: &'static MarkState,
     backing: &'static Backing,
-    per_session: bool,
 }
 
 impl Guard {
-    /// Before an ID of `ms` leaves when `ms` is ahead of the clock reading
-    /// `now`: with the per-session guard, `ms` must be claimed for this
-    /// session (`Err(taken)`: issue above `taken` instead). A compare on the
-    /// usual path.
-    #[inline]
-    pub fn claim(&self, ms: i64, now: i64) -> Result<(), i64> {
-        if !self.per_session || ms <= now || ms <= CLAIMED.get() || crate::clock::scripted() {
-            return Ok(());
-        }
-        claim_ahead(ms)
-    }
-
-    /// Whether an ID of `ms`, issued at clock reading `now`, needs neither a
-    /// claim (`claim`) nor a renewal of the mark (`cover`): the usual path,
-    /// which raises nothing.
+    /// Whether an ID of `ms` needs no renewal of the mark (`cover`): the
+    /// usual path, which raises nothing.
     #[inline(always)]
-    pub fn settled(&self, ms: i64, now: i64) -> bool {
-        let claimed = !self.per_session || ms <= now || ms <= CLAIMED.get();
-        (claimed && self.mark.covers(ms)) || crate::clock::scripted()
+    pub fn settled(&self, ms: i64) -> bool {
+        self.mark.covers(ms) || crate::clock::scripted()
     }
 
     /// Returns once a durable mark covers `ms`: on the usual path, one
@@ -774,7 +605,6 @@ impl Guard {
 
 /// The guard's counts for insta_id.guard_stats() and guard_stats_total.
 pub struct Report {
-    pub mode: GuardMode,
     pub capacity: usize,
     pub tracked: usize,
     pub totals: Stats,
@@ -787,13 +617,12 @@ pub fn sequences() -> Vec<SeqStats> {
     store().table().sequences()
 }
 
-/// The counts for the server (this session, with the per-session guard).
+/// The counts for the server.
 pub fn report() -> Report {
     let store = store();
     let table = store.table();
     let (totals, tracked) = table.totals();
     Report {
-        mode: store.mode,
         capacity: table.capacity(),
         tracked,
         totals,
@@ -811,10 +640,7 @@ pub fn reset_stats() {
 }
 
 /// Counts every millisecond up to `ms` as used, durably: this database's
-/// mark first, then every sequence in the guard's table (with the
-/// per-session guard, this session's, and the run's sessions' record, which
-/// later sessions start above; sessions already open do not see it).
-/// Returns the mark.
+/// mark first, then every sequence in the guard's table. Returns the mark.
 pub fn raise_mark(ms: i64) -> i64 {
     let store = store();
     let (mark, backing) = db_mark(&store);
@@ -823,10 +649,6 @@ pub fn raise_mark(ms: i64) -> i64 {
         mark_error(e)
     }
     store.table().raise_floor(ms);
-    if store.mode == GuardMode::Session {
-        // Later sessions of this run start above the record.
-        record_ended(ms).unwrap_or_else(|e| mark_error(e));
-    }
     backing
         .read()
         .unwrap_or_else(|e| mark_error(e))
@@ -867,38 +689,222 @@ pub mod registry {
         unsafe { initialise(ptr as *mut u8, INIT_BUCKETS.get()) };
     }
 
-    /// Attaches (creating on first use) the segment `name` of `buckets`
-    /// buckets. A segment of that name with another size (another build of
-    /// insta_id loaded in this server) is refused with 55000.
-    pub fn attach(name: &CStr, buckets: usize) -> Store {
-        let size = size_of_table(buckets);
-        INIT_BUCKETS.set(buckets);
-        let ptr = PgTryBuilder::new(|| {
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn init_fence(_ptr: *mut c_void) {}
+
+    /// The registry names of the guards of earlier releases whose layouts
+    /// this library cannot share: 0.3.0 (1), 0.4.0 (2), 0.5.0 to 0.8.0 (3).
+    /// (0.9.0's is this one's, `REGISTRY_NAME`.)
+    pub const OLDER: [&CStr; 3] = [
+        c"insta_id duplicate guard, layout 1",
+        c"insta_id duplicate guard, layout 2",
+        c"insta_id duplicate guard, layout 3",
+    ];
+    /// The size of the segment holding an older name: no release's guard.
+    const FENCE_SIZE: usize = 64;
+
+    /// The segment `name` of `size` bytes, made by `init` if new; `Err` with
+    /// PostgreSQL's message when it exists with another size.
+    fn named(
+        name: &CStr,
+        size: usize,
+        init: unsafe extern "C-unwind" fn(*mut c_void),
+    ) -> Result<*mut c_void, String> {
+        PgTryBuilder::new(|| {
             let mut found = false;
             // SAFETY: a C call with a NUL-terminated name and a callback that
             // cannot fail; it raises an ERROR rather than return NULL.
-            unsafe { pg_sys::GetNamedDSMSegment(name.as_ptr(), size, Some(init), &mut found) }
+            Ok(unsafe { pg_sys::GetNamedDSMSegment(name.as_ptr(), size, Some(init), &mut found) })
         })
         // GetNamedDSMSegment reports a size mismatch as an internal error.
         .catch_when(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, |e| match &e {
-            CaughtError::PostgresError(r) if r.message().contains("does not match size") => raise!(
+            CaughtError::PostgresError(r) if r.message().contains("does not match size") => {
+                Err(r.message().to_string())
+            }
+            _ => e.rethrow(),
+        })
+        .execute()
+    }
+
+    /// Attaches (creating on first use) the segment `name` of `buckets`
+    /// buckets, once no older release's guard is in use in this server run
+    /// (`OLDER`). Each older name is taken first, with a segment of a size
+    /// no release's guard has: an older library loaded by a later session
+    /// then fails to make its guard (its "exists with another size", 55000,
+    /// which says to restart) rather than guard apart, and a guard an older
+    /// library made first makes this one refuse (55000) likewise. A segment
+    /// `name` of another size (another build of this layout) is refused with
+    /// 55000 too.
+    pub fn attach(name: &CStr, buckets: usize) -> Store {
+        for older in OLDER {
+            if let Err(found) = named(older, FENCE_SIZE, init_fence) {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "the duplicate guard of this server's sessions was made by another release of insta_id",
+                    format!(
+                        "Sessions of this server run use the guard \"{}\" of an earlier release, laid out otherwise; this library ({}) would guard apart from them ({found}).",
+                        older.to_string_lossy(),
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                    "Restart the server, so that every session loads the library now installed.",
+                )
+            }
+        }
+        let size = size_of_table(buckets);
+        INIT_BUCKETS.set(buckets);
+        let ptr = named(name, size, init).unwrap_or_else(|found| {
+            raise!(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "the duplicate guard's shared memory \"{}\" exists with another size",
                     name.to_string_lossy()
                 ),
                 format!(
-                    "This build of insta_id expects {size} bytes; another build with the same guard layout but another size is loaded in this server ({}).",
-                    r.message()
+                    "This build of insta_id expects {size} bytes; another build with the same guard layout but another size is loaded in this server ({found})."
                 ),
                 "Restart the server so that only one build of insta_id is loaded.",
-            ),
-            _ => e.rethrow(),
-        })
-        .execute();
+            )
+        });
         // SAFETY: the segment holds the initialised layout, is pinned and
         // stays mapped for the life of this backend.
-        unsafe { laid_out(ptr as *mut u8, buckets, GuardMode::Shared) }
+        unsafe { laid_out(ptr as *mut u8, buckets) }
+    }
+}
+
+/// PostgreSQL 15 and 16 without preloading: the run's guard segment, found
+/// through the handle published in the data directory (`guard_segment`).
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
+pub mod segment {
+    use super::*;
+    use crate::guard_segment::{self as published, Found, Published, Stamp, STAMP};
+
+    /// Attaches this run's segment of `buckets` buckets, making and
+    /// publishing it if the run has none. Under the file's lock, so that one
+    /// backend makes it and every other one finds it. Raises (and is tried
+    /// again on the next call) when the file cannot be used, the run's guard
+    /// is another release's, or the segment cannot be made.
+    pub fn attach(buckets: usize) -> Store {
+        let size = STAMP + size_of_table(buckets);
+        let Some(run) = server_run() else {
+            refuse("this server's shared memory header is not laid out as insta_id expects (PGShmemHeader)")
+        };
+        refuse_per_session_sessions(run);
+        let file = MarkFile::open_named(&data_dir(), published::FILE_NAME, || false)
+            .unwrap_or_else(|e| mark_error(e));
+        let _lock = lock_cancellable(&file).unwrap_or_else(|e| mark_error(e));
+        let rec = file
+            .read_record::<{ published::RECORD_LEN }>()
+            .unwrap_or_else(|e| mark_error(e))
+            .and_then(|bytes| published::decode(&bytes));
+        let ptr = match published::decide(rec, run, LAYOUT, size as u64) {
+            Found::Attach(p) => match attached(p) {
+                Some(ptr) => ptr,
+                // The run's record, but its segment is gone (a handle now
+                // naming another segment, or none): nobody maps it any more.
+                None => create(&file, run, buckets, size),
+            },
+            Found::Create => create(&file, run, buckets, size),
+            Found::Foreign(p) => raise!(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "the duplicate guard of this server's sessions was made by another release of insta_id",
+                format!(
+                    "Sessions of this server run use a guard of layout {} and {} bytes; this library ({}) uses layout {LAYOUT} and {size} bytes, and would guard apart from them.",
+                    p.layout,
+                    p.size,
+                    env!("CARGO_PKG_VERSION")
+                ),
+                "Restart the server, so that every session loads the library now installed.",
+            ),
+        };
+        // SAFETY: the segment holds the initialised layout after its stamp,
+        // is pinned, and stays mapped for the life of this backend.
+        unsafe { laid_out(ptr.add(STAMP), buckets) }
+    }
+
+    /// Refuses when sessions of 0.9.0's library or earlier (a package
+    /// upgraded under the running server) minted in this database in this
+    /// run, guarding per session: this library's guard would not see them.
+    /// (One started after this one cannot be seen: docs/upgrading.md.)
+    fn refuse_per_session_sessions(run: published::Run) {
+        // SAFETY: a plain read of the backend's database.
+        let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+        let name: &'static str =
+            Box::leak(format!("{}.{db}", published::PER_SESSION_FILE).into_boxed_str());
+        let rec = MarkFile::open_existing(&data_dir(), name)
+            .and_then(|f| match f {
+                Some(f) => f.read_record::<{ published::PER_SESSION_LEN }>(),
+                None => Ok(None),
+            })
+            .unwrap_or_else(|e| mark_error(e));
+        if rec.and_then(|r| published::per_session_run(&r)) == Some(run) {
+            raise!(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "sessions of an earlier release of insta_id mint IDs in this database with a guard of their own",
+                format!(
+                    "In this server run, sessions that loaded the library of insta_id 0.9.0 or earlier used its per-session guard in this database (\"{name}\"); this library ({}) would guard apart from them.",
+                    env!("CARGO_PKG_VERSION")
+                ),
+                "Restart the server, so that every session loads the library now installed.",
+            )
+        }
+    }
+
+    /// The published segment mapped for the life of this backend, if it is
+    /// still the one the record describes.
+    fn attached(p: Published) -> Option<*mut u8> {
+        // SAFETY: dsm_attach returns NULL for a handle no live segment has.
+        let seg = unsafe { pg_sys::dsm_attach(p.handle) };
+        if seg.is_null() {
+            return None;
+        }
+        // SAFETY: a mapped segment: its address and length, then a read of
+        // the stamp (plain bytes) within it.
+        unsafe {
+            let ptr = pg_sys::dsm_segment_address(seg) as *mut u8;
+            let mapped = pg_sys::dsm_segment_map_length(seg);
+            if mapped < STAMP || !published::stamped(&*(ptr as *const Stamp), mapped, p) {
+                pg_sys::dsm_detach(seg);
+                return None;
+            }
+            pg_sys::dsm_pin_mapping(seg);
+            Some(ptr)
+        }
+    }
+
+    /// Makes the run's segment, publishes it, then pins it. An error before
+    /// the pin leaves nothing behind: the transaction's resource owner
+    /// detaches the segment, and the file then names a segment that is gone.
+    fn create(file: &MarkFile, run: published::Run, buckets: usize, size: usize) -> *mut u8 {
+        // SAFETY: dsm_create raises rather than return NULL without
+        // DSM_CREATE_NULL_IF_MAXSEGMENTS; the new segment is ours alone
+        // until its handle is published, under the lock we hold.
+        unsafe {
+            let seg = pg_sys::dsm_create(size, 0);
+            let ptr = pg_sys::dsm_segment_address(seg) as *mut u8;
+            let p = Published {
+                run,
+                handle: pg_sys::dsm_segment_handle(seg),
+                layout: LAYOUT,
+                size: size as u64,
+                token: u64::from_le_bytes(strong_random()),
+            };
+            initialise(ptr.add(STAMP), buckets);
+            (ptr as *mut Stamp).write(Stamp::of(p));
+            file.write_record(&published::encode(p))
+                .unwrap_or_else(|e| mark_error(e));
+            pg_sys::dsm_pin_segment(seg);
+            pg_sys::dsm_pin_mapping(seg);
+            ptr
+        }
+    }
+
+    fn refuse(why: &str) -> ! {
+        raise!(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "insta_id cannot find this server's duplicate guard",
+            format!("Without shared_preload_libraries, PostgreSQL 15 and 16 sessions share the guard through a dynamic shared memory segment; {why}."),
+            "Add insta_id to shared_preload_libraries and restart the server.",
+        )
     }
 }
 

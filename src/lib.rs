@@ -97,6 +97,7 @@ pub mod clock;
 pub mod ddl;
 pub mod functions;
 pub mod guard;
+pub mod guard_segment;
 pub mod guard_store;
 pub mod latch;
 pub mod layout;

@@ -20,23 +20,6 @@
 //! `STEP_MS` ahead of the clock. Writers take an exclusive `flock` on the
 //! file, so sessions and servers never lower it.
 //!
-//! The per-session guard (15 and 16 without preloading) has no memory shared
-//! by its sessions, so each new session must start above what earlier ones
-//! issued. The mark is an upper bound of that, but a loose one: up to
-//! `STEP_MS` above the last ID. A session starting there would issue ahead
-//! of the clock and reserve `STEP_MS` above that, and the next session again
-//! (0.8.0 ran 160 ms further ahead with every new session, without bound).
-//! So the sessions of a server's run (`Run`, changed by every start and crash
-//! restart) keep a tighter bound together in the file `insta_id.sessions`
-//! (`Sessions`): every millisecond a session issues in ahead of its clock is
-//! claimed there first (`claim`), so no two sessions issue ahead in the same
-//! millisecond; an ending session adds its last millisecond. Every other ID
-//! was issued on the clock, so a later session's clock is past it, unless the
-//! clock stepped back: the record keeps the gap between the wall clock and
-//! the monotonic one, which a step back shrinks. A new session starts above
-//! the record when the run is the same and the clock did not step back, and
-//! above the mark otherwise (`session_floor`).
-//!
 //! This module holds the decisions and the file formats as pure Rust; the file
 //! I/O is `MarkFile`, and `guard_store` wires both to the guard's table.
 
@@ -145,154 +128,13 @@ pub fn decode(bytes: &[u8]) -> Result<Option<i64>, Damaged> {
 }
 
 /// FNV-1a: enough to tell a torn or foreign file from ours.
-fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
-/// One run of a server: from a start (or a crash restart, which builds new
-/// shared memory) to its stop. Sessions of one run saw the same clock history
-/// and their exits were all observed; a new run's first session cannot know
-/// what the last one's sessions issued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Run {
-    /// The postmaster's start time (timestamptz).
-    pub started: i64,
-    /// Drawn anew whenever shared memory is built: at every start and crash
-    /// restart.
-    pub shmem: u64,
-}
-
-/// What the per-session guard's sessions of a run share (`insta_id.sessions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sessions {
-    pub run: Run,
-    /// At or above every millisecond a session of the run issued in ahead of
-    /// its clock, and the last of every session that ended.
-    pub floor_ms: i64,
-    /// The wall clock minus the monotonic clock (µs) when the floor was last
-    /// known to bound every ID of the run: a step back of the wall clock
-    /// since makes it larger than the gap now.
-    pub offset_us: i64,
-}
-
-/// A step back smaller than this goes unnoticed: the wall clock's reading
-/// itself is whole microseconds, and slewing moves the gap by that much in
-/// seconds. (A step back noticed when there was none costs one session a
-/// start above the mark.)
-pub const STEP_BACK_TOLERANCE_US: i64 = 1_000;
-
-/// The file holding `Sessions`, beside the mark. Not fsync'd: it is only
-/// ever trusted within the run that wrote it, which a machine crash ends.
-pub const SESSIONS_FILE_NAME: &str = "insta_id.sessions";
-pub const SESSIONS_LEN: usize = 48;
-const SESSIONS_MAGIC: [u8; 8] = *b"INSTAIDT";
-
-pub fn encode_sessions(r: Sessions) -> [u8; SESSIONS_LEN] {
-    let mut rec = [0u8; SESSIONS_LEN];
-    rec[..8].copy_from_slice(&SESSIONS_MAGIC);
-    rec[8..16].copy_from_slice(&r.run.started.to_le_bytes());
-    rec[16..24].copy_from_slice(&r.run.shmem.to_le_bytes());
-    rec[24..32].copy_from_slice(&r.floor_ms.to_le_bytes());
-    rec[32..40].copy_from_slice(&r.offset_us.to_le_bytes());
-    let sum = checksum(&rec[..40]);
-    rec[40..].copy_from_slice(&sum.to_le_bytes());
-    rec
-}
-
-/// `None` for an empty, torn or foreign file: a session then starts above
-/// the mark, which is always safe.
-pub fn decode_sessions(bytes: &[u8]) -> Option<Sessions> {
-    if bytes.len() != SESSIONS_LEN || bytes[..8] != SESSIONS_MAGIC {
-        return None;
-    }
-    let word = |i: usize| <[u8; 8]>::try_from(&bytes[i..i + 8]).unwrap();
-    if u64::from_le_bytes(word(40)) != checksum(&bytes[..40]) {
-        return None;
-    }
-    Some(Sessions {
-        run: Run {
-            started: i64::from_le_bytes(word(8)),
-            shmem: u64::from_le_bytes(word(16)),
-        },
-        floor_ms: i64::from_le_bytes(word(24)),
-        offset_us: i64::from_le_bytes(word(32)),
-    })
-}
-
-/// Where a new session of the per-session guard starts (every millisecond up
-/// to the floor counts as used), and the record to write first, if any.
-/// - Same run, no step back since the record's gap: above the record.
-/// - A new run (a restart, perhaps with the clock set back; a crash restart,
-///   after which sessions may have ended without adding to the record), or a
-///   step back: above the mark, which bounds every ID issued so far (no ID
-///   leaves before the mark covers it), and the record restarts from there
-///   with today's gap, so the run's later sessions start there too rather
-///   than above another reservation.
-/// - The same run with the gap grown (the clock stepped forward): the gap is
-///   recorded, so that a step back to where it was is noticed.
-pub fn session_floor(
-    mark: Option<i64>,
-    rec: Option<Sessions>,
-    run: Run,
-    offset_us: i64,
-) -> (i64, Option<Sessions>) {
-    match rec {
-        Some(r) if r.run == run && offset_us + STEP_BACK_TOLERANCE_US >= r.offset_us => {
-            let grown = offset_us > r.offset_us + STEP_BACK_TOLERANCE_US;
-            (r.floor_ms, grown.then_some(Sessions { offset_us, ..r }))
-        }
-        _ => {
-            let same_run = rec
-                .filter(|r| r.run == run)
-                .map_or(i64::MIN, |r| r.floor_ms);
-            let floor = mark.unwrap_or(i64::MIN).max(same_run);
-            (
-                floor,
-                Some(Sessions {
-                    run,
-                    floor_ms: floor,
-                    offset_us,
-                }),
-            )
-        }
-    }
-}
-
-/// This run's record, or a fresh one bounding nothing yet (none, damaged, or
-/// of another run, which `session_floor` rewrites at a run's first session).
-fn of_run(rec: Option<Sessions>, run: Run, offset_us: i64) -> Sessions {
-    rec.filter(|r| r.run == run).unwrap_or(Sessions {
-        run,
-        floor_ms: i64::MIN,
-        offset_us,
-    })
-}
-
-/// A session about to issue an ID in `ms`, ahead of its clock, claims it:
-/// `Ok` with the record to write, or `Err(taken)` when another session of
-/// the run has claimed up to `taken >= ms` already (issue above it instead).
-pub fn claim(rec: Option<Sessions>, run: Run, ms: i64, offset_us: i64) -> Result<Sessions, i64> {
-    let r = of_run(rec, run, offset_us);
-    if r.floor_ms >= ms {
-        Err(r.floor_ms)
-    } else {
-        Ok(Sessions { floor_ms: ms, ..r })
-    }
-}
-
-/// What an ending session leaves in the record: its last millisecond.
-pub fn ended(rec: Option<Sessions>, run: Run, last_ms: i64, offset_us: i64) -> Sessions {
-    let r = of_run(rec, run, offset_us);
-    Sessions {
-        floor_ms: r.floor_ms.max(last_ms),
-        ..r
-    }
-}
-
-/// The mark as the server's sessions share it (in the guard's shared memory,
-/// or in a session's own memory with the per-session guard).
+/// The mark as the server's sessions share it (in the guard's shared memory).
 #[repr(C)]
 pub struct MarkState {
     /// Highest mark known to be on disk; i64::MIN before the first.
@@ -338,8 +180,8 @@ impl MarkState {
     }
 
     /// First use after a (re)start: read the mark and hand it to
-    /// `raise_floor` (which raises the guard's table to it, or with the
-    /// per-session guard to `session_floor`) before anyone issues an ID; it
+    /// `raise_floor` (which raises the guard's table to it) before anyone
+    /// issues an ID; it
     /// runs under the store's lock. Returns the mark read, if this call did
     /// the loading.
     pub fn load<D: Durable>(
@@ -473,7 +315,7 @@ impl MarkFile {
         Self::open_named(dir, FILE_NAME, fsync)
     }
 
-    /// Opens (creating if missing) `name` in `dir` (the mark, or `SESSIONS_FILE_NAME`).
+    /// Opens (creating if missing) `name` in `dir` (the mark, or `guard_segment::FILE_NAME`).
     pub fn open_named(
         dir: &std::path::Path,
         name: &'static str,
@@ -536,17 +378,19 @@ impl MarkFile {
         decode(&buf[..len]).map_err(MarkError::Damaged)
     }
 
-    /// The sessions' record (in a file opened as `SESSIONS_FILE_NAME`).
-    pub fn read_sessions(&self) -> Result<Option<Sessions>, MarkError> {
-        let mut buf = [0u8; SESSIONS_LEN + 1];
+    /// The file's content when it is exactly `N` bytes long (a record
+    /// written by `write_record`), else `None`.
+    pub fn read_record<const N: usize>(&self) -> Result<Option<[u8; N]>, MarkError> {
+        let mut buf = vec![0u8; N + 1];
         let len = self.read_into(&mut buf)?;
-        Ok(decode_sessions(&buf[..len]))
+        Ok((len == N).then(|| buf[..N].try_into().expect("N bytes")))
     }
 
-    /// Writes the sessions' record; never fsync'd (see `Sessions`).
-    pub fn write_sessions(&self, rec: Sessions) -> Result<(), MarkError> {
+    /// Writes `rec` over the file's first bytes; never fsync'd. Under the
+    /// file's lock, with readers taking it too, no reader sees it half done.
+    pub fn write_record(&self, rec: &[u8]) -> Result<(), MarkError> {
         self.file
-            .write_all_at(&encode_sessions(rec), 0)
+            .write_all_at(rec, 0)
             .map_err(|e| MarkError::Io(self.name, "write", e))
     }
 
@@ -754,129 +598,15 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    const RUN: Run = Run {
-        started: 800_000_000_000_000,
-        shmem: 32_769,
-    };
-
     #[test]
-    fn sessions_of_one_run_start_above_the_record_not_above_the_mark() {
-        const GAP: i64 = 1_700_000_000_000_000;
-        // The run's first session knows nothing of the run: the mark, and it
-        // records that for the next ones, with the clocks' gap.
-        let first = session_floor(Some(9_200), None, RUN, GAP);
-        let rec = Sessions {
-            run: RUN,
-            floor_ms: 9_200,
-            offset_us: GAP,
-        };
-        assert_eq!(first, (9_200, Some(rec)));
-        // Sessions that ended issued up to 12_345: the next one starts there,
-        // not above the mark the renewals left 200 ms past it.
-        let rec = ended(Some(rec), RUN, 12_345, GAP);
-        assert_eq!(rec.floor_ms, 12_345);
-        assert_eq!(
-            session_floor(Some(12_545), Some(rec), RUN, GAP + 7),
-            (12_345, None)
-        );
-        // One that issued less does not lower it.
-        assert_eq!(ended(Some(rec), RUN, 100, GAP).floor_ms, 12_345);
-        // A restart (or a crash restart: new shared memory) is a new run: the
-        // mark again, whatever the old run's record says.
-        for other in [
-            Run {
-                started: RUN.started + 1,
-                ..RUN
-            },
-            Run {
-                shmem: RUN.shmem + 1,
-                ..RUN
-            },
-        ] {
-            let fresh = Sessions {
-                run: other,
-                floor_ms: 12_545,
-                offset_us: GAP,
-            };
-            assert_eq!(
-                session_floor(Some(12_545), Some(rec), other, GAP),
-                (12_545, Some(fresh))
-            );
-        }
-        // The wall clock stepped back 2 s (the gap shrank): the mark, and the
-        // record restarts from it with the new gap.
-        let back = GAP - 2_000_000;
-        let restarted = Sessions {
-            run: RUN,
-            floor_ms: 12_545,
-            offset_us: back,
-        };
-        assert_eq!(
-            session_floor(Some(12_545), Some(rec), RUN, back),
-            (12_545, Some(restarted))
-        );
-        // Within the tolerance, not a step back; a step forward is recorded.
-        assert_eq!(
-            session_floor(Some(12_545), Some(rec), RUN, GAP - 999).1,
-            None
-        );
-        let forward = Sessions {
-            offset_us: GAP + 5_000,
-            ..rec
-        };
-        assert_eq!(
-            session_floor(Some(12_545), Some(rec), RUN, GAP + 5_000),
-            (12_345, Some(forward))
-        );
-        // No mark at all (nothing ever issued): no floor.
-        assert_eq!(session_floor(None, None, RUN, GAP).0, i64::MIN);
-    }
-
-    #[test]
-    fn a_millisecond_ahead_of_the_clock_is_claimed_by_one_session_only() {
-        let rec = Sessions {
-            run: RUN,
-            floor_ms: 500,
-            offset_us: 0,
-        };
-        // Claimed up to 500 by someone: 500 is taken, 501 is free.
-        assert_eq!(claim(Some(rec), RUN, 500, 0), Err(500));
-        assert_eq!(claim(Some(rec), RUN, 499, 0), Err(500));
-        let mine = claim(Some(rec), RUN, 501, 0).unwrap();
-        assert_eq!(mine.floor_ms, 501);
-        // A second session wanting 501 must go above it.
-        assert_eq!(claim(Some(mine), RUN, 501, 0), Err(501));
-        // No record of this run (none yet, or damaged): the claim makes one.
-        assert_eq!(
-            claim(None, RUN, 7, 42),
-            Ok(Sessions {
-                run: RUN,
-                floor_ms: 7,
-                offset_us: 42
-            })
-        );
-    }
-
-    #[test]
-    fn sessions_records_round_trip_and_damage_reads_as_none() {
-        let r = Sessions {
-            run: RUN,
-            floor_ms: 1_700_000_000_000,
-            offset_us: -5,
-        };
-        assert_eq!(decode_sessions(&encode_sessions(r)), Some(r));
-        for i in 0..SESSIONS_LEN {
-            let mut bad = encode_sessions(r);
-            bad[i] ^= 0x01;
-            assert_eq!(decode_sessions(&bad), None, "flipped byte {i}");
-        }
-        assert_eq!(decode_sessions(&[]), None);
-        assert_eq!(decode_sessions(&encode(5)), None);
-        let dir = temp_dir("sessions");
-        let f = MarkFile::open_named(&dir, SESSIONS_FILE_NAME, || false).unwrap();
-        assert_eq!(f.read_sessions().unwrap(), None);
-        f.write_sessions(r).unwrap();
-        assert_eq!(f.read_sessions().unwrap(), Some(r));
+    fn records_are_read_back_whole_or_not_at_all() {
+        let dir = temp_dir("record");
+        let f = MarkFile::open_named(&dir, "insta_id.record", || false).unwrap();
+        assert_eq!(f.read_record::<4>().unwrap(), None);
+        f.write_record(&[1, 2, 3, 4]).unwrap();
+        assert_eq!(f.read_record::<4>().unwrap(), Some([1, 2, 3, 4]));
+        assert_eq!(f.read_record::<3>().unwrap(), None);
+        assert_eq!(f.read_record::<5>().unwrap(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

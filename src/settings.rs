@@ -5,8 +5,8 @@
 //!   database, before the first ID, and never change it: decoders declared
 //!   IMMUTABLE read it too.
 //! - `insta_id.on_overflow` (superuser): `wait`, `error` or `legacy`.
-//! - `insta_id.require_shared_guard` (superuser): refuse to mint IDs with a
-//!   per-session guard (not preloaded, PostgreSQL older than 17).
+//! - `insta_id.require_shared_guard` (superuser): no effect since 0.10.0
+//!   (every guard is shared); kept so that a setting of it stays valid.
 //! - `insta_id.track_guard_stats` (superuser): count what the guard does
 //!   (insta_id.guard_stats()); on by default.
 //! - `insta_id.max_lead` (superuser): how far ahead of the clock an ID's
@@ -40,14 +40,6 @@ static EPOCH_TEXT: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1314220021721"));
 
 static REQUIRE_SHARED_GUARD: GucSetting<bool> = GucSetting::<bool>::new(false);
-
-/// Whether next_id must refuse a per-session guard (read only in that mode,
-/// but then on every call).
-#[inline]
-pub fn require_shared_guard() -> bool {
-    // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
-    unsafe { *REQUIRE_SHARED_GUARD.as_ptr() }
-}
 
 static TRACK_GUARD_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -163,8 +155,8 @@ pub fn define(at_server_start: bool) {
     }
     GucRegistry::define_bool_guc(
         c"insta_id.require_shared_guard",
-        c"Makes next_id fail (SQLSTATE 55000) rather than mint IDs with a per-session duplicate guard.",
-        c"The guard is per session only without shared_preload_libraries on PostgreSQL 15 and 16; there two sessions filling one sequence in bulk can repeat each other's IDs.",
+        c"No effect since 0.10.0: the duplicate guard is shared by every session in every configuration.",
+        c"0.9.0 and earlier kept the guard per session on PostgreSQL 15 and 16 without shared_preload_libraries, and this made next_id refuse to run that way. Kept so that a setting of it stays valid.",
         &REQUIRE_SHARED_GUARD,
         GucContext::Suset,
         GucFlags::default(),

@@ -5,7 +5,7 @@
 # poll_query_until) come from Debian's postgresql-server-dev (harness.sh's PG_DEBIAN) and drive the
 # version under test (PG or PG_CONFIG) through its install_path.
 #   tests/tap.sh [name ...]   t/NNN_<name>.pl; default: every test
-# PG_UPGRADE_FROM, PG_MOVE_FROM, PG_MOVE_PER_SESSION=<pg_config>: the other
+# PG_UPGRADE_FROM, PG_MOVE_FROM, PG_MOVE_NOT_PRELOADED=<pg_config>: the other
 # installations of t/004_pg_upgrade.pl and t/008_move.pl (skipped without).
 # As root, initdb and postgres refuse to run: prove then runs as postgres.
 source "$(dirname "$0")/../scripts/dev/harness.sh"
@@ -22,7 +22,7 @@ done
 # What tests read from the environment (sudo would drop it): the other
 # installations some tests need, and the size of a run.
 pass=()
-for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_PER_SESSION SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED; do
+for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_NOT_PRELOADED SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED; do
   [ -z "${!v:-}" ] || pass+=("$v=${!v}")
 done
 run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }

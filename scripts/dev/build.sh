@@ -18,6 +18,9 @@
 #                                        PG_CONFIG's installation, for make
 #                                        bench's twin cluster: prints the
 #                                        copy's pg_config
+#   scripts/dev/build.sh release-library V [PROFILE]   release V's library
+#                                        (its commit in sql/RELEASES) for
+#                                        PG: prints its path
 #   scripts/dev/build.sh test-rust           pure Rust unit and property tests,
 #                                        the tool's too (cli/)
 #   scripts/dev/build.sh test-pg             #[pg_test]s inside PostgreSQL
@@ -46,6 +49,32 @@ copy_chain() { # $1: destination extension directory, $2...: command prefix (sud
   "$@" cp sql/insta_id--*.sql "$dest/"
 }
 
+# Builds release $1's library (its commit in sql/RELEASES) for PG with
+# profile $2, once; prints its path. The releases share one target
+# directory, so that their dependencies are built once.
+release_library() {
+  local v=$1 profile=$2 commit dir lib
+  commit=$(sed -nE "s/^${v//./\\.} ([0-9a-f]{40})$/\1/p" sql/RELEASES)
+  [ -n "$commit" ] && git cat-file -e "$commit^{commit}" 2>/dev/null ||
+    { echo "release $v has no commit in sql/RELEASES, or this clone lacks it" >&2; exit 1; }
+  dir="$repo/target/previous/$v"; lib="$dir/pg$PG/$profile/insta_id.so"
+  if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
+    rm -rf "$dir"; mkdir -p "$dir/src"
+    git archive "$commit" | tar -x -C "$dir/src"
+    # Under target/, cargo would take this repository's workspace for its
+    # own: a copy with no [workspace] of its own gets an empty one.
+    grep -q '^\[workspace\]' "$dir/src/Cargo.toml" || printf '\n[workspace]\n' >>"$dir/src/Cargo.toml"
+    echo "$commit" >"$dir/commit"
+  fi
+  if [ ! -f "$lib" ]; then
+    say "building insta_id $v's library for PostgreSQL $PG ($profile build)" >&2
+    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target/previous/target" \
+      cargo build --quiet --profile "$profile" --lib "${features[@]}") >&2
+    mkdir -p "$(dirname "$lib")"; cp "$repo/target/previous/target/$profile/libinsta_id.so" "$lib"
+  fi
+  echo "$lib"
+}
+
 case "${1:-}" in
   install)
     profile=${2:-release}
@@ -72,30 +101,14 @@ case "${1:-}" in
   previous)
     # The release before this version: the newest upgrade script's source.
     prev=$(ls sql/ | sed -nE "s/^insta_id--(.*)--$version\.sql$/\1/p")
-    # Its commit from sql/RELEASES (a clone need not carry the tags).
-    commit=$(sed -nE "s/^${prev//./\\.} ([0-9a-f]{40})$/\1/p" sql/RELEASES)
-    [ -n "$prev" ] && [ -n "$commit" ] && git cat-file -e "$commit^{commit}" 2>/dev/null ||
-      { echo "previous: the release before $version ($prev) has no commit in sql/RELEASES, or this clone lacks it" >&2; exit 1; }
-    dir="$repo/target/previous/$prev"; lib="$dir/pg$PG/insta_id.so"
-    if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
-      rm -rf "$dir"; mkdir -p "$dir/src"
-      git archive "$commit" | tar -x -C "$dir/src"
-      # Under target/, cargo would take this repository's workspace for its
-      # own: a copy with no [workspace] of its own gets an empty one.
-      grep -q '^\[workspace\]' "$dir/src/Cargo.toml" || printf '\n[workspace]\n' >>"$dir/src/Cargo.toml"
-      echo "$commit" >"$dir/commit"
-    fi
-    if [ ! -f "$lib" ]; then
-      say "building insta_id $prev's library for PostgreSQL $PG (release build)" >&2
-      (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --quiet --release --lib "${features[@]}") >&2
-      mkdir -p "$dir/pg$PG"; cp "$dir/target/release/libinsta_id.so" "$lib"
-    fi
+    [ -n "$prev" ] || { echo "previous: no upgrade script leads to $version" >&2; exit 1; }
+    lib=$(release_library "$prev" release)
     # Its own installation, so that its '$libdir/insta_id' is that library
     # (one backend cannot load two builds: their settings collide). The
     # binaries, libraries and share directory keep their relative places,
     # from which PostgreSQL finds them; this version's chain (copied with the
     # share directory) installs the previous version's SQL there.
-    root="$dir/pg$PG/install"
+    root="$repo/target/previous/$prev/pg$PG/install"
     if [ ! -x "$root$("$PG_CONFIG" --bindir)/pg_config" ]; then
       for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)"; do
         mkdir -p "$root$(dirname "$d")"; cp -a "$d" "$root$d"
@@ -103,6 +116,9 @@ case "${1:-}" in
       cp "$lib" "$root$("$PG_CONFIG" --pkglibdir)/insta_id.so"
     fi
     echo "$root$("$PG_CONFIG" --bindir)/pg_config"
+    ;;
+  release-library)
+    release_library "${2:?a release of sql/RELEASES}" "${3:-release}"
     ;;
   test-rust)
     cargo test --lib "${features[@]}"
@@ -121,5 +137,5 @@ case "${1:-}" in
     cargo clippy -p insta-id --all-targets -- -D warnings
     ;;
   *)
-    sed -n '2,24p' "$0" >&2; exit 2 ;;
+    sed -n '2,27p' "$0" >&2; exit 2 ;;
 esac

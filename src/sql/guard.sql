@@ -11,7 +11,7 @@ RETURNS text
 LANGUAGE c STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_guard_mode';
 COMMENT ON FUNCTION insta_id.guard_mode() IS
-'shared: the duplicate guard spans all sessions of the server (insta_id preloaded, or PostgreSQL 17+); session: each session guards only its own IDs (PostgreSQL 15/16 without preloading)';
+'shared: the duplicate guard spans all sessions of the server, in every configuration since 0.10.0 (0.9.0 and earlier said session on PostgreSQL 15/16 without preloading, where each session guarded only its own IDs)';
 
 -- The high-water mark of this database (ms since 1970): no ID of this
 -- database was made in a later millisecond. A sequence because its writes are
@@ -54,8 +54,8 @@ COMMENT ON FUNCTION insta_id.raise_high_water_mark(timestamptz, interval) IS
 'Counts every millisecond up to at (at most insta_id.max_lead + slack ahead of the clock; slack a minute by default, at most an hour) as used by every sequence of this database, durably (and of the server''s other databases until it restarts); returns the mark';
 
 -- What the duplicate guard did: per sequence in its table, and in total.
--- VOLATILE (the counts move), PARALLEL RESTRICTED (a parallel worker of a
--- server with the per-session guard would read its own empty table).
+-- VOLATILE (the counts move), PARALLEL RESTRICTED (0.9.0's per-session
+-- guard gave a parallel worker a table of its own; kept as declared).
 CREATE FUNCTION insta_id._guard_stats(
     OUT database oid, OUT sequence_oid oid, OUT last_ms_at timestamptz,
     OUT issued bigint, OUT waits bigint, OUT wait_time double precision,
@@ -92,7 +92,7 @@ AS $$
     LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database
 $$;
 COMMENT ON FUNCTION insta_id.guard_stats() IS
-'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats; this session only with the per-session guard): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
+'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
 
 CREATE FUNCTION insta_id.guard_stats_total(
     OUT guard_mode text, OUT capacity bigint, OUT sequences bigint,
@@ -104,14 +104,3 @@ LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'insta_id_guard_stats_total';
 COMMENT ON FUNCTION insta_id.guard_stats_total() IS
 'The duplicate guard as a whole: capacity and sequences in its table, the counts of guard_stats summed over every sequence since the last reset (evicted ones too), evictions';
-
--- Say at CREATE EXTENSION when the duplicate guard covers single sessions only.
--- A WARNING, because CREATE EXTENSION silences NOTICEs from its script.
-DO $$
-BEGIN
-  IF insta_id.guard_mode() = 'session' THEN
-    RAISE WARNING 'insta_id is not in shared_preload_libraries: each session guards only its own IDs against duplicates'
-      USING HINT = 'Add insta_id to shared_preload_libraries and restart (or use PostgreSQL 17 or later) to guard across sessions. insta_id.require_shared_guard = on makes next_id refuse to run until then. See insta_id.guard_mode() and the README.';
-  END IF;
-END
-$$;

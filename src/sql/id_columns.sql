@@ -24,8 +24,9 @@ $$;
 -- serial's (<table>_<col>_seq, made unique if taken). Made with CACHE 32 with
 -- the shared guard, so each session takes 32 values at a time instead of
 -- touching the sequence's page (and WAL) per ID; the guard keeps IDs unique
--- whatever order the values come in. With the per-session guard a session
--- holding old cached values could repeat another session's ID, so 1 there
+-- whatever order the values come in. With 0.9.0's per-session guard (its
+-- library on 15/16 not preloaded: guard_mode() 'session') a session holding
+-- old cached values could repeat another session's ID, so 1 there
 -- (docs/shards.md).
 CREATE FUNCTION insta_id._sequence_name(nsp name, tblname name, col name)
 RETURNS name

@@ -538,9 +538,10 @@ pub(super) fn printable_lines(text: &str) -> String {
     crate::db::terminal(text).replace('\n', "\n   ")
 }
 
-/// Where the guard is per session (15 and 16 not preloaded), open sessions
-/// do not see a raised high-water mark: waits until the server's clock is
-/// past it, within what is left of the cutover's budget.
+/// Where the guard is per session (a library of 0.9.0 or earlier on 15 or
+/// 16 not preloaded; 0.10.0 shares it everywhere), open sessions do not see
+/// a raised high-water mark: waits until the server's clock is past it,
+/// within what is left of the cutover's budget.
 pub(super) fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Result<()> {
     let mode: String = c
         .query_one("SELECT insta_id.guard_mode()", &[])

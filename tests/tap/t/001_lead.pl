@@ -6,8 +6,8 @@
 # every call once IDs are ahead of the clock:
 #   1. after a superuser raised the mark 2 s ahead (as a shard move does);
 #   2. right after a restart that followed its own loop, from two sessions
-#      at once (both start ahead of the clock: with the per-session guard
-#      their milliseconds ahead of it must not overlap);
+#      at once (both start ahead of the clock: their milliseconds ahead of
+#      it must not overlap);
 #   3. with the clock stepped back 3 s under the running server.
 # Each time: no ID is more than max_lead past its session's clock (read in
 # the same row, right after), the durable mark never more than max_lead plus
@@ -112,8 +112,7 @@ for my $config ([ 'preloaded', 1 ], [ 'not preloaded', 0 ])
 	$other->quit;
 	checks($node, $l, 'restarted');
 	# IDs issued ahead of their session's clock (the clock read after them is
-	# still behind): every one distinct. (On the clock, two sessions of the
-	# per-session guard can still collide: README, "Guarantees".)
+	# still behind): every one distinct.
 	is(as_mallory($node, "SELECT count(*) FROM (SELECT 1 FROM minted WHERE scenario = 'restarted' AND insta_id.created_at(id) > at GROUP BY seq, id HAVING count(*) > 1) d"),
 		0, "$l: two sessions at once, no ID ahead of the clock repeated");
 	is(as_mallory($node, "SELECT count(*) FROM minted WHERE scenario = 'restarted'"),

@@ -10,9 +10,8 @@
 #      reached the standby before the ID left next_id);
 #    - asynchronous: the same against the IDs whose commits reached the
 #      standby (what was not replicated is lost with its rows);
-#    - per version: 15 and 18 preloaded, 18 through the DSM registry, 15/16
-#      without preloading with one session per sequence (the per-session
-#      guard is exact within a session only).
+#    - per version: 15 and 18 preloaded, and on each version not preloaded
+#      (the DSM registry on 17+, the published segment on 15 and 16).
 #    - 0.8.0's SQL (the mark in a file of the data directory) on the same
 #      failover repeats IDs: the test can fail.
 # 2. Point-in-time recovery from a base backup and the WAL archive to an LSN
@@ -29,10 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $major = PostgreSQL::Test::Cluster->new('probe', install_path => InstaIdTest::install_path())->pg_version->major;
-my $shared_sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(1, 's'), :gen FROM generate_series(1, 1000);};
-# One sequence and one shard per client: IDs of different sequences of one
-# shard may be equal by design, and the per-session guard covers a session.
-my $per_session_sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(:client_id + 1, ('s' || :client_id)::regclass), :gen FROM generate_series(1, 1000);};
+my $sql = q{INSERT INTO ids (id, gen) SELECT insta_id.next_id(1, 's'), :gen FROM generate_series(1, 1000);};
 
 # A database on PRIMARY with insta_id (VERSION, if given) and the tables.
 sub setup_db
@@ -41,7 +37,7 @@ sub setup_db
 	$node->safe_psql('postgres', q{CREATE DATABASE f; ALTER DATABASE f SET insta_id.max_lead = '1h'});
 	$node->safe_psql('f', 'SET client_min_messages = error; CREATE EXTENSION insta_id'
 		  . ($version ? " VERSION '$version'" : '') . q{;
-		CREATE SEQUENCE s; CREATE SEQUENCE s0; CREATE SEQUENCE s1; CREATE SEQUENCE s2; CREATE SEQUENCE s3;
+		CREATE SEQUENCE s;
 		CREATE TABLE ids (id bigint NOT NULL, gen text NOT NULL)});
 }
 
@@ -97,7 +93,6 @@ sub failover
 	  $c{version} ? 'v' . ($c{version} =~ tr/./_/r) : ();
 	my $name = "PostgreSQL $major, " . ($c{preload} ? 'preloaded' : 'not preloaded')
 	  . ($c{sync} ? ', synchronous' : ', asynchronous') . ($c{version} ? ", SQL $c{version}" : '');
-	my $sql = $c{per_session} ? $per_session_sql : $shared_sql;
 	my $primary = insta_node("primary_$tag", preload => $c{preload}, faketime => '+0', streaming => 1);
 	setup_db($primary, $c{version});
 	$primary->backup('b');
@@ -163,7 +158,7 @@ sub pitr
 	my $primary = insta_node('archiving', preload => $c{preload}, faketime => '+0', archiving => 1, streaming => 1);
 	setup_db($primary);
 	$primary->backup('b');
-	my $b = burst($primary, $shared_sql, 'old', 30);
+	my $b = burst($primary, $sql, 'old', 30);
 	rows_at_least($primary, $b, 20000);
 	my $target = $primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 	rows_at_least($primary, $b, 40000);
@@ -184,7 +179,7 @@ sub pitr
 	$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'recovery never ended';
 	$restored->safe_psql('f', q{CREATE TABLE committed AS SELECT id FROM ids});
 	clock_behind($restored, 'committed', $name);
-	pgbench_wait(burst($restored, $shared_sql, 'new', 3), "$name: a burst after the restore");
+	pgbench_wait(burst($restored, $sql, 'new', 3), "$name: a burst after the restore");
 	no_repeat($restored, 'committed', $name);
 	$restored->stop;
 }
@@ -195,7 +190,7 @@ sub restore
 {
 	my $from = insta_node('dumped', preload => 1, faketime => '+0');
 	setup_db($from);
-	my $b = burst($from, $shared_sql, 'old', 30);
+	my $b = burst($from, $sql, 'old', 30);
 	rows_at_least($from, $b, 40000);
 	pgbench_stop($b);
 	my $dump = $from->basedir . '/f.dump';
@@ -205,7 +200,7 @@ sub restore
 	$to->command_ok([ 'pg_restore', '-C', '-d', $to->connstr('postgres'), $dump ], 'pg_restore into a new server');
 	$to->safe_psql('f', q{CREATE TABLE dumped AS SELECT id FROM ids});
 	clock_behind($to, 'dumped', "PostgreSQL $major, restored from pg_dump");
-	pgbench_wait(burst($to, $shared_sql, 'new', 3), "PostgreSQL $major, restored from pg_dump: a burst");
+	pgbench_wait(burst($to, $sql, 'new', 3), "PostgreSQL $major, restored from pg_dump: a burst");
 	no_repeat($to, 'dumped', "PostgreSQL $major, restored from pg_dump, clock 60 s behind");
 	$to->stop;
 }
@@ -248,7 +243,7 @@ if ($major == 15 || $major == 18)
 	failover(preload => 1, sync => 1);
 	failover(preload => 1, sync => 0);
 }
-failover(preload => 0, sync => 1, per_session => $major < 17);
+failover(preload => 0, sync => 1);
 if ($major == 18)
 {
 	my $repeats = failover(preload => 1, sync => 1, version => '0.8.0', expect_repeats => 1);
