@@ -8,8 +8,8 @@
 # Each count runs one statement in a single-user backend (postgres --single)
 # under callgrind, once with N calls and once with 2N: the difference over N is
 # the cost of one call, without the backend's start, the parse and the plan.
-# Guards: preloaded (shared memory), and on PostgreSQL 17+ not preloaded (the
-# DSM registry).
+# Guards: preloaded (shared memory), and not preloaded (a DSM segment: the
+# registry's on 17+, the one published in the data directory on 15 and 16).
 # Each count is made ROUNDS times (default 3): the report takes the median,
 # and their spread is how far two counts of one build can differ.
 #   N=20480 ROUNDS=3 PG=18 bench/instructions.sh
@@ -21,7 +21,7 @@ N=${N:-20480}
 ROUNDS=${ROUNDS:-3}
 out="$repo/target/bench/pg$PG"; mkdir -p "$out"
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is missing: scripts/dev/setup.sh bench" >&2; exit 1; }
-guards=(preloaded); [ "$PG" -ge 17 ] && guards+=(dsm)
+guards=(preloaded dsm)
 
 # ir DATA SQL: the instructions the backend executes for SQL.
 ir() {

@@ -206,12 +206,12 @@ TARGETS = [
     ("PostgreSQL 18's uuidv7() / next_id, per call", "per_call/uuidv7", "per_call/next_id", 1.00, False),
     ("INSERT 500k, uuidv7() default / a helper-made next_id default", "insert_500k/uuidv7", "insert_500k/next_id_helper", 1.00, False),
 ]
-DSM_TARGETS = [(l + " (DSM registry)", a + "_dsm", b + "_dsm", lim, low) for l, a, b, lim, low in TARGETS[:2]]
+DSM_TARGETS = [(l + " (not preloaded)", a + "_dsm", b + "_dsm", lim, low) for l, a, b, lim, low in TARGETS[:2]]
 # The same, judged by the upper bound of the bootstrap interval (Run.upper95).
 INTERVAL_TARGETS = [
     ("INSERT 500k, next_id default on a plain sequence / bigserial", "insert_500k/next_id", "insert_500k/bigserial", 1.03),
     ("INSERT 500k, next_id default on a helper table / bigserial", "insert_500k/next_id_helper", "insert_500k/bigserial", 1.00),
-    ("INSERT 500k, next_id default on a helper table / bigserial (DSM registry)", "insert_500k/next_id_helper_dsm", "insert_500k/bigserial_dsm", 1.00),
+    ("INSERT 500k, next_id default on a helper table / bigserial (not preloaded)", "insert_500k/next_id_helper_dsm", "insert_500k/bigserial_dsm", 1.00),
     ("decode: id_parts / the SQL expression", "decode/id_parts", "decode/sql_expression", 1.00),
 ]
 # What next_id adds to nextval() on the same plain sequences (ns per call,
@@ -234,7 +234,7 @@ def added_cell(r, guard, a, b):
 
 
 def dsm_guard_cell(r):
-    """The DSM-registry guard against the preloaded one: the instructions
+    """The guard without preloading against the preloaded one: the instructions
     next_id adds to nextval on each (deterministic), and the ns beside."""
     counts = [r.instructions(g, f) for g in ("preloaded", "dsm") for f in ("nextval", "next_id")]
     if None in counts or not r.has("per_call/next_id_dsm"):
@@ -248,9 +248,9 @@ def dsm_guard_cell(r):
 def target_rows():
     rows = []
     for label, guard, a, b in [("next_id − nextval(), plain sequences, per call", *ADDED[0]),
-                               ("next_id − nextval(), plain sequences, per call (DSM registry)", *ADDED[1])]:
+                               ("next_id − nextval(), plain sequences, per call (not preloaded)", *ADDED[1])]:
         rows.append(f"| {label} | ≤ {ADDED_NS} ns | " + " | ".join(added_cell(r, guard, a, b) for r in runs) + " |")
-    rows.append("| the DSM-registry guard − the preloaded one, per next_id call | ≤ 0 instructions (beyond the counts' repeatability) | "
+    rows.append("| the guard without preloading − the preloaded one, per next_id call | ≤ 0 instructions (beyond the counts' repeatability) | "
                 + " | ".join(dsm_guard_cell(r) for r in runs) + " |")
     for label, a, b, limit in INTERVAL_TARGETS:
         cells = []
@@ -301,7 +301,7 @@ def key_order(r):
 def instructions_table():
     out = ["| PostgreSQL | guard | nextval() | next_id | next_id − nextval() |", "|---|---|---|---|---|"]
     for r in runs:
-        for guard, label in [("preloaded", "preloaded"), ("dsm", "DSM registry")]:
+        for guard, label in [("preloaded", "preloaded"), ("dsm", "not preloaded")]:
             nv, ni = r.instructions(guard, "nextval"), r.instructions(guard, "next_id")
             if nv is not None and ni is not None:
                 out.append(f"| {r.version} | {label} | {nv:,.0f} | {ni:,.0f} | {ni - nv:+,.0f} |")
@@ -368,8 +368,9 @@ md = f"""# Benchmarks
 
 Made by `make bench` (bench/run.sh per version, bench/setup.sql,
 bench/report.py): on each version a throwaway cluster with
-`shared_preload_libraries = 'insta_id'` and `fsync = on` (and on PostgreSQL
-17+ a second one without preloading: the DSM-registry guard), the contenders
+`shared_preload_libraries = 'insta_id'` and `fsync = on` and a second one
+without preloading (the guard in a DSM segment: the registry's on 17+, the
+one published in the data directory on 15 and 16), the contenders
 interleaved in a rotating order over several rounds; times are medians, with
 the range over rounds in brackets. This virtual machine's speed drifts by up
 to ±30% over seconds, so a ratio of two medians would mostly measure the
@@ -475,7 +476,7 @@ a `#[pg_extern]` shard_id costs {m.paired("decode/shard_id_pg_extern", "decode/s
 """
 if dsm:
     md += f"""
-## Without preloading: the DSM-registry guard (PostgreSQL {m.version})
+## Without preloading: the guard in a DSM segment (PostgreSQL {m.version})
 
 The same statements on a second cluster of the same server with no
 `shared_preload_libraries`, interleaved with the preloaded cluster's rounds.

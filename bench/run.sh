@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench` on one PostgreSQL version (PG=NN): every figure of
 # BENCHMARKS.md for that version, measured in one run on a throwaway cluster
-# with insta_id preloaded and, on PostgreSQL 17+, a second one without
-# preloading (the DSM-registry guard: contenders named *_dsm), and a twin of
+# with insta_id preloaded and a second one without preloading (the guard in
+# a DSM segment, the registry's on 17+, the published one on 15 and 16:
+# contenders named *_dsm), and a twin of
 # the first running the previous release's library and SQL (built from its
 # commit in sql/RELEASES: contenders named *_prev). Contenders are
 # interleaved, in a rotating order, over ROUNDS rounds. Raw timings go to
@@ -18,7 +19,7 @@ raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "round $1  $2  $3"; }
 
 clusters=(bench bench-prev)
-[ "$PG" -ge 17 ] && clusters+=(bench-dsm)
+clusters+=(bench-dsm)
 prev_config=$("$repo/scripts/dev/build.sh" previous)
 prev_version=$(realpath --relative-to="$repo/target/previous" "$prev_config" | cut -d/ -f1)
 trap 'for c in "${clusters[@]}"; do stop_cluster "$c"; done' EXIT
@@ -89,13 +90,11 @@ if [ "$PG" -ge 18 ]; then
 fi
 # The previous release, preloaded, on the same plain sequences.
 for n in per_call/nextval per_call/next_id; do sql[${n}_prev]=${sql[$n]}; names+=("${n}_prev"); done
-if [ "$PG" -ge 17 ]; then
-  # The same statements on the cluster without preloading.
-  for n in per_call/nextval per_call/next_id per_call/next_id_cached insert_500k/bigserial \
-           insert_500k/next_id_helper insert_500k/nextval_spread insert_500k/next_id_spread; do
-    sql[${n}_dsm]=${sql[$n]}; names+=("${n}_dsm")
-  done
-fi
+# The same statements on the cluster without preloading.
+for n in per_call/nextval per_call/next_id per_call/next_id_cached insert_500k/bigserial \
+         insert_500k/next_id_helper insert_500k/nextval_spread insert_500k/next_id_spread; do
+  sql[${n}_dsm]=${sql[$n]}; names+=("${n}_dsm")
+done
 cluster_of() { case "$1" in *_dsm) echo bench-dsm ;; *_prev) echo bench-prev ;; *) echo bench ;; esac; }
 # ins_table NAME: the table an insert_500k/* contender fills.
 ins_table() { local t=${1#insert_500k/}; echo "ins_${t%_dsm}"; }
@@ -128,10 +127,10 @@ pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextva
        decode/shard_id_pg_extern:decode/shard_id
        per_call/next_id:per_call/next_id_prev per_call/next_id_prev:per_call/nextval_prev)
 [ "$PG" -ge 18 ] && pairs+=(per_call/uuidv7:per_call/next_id insert_500k/uuidv7:insert_500k/next_id_helper)
-[ "$PG" -ge 17 ] && pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm
-                            insert_500k/next_id_helper_dsm:insert_500k/bigserial_dsm
-                            insert_500k/next_id_spread_dsm:insert_500k/nextval_spread_dsm
-                            per_call/next_id_dsm:per_call/next_id)
+pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm
+        insert_500k/next_id_helper_dsm:insert_500k/bigserial_dsm
+        insert_500k/next_id_spread_dsm:insert_500k/nextval_spread_dsm
+        per_call/next_id_dsm:per_call/next_id)
 for pair in "${pairs[@]}"; do
   a=${pair%%:*}; b=${pair#*:}; c=$(cluster_of "$a")
   if [ "$(cluster_of "$b")" != "$c" ]; then
