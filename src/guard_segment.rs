@@ -111,10 +111,11 @@ pub fn decide(rec: Option<Published>, run: Run, layout: u32, size: u64) -> Found
     }
 }
 
-/// 0.9.0 and earlier guarded per session here, and their sessions of a
+/// 0.9.0 and earlier guarded per session here, and 0.9.0's sessions of a
 /// database share a record, `insta_id.sessions.<database oid>`, written by
 /// the first of them in each run. A record of this run means sessions of
-/// such a library mint in this database beside this one: it must refuse.
+/// that library mint in this database beside this one: it must refuse.
+/// (Earlier releases left no such trace: docs/upgrading.md.)
 pub const PER_SESSION_FILE: &str = "insta_id.sessions";
 pub const PER_SESSION_LEN: usize = 48;
 

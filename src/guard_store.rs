@@ -537,13 +537,14 @@ pub fn mode() -> &'static str {
 /// refusal (below, the registry's or the mark's errors) uses up no value.
 #[inline]
 pub fn guard() -> Guard {
-    let store = store();
     // A write (the mark's renewal) that a standby or a read-only transaction
-    // refuses: refused here, before anything, with the SQLSTATE nextval gives.
+    // refuses: refused here, before anything (finding the guard may write
+    // its file), with the SQLSTATE nextval gives.
     // SAFETY: a plain read of a global, then a C call that raises.
     if unsafe { pg_sys::XactReadOnly } {
         unsafe { pg_sys::PreventCommandIfReadOnly(c"insta_id.next_id()".as_ptr()) };
     }
+    let store = store();
     let (mark, backing) = db_mark(&store);
     Guard {
         table: store.table(),
@@ -596,6 +597,10 @@ impl Guard {
             // (A scripted test clock must not move the real server's mark.)
             return;
         }
+        // Each renewal (about ten a second under load) looks again for
+        // sessions of an older library that began to mint since.
+        #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+        segment::recheck();
         let (mark, backing) = refreshed(self.mark, self.backing);
         if let Err(e) = mark.cover(ms, || backing) {
             mark_error(e)
@@ -717,6 +722,10 @@ pub mod registry {
             Ok(unsafe { pg_sys::GetNamedDSMSegment(name.as_ptr(), size, Some(init), &mut found) })
         })
         // GetNamedDSMSegment reports a size mismatch as an internal error.
+        // Every caller raises after an `Err`: the error was caught with the
+        // registry's lock held, which only the transaction's abort releases.
+        // (A translated message is not recognised: the error goes on as
+        // PostgreSQL's, XX000, and refuses all the same.)
         .catch_when(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, |e| match &e {
             CaughtError::PostgresError(r) if r.message().contains("does not match size") => {
                 Err(r.message().to_string())
@@ -789,47 +798,75 @@ pub mod segment {
             refuse("this server's shared memory header is not laid out as insta_id expects (PGShmemHeader)")
         };
         refuse_per_session_sessions(run);
-        let file = MarkFile::open_named(&data_dir(), published::FILE_NAME, || false)
-            .unwrap_or_else(|e| mark_error(e));
-        let _lock = lock_cancellable(&file).unwrap_or_else(|e| mark_error(e));
-        let rec = file
-            .read_record::<{ published::RECORD_LEN }>()
-            .unwrap_or_else(|e| mark_error(e))
-            .and_then(|bytes| published::decode(&bytes));
-        let ptr = match published::decide(rec, run, LAYOUT, size as u64) {
-            Found::Attach(p) => match attached(p) {
-                Some(ptr) => ptr,
-                // The run's record, but its segment is gone (a handle now
-                // naming another segment, or none): nobody maps it any more.
-                None => create(&file, run, buckets, size),
-            },
-            Found::Create => create(&file, run, buckets, size),
-            Found::Foreign(p) => raise!(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                "the duplicate guard of this server's sessions was made by another release of insta_id",
-                format!(
-                    "Sessions of this server run use a guard of layout {} and {} bytes; this library ({}) uses layout {LAYOUT} and {size} bytes, and would guard apart from them.",
-                    p.layout,
-                    p.size,
-                    env!("CARGO_PKG_VERSION")
-                ),
-                "Restart the server, so that every session loads the library now installed.",
-            ),
-        };
+        let ptr = published_segment(run, buckets, size);
+        ATTACHED_RUN.set(Some(run));
         // SAFETY: the segment holds the initialised layout after its stamp,
         // is pinned, and stays mapped for the life of this backend.
         unsafe { laid_out(ptr.add(STAMP), buckets) }
     }
 
+    /// The run's segment, found or made under the lock of the file that is
+    /// in place once the lock is held: a file replaced meanwhile (removed by
+    /// hand, then made again by another backend) would give two backends two
+    /// locks.
+    fn published_segment(run: published::Run, buckets: usize, size: usize) -> *mut u8 {
+        loop {
+            let file = MarkFile::open_named(&data_dir(), published::FILE_NAME, || false)
+                .unwrap_or_else(|e| mark_error(e));
+            let _lock = lock_cancellable(&file).unwrap_or_else(|e| mark_error(e));
+            if !file.in_place().unwrap_or_else(|e| mark_error(e)) {
+                continue;
+            }
+            let rec = file
+                .read_record::<{ published::RECORD_LEN }>()
+                .unwrap_or_else(|e| mark_error(e))
+                .and_then(|bytes| published::decode(&bytes));
+            return match published::decide(rec, run, LAYOUT, size as u64) {
+                Found::Attach(p) => match attached(p) {
+                    Some(ptr) => ptr,
+                    // The run's record, but its segment is gone (a handle
+                    // now naming another segment, or none): nobody maps it.
+                    None => create(&file, run, buckets, size),
+                },
+                Found::Create => create(&file, run, buckets, size),
+                Found::Foreign(p) => raise!(
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "the duplicate guard of this server's sessions was made by another release of insta_id",
+                    format!(
+                        "Sessions of this server run use a guard of layout {} and {} bytes; this library ({}) uses layout {LAYOUT} and {size} bytes, and would guard apart from them.",
+                        p.layout,
+                        p.size,
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                    "Restart the server, so that every session loads the library now installed.",
+                ),
+            };
+        }
+    }
+
+    /// The run whose segment this backend attached, once it has.
+    static ATTACHED_RUN: BackendCell<Option<published::Run>> = BackendCell::new(None);
+
+    /// Before a renewal of the mark: `refuse_per_session_sessions` again,
+    /// where this backend uses the published segment.
+    pub fn recheck() {
+        if let Some(run) = ATTACHED_RUN.get() {
+            refuse_per_session_sessions(run);
+        }
+    }
+
     /// Refuses when sessions of 0.9.0's library or earlier (a package
     /// upgraded under the running server) minted in this database in this
     /// run, guarding per session: this library's guard would not see them.
-    /// (One started after this one cannot be seen: docs/upgrading.md.)
+    /// Checked when the segment is attached and at each renewal of the mark
+    /// (`recheck`): one that begins to mint in between is seen at the next.
     fn refuse_per_session_sessions(run: published::Run) {
-        // SAFETY: a plain read of the backend's database.
-        let db = u32::from(unsafe { pg_sys::MyDatabaseId });
-        let name: &'static str =
-            Box::leak(format!("{}.{db}", published::PER_SESSION_FILE).into_boxed_str());
+        static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let name: &'static str = NAME.get_or_init(|| {
+            // SAFETY: a plain read of the backend's database.
+            let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+            format!("{}.{db}", published::PER_SESSION_FILE)
+        });
         let rec = MarkFile::open_existing(&data_dir(), name)
             .and_then(|f| match f {
                 Some(f) => f.read_record::<{ published::PER_SESSION_LEN }>(),
@@ -841,7 +878,7 @@ pub mod segment {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 "sessions of an earlier release of insta_id mint IDs in this database with a guard of their own",
                 format!(
-                    "In this server run, sessions that loaded the library of insta_id 0.9.0 or earlier used its per-session guard in this database (\"{name}\"); this library ({}) would guard apart from them.",
+                    "In this server run, sessions that loaded the library of insta_id 0.9.0 used its per-session guard in this database (\"{name}\"); this library ({}) would guard apart from them.",
                     env!("CARGO_PKG_VERSION")
                 ),
                 "Restart the server, so that every session loads the library now installed.",
@@ -852,6 +889,22 @@ pub mod segment {
     /// The published segment mapped for the life of this backend, if it is
     /// still the one the record describes.
     fn attached(p: Published) -> Option<*mut u8> {
+        // A handle this backend maps already (reused by a segment of its
+        // own, a parallel query's, say) is checked where it is mapped:
+        // dsm_attach refuses to map a segment twice.
+        // SAFETY: a lookup in this backend's list of mappings.
+        let mapped = unsafe { pg_sys::dsm_find_mapping(p.handle) };
+        if !mapped.is_null() {
+            // SAFETY: a mapped segment: its address, length and stamp.
+            return unsafe {
+                let ptr = pg_sys::dsm_segment_address(mapped) as *mut u8;
+                let len = pg_sys::dsm_segment_map_length(mapped);
+                (len >= STAMP && published::stamped(&*(ptr as *const Stamp), len, p)).then(|| {
+                    pg_sys::dsm_pin_mapping(mapped);
+                    ptr
+                })
+            };
+        }
         // SAFETY: dsm_attach returns NULL for a handle no live segment has.
         let seg = unsafe { pg_sys::dsm_attach(p.handle) };
         if seg.is_null() {

@@ -378,6 +378,21 @@ impl MarkFile {
         decode(&buf[..len]).map_err(MarkError::Damaged)
     }
 
+    /// Whether the file opened is still the one at its path (not removed
+    /// or replaced since).
+    pub fn in_place(&self) -> Result<bool, MarkError> {
+        use std::os::unix::fs::MetadataExt;
+        let open = self
+            .file
+            .metadata()
+            .map_err(|e| MarkError::Io(self.name, "stat", e))?;
+        match std::fs::metadata(self.dir.join(self.name)) {
+            Ok(at_path) => Ok(at_path.dev() == open.dev() && at_path.ino() == open.ino()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(MarkError::Io(self.name, "stat", e)),
+        }
+    }
+
     /// The file's content when it is exactly `N` bytes long (a record
     /// written by `write_record`), else `None`.
     pub fn read_record<const N: usize>(&self) -> Result<Option<[u8; N]>, MarkError> {
@@ -607,6 +622,11 @@ mod tests {
         assert_eq!(f.read_record::<4>().unwrap(), Some([1, 2, 3, 4]));
         assert_eq!(f.read_record::<3>().unwrap(), None);
         assert_eq!(f.read_record::<5>().unwrap(), None);
+        assert!(f.in_place().unwrap());
+        std::fs::remove_file(dir.join("insta_id.record")).unwrap();
+        assert!(!f.in_place().unwrap());
+        MarkFile::open_named(&dir, "insta_id.record", || false).unwrap();
+        assert!(!f.in_place().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,6 +1,5 @@
 -- CREATE EXTENSION puts everything in schema insta_id, which cannot move.
--- (Without preloading on PostgreSQL 15 and 16 it warns that the guard is
--- per session; 07_guard checks that, as it depends on the server.)
+-- (It says nothing on any server: 07_guard checks that.)
 SET client_min_messages = error;
 CREATE EXTENSION insta_id;
 RESET client_min_messages;

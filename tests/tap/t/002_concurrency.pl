@@ -126,7 +126,11 @@ sub published_segment
 	$node->reload;
 	my $victim = $node->background_psql('conc');
 	my $pid = $victim->query_safe('SELECT pg_backend_pid()');
+	my $log = -s $node->logfile;
 	kill 'KILL', $pid;
+	# Until the postmaster has reinitialised (a connection made before it
+	# noticed the dead backend would still be of the crashed run).
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log);
 	$node->poll_query_until('conc', 'SELECT true') or die 'the server did not come back';
 	eval { $victim->quit };
 	is_deeply(record_of($node), $first, "$l, crash restart: the file still holds the crashed run's record");
