@@ -211,7 +211,7 @@ fuzz:
 
 ## test-move: a logical shard moved online (insta-id move) from 15 to 18 under writes,
 ##            the new clock behind; moves killed after each step and run again; a move
-##            onto 16 with the per-session guard; ten moves under pgbench through
+##            onto 16 not preloaded, its clock behind; ten moves under pgbench through
 ##            PgBouncer, its entries paused and pointed at the new server (0 failed);
 ##            rollbacks under pgbench, killed and run again, and releases (on 18 and
 ##            on 15, which has no origin filter); make cluster-demo, checked

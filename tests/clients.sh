@@ -17,7 +17,8 @@ python=$repo/target/clients-venv/bin/python
 [ -x "$python" ] && [ -d "$repo/examples/node/node_modules/pg" ] \
   || { echo "the clients are not installed: scripts/dev/setup.sh clients" >&2; exit 1; }
 
-# Preloaded where the server needs it for the shared guard (before 17), as in production.
+# Preloaded before 17 and not on 17+, so that make test (15 and 18) runs the
+# examples against both kinds of server.
 if [ "$PG" -lt 17 ]; then start_cluster clients --preload; else start_cluster clients; fi
 trap 'stop_cluster clients' EXIT
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: a throwaway cluster of the newest supported
 # PostgreSQL with no server configuration at all (insta_id is not preloaded:
-# on 17+ the duplicate guard is server-wide anyway), four logical shards
+# the duplicate guard is server-wide anyway), four logical shards
 # (schemas insta1..insta4, like Instagram's) made from a template with
 # insta_id.create_shards, a table in each whose id DEFAULT mints IDs with that
 # shard's number, rows inserted with RETURNING id, and the IDs decoded.
@@ -51,7 +51,7 @@ SELECT count(*) AS photos_last_minute FROM insta4.photos WHERE id >= insta_id.mi
 SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
        count(DISTINCT insta_id.created_at(id)) AS milliseconds
 FROM insta4.photos;
-\echo '== How far the duplicate guard reaches: shared = every session of this server (preloaded, or PostgreSQL 17+)'
+\echo '== How far the duplicate guard reaches: shared = every session of this server (in every configuration)'
 SELECT insta_id.guard_mode() AS duplicate_guard;
 \echo '== The durable high-water mark (this database''s sequence insta_id_mark.high_water, in the WAL): after a restart, a failover, a restore or pg_upgrade, even with the clock behind, IDs continue above it'
 SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) AS mark_covers_every_id,

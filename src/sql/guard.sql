@@ -1,7 +1,6 @@
 -- The duplicate guard seen from SQL (src/guard.rs, src/guard_store.rs,
 -- src/mark.rs, src/mark_wal.rs): its mode, the durable high-water mark and
--- the sequence that keeps it, its statistics, and the warning CREATE
--- EXTENSION gives when the guard covers single sessions.
+-- the sequence that keeps it, and its statistics.
 -- search_path: C functions that run no SQL need none; the SQL ones set it.
 -- Privileges: reading is PUBLIC's; guard_stats_reset and
 -- raise_high_water_mark are not (privileges.sql).

@@ -3,8 +3,8 @@
 -- ID after the first in a millisecond must wait for the next one (or, with
 -- on_overflow = 'error', is refused).
 CREATE SEQUENCE stat_seq INCREMENT 1024;
--- The guard's first use in a session with the per-session guard raises it to
--- the high-water mark, up to 200 ms ahead of the clock (IDs then continue
+-- The guard's first use in a server run (0.9.0's per-session guard: in each
+-- session) raises it to the high-water mark, up to 200 ms ahead of the clock (IDs then continue
 -- above it, counted as borrowed): use it once, then let the clock pass the
 -- mark (however long that takes on a busy machine; at most 10 s).
 CREATE SEQUENCE warm_seq;
@@ -72,7 +72,7 @@ SELECT count(*) AS other_databases_rows FROM insta_id.guard_stats() WHERE databa
 RESET ROLE;
 GRANT pg_read_all_stats TO insta_id_regress_reader;
 SET ROLE insta_id_regress_reader;
--- (the per-session guard holds this session's sequences only: none)
+-- (0.9.0's per-session guard held this session's sequences only: none)
 SELECT count(*) > 0 OR insta_id.guard_mode() = 'session' AS other_databases_seen
 FROM insta_id.guard_stats() WHERE database = 'insta_id_regress';
 RESET ROLE;
@@ -80,7 +80,8 @@ RESET ROLE;
 DROP DATABASE insta_id_regress_other;
 DROP ROLE insta_id_regress_reader;
 -- Sequences add_id_column makes: CACHE 32 with the shared guard, none with
--- the per-session one (where cached values could repeat other sessions' IDs).
+-- 0.9.0's per-session one (where cached values could repeat other sessions'
+-- IDs).
 CREATE TABLE stat_t (v int);
 SELECT insta_id.add_id_column('stat_t', 'id', 3) IS NOT NULL AS made;
 SELECT seqcache = CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END AS cache_by_guard

@@ -1,5 +1,6 @@
 # Faults on real servers, with the clock moved under them by libfaketime. For
-# each configuration the README calls exact (preloaded; not preloaded on 17+):
+# each configuration (preloaded; not preloaded: the DSM registry on 17+, the
+# published segment on 15 and 16; make test runs it on 18):
 # 1. A concurrent burst (4 pgbench clients, one sequence) while the clock
 #    steps back 200 ms, back 2 s, forward 3 s and back 1 s:
 #    - wait: zero duplicates; per session the time field never decreases;
