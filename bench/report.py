@@ -213,6 +213,8 @@ INTERVAL_TARGETS = [
     ("INSERT 500k, next_id default on a helper table / bigserial", "insert_500k/next_id_helper", "insert_500k/bigserial", 1.00),
     ("INSERT 500k, next_id default on a helper table / bigserial (not preloaded)", "insert_500k/next_id_helper_dsm", "insert_500k/bigserial_dsm", 1.00),
     ("decode: id_parts / the SQL expression", "decode/id_parts", "decode/sql_expression", 1.00),
+    ("shortcode / id_parts, per ID", "decode/shortcode", "decode/id_parts", 1.00),
+    ("from_shortcode / id_parts, per ID", "decode/from_shortcode", "decode/id_parts", 1.00),
 ]
 # What next_id adds to nextval() on the same plain sequences (ns per call,
 # median of the pairs' differences), with callgrind's instructions beside.
@@ -469,10 +471,11 @@ duplicate).
 
 ## Decoding 1,000,000 IDs
 
-{table(m, ["decode/id_parts", "decode/sql_expression", "decode/scalar_decoders", "decode/shard_id", "decode/shard_id_pg_extern"], "per ID")}
+{table(m, ["decode/id_parts", "decode/sql_expression", "decode/scalar_decoders", "decode/shard_id", "decode/shard_id_pg_extern", "decode/shortcode", "decode/from_shortcode"], "per ID")}
 
 id_parts is {m.paired("decode/id_parts", "decode/sql_expression"):.2f}x the SQL expression; the three scalar decoders together {m.paired("decode/scalar_decoders", "decode/sql_expression"):.2f}x;
 a `#[pg_extern]` shard_id costs {m.paired("decode/shard_id_pg_extern", "decode/shard_id"):.2f}x the fmgr one.
+shortcode costs {m.paired("decode/shortcode", "decode/id_parts"):.2f}x id_parts, from_shortcode {m.paired("decode/from_shortcode", "decode/id_parts"):.2f}x.
 """
 if dsm:
     md += f"""

@@ -74,6 +74,8 @@ declare -A sql=(
   [decode/scalar_decoders]="SELECT count(*) FROM decode_ids WHERE insta_id.created_at(id) IS NOT NULL AND insta_id.shard_id(id) >= 0 AND insta_id.seq_id(id) >= 0"
   [decode/shard_id]="SELECT count(*) FROM decode_ids WHERE insta_id.shard_id(id) >= 0"
   [decode/shard_id_pg_extern]="SELECT count(*) FROM decode_ids WHERE shard_id_pg_extern(id) >= 0"
+  [decode/shortcode]="SELECT count(*) FROM decode_ids WHERE insta_id.shortcode(id) IS NOT NULL"
+  [decode/from_shortcode]="SELECT count(*) FROM decode_codes WHERE insta_id.from_shortcode(code) <> 0"
 )
 names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/next_id_pg_extern
        per_call/nextval_cached per_call/next_id_cached per_call/plpgsql_original per_call/gen_random_uuid
@@ -81,7 +83,8 @@ names=(per_call/nextval per_call/next_id per_call/next_id_untracked per_call/nex
        insert_500k/bigserial insert_500k/next_id insert_500k/next_id_helper
        insert_500k/nextval_spread insert_500k/next_id_spread
        insert_500k/ids_next_id_order insert_500k/ids_serial_order
-       decode/id_parts decode/sql_expression decode/scalar_decoders decode/shard_id decode/shard_id_pg_extern)
+       decode/id_parts decode/sql_expression decode/scalar_decoders decode/shard_id decode/shard_id_pg_extern
+       decode/shortcode decode/from_shortcode)
 if [ "$PG" -ge 18 ]; then
   # PostgreSQL 18's uuidv7(): next_id must stay cheaper, per call and per row.
   sql[per_call/uuidv7]="SELECT count(uuidv7()) $spread"
@@ -125,6 +128,7 @@ pairs=(per_call/next_id:per_call/nextval per_call/next_id_cached:per_call/nextva
        insert_500k/next_id:insert_500k/bigserial insert_500k/ids_next_id_order:insert_500k/ids_serial_order
        decode/id_parts:decode/sql_expression decode/scalar_decoders:decode/sql_expression
        decode/shard_id_pg_extern:decode/shard_id
+       decode/shortcode:decode/id_parts decode/from_shortcode:decode/id_parts
        per_call/next_id:per_call/next_id_prev per_call/next_id_prev:per_call/nextval_prev)
 [ "$PG" -ge 18 ] && pairs+=(per_call/uuidv7:per_call/next_id insert_500k/uuidv7:insert_500k/next_id_helper)
 pairs+=(per_call/next_id_dsm:per_call/nextval_dsm per_call/next_id_cached_dsm:per_call/nextval_dsm

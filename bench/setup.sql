@@ -94,4 +94,6 @@ END $$;
 -- A million IDs to decode.
 CREATE TABLE decode_ids AS
   SELECT insta_id.next_id(1, s[(g & 63) + 1]) AS id FROM generate_series(1, 1000000) g, seqs;
+-- Their shortcodes, for from_shortcode.
+CREATE TABLE decode_codes AS SELECT insta_id.shortcode(id) AS code FROM decode_ids;
 VACUUM ANALYZE;

@@ -3,7 +3,8 @@
 -- the copy kept for a rollback) has its sequences fenced as well as its
 -- tables; the mover opens them when it adopts the shard (move_open).
 -- raise_high_water_mark refuses a mark further ahead than a move needs
--- unless told. Every function below is the one in src/sql/; t/007_upgrade
+-- unless told. shortcode and from_shortcode are new (issue 43). Every
+-- function below is the one in src/sql/; t/007_upgrade
 -- checks that an updated database matches a fresh 0.10.0 install.
 \echo Use "ALTER EXTENSION insta_id UPDATE TO '0.10.0'" to load this file. \quit
 
@@ -483,3 +484,23 @@ COMMENT ON FUNCTION insta_id.guard_stats() IS
 'Per sequence in the duplicate guard''s table (this database''s sequences, every database''s for members of pg_read_all_stats): IDs issued, waits for the next millisecond (count, total ms), milliseconds borrowed after the clock stepped back, calls refused with 54000';
 COMMENT ON FUNCTION insta_id.guard_mode() IS
 'shared: the duplicate guard spans all sessions of the server, in every configuration since 0.10.0 (0.9.0 and earlier said session on PostgreSQL 15/16 without preloading, where each session guarded only its own IDs)';
+
+-- Instagram's shortcodes (instagram.com/p/<shortcode>/): the ID in base 64
+-- with the alphabet A-Z a-z 0-9 - _, most significant digit first, the
+-- 64 bits read unsigned (src/shortcode.rs). For URLs, and for clients that
+-- cannot hold a 64-bit integer.
+CREATE FUNCTION insta_id.shortcode(id bigint)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_shortcode';
+COMMENT ON FUNCTION insta_id.shortcode(bigint) IS
+'Instagram''s shortcode of an ID: base 64, alphabet A-Z a-z 0-9 - _, 1 to 11 characters (2715604631366879010 is CWvxAY7B0ci)';
+
+CREATE FUNCTION insta_id.from_shortcode(code text)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_from_shortcode';
+COMMENT ON FUNCTION insta_id.from_shortcode(text) IS
+'The ID of an Instagram shortcode (leading A''s are padding); 22P02 for a character outside A-Z a-z 0-9 - _, an empty text, or a value past 64 bits';
+REVOKE ALL ON FUNCTION insta_id.shortcode(bigint), insta_id.from_shortcode(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION insta_id.shortcode(bigint), insta_id.from_shortcode(text) TO PUBLIC;

@@ -15,6 +15,7 @@ use crate::guard::{Admit, Overflow, Policy, SeqKey, Stats};
 use crate::guard_store::{self, Guard};
 use crate::layout::{self, LayoutError};
 use crate::settings::{self, OnOverflow};
+use crate::shortcode::{self, ShortcodeError};
 use crate::BackendCell;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
 use pgrx::{pg_guard, PgSqlErrorCode};
@@ -630,6 +631,60 @@ v1!(pg_finfo_insta_id_shard_id);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn insta_id_shard_id(fcinfo: FunctionCallInfo) -> Datum {
     Datum::from(layout::decompose(unsafe { arg_i64(fcinfo, 0) }).shard)
+}
+
+v1!(pg_finfo_insta_id_shortcode);
+/// `insta_id.shortcode(id bigint) RETURNS text`: Instagram's base-64 form.
+/// Only the palloc of the result can raise (out of memory), a longjmp past
+/// plain frames.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn insta_id_shortcode(fcinfo: FunctionCallInfo) -> Datum {
+    let (bytes, at) = shortcode::encode(unsafe { arg_i64(fcinfo, 0) });
+    // SAFETY: copies these ASCII bytes into a palloc'd text.
+    Datum::from(unsafe {
+        pg_sys::cstring_to_text_with_len(bytes[at..].as_ptr().cast(), (bytes.len() - at) as i32)
+    })
+}
+
+v1!(pg_finfo_insta_id_from_shortcode);
+/// `insta_id.from_shortcode(code text) RETURNS bigint`; 22P02 for a text
+/// that is not a shortcode (under `guarded`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn insta_id_from_shortcode(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a text Datum, detoasted if it must be (a short one is used in
+    // place); its bytes live as long as this call.
+    let code = unsafe {
+        let t = pg_sys::pg_detoast_datum_packed(arg(fcinfo, 0).cast_mut_ptr());
+        std::slice::from_raw_parts(
+            pgrx::varlena::vardata_any(t).cast::<u8>(),
+            pgrx::varlena::varsize_any_exhdr(t),
+        )
+    };
+    match shortcode::decode(code) {
+        Ok(id) => Datum::from(id),
+        // SAFETY: called by fmgr, from PostgreSQL's frames only.
+        Err(e) => unsafe { guarded(|| -> Datum { shortcode_error(e, code) }) },
+    }
+}
+
+#[cold]
+fn shortcode_error(e: ShortcodeError, code: &[u8]) -> ! {
+    let shown = String::from_utf8_lossy(code);
+    let detail = match e {
+        ShortcodeError::Empty => "A shortcode has at least one character.".to_string(),
+        ShortcodeError::BadByte(at, b) => format!(
+            "Byte {} (0x{b:02x}) is not in the alphabet A-Z a-z 0-9 - _.",
+            at + 1
+        ),
+        ShortcodeError::TooLarge => {
+            "Its value does not fit in 64 bits: the largest shortcode is P__________.".to_string()
+        }
+    };
+    raise!(
+        PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+        format!("invalid shortcode: \"{shown}\""),
+        detail,
+    )
 }
 
 v1!(pg_finfo_insta_id_seq_id);

@@ -106,6 +106,7 @@ pub mod mark;
 pub mod mark_wal;
 mod pg_extern_bench;
 pub mod settings;
+pub mod shortcode;
 pub mod sql_text;
 
 #[cfg(feature = "pg_test")]

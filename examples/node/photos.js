@@ -48,4 +48,33 @@ const toJson = (value) =>
   JSON.stringify(value, (key, v) => (typeof v === 'bigint' ? v.toString() : v));
 // docs:end json
 
-module.exports = { NUM_SHARDS, addPhoto, photosOfUser, shardOfId, toJson, bigintTypes };
+// docs:start shortcode
+// Instagram's shortcode of an id, as insta_id.shortcode(id): base 64, the 64
+// bits read unsigned. From a string, a BigInt or a shortcode, exactly.
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+
+function shortcode(id) {
+  let n = BigInt.asUintN(64, BigInt(id));
+  let code = '';
+  do {
+    code = ALPHABET[Number(n & 63n)] + code;
+    n >>= 6n;
+  } while (n > 0n);
+  return code;
+}
+
+// The id of a shortcode, as insta_id.from_shortcode(code): a string, exact.
+function fromShortcode(code) {
+  if (code.length === 0) throw new RangeError('invalid shortcode: empty');
+  let n = 0n;
+  for (const c of code) {
+    const digit = ALPHABET.indexOf(c);
+    if (digit < 0) throw new RangeError(`invalid shortcode: ${JSON.stringify(code)}`);
+    n = n * 64n + BigInt(digit);
+  }
+  if (n >= 1n << 64n) throw new RangeError(`invalid shortcode: ${JSON.stringify(code)} is past 64 bits`);
+  return BigInt.asIntN(64, n).toString(); // a bigint, as PostgreSQL has it
+}
+// docs:end shortcode
+
+module.exports = { NUM_SHARDS, addPhoto, photosOfUser, shardOfId, toJson, bigintTypes, shortcode, fromShortcode };

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const pg = require('pg');
-const { addPhoto, photosOfUser, shardOfId, toJson } = require('./photos');
+const { addPhoto, photosOfUser, shardOfId, toJson, shortcode, fromShortcode } = require('./photos');
 
 // pg reads PGHOST etc.; a directory in PGHOST is a Unix socket, as for libpq.
 const client = new pg.Client();
@@ -43,4 +43,26 @@ test('ids in JSON are strings, never numbers', async () => {
   // What a JavaScript client gets if the id were a JSON number:
   assert.notEqual(BigInt(JSON.parse(`{"id":${photo.id}}`).id), photo.id);
   assert.equal(BigInt(JSON.parse(json).photo.id), photo.id);
+});
+
+test('shortcodes agree with insta_id.shortcode and from_shortcode', async () => {
+  // 1000 random 64-bit ids (a fixed seed: xorshift64), the bounds, and a minted one.
+  let x = 0x2545f4914f6cdd1dn;
+  const ids = ['0', '1', '-1', '9223372036854775807', '-9223372036854775808', await addPhoto(client, 6, 'shortcode')];
+  for (let i = 0; i < 1000; i++) {
+    x ^= (x << 13n) & 0xffffffffffffffffn; x ^= x >> 7n; x ^= (x << 17n) & 0xffffffffffffffffn;
+    ids.push(BigInt.asIntN(64, x).toString());
+  }
+  const { rows } = await client.query(
+    'SELECT i::text AS id, insta_id.shortcode(i) AS code FROM unnest($1::bigint[]) i', [ids]);
+  assert.equal(rows.length, ids.length);
+  for (const { id, code } of rows) {
+    assert.equal(shortcode(id), code);
+    assert.equal(fromShortcode(code), id);
+  }
+  assert.equal(fromShortcode('CWvxAY7B0ci'), '2715604631366879010');
+  for (const bad of ['', 'CK1J+q', 'QAAAAAAAAAA']) {
+    assert.throws(() => fromShortcode(bad), RangeError);
+    await assert.rejects(client.query('SELECT insta_id.from_shortcode($1)', [bad]), { code: '22P02' });
+  }
 });

@@ -22,6 +22,36 @@ def shard_of_id(photo_id: int) -> int:
     return (photo_id >> 10) & 0x1FFF
 
 
+# docs:start shortcode
+SHORTCODE_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def shortcode(photo_id: int) -> str:
+    """Instagram's shortcode of an ID, as insta_id.shortcode(id): base 64, the
+    64 bits read unsigned."""
+    n, code = photo_id & 0xFFFF_FFFF_FFFF_FFFF, ""
+    while True:
+        code = SHORTCODE_ALPHABET[n & 63] + code
+        n >>= 6
+        if not n:
+            return code
+
+
+def from_shortcode(code: str) -> int:
+    """The ID of a shortcode, as insta_id.from_shortcode(code)."""
+    if not code:
+        raise ValueError("invalid shortcode: empty")
+    n = 0
+    for c in code:
+        if c not in SHORTCODE_ALPHABET:
+            raise ValueError(f"invalid shortcode: {code!r}")
+        n = n * 64 + SHORTCODE_ALPHABET.index(c)
+    if n >= 2**64:
+        raise ValueError(f"invalid shortcode: {code!r} is past 64 bits")
+    return n - 2**64 if n >= 2**63 else n  # a bigint, as PostgreSQL has it
+# docs:end shortcode
+
+
 def photos(shard: int) -> sql.Composed:
     """The shard's table, quoted: insta<N>.photos."""
     return sql.Identifier(f"insta{shard}", "photos")

@@ -25,6 +25,24 @@ class Photos(unittest.TestCase):
         self.assertEqual(self.query("SELECT DISTINCT insta_id.shard_id(i) FROM unnest(%s::bigint[]) i",
                                     ids), [(shard,)])
 
+    def test_shortcodes_agree_with_sql(self):
+        import random
+        rng = random.Random(43)
+        ids = [rng.randrange(-2**63, 2**63) for _ in range(1000)] + [0, 1, 2**63 - 1, -2**63, -1]
+        ids.append(photos.add_photo(self.conn, 6, "shortcode"))
+        rows = self.query("SELECT i, insta_id.shortcode(i), insta_id.from_shortcode(insta_id.shortcode(i))"
+                          " FROM unnest(%s::bigint[]) i", ids)
+        for i, code, back in rows:
+            self.assertEqual(photos.shortcode(i), code)
+            self.assertEqual(photos.from_shortcode(code), i)
+            self.assertEqual(back, i)
+        self.assertEqual(photos.from_shortcode("CWvxAY7B0ci"), 2715604631366879010)
+        for bad in ["", "CK1J+q", "QAAAAAAAAAA"]:
+            with self.assertRaises(ValueError):
+                photos.from_shortcode(bad)
+            with self.assertRaises(psycopg.errors.InvalidTextRepresentation):
+                self.query("SELECT insta_id.from_shortcode(%s)", bad)
+
     def test_insert_returning_one_row(self):
         photo_id = photos.add_photo(self.conn, 6, "sunset")
         self.assert_minted_for([photo_id], 3)

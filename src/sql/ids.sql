@@ -51,6 +51,24 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_seq_id';
 COMMENT ON FUNCTION insta_id.seq_id(bigint) IS 'The 10-bit sequence field of an ID (nextval % 1024)';
 
+-- Instagram's shortcodes (instagram.com/p/<shortcode>/): the ID in base 64
+-- with the alphabet A-Z a-z 0-9 - _, most significant digit first, the
+-- 64 bits read unsigned (src/shortcode.rs). For URLs, and for clients that
+-- cannot hold a 64-bit integer.
+CREATE FUNCTION insta_id.shortcode(id bigint)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_shortcode';
+COMMENT ON FUNCTION insta_id.shortcode(bigint) IS
+'Instagram''s shortcode of an ID: base 64, alphabet A-Z a-z 0-9 - _, 1 to 11 characters (2715604631366879010 is CWvxAY7B0ci)';
+
+CREATE FUNCTION insta_id.from_shortcode(code text)
+RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_from_shortcode';
+COMMENT ON FUNCTION insta_id.from_shortcode(text) IS
+'The ID of an Instagram shortcode (leading A''s are padding); 22P02 for a character outside A-Z a-z 0-9 - _, an empty text, or a value past 64 bits';
+
 CREATE FUNCTION insta_id.min_id(ts timestamptz)
 RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
