@@ -551,11 +551,16 @@ unsafe fn composite_result(
     }
 }
 
-// PostgreSQL's tuple forming, declared here instead of taken from pgrx's
-// bindings (a sigsetjmp boundary and a thread check around every call, a
-// tenth of id_parts' time): id_parts forms a tuple per row. What they can
-// raise (out of memory) is a longjmp, which passes id_parts' plain frames.
+// PostgreSQL's tuple forming, text making and detoasting, declared here
+// instead of taken from pgrx's bindings (a sigsetjmp boundary and a thread
+// check around every call, a tenth of id_parts' time, and an error turned
+// into a Rust panic that a function without pgrx's guard could not catch):
+// id_parts forms a tuple per row, shortcode a text, from_shortcode reads one.
+// What they can raise (out of memory, a damaged TOAST value) is a longjmp,
+// which passes these functions' plain frames.
 unsafe extern "C-unwind" {
+    fn pg_detoast_datum_packed(datum: *mut pg_sys::varlena) -> *mut pg_sys::varlena;
+    fn cstring_to_text_with_len(s: *const std::ffi::c_char, len: i32) -> *mut pg_sys::varlena;
     fn heap_form_tuple(
         desc: pg_sys::TupleDesc,
         values: *const Datum,
@@ -636,13 +641,13 @@ pub unsafe extern "C" fn insta_id_shard_id(fcinfo: FunctionCallInfo) -> Datum {
 v1!(pg_finfo_insta_id_shortcode);
 /// `insta_id.shortcode(id bigint) RETURNS text`: Instagram's base-64 form.
 /// Only the palloc of the result can raise (out of memory), a longjmp past
-/// plain frames.
+/// plain frames (see `cstring_to_text_with_len` below).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn insta_id_shortcode(fcinfo: FunctionCallInfo) -> Datum {
     let (bytes, at) = shortcode::encode(unsafe { arg_i64(fcinfo, 0) });
     // SAFETY: copies these ASCII bytes into a palloc'd text.
     Datum::from(unsafe {
-        pg_sys::cstring_to_text_with_len(bytes[at..].as_ptr().cast(), (bytes.len() - at) as i32)
+        cstring_to_text_with_len(bytes[at..].as_ptr().cast(), (bytes.len() - at) as i32)
     })
 }
 
@@ -654,7 +659,7 @@ pub unsafe extern "C" fn insta_id_from_shortcode(fcinfo: FunctionCallInfo) -> Da
     // SAFETY: a text Datum, detoasted if it must be (a short one is used in
     // place); its bytes live as long as this call.
     let code = unsafe {
-        let t = pg_sys::pg_detoast_datum_packed(arg(fcinfo, 0).cast_mut_ptr());
+        let t = pg_detoast_datum_packed(arg(fcinfo, 0).cast_mut_ptr());
         std::slice::from_raw_parts(
             pgrx::varlena::vardata_any(t).cast::<u8>(),
             pgrx::varlena::varsize_any_exhdr(t),
@@ -669,7 +674,19 @@ pub unsafe extern "C" fn insta_id_from_shortcode(fcinfo: FunctionCallInfo) -> Da
 
 #[cold]
 fn shortcode_error(e: ShortcodeError, code: &[u8]) -> ! {
-    let shown = String::from_utf8_lossy(code);
+    // At most 40 bytes of it, ASCII as is and the rest escaped: whatever the
+    // database's encoding, and however long the text.
+    let mut shown: String = code
+        .iter()
+        .take(40)
+        .map(|&b| match b {
+            0x20..=0x7e => (b as char).to_string(),
+            _ => format!("\\x{b:02x}"),
+        })
+        .collect();
+    if code.len() > 40 {
+        shown.push_str("...");
+    }
     let detail = match e {
         ShortcodeError::Empty => "A shortcode has at least one character.".to_string(),
         ShortcodeError::BadByte(at, b) => format!(

@@ -49,12 +49,17 @@ const toJson = (value) =>
 // docs:end json
 
 // docs:start shortcode
-// Instagram's shortcode of an id, as insta_id.shortcode(id): base 64, the 64
-// bits read unsigned. From a string, a BigInt or a shortcode, exactly.
+// Instagram's shortcode of an id (a string or a BigInt, never a Number), as
+// insta_id.shortcode(id): base 64, the 64 bits read unsigned.
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
 
 function shortcode(id) {
-  let n = BigInt.asUintN(64, BigInt(id));
+  if (typeof id === 'string' ? !/^-?[0-9]+$/.test(id) : typeof id !== 'bigint') {
+    throw new TypeError(`not an id: ${String(id)}`);
+  }
+  let n = BigInt(id);
+  if (n !== BigInt.asIntN(64, n)) throw new RangeError(`${n} is not a bigint`);
+  n = BigInt.asUintN(64, n);
   let code = '';
   do {
     code = ALPHABET[Number(n & 63n)] + code;

@@ -61,6 +61,9 @@ test('shortcodes agree with insta_id.shortcode and from_shortcode', async () => 
     assert.equal(fromShortcode(code), id);
   }
   assert.equal(fromShortcode('CWvxAY7B0ci'), '2715604631366879010');
+  assert.throws(() => shortcode(2 ** 60), TypeError); // a Number: already rounded
+  assert.throws(() => shortcode(''), TypeError);
+  assert.throws(() => shortcode('9223372036854775808'), RangeError);
   for (const bad of ['', 'CK1J+q', 'QAAAAAAAAAA']) {
     assert.throws(() => fromShortcode(bad), RangeError);
     await assert.rejects(client.query('SELECT insta_id.from_shortcode($1)', [bad]), { code: '22P02' });

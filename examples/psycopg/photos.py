@@ -22,6 +22,13 @@ def shard_of_id(photo_id: int) -> int:
     return (photo_id >> 10) & 0x1FFF
 
 
+
+def photos(shard: int) -> sql.Composed:
+    """The shard's table, quoted: insta<N>.photos."""
+    return sql.Identifier(f"insta{shard}", "photos")
+# docs:end shard-of
+
+
 # docs:start shortcode
 SHORTCODE_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
@@ -29,6 +36,8 @@ SHORTCODE_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345
 def shortcode(photo_id: int) -> str:
     """Instagram's shortcode of an ID, as insta_id.shortcode(id): base 64, the
     64 bits read unsigned."""
+    if not -2**63 <= photo_id < 2**63:
+        raise ValueError(f"{photo_id} is not a bigint")
     n, code = photo_id & 0xFFFF_FFFF_FFFF_FFFF, ""
     while True:
         code = SHORTCODE_ALPHABET[n & 63] + code
@@ -50,12 +59,6 @@ def from_shortcode(code: str) -> int:
         raise ValueError(f"invalid shortcode: {code!r} is past 64 bits")
     return n - 2**64 if n >= 2**63 else n  # a bigint, as PostgreSQL has it
 # docs:end shortcode
-
-
-def photos(shard: int) -> sql.Composed:
-    """The shard's table, quoted: insta<N>.photos."""
-    return sql.Identifier(f"insta{shard}", "photos")
-# docs:end shard-of
 
 
 # docs:start insert-one

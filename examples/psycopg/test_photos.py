@@ -37,6 +37,9 @@ class Photos(unittest.TestCase):
             self.assertEqual(photos.from_shortcode(code), i)
             self.assertEqual(back, i)
         self.assertEqual(photos.from_shortcode("CWvxAY7B0ci"), 2715604631366879010)
+        for not_bigint in [2**63, -2**63 - 1]:
+            with self.assertRaises(ValueError):
+                photos.shortcode(not_bigint)
         for bad in ["", "CK1J+q", "QAAAAAAAAAA"]:
             with self.assertRaises(ValueError):
                 photos.from_shortcode(bad)

@@ -38,6 +38,8 @@ SELECT insta_id.from_shortcode('é');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.from_shortcode('QAAAAAAAAAA');
 \echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.from_shortcode(repeat('x', 60) || '!');
+\echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.from_shortcode('BAAAAAAAAAAA');
 \echo :LAST_ERROR_SQLSTATE
 -- NULL in, NULL out; declared IMMUTABLE, STRICT, PARALLEL SAFE; PUBLIC's.
@@ -45,7 +47,7 @@ SELECT insta_id.shortcode(NULL) IS NULL AS null_id, insta_id.from_shortcode(NULL
 SELECT p.oid::regprocedure, provolatile, proisstrict, proparallel,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_may
 FROM pg_proc p WHERE pronamespace = 'insta_id'::regnamespace AND proname IN ('shortcode', 'from_shortcode')
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 -- In an index, as an IMMUTABLE function may be: a lookup by shortcode.
 CREATE TABLE sc_posts (id bigint PRIMARY KEY);
 CREATE INDEX ON sc_posts (insta_id.shortcode(id));
