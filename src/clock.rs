@@ -26,86 +26,6 @@ pub fn unix_ms_to_timestamptz(ms: i64) -> i64 {
     ms * 1000 - PG_EPOCH_OFFSET_US
 }
 
-// POSIX clock_gettime (Linux, 64-bit time_t), which pg_sys does not bind on
-// every version.
-#[repr(C)]
-struct Timespec {
-    tv_sec: i64,
-    tv_nsec: i64,
-}
-unsafe extern "C" {
-    fn clock_gettime(clock: std::ffi::c_int, tp: *mut Timespec) -> std::ffi::c_int;
-}
-const CLOCK_MONOTONIC: std::ffi::c_int = 1;
-
-/// One reading of the gap between the wall clock and the monotonic clock,
-/// in µs: the wall clock read between two reads of the monotonic one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GapReading {
-    pub mono_before: i64,
-    pub wall: i64,
-    pub mono_after: i64,
-}
-
-/// The gap from a few readings: the least delayed one's (a process
-/// preempted between its two clock reads would misstate the gap by the
-/// delay, and a misstated gap reads as a step of the wall clock), taken at
-/// the middle of its monotonic bracket, so off by at most half of it.
-pub fn gap_from(readings: &[GapReading]) -> Option<i64> {
-    let best = readings
-        .iter()
-        .min_by_key(|r| r.mono_after - r.mono_before)?;
-    Some(best.wall - best.mono_before - (best.mono_after - best.mono_before) / 2)
-}
-
-/// A bracket this narrow is taken at once (the two reads are ~50 ns apart
-/// when nothing intervenes).
-const GOOD_BRACKET_US: i64 = 20;
-/// Readings taken at most, to find one no preemption widened.
-const GAP_READINGS: usize = 5;
-
-fn monotonic_us() -> i64 {
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC
-    // cannot fail on Linux.
-    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
-}
-
-/// The wall clock minus the monotonic clock, in µs: constant while the wall
-/// clock runs (slewing moves both), smaller after it steps back. Shared by
-/// every process of the machine, so sessions can compare what they read.
-/// On a busy machine a process is preempted between two clock reads often
-/// enough that one reading cannot be trusted to the millisecond (a session
-/// then took the gap for a step back and started 159 ms ahead of its clock:
-/// make test, PostgreSQL 15 without preloading): see `gap_from`.
-pub fn wall_minus_monotonic_us() -> i64 {
-    let mut readings = [GapReading {
-        mono_before: 0,
-        wall: 0,
-        mono_after: 0,
-    }; GAP_READINGS];
-    let mut n = 0;
-    while n < GAP_READINGS {
-        let mono_before = monotonic_us();
-        let wall = pg_now() + PG_EPOCH_OFFSET_US;
-        let mono_after = monotonic_us();
-        readings[n] = GapReading {
-            mono_before,
-            wall,
-            mono_after,
-        };
-        n += 1;
-        if mono_after - mono_before <= GOOD_BRACKET_US {
-            break;
-        }
-    }
-    gap_from(&readings[..n]).expect("at least one reading")
-}
-
 // PostgreSQL's clock, declared here instead of taken from pgrx's bindings,
 // whose wrapper puts a sigsetjmp boundary (and a thread check) around every
 // call: GetCurrentTimestamp only reads gettimeofday and raises nothing, and
@@ -188,28 +108,6 @@ pub mod test_clock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_gap_is_the_least_delayed_readings() {
-        // Gap 1_000_000 µs; the first reading was preempted for 3 ms between
-        // its monotonic read and its wall read, the second was not.
-        let preempted = GapReading {
-            mono_before: 10_000,
-            wall: 1_013_000,
-            mono_after: 13_001,
-        };
-        let clean = GapReading {
-            mono_before: 20_000,
-            wall: 1_020_000,
-            mono_after: 20_001,
-        };
-        assert_eq!(gap_from(&[preempted, clean]), Some(1_000_000));
-        assert_eq!(gap_from(&[clean, preempted]), Some(1_000_000));
-        // Alone, a delayed reading is still off by at most half its bracket.
-        let alone = gap_from(&[preempted]).unwrap();
-        assert!((alone - 1_000_000).abs() <= 1_501, "{alone}");
-        assert_eq!(gap_from(&[]), None);
-    }
 
     #[test]
     fn floors_like_the_original() {
