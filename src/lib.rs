@@ -150,6 +150,7 @@ extension_sql_file!(
     requires = ["template_copy"]
 );
 extension_sql_file!("sql/moves.sql", name = "moves", requires = ["drift"]);
+extension_sql_file!("sql/time.sql", name = "time", requires = ["moves"]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", finalize);
 
 #[pg_guard]

@@ -114,6 +114,7 @@ GRANT EXECUTE ON FUNCTION
     insta_id.id_parts(bigint), insta_id.id_parts(bigint, timestamptz),
     insta_id.created_at(bigint), insta_id.shard_id(bigint), insta_id.seq_id(bigint),
     insta_id.shortcode(bigint), insta_id.from_shortcode(text),
+    insta_id.id_range(tstzrange), insta_id.made_during(bigint, tstzrange),
     insta_id.min_id(timestamptz), insta_id.max_id(timestamptz),
     insta_id.min_id(timestamptz, int), insta_id.max_id(timestamptz, int),
     insta_id.min_id(timestamptz, timestamptz), insta_id.max_id(timestamptz, timestamptz),

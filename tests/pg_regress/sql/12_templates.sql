@@ -192,6 +192,23 @@ REVOKE ALL ON insta_id_admin.shard_registry FROM insta_id_regress_maker;
 REVOKE ALL ON FUNCTION insta_id.create_shards(int, int, text), insta_id.create_shard(int, text) FROM insta_id_regress_maker;
 DROP ROLE insta_id_regress_maker;
 
+-- STORED generated columns, as Django's GeneratedField (db_persist=True)
+-- and Rails' stored virtual columns make them, are copied with their
+-- expressions, one of them over the ID.
+CREATE SCHEMA gen_tmpl;
+CREATE TABLE gen_tmpl.posts (title text NOT NULL, slug text GENERATED ALWAYS AS (lower(title)) STORED);
+SELECT insta_id.add_id_column('gen_tmpl.posts', 'id', 0);
+ALTER TABLE gen_tmpl.posts ADD COLUMN code text GENERATED ALWAYS AS (insta_id.shortcode(id)) STORED;
+SELECT insta_id.create_shards(205, 205, 'gen_tmpl');
+SELECT a.attname, a.attgenerated, pg_get_expr(d.adbin, d.adrelid) AS expression
+FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = 'insta205.posts'::regclass ORDER BY a.attnum;
+INSERT INTO insta205.posts (title) VALUES ('Hello World')
+RETURNING slug, code = insta_id.shortcode(id) AS code_of_the_id, insta_id.shard_id(id);
+SELECT * FROM insta_id.shard_drift('gen_tmpl');
+SELECT insta_id.drop_shard(205, force => true);
+DROP SCHEMA gen_tmpl CASCADE;
+
 SELECT insta_id.drop_shard(201, force => true), insta_id.drop_shard(202, force => true);
 DROP OWNED BY insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
 DROP ROLE insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
