@@ -3,8 +3,8 @@
 -- the copy kept for a rollback) has its sequences fenced as well as its
 -- tables; the mover opens them when it adopts the shard (move_open).
 -- raise_high_water_mark refuses a mark further ahead than a move needs
--- unless told. shortcode and from_shortcode, id_range and made_during are
--- new (issue 43). Every
+-- unless told. shortcode and from_shortcode, id_range and made_during,
+-- adopt_id_column are new (issue 43). Every
 -- function below is the one in src/sql/; t/007_upgrade
 -- checks that an updated database matches a fresh 0.10.0 install.
 \echo Use "ALTER EXTENSION insta_id UPDATE TO '0.10.0'" to load this file. \quit
@@ -580,3 +580,475 @@ COMMENT ON FUNCTION insta_id.made_during(bigint, tstzrange) IS
 'Whether an ID was made in a time range (created_at(id) <@ during), as ID bounds an index on the key and partition pruning use';
 REVOKE ALL ON FUNCTION insta_id.id_range(tstzrange), insta_id.made_during(bigint, tstzrange) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION insta_id.id_range(tstzrange), insta_id.made_during(bigint, tstzrange) TO PUBLIC;
+
+-- adopt_id_column (issue 43): a live serial, bigserial or identity key made
+-- a next_id key in place. Not PUBLIC's; in shard_admin_privileges(), so a
+-- delegated administrator needs insta_id.grant_shard_admin run again.
+CREATE FUNCTION insta_id._query_in_schema(nsp name, run_as regrole, query text)
+RETURNS text
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_query_in_schema';
+
+-- The shard whose IDs a table's column mints: the one given, else its
+-- schema's in the registry; checked.
+CREATE FUNCTION insta_id._table_shard(tbl regclass, nsp name, shard_id int)
+RETURNS int
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    shard int := _table_shard.shard_id;
+BEGIN
+    IF shard IS NULL THEN
+        SELECT r.shard_id INTO shard FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table % is not in a logical shard', tbl
+                USING ERRCODE = 'undefined_object',
+                      DETAIL = format('Schema %I is not in insta_id.shards().', nsp),
+                      HINT = 'Pass shard_id, or create the schema with insta_id.create_shard.';
+        END IF;
+    END IF;
+    PERFORM insta_id._check_shard_id(shard);
+    RETURN shard;
+END
+$$;
+
+-- Longer than a screen: its checks (the table's shard, an existing column,
+-- the lock) must all pass before the one ALTER, in one transaction.
+CREATE OR REPLACE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+    seq_name text;
+    owner regrole;
+    stmts text[] := '{}';
+BEGIN
+    SELECT n.nspname, c.relname, c.relowner INTO nsp, tblname, owner
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    shard := insta_id._table_shard(tbl, nsp, shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq_name := format('%I.%I', nsp, insta_id._sequence_name(nsp, tblname, col));
+        stmts := stmts || format('CREATE SEQUENCE %s CACHE %s', seq_name,
+                                 CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    ELSE
+        seq_name := seq::text;
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
+                                 tbl, col, shard, seq_name);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
+                                 tbl, col, shard, seq_name)
+                       || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
+                       || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    stmts := stmts || format('ALTER SEQUENCE %s OWNED BY %s.%I', seq_name, tbl, col);
+    -- As the table's owner: filling the column fires the table's triggers
+    -- and rebuilds its indexes, the owner's code.
+    PERFORM insta_id._run_in_schema(nsp, owner, stmts);
+    RETURN seq_name::regclass;
+END
+$$;
+COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
+'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
+
+-- Refuses (55000) a column holding a value at or above the first ID
+-- next_id can mint now for shard: old keys and new IDs would meet. Returns
+-- the largest value (NULL: no rows). Read as the table's owner
+-- (_query_in_schema): planning a query on the table folds its indexes'
+-- expressions and predicates, the owner's code. With row_security off, so
+-- that a policy hiding rows from the owner fails the read (42501) rather
+-- than hide the largest value.
+CREATE FUNCTION insta_id._check_below_ids(tbl regclass, col name, shard int)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    highest bigint;
+    first_id bigint := insta_id.min_id(now(), shard);
+BEGIN
+    highest := insta_id._query_in_schema(
+        (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl),
+        (SELECT c.relowner::regrole FROM pg_class c WHERE c.oid = tbl),
+        format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', col, tbl))::bigint;
+    IF highest >= first_id THEN
+        RAISE EXCEPTION 'column "%" of % holds %, not below the IDs next_id mints', col, tbl, highest
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('The first ID next_id can mint for shard %s now is %s: old keys and new IDs would meet.', shard, first_id),
+                  HINT = 'Give the table a new id column instead (insta_id.add_id_column).';
+    END IF;
+    RETURN highest;
+END
+$$;
+
+-- Longer than a screen: every check before the first change, then the
+-- locks, then the changes, each step a row of the plan it returns.
+-- adopt_id_column makes a live table's integer key an insta_id key in
+-- place: the column keeps every value, and new rows get next_id over the
+-- column's own sequence (serial's, or a new one where an identity's is
+-- dropped: PostgreSQL allows no default on an identity column). It refuses
+-- unless every existing value is below the first ID next_id can mint now,
+-- so old keys and new ones never meet and keep their order. An integer
+-- (or smallint) column becomes bigint together with every foreign-key
+-- column referencing it: table rewrites under ACCESS EXCLUSIVE locks, which
+-- the plan states. One transaction: all of it or nothing.
+-- Locks: every relation it changes, ACCESS EXCLUSIVE. It waits (at most
+-- lock_timeout) only for the first, the table, holding nothing; the others
+-- are taken NOWAIT, and if one is busy all are let go and the whole is
+-- tried again, lock_retries times, waiting longer each time: it never waits
+-- while holding a lock, so it is never part of a deadlock, and writers
+-- queue behind it for at most lock_timeout, plus the changes themselves.
+-- Its statements run as each table's owner (_run_in_schema): a rewrite
+-- evaluates the owner's code (indexes, CHECKs, generated columns).
+CREATE FUNCTION insta_id.adopt_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
+                                         dry_run boolean DEFAULT false,
+                                         lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+RETURNS TABLE (step int, relation regclass, action text, lock_mode text, rewrites boolean, estimated_rows bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    owner regrole;
+    kind "char";
+    is_partition boolean;
+    shard int;
+    attr record;
+    widen boolean;
+    seq regclass;
+    seq_text text;
+    seq_type regtype;
+    seq_cache bigint;
+    default_text text;
+    existing_shard int;
+    refs jsonb;
+    blockers text;
+    refused text;
+    steps jsonb := '[]';
+    s jsonb;
+    highest bigint;
+    attempt int := 0;
+    holders text;
+BEGIN
+    IF tbl IS NULL OR col IS NULL OR dry_run IS NULL OR lock_timeout IS NULL OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL (shard_id may be, for the table''s shard)'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF lock_retries < 0 THEN
+        RAISE EXCEPTION 'lock_retries must be at least 0' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT n.nspname, c.relname, c.relowner, c.relkind, c.relispartition INTO nsp, tblname, owner, kind, is_partition
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl;
+    IF kind IS DISTINCT FROM 'r' AND kind IS DISTINCT FROM 'p' THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    ELSIF is_partition THEN
+        RAISE EXCEPTION '% is a partition', tbl
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = format('Adopt the column of the partitioned table, %s: its partitions follow.',
+                                pg_partition_root(tbl));
+    END IF;
+    shard := insta_id._table_shard(tbl, nsp, adopt_id_column.shard_id);
+    SELECT a.attnum, a.atttypid::regtype AS typ, a.attidentity, a.attgenerated, a.atthasdef INTO attr
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', col, tbl USING ERRCODE = 'undefined_column';
+    ELSIF attr.typ NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) OR attr.attgenerated <> '' THEN
+        RAISE EXCEPTION 'column "%" of % is %, not an integer key', col, tbl,
+                        CASE WHEN attr.attgenerated <> '' THEN 'a generated column' ELSE format('of type %s', attr.typ) END
+            USING ERRCODE = 'datatype_mismatch';
+    END IF;
+    existing_shard := insta_id._next_id_default_shard(tbl, col);
+    IF existing_shard = shard THEN
+        RAISE NOTICE 'column "%" of % already mints IDs for shard %: nothing to do', col, tbl, shard;
+        RETURN;
+    ELSIF existing_shard IS NOT NULL THEN
+        RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+
+    -- Its sequence: the identity's, or serial's (a default of exactly
+    -- nextval() of the sequence the column owns).
+    seq := pg_get_serial_sequence(tbl::text, col)::regclass;
+    default_text := (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = tbl AND d.adnum = attr.attnum);
+    IF seq IS NULL OR (attr.attidentity = '' AND default_text IS DISTINCT FROM format('nextval(%L::regclass)', seq)) THEN
+        RAISE EXCEPTION 'column "%" of % is not a serial or identity column', col, tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = CASE WHEN default_text IS NULL THEN 'It has no default.'
+                                ELSE format('Its default is %s.', default_text) END,
+                  HINT = CASE WHEN default_text IS NULL
+                              THEN 'insta_id.add_id_column gives a column without a default a next_id default and IDs for its rows.'
+                              ELSE 'Its default must be nextval() of the sequence the column owns (ALTER SEQUENCE ... OWNED BY).' END;
+    END IF;
+    seq_text := seq::text;
+    SELECT q.seqtypid::regtype, q.seqcache INTO seq_type, seq_cache FROM pg_sequence q WHERE q.seqrelid = seq;
+    widen := attr.typ <> 'bigint'::regtype;
+
+    -- The foreign-key columns that reference it and are narrower than
+    -- bigint, one row each: widened with it (a partitioned table's once,
+    -- for all its partitions).
+    SELECT coalesce(jsonb_agg(jsonb_build_object('rel', k.conrelid::regclass::text, 'oid', k.conrelid, 'col', ra.attname,
+                                                 'attnum', ra.attnum, 'constraint', k.conname) ORDER BY k.conrelid, ra.attnum), '[]')
+    INTO refs
+    FROM pg_constraint k
+    JOIN LATERAL unnest(k.confkey, k.conkey) AS u(confkey, conkey) ON u.confkey = attr.attnum
+    JOIN pg_attribute ra ON ra.attrelid = k.conrelid AND ra.attnum = u.conkey
+    WHERE widen AND k.contype = 'f' AND k.confrelid = tbl AND k.conparentid = 0
+      AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype);
+
+    -- What would make a widening fail half-way: views, rules, policies and
+    -- trigger conditions that use a column to widen (PostgreSQL cannot
+    -- change the type under them), refused by name before anything.
+    IF widen THEN
+        SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, 0), ', ') INTO blockers
+        FROM pg_depend d
+        WHERE d.refclassid = 'pg_class'::regclass
+          AND ((d.refobjid = tbl AND d.refobjsubid = attr.attnum)
+               OR (d.refobjid, d.refobjsubid) IN (SELECT (r->>'oid')::oid, (r->>'attnum')::int2 FROM jsonb_array_elements(refs) r))
+          AND (d.classid IN ('pg_rewrite'::regclass, 'pg_policy'::regclass)
+               OR (d.classid = 'pg_trigger'::regclass
+                   AND (SELECT t.tgconstraint = 0 FROM pg_trigger t WHERE t.oid = d.objid))
+               OR (d.classid = 'pg_attrdef'::regclass
+                   AND (SELECT a.attgenerated <> '' FROM pg_attrdef ad JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+                        WHERE ad.oid = d.objid)));
+        IF blockers IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of % cannot become bigint: other objects use it or a column referencing it', col, tbl
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = format('Used by %s.', blockers),
+                      HINT = 'Drop them, adopt the column, and create them again (in one transaction, if writers must not see them missing).';
+        END IF;
+    END IF;
+
+    -- Every change runs as its table's owner: the caller must be able to act as each.
+    SELECT string_agg(DISTINCT o::regrole::text, ', ') INTO refused
+    FROM (SELECT owner::oid AS o UNION SELECT c.relowner FROM pg_class c
+          WHERE c.oid IN (SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r)) x
+    WHERE NOT pg_has_role(current_user, o, CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END);
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'role % may not act as %, which own the tables adopting column "%" of % changes', current_user, refused, col, tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Adopt it as the tables'' owner, or as a role that may SET ROLE to it.';
+    END IF;
+
+    -- The plan. Step 1 locks; the rest change.
+    steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+        'sql', format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', concat_ws(', ', tbl::text,
+                      (SELECT string_agg(DISTINCT r->>'rel', ', ') FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid <> tbl))));
+    steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false, 'check', true,
+        'sql', format('max(%I)', col));
+    steps := steps || coalesce((
+        SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'owner', x.owner, 'nsp', x.nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', true,
+                                            'sql', format('ALTER TABLE %s %s', x.rel, x.changes)) ORDER BY x.rel)
+        FROM (SELECT r->>'rel' AS rel, c.relowner::regrole::text AS owner, n.nspname AS nsp,
+                     string_agg(format('ALTER COLUMN %I TYPE bigint', r->>'col'), ', ' ORDER BY (r->>'attnum')::int) AS changes
+              FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
+              JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE (r->>'oid')::oid <> tbl
+              GROUP BY 1, 2, 3) x), '[]');
+    IF attr.attidentity <> '' OR widen THEN
+        steps := steps || jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', widen,
+            'sql', format('ALTER TABLE %s %s', tbl, concat_ws(', ',
+                CASE WHEN attr.attidentity <> '' THEN format('ALTER COLUMN %I DROP IDENTITY', col) END,
+                CASE WHEN widen THEN format('ALTER COLUMN %I TYPE bigint', col) END,
+                (SELECT string_agg(format('ALTER COLUMN %I TYPE bigint', r->>'col'), ', ' ORDER BY (r->>'attnum')::int)
+                 FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid = tbl AND r->>'col' <> col))));
+    END IF;
+    -- The sequence: a new one in place of the identity's (same name, which
+    -- DROP IDENTITY frees), or serial's made bigint, CACHE 32 as
+    -- add_id_column makes them (the guard keeps IDs unique whatever order
+    -- the values come in).
+    IF attr.attidentity <> '' THEN
+        steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+            'sql', format('CREATE SEQUENCE %s AS bigint CACHE 32 OWNED BY %s.%I', seq_text, tbl, col));
+    ELSIF seq_type <> 'bigint'::regtype OR seq_cache < 32 THEN
+        steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'SHARE ROW EXCLUSIVE', 'rewrites', false,
+            'sql', format('ALTER SEQUENCE %s%s%s', seq_text, CASE WHEN seq_type <> 'bigint'::regtype THEN ' AS bigint' END,
+                          CASE WHEN seq_cache < 32 THEN ' CACHE 32' END));
+    END IF;
+    steps := steps || jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+        'sql', format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col, shard, seq_text));
+
+    IF dry_run THEN
+        -- (without the lock: what the column holds now)
+        highest := insta_id._check_below_ids(tbl, col, shard);
+    ELSE
+        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+        LOOP
+            BEGIN
+                -- The table: waited for, holding nothing. The others: NOWAIT.
+                PERFORM insta_id._run_in_schema(nsp, owner, ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl)]);
+                PERFORM insta_id._run_in_schema(x.nsp, x.owner, ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', x.rel)])
+                FROM (SELECT DISTINCT r->>'rel' AS rel, c.relowner::regrole AS owner, n.nspname AS nsp
+                      FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
+                      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid <> tbl) x;
+                -- Under the locks no row can change: the values now are all there are.
+                highest := insta_id._check_below_ids(tbl, col, shard);
+                PERFORM insta_id._run_in_schema(x->>'nsp', (x->>'owner')::regrole, ARRAY[x->>'sql'])
+                FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
+                WHERE x ? 'owner' ORDER BY i;
+                EXIT;
+            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+                attempt := attempt + 1;
+                IF attempt > lock_retries THEN
+                    SELECT string_agg(DISTINCT format('%s (process %s)', l.relation::regclass, l.pid), ', ') INTO holders
+                    FROM pg_locks l
+                    WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.relation IN (SELECT tbl::oid UNION SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r);
+                    RAISE EXCEPTION 'could not lock what adopting column "%" of % changes within lock_timeout (%), % times', col, tbl, lock_timeout, attempt
+                        USING ERRCODE = 'lock_not_available',
+                              DETAIL = concat_ws(' ', 'Nothing was changed.', 'Held by: ' || holders || '.'),
+                              HINT = 'Find the long transactions holding them (pg_stat_activity), or pass a longer lock_timeout or more lock_retries; then call insta_id.adopt_id_column again.';
+                END IF;
+                RAISE NOTICE 'insta_id: adopting column "%" of %: busy, retry % of %', col, tbl, attempt, lock_retries;
+                -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+            END;
+        END LOOP;
+    END IF;
+
+    -- The plan, or what was done, with the rows each table holds (as
+    -- ANALYZE last counted them; a partitioned table's partitions summed).
+    RETURN QUERY
+    SELECT e.i::int, (x->>'rel')::regclass,
+           CASE WHEN (x->>'check')::boolean
+                THEN format('%s = %s, below %s, the first ID next_id can mint for shard %s', x->>'sql',
+                            coalesce(highest::text, 'NULL (no rows)'), insta_id.min_id(now(), shard), shard)
+                ELSE x->>'sql' END,
+           x->>'lock', (x->>'rewrites')::boolean,
+           (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
+            WHERE c.relkind <> 'S' AND c.oid IN (SELECT (x->>'rel')::regclass
+                                                 UNION ALL SELECT p.relid FROM pg_partition_tree((x->>'rel')::regclass) p WHERE p.isleaf))
+    FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
+    ORDER BY e.i;
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text, int) IS
+'Makes a live serial, bigserial or identity key a next_id key in place: values kept, integer widened to bigint with the keys referencing it; dry_run returns the plan';
+
+-- A delegated shard administrator (README, "Who may do what"): a role that
+-- is not a superuser and creates, migrates and drops shards. Everything it
+-- needs from insta_id is this one list: the helpers, the internal functions
+-- they call (they are SECURITY INVOKER: each call is checked against the
+-- caller), and the registry and migration tables they write. A DBA grants
+-- it with one statement and reads it back with another; pg_regress
+-- 09_privileges checks that the list is exactly what the helpers call and
+-- that the role can do what the helpers allow and nothing more. Nothing in
+-- it lets the role act as a role it could not SET ROLE to (_run_in_schema
+-- refuses, 42501), move IDs ahead of the clock, or take part in a move.
+-- CREATE on the database (to create schemas) is the DBA's to give.
+-- (No search_path to set: nothing is resolved.)
+CREATE OR REPLACE FUNCTION insta_id.shard_admin_privileges()
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    VALUES
+        ('EXECUTE', 'FUNCTION insta_id.create_shard(int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.create_shards(int, int, text)'),
+        ('EXECUTE', 'PROCEDURE insta_id.create_shards_in_batches(int, int, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.add_id_column(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.drop_shard(int, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
+        ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
+        -- what they call
+        ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_owners(jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_id(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range(int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range_bounds(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_template(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._code_owner(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
+        ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._options(text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._query_in_schema(name, regrole, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._run_in_schema(name, regrole, text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._schema_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._shard_schema(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._table_shard(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
+        -- what they read and write: insta_id's tables (what PUBLIC reads of
+        -- them goes through functions, insta_id.shards() and the like)
+        ('USAGE', 'SCHEMA insta_id_admin'),
+        ('SELECT, INSERT, UPDATE, DELETE', 'TABLE insta_id_admin.shard_registry'),
+        ('SELECT, INSERT', 'TABLE insta_id_admin.migrations'),
+        ('SELECT, INSERT, DELETE', 'TABLE insta_id_admin.applied_migrations'),
+        -- which shards a move holds here: migrate skips them
+        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
+$$;
+COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
+'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';
+
+REVOKE ALL ON FUNCTION insta_id._query_in_schema(name, regrole, text), insta_id._table_shard(regclass, name, int),
+    insta_id._check_below_ids(regclass, name, int), insta_id.adopt_id_column(regclass, name, int, boolean, text, int) FROM PUBLIC;

@@ -10,6 +10,9 @@
 //!   statements change undone afterwards. So the owner's code they reach
 //!   never runs with the caller's rights, and insta_id's own code never runs
 //!   with the shard's schema on its path.
+//! - `_query_in_schema(nsp, run_as, query)` runs one query the same way and
+//!   returns its first value: a read of a table whose planning would run
+//!   its owner's code (index expressions and predicates are folded).
 //! - `_identifier_list(text)` and `_names_schema(text, name)`: the pure
 //!   readers of `sql_text`, for settings and bodies taken from the catalogs.
 
@@ -113,13 +116,51 @@ v1!(pg_finfo_insta_id_run_in_schema);
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with arguments (name, regrole, text[]).
-    let (nsp, run_as, statements) = unsafe {
-        (
+    unsafe {
+        run_as_role(
             arg_name(fcinfo, 0),
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
-            arg_text_array(fcinfo, 2),
+            &arg_text_array(fcinfo, 2),
         )
     };
+    Datum::from(0)
+}
+
+v1!(pg_finfo_insta_id_query_in_schema);
+/// `insta_id._query_in_schema(nsp name, run_as regrole, query text) RETURNS
+/// text`: one query run as `_run_in_schema` runs statements, for a value
+/// read from a table whose owner's code the planner may run (it folds an
+/// index's expressions and predicate, a partition key): the first column of
+/// its first row, as text; NULL without a row.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_query_in_schema(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (name, regrole, text).
+    let value = unsafe {
+        let query = CString::new(arg_bytes(fcinfo, 2)).expect("a text holds no NUL");
+        run_as_role(
+            arg_name(fcinfo, 0),
+            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
+            &[query],
+        )
+    };
+    match value {
+        // SAFETY: cstring_to_text_with_len copies len bytes into a palloc'd text.
+        Some(v) => Datum::from(unsafe {
+            pg_sys::cstring_to_text_with_len(v.as_ptr().cast(), v.len() as i32)
+        }),
+        None => {
+            // SAFETY: fcinfo is the call's; a NULL result.
+            unsafe { (*fcinfo).isnull = true };
+            Datum::from(0)
+        }
+    }
+}
+
+/// Runs statements in schema nsp as role run_as, in a security-restricted
+/// operation (see the module's header); returns the first column of the
+/// last statement's first row, if it returned one that is not NULL.
+unsafe fn run_as_role(nsp: &CStr, run_as: pg_sys::Oid, statements: &[CString]) -> Option<Vec<u8>> {
     // SAFETY: reads of the backend's user id, catalog-cache lookups.
     let (caller, sec_context) = unsafe {
         let mut user = pg_sys::InvalidOid;
@@ -157,6 +198,7 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
         }
     }
     let temporary_before = unsafe { temporary_objects() };
+    let mut result = None;
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
@@ -180,13 +222,21 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             0,
             false,
         );
-        for statement in &statements {
+        for statement in statements {
             let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
             if rc < 0 {
                 raise!(
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
                     format!("SPI_execute failed ({rc}) in schema {shown}"),
                 );
+            }
+        }
+        // (copied out: SPI_finish frees what SPI_getvalue returns)
+        let table = pg_sys::SPI_tuptable;
+        if !table.is_null() && pg_sys::SPI_processed > 0 {
+            let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
+            if !value.is_null() {
+                result = Some(CStr::from_ptr(value).to_bytes().to_vec());
             }
         }
         pg_sys::AtEOXact_GUC(false, nest_level);
@@ -210,7 +260,7 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             "Code of the schema's owner runs in a security-restricted operation; what it makes in pg_temp would run later as the caller.",
         );
     }
-    Datum::from(0)
+    result
 }
 
 /// The objects of this session's temporary schema (their OIDs), read with

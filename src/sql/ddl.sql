@@ -6,13 +6,18 @@
 -- where the owner's code could run), and restores both afterwards.
 -- Privileges: internal, not PUBLIC's (privileges.sql).
 
--- The compiled half of the helpers (src/ddl.rs): statements run in a
--- schema as a given role in a security-restricted operation; a stored list
+-- The compiled half of the helpers (src/ddl.rs): statements (or a query
+-- whose value is returned) run in a schema as a given role in a
+-- security-restricted operation; a stored list
 -- setting read as PostgreSQL reads it; whether a body names a schema.
 CREATE FUNCTION insta_id._run_in_schema(nsp name, run_as regrole, statements text[])
 RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_run_in_schema';
+CREATE FUNCTION insta_id._query_in_schema(nsp name, run_as regrole, query text)
+RETURNS text
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_query_in_schema';
 CREATE FUNCTION insta_id._identifier_list(list text)
 RETURNS text[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE

@@ -50,6 +50,16 @@ SELECT count(*) AS pending FROM insta_id.pending_migrations() WHERE migration LI
 SELECT format('SELECT insta_id.add_id_column(%L) AS id_sequence', c.oid::regclass)
 FROM pg_class c WHERE c.relnamespace = 'insta601'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 ORDER BY c.relname \gexec
+-- adopt_id_column's widening of a serial column in every table of a shard
+-- (a rewrite: CHECKs, index expressions, generated columns evaluated).
+SET ROLE insta_id_regress_site;
+SELECT format('ALTER TABLE %s ADD COLUMN k serial', c.oid::regclass)
+FROM pg_class c WHERE c.relnamespace = 'insta601'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+ORDER BY c.relname \gexec
+RESET ROLE;
+SELECT format('SELECT count(*) AS adopted_in_steps FROM insta_id.adopt_id_column(%L, %L)', c.oid::regclass, 'k')
+FROM pg_class c WHERE c.relnamespace = 'insta601'::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+ORDER BY c.relname \gexec
 SELECT insta_id.drop_shard(603, force => true);
 SELECT insta_id.lock_shard_for_move(602), pg_advisory_unlock_all();
 
