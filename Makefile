@@ -48,7 +48,8 @@ test:
 ## check: the quick tier, one version (PG=NN, default the newest): build,
 ##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
 ##        lead over the clock, of concurrent sessions, of failover and PITR, of
-##        a failing fsync of the mark and of cancelled waits for its lock
+##        a failing fsync of the mark, of cancelled waits for its lock and of
+##        adopt_id_column under writers
 check:
 	@scripts/dev/setup.sh faults tap
 	@scripts/dev/build.sh install ci
@@ -56,7 +57,7 @@ check:
 	@tests/regress.sh
 	@tests/regress.sh --no-preload
 	@tests/isolation.sh
-	@tests/tap.sh upgrade lead concurrency failover fsync mark_wait
+	@tests/tap.sh upgrade lead concurrency failover fsync mark_wait adopt
 
 ## setup: install what is missing for PG (or: scripts/dev/setup.sh all)
 setup:

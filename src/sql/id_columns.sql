@@ -205,12 +205,15 @@ $$;
 -- (or smallint) column becomes bigint together with every foreign-key
 -- column referencing it: table rewrites under ACCESS EXCLUSIVE locks, which
 -- the plan states. One transaction: all of it or nothing.
--- Locks: every relation it changes, ACCESS EXCLUSIVE. It waits (at most
--- lock_timeout) only for the first, the table, holding nothing; the others
--- are taken NOWAIT, and if one is busy all are let go and the whole is
--- tried again, lock_retries times, waiting longer each time: it never waits
--- while holding a lock, so it is never part of a deadlock, and writers
--- queue behind it for at most lock_timeout, plus the changes themselves.
+-- Locks: every relation it changes, ACCESS EXCLUSIVE. It waits at most
+-- lock_timeout for the first, holding nothing, then for each other at most
+-- half of deadlock_timeout: a writer holding one of those and waiting for
+-- one it holds forms a deadlock with it, which it leaves before that
+-- writer's deadlock check runs, so no writer is chosen as a victim. If a
+-- lock is not had in time, all are let go and the whole is tried again,
+-- the table first and its referencing tables first in turn, lock_retries
+-- times, waiting longer between tries. Writers queue behind it for at most
+-- that long, plus the changes themselves.
 -- Its statements run as each table's owner (_run_in_schema): a rewrite
 -- evaluates the owner's code (indexes, CHECKs, generated columns).
 CREATE FUNCTION insta_id.adopt_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
@@ -243,6 +246,9 @@ DECLARE
     highest bigint;
     attempt int := 0;
     holders text;
+    locks jsonb;
+    lock_rel record;
+    short_timeout text;
 BEGIN
     IF tbl IS NULL OR col IS NULL OR dry_run IS NULL OR lock_timeout IS NULL OR lock_retries IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL (shard_id may be, for the table''s shard)'
@@ -386,14 +392,36 @@ BEGIN
         highest := insta_id._check_below_ids(tbl, col, shard);
     ELSE
         PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+        short_timeout := (SELECT CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
+                                      ELSE least(l.setting::int, d.setting::int / 2) END
+                          FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';
+        -- What it locks: the table first, then the referencing tables.
+        locks := jsonb_build_array(jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp))
+                 || coalesce((SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'owner', x.owner, 'nsp', x.nsp) ORDER BY x.rel)
+                              FROM (SELECT DISTINCT r->>'rel' AS rel, c.relowner::regrole::text AS owner, n.nspname AS nsp
+                                    FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
+                                    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid <> tbl) x), '[]');
         LOOP
             BEGIN
-                -- The table: waited for, holding nothing. The others: NOWAIT.
-                PERFORM insta_id._run_in_schema(nsp, owner, ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl)]);
-                PERFORM insta_id._run_in_schema(x.nsp, x.owner, ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', x.rel)])
-                FROM (SELECT DISTINCT r->>'rel' AS rel, c.relowner::regrole AS owner, n.nspname AS nsp
-                      FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
-                      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid <> tbl) x;
+                -- The first relation: waited for (lock_timeout), holding
+                -- nothing. The others: for at most half of
+                -- deadlock_timeout, so that when a writer holding one of
+                -- them waits for one this holds, this gives up first,
+                -- before that writer's deadlock check could pick it as the
+                -- victim. Writers lock a parent before its children (an
+                -- INSERT of both, an ORM's parent then child) or after them
+                -- (a child, then its foreign-key check): each try takes
+                -- them in the other order than the last.
+                FOR lock_rel IN
+                    SELECT x.* FROM jsonb_array_elements(locks) WITH ORDINALITY x(r, i)
+                    ORDER BY CASE WHEN attempt % 2 = 0 THEN x.i ELSE -x.i END
+                LOOP
+                    PERFORM set_config('lock_timeout', CASE WHEN lock_rel.i = CASE WHEN attempt % 2 = 0 THEN 1 ELSE jsonb_array_length(locks) END
+                                                            THEN lock_timeout ELSE short_timeout END, true);
+                    PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', (lock_rel.r->>'owner')::regrole,
+                                                    ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', lock_rel.r->>'rel')]);
+                END LOOP;
+                PERFORM set_config('lock_timeout', lock_timeout, true);
                 -- Under the locks no row can change: the values now are all there are.
                 highest := insta_id._check_below_ids(tbl, col, shard);
                 PERFORM insta_id._run_in_schema(x->>'nsp', (x->>'owner')::regrole, ARRAY[x->>'sql'])
@@ -412,7 +440,7 @@ BEGIN
                               DETAIL = concat_ws(' ', 'Nothing was changed.', 'Held by: ' || holders || '.'),
                               HINT = 'Find the long transactions holding them (pg_stat_activity), or pass a longer lock_timeout or more lock_retries; then call insta_id.adopt_id_column again.';
                 END IF;
-                RAISE NOTICE 'insta_id: adopting column "%" of %: busy, retry % of %', col, tbl, attempt, lock_retries;
+                RAISE NOTICE 'insta_id: adopting column "%" of %: busy (%), retry % of %', col, tbl, SQLERRM, attempt, lock_retries;
                 -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
                 PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
             END;
