@@ -4,9 +4,11 @@
 # fresh database.
 # - psycopg 3: INSERT ... RETURNING one row and executemany, COPY, decoding,
 #   create_shards_in_batches in autocommit mode (2D000 in a transaction)
-# - SQLAlchemy 2: a mapped class, RETURNING, a batched flush (sentinel column)
+# - SQLAlchemy 2: a mapped class, RETURNING, a batched flush (sentinel column);
+#   tables with identity keys and rows adopted by adopt_id_column
 # - Django 5.2: migrations make the template and the shards; create() and
-#   bulk_create() get the database-made primary keys; routing by shard
+#   bulk_create() get the database-made primary keys; routing by shard; an
+#   app's identity keys adopted by a migration (examples/django/legacy)
 # - node-postgres: ids as exact strings or BigInt, ids in JSON
 # - the README's (and docs/') code blocks are copies of those examples
 # Versions are pinned in examples/requirements.txt and examples/node/package.json;

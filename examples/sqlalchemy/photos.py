@@ -6,7 +6,7 @@ mapped without a schema; schema_translate_map picks the shard per session.
 The README's SQLAlchemy recipes are copied from the regions marked below;
 test_photos.py runs them against a real server.
 """
-from sqlalchemy import BigInteger, Engine, FetchedValue, Text
+from sqlalchemy import BigInteger, Engine, FetchedValue, ForeignKey, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, orm_insert_sentinel
 
 class Base(DeclarativeBase):
@@ -58,3 +58,37 @@ def shard_of_id(photo_id: int) -> int:
 def shard_session(engine: Engine, shard: int) -> Session:
     return Session(engine.execution_options(schema_translate_map={None: f"insta{shard}"}))
 # docs:end session
+
+
+# docs:start legacy-model
+# An application's tables from before insta_id, as SQLAlchemy made them from
+# Integer/BigInteger keys with Identity(): albums.id integer and
+# tracks.album_id integer (its foreign key). adopt() makes both keys insta_id
+# keys of a shard in place (keys kept; albums.id and tracks.album_id widened
+# to bigint); the mapping then says BigInteger and that the database mints
+# the key, which the ORM reads back with RETURNING. (Their own metadata: not
+# the shards' template's.)
+class LegacyBase(DeclarativeBase):
+    pass
+
+
+class Album(LegacyBase):
+    __tablename__ = "albums"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, server_default=FetchedValue())  # was Integer, Identity()
+    title: Mapped[str] = mapped_column(Text)
+
+
+class Track(LegacyBase):
+    __tablename__ = "tracks"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, server_default=FetchedValue())  # was BigInteger, Identity()
+    album_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("albums.id"))  # was Integer
+
+
+def adopt(engine: Engine, shard: int) -> None:
+    with engine.begin() as conn:
+        for table in ("albums", "tracks"):
+            conn.execute(text("SELECT count(*) FROM insta_id.adopt_id_column(CAST(:t AS regclass), 'id', :s)"),
+                         {"t": table, "s": shard})
+# docs:end legacy-model

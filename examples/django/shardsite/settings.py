@@ -2,7 +2,7 @@
 import os
 
 SECRET_KEY = "example-only"
-INSTALLED_APPS = ["photos"]
+INSTALLED_APPS = ["photos", "legacy"]
 USE_TZ = True
 
 # The server comes from libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE).
