@@ -6,6 +6,8 @@ mapped without a schema; schema_translate_map picks the shard per session.
 The README's SQLAlchemy recipes are copied from the regions marked below;
 test_photos.py runs them against a real server.
 """
+import json
+
 from sqlalchemy import BigInteger, Engine, FetchedValue, ForeignKey, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, orm_insert_sentinel
 
@@ -92,3 +94,27 @@ def adopt(engine: Engine, shard: int) -> None:
             conn.execute(text("SELECT count(*) FROM insta_id.adopt_id_column(CAST(:t AS regclass), 'id', :s)"),
                          {"t": table, "s": shard})
 # docs:end legacy-model
+
+
+# docs:start json
+def make_json_app(engine: Engine):
+    """A WSGI endpoint, GET /photos/<id>: the photo as JSON, its IDs as strings.
+
+    Every insta_id ID is above 2^53: a JSON number that large loses its low
+    bits in JavaScript (JSON.parse makes it a double), so a browser would ask
+    for another photo than the one it was given. Strings stay exact.
+    """
+    def app(environ, start_response):
+        parts = environ.get("PATH_INFO", "").strip("/").split("/")
+        photo = None
+        if len(parts) == 2 and parts[0] == "photos" and parts[1].isdigit() and int(parts[1]) < 2**63:
+            photo_id = int(parts[1])
+            with shard_session(engine, shard_of_id(photo_id)) as session:
+                photo = session.get(Photo, photo_id)
+                body = photo and {"id": str(photo.id), "user_id": str(photo.user_id), "caption": photo.caption}
+        status = "200 OK" if photo else "404 Not Found"
+        start_response(status, [("Content-Type", "application/json")])
+        return [json.dumps(body if photo else {"error": "no such photo"}).encode()]
+    return app
+# docs:end json
+

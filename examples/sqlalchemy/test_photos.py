@@ -1,6 +1,8 @@
 """Runs photos.py against the database libpq's environment names (PGHOST,
 PGPORT, PGUSER, PGDATABASE): an empty database with insta_id available."""
+import json
 import unittest
+from wsgiref.util import setup_testing_defaults
 
 from sqlalchemy import create_engine, event, select, text
 from sqlalchemy.exc import ProgrammingError
@@ -127,6 +129,44 @@ class Adopted(unittest.TestCase):
                 " FROM pg_attribute WHERE (attrelid, attname) IN"
                 " (('albums'::regclass, 'id'), ('tracks'::regclass, 'album_id'), ('tracks'::regclass, 'id'))")).scalar_one(),
                 "bigint,bigint,bigint")
+
+
+def json_numbers_exact_in_javascript(text):
+    """Parses JSON as JavaScript's JSON.parse would, failing on any number it
+    could not hold exactly (beyond 2^53): such an ID would reach the browser
+    as another one."""
+    def exact(literal):
+        if abs(int(literal)) > 2**53:
+            raise AssertionError(f"{literal} reaches JSON as a number: JavaScript reads {float(literal):.0f}")
+        return int(literal)
+    return json.loads(text, parse_int=exact)
+
+
+class Json(unittest.TestCase):
+    def get(self, path):
+        environ = {"PATH_INFO": path}
+        setup_testing_defaults(environ)
+        seen = {}
+        body = b"".join(photos.make_json_app(engine)(environ, lambda status, headers: seen.update(status=status)))
+        return seen["status"], body
+
+    def test_ids_reach_json_as_strings(self):
+        with photos.shard_session(engine, photos.shard_for_user(10)) as session:
+            photo = Photo(user_id=10, caption="sunset")
+            session.add(photo)
+            session.commit()
+            photo_id = photo.id
+        status, body = self.get(f"/photos/{photo_id}")
+        self.assertEqual(status, "200 OK")
+        self.assertEqual(json_numbers_exact_in_javascript(body), {"id": str(photo_id), "user_id": "10", "caption": "sunset"})
+
+    def test_the_check_catches_a_number(self):
+        with self.assertRaises(AssertionError):
+            json_numbers_exact_in_javascript('{"id": %d}' % (2**62 + 1))
+
+    def test_unknown_photo(self):
+        self.assertEqual(self.get(f"/photos/{2**62 + 2 * 1024}")[0], "404 Not Found")
+        self.assertEqual(self.get("/photos/x")[0], "404 Not Found")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
+import json
+
 from django.core.management import call_command
 from django.db import ProgrammingError, connection
 from django.test import TestCase
@@ -86,3 +88,32 @@ class Shards(TestCase):
         with self.assertRaisesMessage(LookupError, "logical shard 99 is not in database 'default'"):
             with use_shard(99):
                 pass
+
+
+def json_numbers_exact_in_javascript(text):
+    """Parses JSON as JavaScript's JSON.parse would, failing on any number it
+    could not hold exactly (beyond 2^53): such an ID would reach the browser
+    as another one."""
+    def exact(literal):
+        if abs(int(literal)) > 2**53:
+            raise AssertionError(f"{literal} reaches JSON as a number: JavaScript reads {float(literal):.0f}")
+        return int(literal)
+    return json.loads(text, parse_int=exact)
+
+
+class Json(TestCase):
+    def test_ids_reach_json_as_strings(self):
+        with use_shard(shard_for_user(10)):
+            photo = Photo.objects.create(user_id=10, caption="sunset")
+        response = self.client.get(f"/photos/{photo.pk}")
+        self.assertEqual(response.status_code, 200)
+        body = json_numbers_exact_in_javascript(response.content)
+        self.assertEqual(body, {"id": str(photo.pk), "user_id": "10", "caption": "sunset"})
+        self.assertEqual(int(body["id"]), photo.pk)
+
+    def test_the_check_catches_a_number(self):
+        with self.assertRaises(AssertionError):
+            json_numbers_exact_in_javascript('{"id": %d}' % (2**62 + 1))
+
+    def test_unknown_photo(self):
+        self.assertEqual(self.client.get(f"/photos/{2**62 + 2 * 1024}").status_code, 404)

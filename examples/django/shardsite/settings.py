@@ -3,6 +3,8 @@ import os
 
 SECRET_KEY = "example-only"
 INSTALLED_APPS = ["photos", "legacy"]
+ROOT_URLCONF = "shardsite.urls"
+ALLOWED_HOSTS = ["testserver"]
 USE_TZ = True
 
 # The server comes from libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE).
