@@ -567,14 +567,17 @@ COMMENT ON FUNCTION insta_id.id_range(tstzrange) IS
 -- PostgreSQL inlines it: LANGUAGE sql, one expression, no SET clause, not
 -- STRICT (COALESCE is not); it then folds id_range of a constant range
 -- into constants, or computes it once per scan for a parameter. With no
--- end, the last positive ID is the bound.
+-- end, the last positive ID is the bound; an empty range makes the bounds
+-- cross (false, as created_at(id) <@ 'empty' is, never NULL).
 CREATE FUNCTION insta_id.made_during(id bigint, during tstzrange)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT id OPERATOR(pg_catalog.>=) pg_catalog.lower(insta_id.id_range(during))
+    SELECT id OPERATOR(pg_catalog.>=) COALESCE(pg_catalog.lower(insta_id.id_range(during)),
+                                               CASE WHEN pg_catalog.isempty(insta_id.id_range(during)) THEN 9223372036854775807 END)
        AND id OPERATOR(pg_catalog.<=) COALESCE(pg_catalog.upper(insta_id.id_range(during)) OPERATOR(pg_catalog.-) 1,
-                                               9223372036854775807)
+                                               CASE WHEN pg_catalog.isempty(insta_id.id_range(during)) THEN -9223372036854775808
+                                                    ELSE 9223372036854775807 END)
 $$;
 COMMENT ON FUNCTION insta_id.made_during(bigint, tstzrange) IS
 'Whether an ID was made in a time range (created_at(id) <@ during), as ID bounds an index on the key and partition pruning use';
@@ -782,6 +785,7 @@ DECLARE
     locks jsonb;
     lock_rel record;
     short_timeout text;
+    grantees text;
 BEGIN
     IF tbl IS NULL OR col IS NULL OR dry_run IS NULL OR lock_timeout IS NULL OR lock_retries IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL (shard_id may be, for the table''s shard)'
@@ -837,25 +841,59 @@ BEGIN
     widen := attr.typ <> 'bigint'::regtype;
 
     -- The foreign-key columns that reference it and are narrower than
-    -- bigint, one row each: widened with it (a partitioned table's once,
-    -- for all its partitions).
-    SELECT coalesce(jsonb_agg(jsonb_build_object('rel', k.conrelid::regclass::text, 'oid', k.conrelid, 'col', ra.attname,
-                                                 'attnum', ra.attnum, 'constraint', k.conname) ORDER BY k.conrelid, ra.attnum), '[]')
+    -- bigint, once each: widened with it, even when it is bigint already
+    -- (an integer column referencing a bigserial key could not hold the
+    -- new IDs); a partitioned table's once, for all its partitions.
+    SELECT coalesce(jsonb_agg(jsonb_build_object('rel', x.conrelid::regclass::text, 'oid', x.conrelid, 'col', x.attname,
+                                                 'attnum', x.attnum) ORDER BY x.conrelid, x.attnum), '[]')
     INTO refs
-    FROM pg_constraint k
-    JOIN LATERAL unnest(k.confkey, k.conkey) AS u(confkey, conkey) ON u.confkey = attr.attnum
-    JOIN pg_attribute ra ON ra.attrelid = k.conrelid AND ra.attnum = u.conkey
-    WHERE widen AND k.contype = 'f' AND k.confrelid = tbl AND k.conparentid = 0
-      AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype);
+    FROM (SELECT DISTINCT k.conrelid, ra.attname, ra.attnum
+          FROM pg_constraint k
+          JOIN LATERAL unnest(k.confkey, k.conkey) AS u(confkey, conkey) ON u.confkey = attr.attnum
+          JOIN pg_attribute ra ON ra.attrelid = k.conrelid AND ra.attnum = u.conkey
+          WHERE k.contype = 'f' AND k.confrelid = tbl AND k.conparentid = 0
+            AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype)) x;
+    -- A key that itself references another table would get IDs that
+    -- table does not hold; a key in a partition key, IDs no partition takes.
+    IF EXISTS (SELECT FROM pg_constraint k WHERE k.contype = 'f' AND k.conrelid = tbl AND attr.attnum = ANY (k.conkey)) THEN
+        RAISE EXCEPTION 'column "%" of % references another table', col, tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'New rows would get IDs the referenced table does not hold.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_partition_tree(tbl) t JOIN pg_partitioned_table p ON p.partrelid = t.relid
+               JOIN pg_attribute a ON a.attrelid = t.relid AND a.attnum = ANY (p.partattrs::int2[])
+               WHERE a.attname = col) THEN
+        RAISE EXCEPTION 'column "%" of % is in its partition key', col, tbl
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'New IDs would fall outside the partitions made for the old keys.',
+                  HINT = 'Partition by another column, or by the ID''s time once adopted (insta_id.create_partitions on a new table).';
+    END IF;
+    -- A shard being moved (DDL is not replicated to its copy), and a
+    -- transaction whose snapshot predates the locks (the check of the
+    -- largest key would miss rows committed since).
+    IF NOT dry_run THEN
+        IF NOT insta_id._lock(insta_id._move_lock_key(), shard, shared => true, session => false, wait => false)
+           OR EXISTS (SELECT FROM insta_id_admin.moves m WHERE m.shard_id = shard AND m.side = 'arriving') THEN
+            RAISE EXCEPTION 'shard % is being moved, or was moved here and is not done', shard
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'DDL is not replicated: the shard''s other copy would keep the old key.',
+                      HINT = 'Adopt it once the move is done (insta-id move ... done), or before it starts.';
+        END IF;
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'adopt_id_column needs READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'Its check of the largest key must see every row committed before its locks.';
+        END IF;
+    END IF;
 
     -- What would make a widening fail half-way: views, rules, policies and
     -- trigger conditions that use a column to widen (PostgreSQL cannot
     -- change the type under them), refused by name before anything.
-    IF widen THEN
+    IF widen OR refs <> '[]' THEN
         SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, 0), ', ') INTO blockers
         FROM pg_depend d
         WHERE d.refclassid = 'pg_class'::regclass
-          AND ((d.refobjid = tbl AND d.refobjsubid = attr.attnum)
+          AND ((widen AND d.refobjid = tbl AND d.refobjsubid = attr.attnum)
                OR (d.refobjid, d.refobjsubid) IN (SELECT (r->>'oid')::oid, (r->>'attnum')::int2 FROM jsonb_array_elements(refs) r))
           AND (d.classid IN ('pg_rewrite'::regclass, 'pg_policy'::regclass)
                OR (d.classid = 'pg_trigger'::regclass
@@ -897,7 +935,7 @@ BEGIN
               JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE (r->>'oid')::oid <> tbl
               GROUP BY 1, 2, 3) x), '[]');
-    IF attr.attidentity <> '' OR widen THEN
+    IF attr.attidentity <> '' OR widen OR EXISTS (SELECT FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid = tbl) THEN
         steps := steps || jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', widen,
             'sql', format('ALTER TABLE %s %s', tbl, concat_ws(', ',
                 CASE WHEN attr.attidentity <> '' THEN format('ALTER COLUMN %I DROP IDENTITY', col) END,
@@ -912,6 +950,18 @@ BEGIN
     IF attr.attidentity <> '' THEN
         steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
             'sql', format('CREATE SEQUENCE %s AS bigint CACHE 32 OWNED BY %s.%I', seq_text, tbl, col));
+        -- next_id calls nextval(), which needs USAGE on the sequence: the
+        -- roles that may INSERT into the table (an identity needed none).
+        grantees := (SELECT string_agg(DISTINCT CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END, ', ')
+                     FROM (SELECT (aclexplode(c.relacl)).* FROM pg_class c WHERE c.oid = tbl
+                           UNION ALL
+                           SELECT (aclexplode(a.attacl)).* FROM pg_attribute a WHERE a.attrelid = tbl AND a.attacl IS NOT NULL) g
+                     LEFT JOIN pg_roles r ON r.oid = g.grantee
+                     WHERE g.privilege_type = 'INSERT' AND g.grantee <> owner);
+        IF grantees IS NOT NULL THEN
+            steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+                'sql', format('GRANT USAGE ON SEQUENCE %s TO %s', seq_text, grantees));
+        END IF;
     ELSIF seq_type <> 'bigint'::regtype OR seq_cache < 32 THEN
         steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'SHARE ROW EXCLUSIVE', 'rewrites', false,
             'sql', format('ALTER SEQUENCE %s%s%s', seq_text, CASE WHEN seq_type <> 'bigint'::regtype THEN ' AS bigint' END,
@@ -925,8 +975,8 @@ BEGIN
         highest := insta_id._check_below_ids(tbl, col, shard);
     ELSE
         PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
-        short_timeout := (SELECT CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
-                                      ELSE least(l.setting::int, d.setting::int / 2) END
+        short_timeout := (SELECT greatest(CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
+                                               ELSE least(l.setting::int, d.setting::int / 2) END, 1)
                           FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';
         -- What it locks: the table first, then the referencing tables.
         locks := jsonb_build_array(jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp))
@@ -954,12 +1004,15 @@ BEGIN
                     PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', (lock_rel.r->>'owner')::regrole,
                                                     ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', lock_rel.r->>'rel')]);
                 END LOOP;
-                PERFORM set_config('lock_timeout', lock_timeout, true);
+                -- What the changes lock besides (the sequence, a table a
+                -- rebuilt foreign key reads): the short wait too, holding all.
+                PERFORM set_config('lock_timeout', short_timeout, true);
                 -- Under the locks no row can change: the values now are all there are.
                 highest := insta_id._check_below_ids(tbl, col, shard);
                 PERFORM insta_id._run_in_schema(x->>'nsp', (x->>'owner')::regrole, ARRAY[x->>'sql'])
                 FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
                 WHERE x ? 'owner' ORDER BY i;
+                PERFORM set_config('lock_timeout', lock_timeout, true);
                 EXIT;
             EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
                 attempt := attempt + 1;

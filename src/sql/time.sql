@@ -71,14 +71,17 @@ COMMENT ON FUNCTION insta_id.id_range(tstzrange) IS
 -- PostgreSQL inlines it: LANGUAGE sql, one expression, no SET clause, not
 -- STRICT (COALESCE is not); it then folds id_range of a constant range
 -- into constants, or computes it once per scan for a parameter. With no
--- end, the last positive ID is the bound.
+-- end, the last positive ID is the bound; an empty range makes the bounds
+-- cross (false, as created_at(id) <@ 'empty' is, never NULL).
 CREATE FUNCTION insta_id.made_during(id bigint, during tstzrange)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT id OPERATOR(pg_catalog.>=) pg_catalog.lower(insta_id.id_range(during))
+    SELECT id OPERATOR(pg_catalog.>=) COALESCE(pg_catalog.lower(insta_id.id_range(during)),
+                                               CASE WHEN pg_catalog.isempty(insta_id.id_range(during)) THEN 9223372036854775807 END)
        AND id OPERATOR(pg_catalog.<=) COALESCE(pg_catalog.upper(insta_id.id_range(during)) OPERATOR(pg_catalog.-) 1,
-                                               9223372036854775807)
+                                               CASE WHEN pg_catalog.isempty(insta_id.id_range(during)) THEN -9223372036854775808
+                                                    ELSE 9223372036854775807 END)
 $$;
 COMMENT ON FUNCTION insta_id.made_during(bigint, tstzrange) IS
 'Whether an ID was made in a time range (created_at(id) <@ during), as ID bounds an index on the key and partition pruning use';

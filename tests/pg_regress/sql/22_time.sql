@@ -22,10 +22,23 @@ FROM unnest(ARRAY[
 -- the range, the first of the first one past it.
 SELECT lower(insta_id.id_range('[2026-11-01 00:00+00, 2026-12-01 00:00+00)')) = insta_id.min_id('2026-11-01 00:00+00') AS lower_is_min_id,
        upper(insta_id.id_range('[2026-11-01 00:00+00, 2026-12-01 00:00+00)')) = insta_id.max_id('2026-11-30 23:59:59.999+00') + 1 AS upper_past_max_id;
--- Exactly the IDs whose created_at lies in the range: 200,000 IDs spread
--- around some bounds, each against every kind of range built from them.
+-- Exactly the IDs whose created_at lies in the range: the first and last
+-- ID of every millisecond around each bound, and 2000 IDs spread over the
+-- 25 s around them, each against every kind of range built from the bounds.
 CREATE TABLE time_ids AS
-SELECT insta_id.min_id('2026-11-01 00:00:00+00') + g::bigint * 1048573 AS id FROM generate_series(-100000, 99999) g;
+SELECT insta_id.min_id(insta_id.epoch() + (m + d) * interval '1 millisecond') AS id
+FROM (SELECT floor(extract(epoch FROM b - insta_id.epoch())::numeric * 1000)::bigint AS m
+      FROM unnest(ARRAY['2026-10-31 23:59:59.9995+00', '2026-11-01 00:00:00+00', '2026-11-01 00:00:00.0005+00',
+                        '2026-11-01 00:00:00.0125+00', '2026-11-01 00:00:12.4+00', '2026-11-01 00:00:12.401+00']::timestamptz[]) b) x,
+     generate_series(-3, 3) d
+UNION ALL
+SELECT insta_id.max_id(insta_id.epoch() + (m + d) * interval '1 millisecond')
+FROM (SELECT floor(extract(epoch FROM b - insta_id.epoch())::numeric * 1000)::bigint AS m
+      FROM unnest(ARRAY['2026-10-31 23:59:59.9995+00', '2026-11-01 00:00:00+00', '2026-11-01 00:00:00.0005+00',
+                        '2026-11-01 00:00:00.0125+00', '2026-11-01 00:00:12.4+00', '2026-11-01 00:00:12.401+00']::timestamptz[]) b) x,
+     generate_series(-3, 3) d
+UNION ALL
+SELECT insta_id.min_id('2026-11-01 00:00:00+00') + g::bigint * 104857327 FROM generate_series(-1000, 999) g;
 CREATE TABLE time_ranges AS
 SELECT tstzrange(a, b, k) AS r
 FROM unnest(ARRAY['2026-10-31 23:59:59.9995+00', '2026-11-01 00:00:00+00', '2026-11-01 00:00:00.0005+00', NULL]::timestamptz[]) a,
@@ -44,7 +57,8 @@ SELECT insta_id.id_range('[2026-01-01, 2050-01-01)');
 SELECT insta_id.id_range('[2047-01-01, 2048-01-01)');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.id_range(tstzrange('2046-01-01', insta_id.epoch() + 1099511627776 * interval '1 millisecond')) AS to_the_last_positive,
-       insta_id.id_range(NULL) IS NULL AS null_range, insta_id.made_during(1, NULL) IS NULL AS null_made_during;
+       insta_id.id_range(NULL) IS NULL AS null_range, insta_id.made_during(1, NULL) IS NULL AS null_made_during,
+       insta_id.made_during(9223372036854775807, 'empty') AS in_empty, insta_id.made_during(-9223372036854775808, 'empty') AS in_empty_too;
 -- Declared IMMUTABLE and PARALLEL SAFE; id_range STRICT, made_during not
 -- (so that PostgreSQL inlines it); both PUBLIC's.
 SELECT p.oid::regprocedure, provolatile, proisstrict, proparallel, proconfig,
