@@ -151,7 +151,11 @@ extension_sql_file!(
 );
 extension_sql_file!("sql/moves.sql", name = "moves", requires = ["drift"]);
 extension_sql_file!("sql/time.sql", name = "time", requires = ["moves"]);
-extension_sql_file!("sql/partitions.sql", name = "partitions", requires = ["time"]);
+extension_sql_file!(
+    "sql/partitions.sql",
+    name = "partitions",
+    requires = ["time"]
+);
 extension_sql_file!("sql/privileges.sql", name = "privileges", finalize);
 
 #[pg_guard]
