@@ -112,6 +112,10 @@ CREATE TABLE adopt.txt (id text PRIMARY KEY);
 CREATE TABLE public.adopt_unsharded (id serial PRIMARY KEY);
 CREATE TABLE adopt.mine (id serial PRIMARY KEY);
 CREATE TABLE adopt.child_key (id serial PRIMARY KEY REFERENCES adopt.mine);
+CREATE ROLE insta_id_regress_other_owner;
+CREATE TABLE adopt.shared (id serial PRIMARY KEY);
+CREATE TABLE adopt.shared_refs (shared_id int REFERENCES adopt.shared);
+ALTER TABLE adopt.shared_refs OWNER TO insta_id_regress_other_owner;
 CREATE TABLE adopt.by_id (id serial PRIMARY KEY) PARTITION BY RANGE (id);
 SELECT insta_id.adopt_id_column(NULL);
 \echo :LAST_ERROR_SQLSTATE
@@ -135,6 +139,8 @@ SELECT insta_id.adopt_id_column('adopt.big', dry_run => true);
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 SELECT insta_id.adopt_id_column('adopt.viewed');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_id_column('adopt.shared');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_id_column('adopt.child_key');
 \echo :LAST_ERROR_SQLSTATE
@@ -167,8 +173,8 @@ SET ROLE insta_id_regress_adopter;
 SELECT insta_id.adopt_id_column('adopt.mine');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-DROP OWNED BY insta_id_regress_adopter, insta_id_regress_writer_a;
-DROP ROLE insta_id_regress_adopter, insta_id_regress_writer_a;
+DROP OWNED BY insta_id_regress_adopter, insta_id_regress_writer_a, insta_id_regress_other_owner;
+DROP ROLE insta_id_regress_adopter, insta_id_regress_writer_a, insta_id_regress_other_owner;
 -- Declared VOLATILE, PARALLEL UNSAFE, not STRICT (shard_id NULL is the
 -- registry's); not PUBLIC's.
 SELECT p.oid::regprocedure, provolatile, proisstrict, proparallel,
