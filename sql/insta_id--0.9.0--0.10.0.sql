@@ -909,6 +909,19 @@ BEGIN
         END IF;
     END IF;
 
+    -- A referencing table of another owner: widening it makes PostgreSQL
+    -- validate the rebuilt foreign key with a query over both tables,
+    -- planned as one owner, folding the other's index expressions.
+    SELECT string_agg(DISTINCT format('%s (owned by %s)', c.oid::regclass, c.relowner::regrole), ', ') INTO refused
+    FROM pg_class c WHERE c.oid IN (SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r) AND c.relowner <> owner;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'tables referencing column "%" of % have another owner than it', col, tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('%s; %s is owned by %s. Their foreign keys, checked again when the columns are widened, would run one owner''s code with the other''s rights.',
+                                  refused, tbl, owner),
+                  HINT = 'Give the tables one owner (ALTER TABLE ... OWNER TO), then adopt the column.';
+    END IF;
+
     -- Every change runs as its table's owner: the caller must be able to act as each.
     SELECT string_agg(DISTINCT o::regrole::text, ', ') INTO refused
     FROM (SELECT owner::oid AS o UNION SELECT c.relowner FROM pg_class c
