@@ -750,7 +750,7 @@ $$;
 -- the table first and its referencing tables first in turn, lock_retries
 -- times, waiting longer between tries. Writers queue behind it for at most
 -- that long, plus the changes themselves.
--- Its statements run as each table's owner (_run_in_schema): a rewrite
+-- Its statements run as the tables' one owner (_run_in_schema): a rewrite
 -- evaluates the owner's code (indexes, CHECKs, generated columns).
 CREATE FUNCTION insta_id.adopt_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
                                          dry_run boolean DEFAULT false,
@@ -845,14 +845,16 @@ BEGIN
     -- (an integer column referencing a bigserial key could not hold the
     -- new IDs); a partitioned table's once, for all its partitions.
     SELECT coalesce(jsonb_agg(jsonb_build_object('rel', x.conrelid::regclass::text, 'oid', x.conrelid, 'col', x.attname,
-                                                 'attnum', x.attnum) ORDER BY x.conrelid, x.attnum), '[]')
+                                                 'attnum', x.attnum, 'nsp', n.nspname, 'owner', c.relowner)
+                              ORDER BY x.conrelid, x.attnum), '[]')
     INTO refs
     FROM (SELECT DISTINCT k.conrelid, ra.attname, ra.attnum
           FROM pg_constraint k
           JOIN LATERAL unnest(k.confkey, k.conkey) AS u(confkey, conkey) ON u.confkey = attr.attnum
           JOIN pg_attribute ra ON ra.attrelid = k.conrelid AND ra.attnum = u.conkey
           WHERE k.contype = 'f' AND k.confrelid = tbl AND k.conparentid = 0
-            AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype)) x;
+            AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype)) x
+    JOIN pg_class c ON c.oid = x.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace;
     -- A key that itself references another table would get IDs that
     -- table does not hold; a key in a partition key, IDs no partition takes.
     IF EXISTS (SELECT FROM pg_constraint k WHERE k.contype = 'f' AND k.conrelid = tbl AND attr.attnum = ANY (k.conkey)) THEN
@@ -912,8 +914,8 @@ BEGIN
     -- A referencing table of another owner: widening it makes PostgreSQL
     -- validate the rebuilt foreign key with a query over both tables,
     -- planned as one owner, folding the other's index expressions.
-    SELECT string_agg(DISTINCT format('%s (owned by %s)', c.oid::regclass, c.relowner::regrole), ', ') INTO refused
-    FROM pg_class c WHERE c.oid IN (SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r) AND c.relowner <> owner;
+    SELECT string_agg(DISTINCT format('%s (owned by %s)', r->>'rel', (r->>'owner')::regrole), ', ') INTO refused
+    FROM jsonb_array_elements(refs) r WHERE (r->>'owner')::oid <> owner;
     IF refused IS NOT NULL THEN
         RAISE EXCEPTION 'tables referencing column "%" of % have another owner than it', col, tbl
             USING ERRCODE = 'insufficient_privilege',
@@ -922,13 +924,9 @@ BEGIN
                   HINT = 'Give the tables one owner (ALTER TABLE ... OWNER TO), then adopt the column.';
     END IF;
 
-    -- Every change runs as its table's owner: the caller must be able to act as each.
-    SELECT string_agg(DISTINCT o::regrole::text, ', ') INTO refused
-    FROM (SELECT owner::oid AS o UNION SELECT c.relowner FROM pg_class c
-          WHERE c.oid IN (SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r)) x
-    WHERE NOT pg_has_role(current_user, o, CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END);
-    IF refused IS NOT NULL THEN
-        RAISE EXCEPTION 'role % may not act as %, which own the tables adopting column "%" of % changes', current_user, refused, col, tbl
+    -- Every change runs as the tables' one owner: the caller must be able to act as it.
+    IF NOT pg_has_role(current_user, owner, CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
+        RAISE EXCEPTION 'role % may not act as %, which owns the tables adopting column "%" of % changes', current_user, owner, col, tbl
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Adopt it as the tables'' owner, or as a role that may SET ROLE to it.';
     END IF;
@@ -940,16 +938,15 @@ BEGIN
     steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false, 'check', true,
         'sql', format('max(%I)', col));
     steps := steps || coalesce((
-        SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'owner', x.owner, 'nsp', x.nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', true,
+        SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'nsp', x.nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', true,
                                             'sql', format('ALTER TABLE %s %s', x.rel, x.changes)) ORDER BY x.rel)
-        FROM (SELECT r->>'rel' AS rel, c.relowner::regrole::text AS owner, n.nspname AS nsp,
+        FROM (SELECT r->>'rel' AS rel, r->>'nsp' AS nsp,
                      string_agg(format('ALTER COLUMN %I TYPE bigint', r->>'col'), ', ' ORDER BY (r->>'attnum')::int) AS changes
-              FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
-              JOIN pg_namespace n ON n.oid = c.relnamespace
+              FROM jsonb_array_elements(refs) r
               WHERE (r->>'oid')::oid <> tbl
-              GROUP BY 1, 2, 3) x), '[]');
+              GROUP BY 1, 2) x), '[]');
     IF attr.attidentity <> '' OR widen OR EXISTS (SELECT FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid = tbl) THEN
-        steps := steps || jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', widen,
+        steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', widen,
             'sql', format('ALTER TABLE %s %s', tbl, concat_ws(', ',
                 CASE WHEN attr.attidentity <> '' THEN format('ALTER COLUMN %I DROP IDENTITY', col) END,
                 CASE WHEN widen THEN format('ALTER COLUMN %I TYPE bigint', col) END,
@@ -961,7 +958,7 @@ BEGIN
     -- add_id_column makes them (the guard keeps IDs unique whatever order
     -- the values come in).
     IF attr.attidentity <> '' THEN
-        steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+        steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
             'sql', format('CREATE SEQUENCE %s AS bigint CACHE 32 OWNED BY %s.%I', seq_text, tbl, col));
         -- next_id calls nextval(), which needs USAGE on the sequence: the
         -- roles that may INSERT into the table (an identity needed none).
@@ -972,15 +969,15 @@ BEGIN
                      LEFT JOIN pg_roles r ON r.oid = g.grantee
                      WHERE g.privilege_type = 'INSERT' AND g.grantee <> owner);
         IF grantees IS NOT NULL THEN
-            steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+            steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
                 'sql', format('GRANT USAGE ON SEQUENCE %s TO %s', seq_text, grantees));
         END IF;
     ELSIF seq_type <> 'bigint'::regtype OR seq_cache < 32 THEN
-        steps := steps || jsonb_build_object('rel', seq_text, 'owner', owner::text, 'nsp', nsp, 'lock', 'SHARE ROW EXCLUSIVE', 'rewrites', false,
+        steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'SHARE ROW EXCLUSIVE', 'rewrites', false,
             'sql', format('ALTER SEQUENCE %s%s%s', seq_text, CASE WHEN seq_type <> 'bigint'::regtype THEN ' AS bigint' END,
                           CASE WHEN seq_cache < 32 THEN ' CACHE 32' END));
     END IF;
-    steps := steps || jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+    steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
         'sql', format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col, shard, seq_text));
 
     IF dry_run THEN
@@ -992,11 +989,9 @@ BEGIN
                                                ELSE least(l.setting::int, d.setting::int / 2) END, 1)
                           FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';
         -- What it locks: the table first, then the referencing tables.
-        locks := jsonb_build_array(jsonb_build_object('rel', tbl::text, 'owner', owner::text, 'nsp', nsp))
-                 || coalesce((SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'owner', x.owner, 'nsp', x.nsp) ORDER BY x.rel)
-                              FROM (SELECT DISTINCT r->>'rel' AS rel, c.relowner::regrole::text AS owner, n.nspname AS nsp
-                                    FROM jsonb_array_elements(refs) r JOIN pg_class c ON c.oid = (r->>'oid')::oid
-                                    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid <> tbl) x), '[]');
+        locks := jsonb_build_array(jsonb_build_object('rel', tbl::text, 'nsp', nsp))
+                 || coalesce((SELECT jsonb_agg(DISTINCT jsonb_build_object('rel', r->>'rel', 'nsp', r->>'nsp'))
+                              FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid <> tbl), '[]');
         LOOP
             BEGIN
                 -- The first relation: waited for (lock_timeout), holding
@@ -1014,7 +1009,7 @@ BEGIN
                 LOOP
                     PERFORM set_config('lock_timeout', CASE WHEN lock_rel.i = CASE WHEN attempt % 2 = 0 THEN 1 ELSE jsonb_array_length(locks) END
                                                             THEN lock_timeout ELSE short_timeout END, true);
-                    PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', (lock_rel.r->>'owner')::regrole,
+                    PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', owner,
                                                     ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', lock_rel.r->>'rel')]);
                 END LOOP;
                 -- What the changes lock besides (the sequence, a table a
@@ -1022,9 +1017,10 @@ BEGIN
                 PERFORM set_config('lock_timeout', short_timeout, true);
                 -- Under the locks no row can change: the values now are all there are.
                 highest := insta_id._check_below_ids(tbl, col, shard);
-                PERFORM insta_id._run_in_schema(x->>'nsp', (x->>'owner')::regrole, ARRAY[x->>'sql'])
+                -- (the steps with a schema: the lock and the check are done above)
+                PERFORM insta_id._run_in_schema(x->>'nsp', owner, ARRAY[x->>'sql'])
                 FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
-                WHERE x ? 'owner' ORDER BY i;
+                WHERE x ? 'nsp' ORDER BY i;
                 PERFORM set_config('lock_timeout', lock_timeout, true);
                 EXIT;
             EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
@@ -1138,6 +1134,7 @@ DECLARE
     existing record;
     clash text;
     stmts text[] := '{}';
+    made bigint[] := '{}';  -- the lower bounds of the partitions made here
     def regclass;
 BEGIN
     IF parent IS NULL OR period IS NULL OR ahead IS NULL OR start IS NULL OR lock_timeout IS NULL THEN
@@ -1219,6 +1216,7 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Move them out of it first: PostgreSQL refuses a partition whose rows the default partition holds.';
         END IF;
+        made := made || (p->>'low')::bigint;
         stmts := stmts || format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
                                  t.nsp, p->>'name', parent, p->>'low', p->>'high');
     END LOOP;
@@ -1228,9 +1226,7 @@ BEGIN
         PERFORM insta_id._run_in_schema(t.nsp, t.owner, stmts);
     END IF;
     RETURN QUERY
-    SELECT x.part, x.made_from, x.made_before,
-           format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
-                  t.nsp, (SELECT c.relname FROM pg_class c WHERE c.oid = x.part), parent, x.low, x.high) = ANY (stmts)
+    SELECT x.part, x.made_from, x.made_before, x.low = ANY (made)
     FROM insta_id._time_partitions(parent) x
     WHERE EXISTS (SELECT FROM jsonb_array_elements(periods) e
                   WHERE (e->>'low')::bigint = x.low AND (e->>'high')::bigint = x.high)

@@ -121,6 +121,7 @@ pub unsafe extern "C-unwind" fn insta_id_run_in_schema(fcinfo: FunctionCallInfo)
             arg_name(fcinfo, 0),
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
             &arg_text_array(fcinfo, 2),
+            false,
         )
     };
     Datum::from(0)
@@ -142,6 +143,7 @@ pub unsafe extern "C-unwind" fn insta_id_query_in_schema(fcinfo: FunctionCallInf
             arg_name(fcinfo, 0),
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
             &[query],
+            true,
         )
     };
     match value {
@@ -158,9 +160,16 @@ pub unsafe extern "C-unwind" fn insta_id_query_in_schema(fcinfo: FunctionCallInf
 }
 
 /// Runs statements in schema nsp as role run_as, in a security-restricted
-/// operation (see the module's header); returns the first column of the
-/// last statement's first row, if it returned one that is not NULL.
-unsafe fn run_as_role(nsp: &CStr, run_as: pg_sys::Oid, statements: &[CString]) -> Option<Vec<u8>> {
+/// operation (see the module's header). With `want_value`, returns the first
+/// column of the last statement's first row, if it returned one that is not
+/// NULL (its type's output function runs as run_as too); without, nothing
+/// is read.
+unsafe fn run_as_role(
+    nsp: &CStr,
+    run_as: pg_sys::Oid,
+    statements: &[CString],
+    want_value: bool,
+) -> Option<Vec<u8>> {
     // SAFETY: reads of the backend's user id, catalog-cache lookups.
     let (caller, sec_context) = unsafe {
         let mut user = pg_sys::InvalidOid;
@@ -233,7 +242,7 @@ unsafe fn run_as_role(nsp: &CStr, run_as: pg_sys::Oid, statements: &[CString]) -
         }
         // (copied out: SPI_finish frees what SPI_getvalue returns)
         let table = pg_sys::SPI_tuptable;
-        if !table.is_null() && pg_sys::SPI_processed > 0 {
+        if want_value && !table.is_null() && pg_sys::SPI_processed > 0 {
             let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
             if !value.is_null() {
                 result = Some(CStr::from_ptr(value).to_bytes().to_vec());

@@ -79,6 +79,7 @@ DECLARE
     existing record;
     clash text;
     stmts text[] := '{}';
+    made bigint[] := '{}';  -- the lower bounds of the partitions made here
     def regclass;
 BEGIN
     IF parent IS NULL OR period IS NULL OR ahead IS NULL OR start IS NULL OR lock_timeout IS NULL THEN
@@ -160,6 +161,7 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Move them out of it first: PostgreSQL refuses a partition whose rows the default partition holds.';
         END IF;
+        made := made || (p->>'low')::bigint;
         stmts := stmts || format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
                                  t.nsp, p->>'name', parent, p->>'low', p->>'high');
     END LOOP;
@@ -169,9 +171,7 @@ BEGIN
         PERFORM insta_id._run_in_schema(t.nsp, t.owner, stmts);
     END IF;
     RETURN QUERY
-    SELECT x.part, x.made_from, x.made_before,
-           format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
-                  t.nsp, (SELECT c.relname FROM pg_class c WHERE c.oid = x.part), parent, x.low, x.high) = ANY (stmts)
+    SELECT x.part, x.made_from, x.made_before, x.low = ANY (made)
     FROM insta_id._time_partitions(parent) x
     WHERE EXISTS (SELECT FROM jsonb_array_elements(periods) e
                   WHERE (e->>'low')::bigint = x.low AND (e->>'high')::bigint = x.high)
