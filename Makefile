@@ -17,7 +17,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
-        bench-moves
+        bench-moves bench-adopt
 
 ## help: this list
 help:
@@ -103,13 +103,15 @@ cluster-demo-plproxy:
 ##        and newest version (or PG=NN alone), shards at scale on the first,
 ##        shards moved under pgbench through PgBouncer on the last;
 ##        against the previous release's library on a twin cluster; the
-##        instructions of a call counted by callgrind; writes BENCHMARKS.md
+##        instructions of a call counted by callgrind; adopt_id_column's time
+##        per million rows on the first; writes BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
 	  scripts/dev/setup.sh $$v bench && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh && \
 	  PG=$$v bench/instructions.sh || exit 1; \
 	done
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
+	@PG=$(firstword $(BENCH_VERSIONS)) bench/adopt.sh
 	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
@@ -120,6 +122,14 @@ bench-moves:
 	@PG=$(lastword $(BENCH_VERSIONS)) scripts/dev/build.sh install
 	@PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh --moves
+
+## bench-adopt: only adopt_id_column's time per million rows (the newest
+##        version, or PG=NN), and its section of BENCHMARKS.md
+bench-adopt:
+	@scripts/dev/setup.sh $(firstword $(BENCH_VERSIONS)) bench
+	@PG=$(firstword $(BENCH_VERSIONS)) scripts/dev/build.sh install
+	@PG=$(firstword $(BENCH_VERSIONS)) bench/adopt.sh
+	@bench/report.sh --adopt
 
 ## test-rust: pure Rust, no database: bit layout, guard (unit, property, threads),
 ##        the tool's connection settings

@@ -77,7 +77,7 @@ class Run:
         return self.med[name] / self.calls(name) * 1e9
 
 
-runs = [Run(o) for o in outs if o.name != "--moves"]
+runs = [Run(o) for o in outs if not o.name.startswith("--")]
 
 
 def shards_section():
@@ -182,16 +182,81 @@ p50 {st["p50_ms"]:.1f} ms, p99 {st["p99_ms"]:.1f} ms, max {st["max_ms"]:.0f} ms.
 """
 
 
-# report.py REPO --moves: only the moves section of BENCHMARKS.md, from
-# bench/moves.sh's last run (the rest as the last full run left it).
-if [o.name for o in outs] == ["--moves"]:
+ADOPT_KINDS = [
+    ("bigserial", "a bigserial key (no rewrite: the default changes)", None),
+    ("identity", "an identity key (the identity dropped, a sequence in its place)", None),
+    ("serial", "a serial key (the table rewritten to bigint)", "alter"),
+    ("serial_fk", "a serial key and a referencing table of as many rows (both rewritten)", "alter_fk"),
+]
+
+
+def adopt_section():
+    """bench/adopt.sh's figures (target/bench/adopt-pgNN), if it ran."""
+    out = next((d for d in sorted((repo / "target/bench").glob("adopt-pg*"))
+                if (d / "raw.tsv").exists()), None)
+    if out is None:
+        return ""
+    runs_of, by_round = defaultdict(list), defaultdict(dict)
+    for line in (out / "raw.tsv").read_text().splitlines():
+        rnd, name, value = line.split("\t")
+        runs_of[name].append(float(value))
+        by_round[rnd][name] = float(value)
+    machine = (out / "machine.txt").read_text().strip().splitlines()
+    sizes = [int(s) for s in machine[2].split("sizes: ")[1].split(";")[0].split()]
+    med = {n: statistics.median(v) for n, v in runs_of.items()}
+
+    def cell(name):
+        v = runs_of[name]
+        return f"{med[name]:.3f} s ({min(v):.3f}–{max(v):.3f})"
+
+    big = sizes[-1]
+    rows = []
+    for kind, label, floor in ADOPT_KINDS:
+        if floor is None:  # no rewrite: its time does not grow with the rows
+            per_m = ratio = "–"
+        else:
+            per_m = f"{med[f'{kind}/{big}'] / (big / 1e6):.3f} s"
+            ratio = f"{statistics.median(r[f'{kind}/{big}'] / r[f'{floor}/{big}'] for r in by_round.values()):.2f}x"
+        rows.append(f"| {label} | " + " | ".join(cell(f"{kind}/{n}") for n in sizes) + f" | {per_m} | {ratio} |")
+    for kind, label in [("alter", "the floor: `ALTER TABLE ... ALTER COLUMN id TYPE bigint`"),
+                        ("alter_fk", "the floor with the referencing table: both columns ALTERed")]:
+        rows.append(f"| {label} | " + " | ".join(cell(f"{kind}/{n}") for n in sizes)
+                    + f" | {med[f'{kind}/{big}'] / (big / 1e6):.3f} s | – |")
+    head = " | ".join(f"{n:,} rows" for n in sizes)
+    return f"""
+## Adopting a live table (bench/adopt.sh)
+
+`insta_id.adopt_id_column(table, 'id', 1)` on a table `(id <key>, v int)` of
+{" and ".join(f"{n:,}" for n in sizes)} rows, made afresh, analyzed and checkpointed before each run, no
+other session; the kinds interleaved in a rotating order over {len(runs_of[f"serial/{big}"])} rounds,
+medians with the range in brackets ({machine[1].split(",")[0].replace("postgres: ", "")}, fsync on;
+{machine[0].replace("machine: ", "")}). Per million rows is at {big:,} rows; the last column is
+the median of each round's ratio to the plain ALTER TABLE of the same tables
+(what PostgreSQL's rewrite costs anyway). Every run is checked afterwards: the key
+bigint with a next_id default, every row there. Writers wait for it the whole
+time (ACCESS EXCLUSIVE on every table it changes, [docs/adopting.md](docs/adopting.md)).
+
+| adopting | {head} | per million rows | / the plain ALTER |
+|---|{"---|" * len(sizes)}---|---|
+{chr(10).join(rows)}
+"""
+
+
+# report.py REPO --moves | --adopt: only that section of BENCHMARKS.md, from
+# its script's last run (the rest as the last full run left it).
+SECTIONS = {"--moves": ("\n## Moving shards under load", moves_section, "bench/moves.sh (target/bench/moves-pgNN)"),
+            "--adopt": ("\n## Adopting a live table", adopt_section, "bench/adopt.sh (target/bench/adopt-pgNN)")}
+if len(outs) == 1 and outs[0].name in SECTIONS:
+    head, make, script = SECTIONS[outs[0].name]
     bench_md = repo / "BENCHMARKS.md"
-    text, section = bench_md.read_text(), moves_section()
-    head = "\n## Moving shards under load"
-    if not section or head not in text:
-        sys.exit("report.py --moves: no run of bench/moves.sh (target/bench/moves-pgNN), or no such section")
-    start = text.index(head)
-    end = text.index("\n## ", start + len(head))
+    text, section = bench_md.read_text(), make()
+    if not section:
+        sys.exit(f"report.py {outs[0].name}: no run of {script}")
+    if head in text:
+        start = text.index(head)
+        end = text.index("\n## ", start + len(head))
+    else:  # a section new to this file: before the statements
+        start = end = text.index("\n## The statements")
     bench_md.write_text(text[:start] + section.rstrip("\n") + "\n" + text[end:])
     print(section)
     sys.exit(0)
@@ -509,6 +574,7 @@ atomic load and a compare.
 """
 md += shards_section()
 md += moves_section()
+md += adopt_section()
 md += f"""
 ## The statements
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/report.sh VERSION... (or --moves): BENCHMARKS.md, bench/per_call.png and the
+# bench/report.sh VERSION... (or --moves, --adopt): BENCHMARKS.md, bench/per_call.png and the
 # README's performance line from target/bench/pgNN of each version (the
 # first in detail). The plot needs matplotlib: a private virtualenv, made
 # once (from PyPI).
@@ -8,9 +8,10 @@ venv="$repo/target/bench-venv"
 if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
   python3 -m venv "$venv" && "$venv/bin/pip" install -q matplotlib
 fi
-# --moves: only the moves section, from bench/moves.sh's last run.
-if [ "${1:-}" = --moves ]; then
-  "$venv/bin/python" "$repo/bench/report.py" "$repo" --moves
+# --moves, --adopt: only that section, from bench/moves.sh's or
+# bench/adopt.sh's last run.
+if [ "${1:-}" = --moves ] || [ "${1:-}" = --adopt ]; then
+  "$venv/bin/python" "$repo/bench/report.py" "$repo" "$1"
 else
   "$venv/bin/python" "$repo/bench/report.py" "$repo" "${@/#/$repo/target/bench/pg}"
 fi
