@@ -9,7 +9,9 @@
 # - Django 5.2: migrations make the template and the shards; create() and
 #   bulk_create() get the database-made primary keys; routing by shard; an
 #   app's identity keys adopted by a migration (examples/django/legacy)
-# - node-postgres: ids as exact strings or BigInt, ids in JSON
+# - node-postgres: ids as exact strings or BigInt, ids in JSON, fetchPhoto
+# - the Django and SQLAlchemy JSON endpoints served over HTTP on loopback to
+#   node's fetch and JSON.parse (examples/node/fetch_photo.js): ids exact
 # - the README's (and docs/') code blocks are copies of those examples
 # Versions are pinned in examples/requirements.txt and examples/node/package.json;
 # scripts/dev/setup.sh clients installs them (target/clients-venv, examples/node/node_modules).

@@ -48,6 +48,24 @@ const toJson = (value) =>
   JSON.stringify(value, (key, v) => (typeof v === 'bigint' ? v.toString() : v));
 // docs:end json
 
+// docs:start fetch
+// The other side: a browser (or node 18+) reading a JSON API that sends ids as
+// strings, as the Django and SQLAlchemy examples' endpoints do. The id stays a
+// string, and goes back into the next URL exactly as it came.
+async function fetchPhoto(baseUrl, id) {
+  const res = await fetch(new URL(`photos/${id}`, baseUrl));
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`GET photos/${id}: HTTP ${res.status}`);
+  const photo = await res.json(); // { id: '4036372462433207297', user_id: '10', ... }
+  for (const [key, v] of Object.entries(photo)) {
+    if (typeof v === 'number' && !Number.isSafeInteger(v)) {
+      throw new TypeError(`${key} reached JavaScript as the number ${BigInt(v)}: its low bits are lost`);
+    }
+  }
+  return photo;
+}
+// docs:end fetch
+
 // docs:start shortcode
 // Instagram's shortcode of an id (a string or a BigInt, never a Number), as
 // insta_id.shortcode(id): base 64, the 64 bits read unsigned.
@@ -82,4 +100,4 @@ function fromShortcode(code) {
 }
 // docs:end shortcode
 
-module.exports = { NUM_SHARDS, addPhoto, photosOfUser, shardOfId, toJson, bigintTypes, shortcode, fromShortcode };
+module.exports = { NUM_SHARDS, addPhoto, photosOfUser, shardOfId, toJson, fetchPhoto, bigintTypes, shortcode, fromShortcode };

@@ -3,8 +3,9 @@
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const http = require('node:http');
 const pg = require('pg');
-const { addPhoto, photosOfUser, shardOfId, toJson, shortcode, fromShortcode } = require('./photos');
+const { addPhoto, photosOfUser, shardOfId, toJson, fetchPhoto, shortcode, fromShortcode } = require('./photos');
 
 // pg reads PGHOST etc.; a directory in PGHOST is a Unix socket, as for libpq.
 const client = new pg.Client();
@@ -43,6 +44,28 @@ test('ids in JSON are strings, never numbers', async () => {
   // What a JavaScript client gets if the id were a JSON number:
   assert.notEqual(BigInt(JSON.parse(`{"id":${photo.id}}`).id), photo.id);
   assert.equal(BigInt(JSON.parse(json).photo.id), photo.id);
+});
+
+test('fetchPhoto keeps string ids and refuses ids that became numbers', async () => {
+  // A stand-in API; the Python examples' tests run fetch_photo.js against theirs.
+  const id = '4039748977724230657';
+  const server = http.createServer((req, res) => {
+    const asked = req.url.split('/').pop();
+    res.setHeader('Content-Type', 'application/json');
+    if (asked === id) res.end(`{"id":"${id}","caption":"sunset"}`);
+    else if (asked === '1') res.end(`{"id":${id}}`); // what an API sending numbers sends
+    else { res.statusCode = 404; res.end('{"error":"no such photo"}'); }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${server.address().port}/`;
+  try {
+    assert.deepEqual(await fetchPhoto(base, id), { id, caption: 'sunset' });
+    await assert.rejects(fetchPhoto(base, '1'), /id reached JavaScript as the number 4039748977724230656/);
+    assert.equal(await fetchPhoto(base, '2'), null);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
 });
 
 test('shortcodes agree with insta_id.shortcode and from_shortcode', async () => {

@@ -1,7 +1,11 @@
 """Runs photos.py against the database libpq's environment names (PGHOST,
 PGPORT, PGUSER, PGDATABASE): an empty database with insta_id available."""
 import json
+import subprocess
+import threading
 import unittest
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 from wsgiref.util import setup_testing_defaults
 
 from sqlalchemy import create_engine, event, select, text
@@ -167,6 +171,54 @@ class Json(unittest.TestCase):
     def test_unknown_photo(self):
         self.assertEqual(self.get(f"/photos/{2**62 + 2 * 1024}")[0], "404 Not Found")
         self.assertEqual(self.get("/photos/x")[0], "404 Not Found")
+
+
+
+def through_node(base_url, photo_id):
+    """examples/node/fetch_photo.js: the photo fetched, its JSON read by
+    JSON.parse and its id sent back, by node's fetch as a browser would."""
+    return subprocess.run(["node", "fetch_photo.js", base_url, str(photo_id)],
+                          cwd=Path(__file__).resolve().parents[1] / "node",
+                          capture_output=True, text=True, timeout=60)
+
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class JsonThroughJavaScript(unittest.TestCase):
+    """The endpoint over HTTP (wsgiref, on loopback), read by a real
+    JavaScript client."""
+
+    def serve(self, app):
+        server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        self.addCleanup(lambda: (server.shutdown(), thread.join(), server.server_close()))
+        return f"http://127.0.0.1:{server.server_port}/"
+
+    def add_photo(self):
+        with photos.shard_session(engine, photos.shard_for_user(10)) as session:
+            photo = Photo(user_id=10, caption="sunset")
+            session.add(photo)
+            session.commit()
+            return photo.id
+
+    def test_a_javascript_client_gets_the_ids_exact(self):
+        photo_id = self.add_photo()
+        out = through_node(self.serve(photos.make_json_app(engine)), photo_id)
+        self.assertEqual((out.returncode, out.stdout.strip(), out.stderr), (0, str(photo_id), ""))
+
+    def test_it_fails_on_an_id_sent_as_a_number(self):
+        photo_id = self.add_photo()
+
+        def numbers(environ, start_response):  # what json.dumps(photo.id) would send
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"id": photo_id}).encode()]
+        out = through_node(self.serve(numbers), photo_id)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(f"id reached JavaScript as the number {float(photo_id):.0f}", out.stderr)
 
 
 if __name__ == "__main__":

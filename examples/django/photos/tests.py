@@ -1,8 +1,10 @@
 import json
+import subprocess
+from pathlib import Path
 
 from django.core.management import call_command
 from django.db import ProgrammingError, connection
-from django.test import TestCase
+from django.test import LiveServerTestCase, TestCase
 from django.test.utils import CaptureQueriesContext
 
 from .models import Photo
@@ -117,3 +119,31 @@ class Json(TestCase):
 
     def test_unknown_photo(self):
         self.assertEqual(self.client.get(f"/photos/{2**62 + 2 * 1024}").status_code, 404)
+
+
+def through_node(base_url, photo_id):
+    """examples/node/fetch_photo.js: the photo fetched, its JSON read by
+    JSON.parse and its id sent back, by node's fetch as a browser would."""
+    return subprocess.run(["node", "fetch_photo.js", base_url, str(photo_id)],
+                          cwd=Path(__file__).resolve().parents[2] / "node",
+                          capture_output=True, text=True, timeout=60)
+
+
+class JsonThroughJavaScript(LiveServerTestCase):
+    """The JSON view over HTTP (Django's live server), read by a real
+    JavaScript client."""
+    host = "127.0.0.1"
+
+    def test_a_javascript_client_gets_the_ids_exact(self):
+        with use_shard(shard_for_user(10)):
+            photo = Photo.objects.create(user_id=10, caption="sunset")
+        # The live server needs the row committed, and the test case's flush
+        # empties the tables on search_path only, not the shards'.
+        self.addCleanup(self.delete, photo.pk)
+        out = through_node(self.live_server_url + "/", photo.pk)
+        self.assertEqual((out.returncode, out.stdout.strip(), out.stderr), (0, str(photo.pk), ""))
+
+    @staticmethod
+    def delete(pk):
+        with use_shard(shard_of_id(pk)):
+            Photo.objects.filter(pk=pk).delete()

@@ -5,6 +5,8 @@ SECRET_KEY = "example-only"
 INSTALLED_APPS = ["photos", "legacy"]
 ROOT_URLCONF = "shardsite.urls"
 ALLOWED_HOSTS = ["testserver"]
+# As startproject writes it; LiveServerTestCase serves it (and fails without it).
+STATIC_URL = "static/"
 USE_TZ = True
 
 # The server comes from libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE).
