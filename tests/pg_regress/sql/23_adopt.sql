@@ -101,7 +101,25 @@ INSERT INTO adopt.events (at) VALUES ('2026-03-01') RETURNING insta_id.shard_id(
 SELECT count(*) AS notes, count(*) FILTER (WHERE e.id IS NULL) AS dangling
 FROM adopt.event_notes n LEFT JOIN adopt.events e ON (e.id, e.at) = (n.event_id, n.at);
 
+-- smallserial: widened to bigint too. A statement prepared before, which
+-- returns the key, fails once (0A000: its result type changed) and works
+-- prepared again, as docs/adopting.md says.
+CREATE TABLE adopt.tiny (id smallserial PRIMARY KEY, v int);
+PREPARE tiny_insert (int) AS INSERT INTO adopt.tiny (v) VALUES ($1) RETURNING id;
+INSERT INTO adopt.tiny (v) VALUES (1);
+EXECUTE tiny_insert(2);
+SELECT step, relation FROM insta_id.adopt_id_column('adopt.tiny');
+EXECUTE tiny_insert(3);
+\echo :LAST_ERROR_SQLSTATE
+DEALLOCATE tiny_insert;
+PREPARE tiny_insert (int) AS INSERT INTO adopt.tiny (v) VALUES ($1) RETURNING id;
+EXECUTE tiny_insert(3) \gset
+SELECT insta_id.shard_id(:id) AS shard, :id > 2 AS above;
+SELECT id, v FROM adopt.tiny WHERE id < 3 ORDER BY id;
+SELECT atttypid::regtype FROM pg_attribute WHERE attrelid = 'adopt.tiny'::regclass AND attname = 'id';
+
 -- Refusals, each before anything is changed.
+CREATE TABLE adopt.gen (v int, id bigint GENERATED ALWAYS AS (v * 2) STORED PRIMARY KEY);
 CREATE TABLE adopt.plain (id int PRIMARY KEY, ref int DEFAULT 7);
 CREATE TABLE adopt.other_default (id bigint PRIMARY KEY DEFAULT (random() * 1000)::bigint);
 CREATE TABLE adopt.big (id bigserial PRIMARY KEY);
@@ -124,6 +142,8 @@ SELECT insta_id.adopt_id_column('adopt.viewed_ids');
 SELECT insta_id.adopt_id_column('adopt.plain', 'nope');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_id_column('adopt.txt');
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.adopt_id_column('adopt.gen');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_id_column('adopt.plain');
 \echo :LAST_ERROR_SQLSTATE
