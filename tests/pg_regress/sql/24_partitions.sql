@@ -129,7 +129,7 @@ SELECT insta_id.drop_partitions('parts.plain', '1 day');
 SELECT insta_id.drop_partitions(NULL, '1 day');
 \echo :LAST_ERROR_SQLSTATE
 CREATE TABLE parts.a_table_whose_name_leaves_no_room_for_a_partition_suffix (id bigint) PARTITION BY RANGE (id);
-SELECT insta_id.create_partitions('parts.a_table_whose_name_leaves_no_room_for_a_partition_suffix');
+SELECT insta_id.create_partitions('parts.a_table_whose_name_leaves_no_room_for_a_partition_suffix', '1 month', '0', '2026-11-01 00:00+00');
 \echo :LAST_ERROR_SQLSTATE
 -- A view over an old partition: the drop fails (2BP01), nothing dropped or detached.
 CREATE VIEW parts.april AS SELECT * FROM parts.events_p20260401;
