@@ -88,6 +88,8 @@ mod tests {
     fn known_pairs() {
         for (id, code) in [
             (2_715_604_631_366_879_010i64, "CWvxAY7B0ci"),
+            // From the README of the npm package instagram-id-to-url-segment.
+            (1_038_059_720_608_660_215, "5n7dDmhTr3"),
             // The pair issue 43 quotes, 2501040375429168306 and
             // CK1JqHqFVOy, does not agree with itself under any base-64
             // reading; each side's own conversion is this.

@@ -3,6 +3,11 @@
 -- poster on a real post's link:
 SELECT insta_id.shortcode(2715604631366879010) AS code,
        insta_id.from_shortcode('CWvxAY7B0ci') AS id;
+-- Another, from the README of the npm package instagram-id-to-url-segment
+-- (2015); the ID decodes to a post of the package's month:
+SELECT insta_id.shortcode(1038059720608660215) AS code,
+       insta_id.from_shortcode('5n7dDmhTr3') AS id,
+       insta_id.created_at(1038059720608660215) AT TIME ZONE 'UTC' AS made;
 -- The pair issue 43 quotes (2501040375429168306, CK1JqHqFVOy) does not
 -- agree with itself; each side converts to this:
 SELECT insta_id.shortcode(2501040375429168306) AS code_of_the_id,
