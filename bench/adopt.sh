@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # adopt_id_column's time per million rows, for `make bench` (never part of
-# `make test`): one throwaway cluster (preloaded, fsync on), tables of ROWS
-# rows for each SIZES entry, made afresh and checkpointed before every
-# timed run, the kinds interleaved in a rotating order over ROUNDS rounds:
+# `make test`): one throwaway cluster (preloaded, fsync on), tables of each
+# size in SIZES (rows), made afresh and checkpointed before every timed
+# run, the kinds interleaved in a rotating order over ROUNDS rounds:
 #   bigserial   a bigserial key: no rewrite, only the default changes
 #   identity    an identity key: the identity dropped, a sequence in its place
 #   serial      a serial (integer) key: the table rewritten to bigint
@@ -44,11 +44,9 @@ make_tables() {
   esac
   q -d bench -c "VACUUM ANALYZE" -c "CHECKPOINT"
 }
+adopt="SELECT count(*) FROM insta_id.adopt_id_column('parent', 'id', 1)"
 declare -A stmt=(
-  [bigserial]="SELECT count(*) FROM insta_id.adopt_id_column('parent', 'id', 1)"
-  [identity]="SELECT count(*) FROM insta_id.adopt_id_column('parent', 'id', 1)"
-  [serial]="SELECT count(*) FROM insta_id.adopt_id_column('parent', 'id', 1)"
-  [serial_fk]="SELECT count(*) FROM insta_id.adopt_id_column('parent', 'id', 1)"
+  [bigserial]=$adopt [identity]=$adopt [serial]=$adopt [serial_fk]=$adopt
   [alter]="ALTER TABLE parent ALTER COLUMN id TYPE bigint"
   [alter_fk]="ALTER TABLE parent ALTER COLUMN id TYPE bigint; ALTER TABLE child ALTER COLUMN parent_id TYPE bigint"
 )
