@@ -135,6 +135,15 @@ class Adopted(unittest.TestCase):
                 "bigint,bigint,bigint")
 
 
+def add_photo():
+    """A photo of user 10, committed; its id."""
+    with photos.shard_session(engine, photos.shard_for_user(10)) as session:
+        photo = Photo(user_id=10, caption="sunset")
+        session.add(photo)
+        session.commit()
+        return photo.id
+
+
 def json_numbers_exact_in_javascript(text):
     """Parses JSON as JavaScript's JSON.parse would, failing on any number it
     could not hold exactly (beyond 2^53): such an ID would reach the browser
@@ -155,11 +164,7 @@ class Json(unittest.TestCase):
         return seen["status"], body
 
     def test_ids_reach_json_as_strings(self):
-        with photos.shard_session(engine, photos.shard_for_user(10)) as session:
-            photo = Photo(user_id=10, caption="sunset")
-            session.add(photo)
-            session.commit()
-            photo_id = photo.id
+        photo_id = add_photo()
         status, body = self.get(f"/photos/{photo_id}")
         self.assertEqual(status, "200 OK")
         self.assertEqual(json_numbers_exact_in_javascript(body), {"id": str(photo_id), "user_id": "10", "caption": "sunset"})
@@ -198,20 +203,13 @@ class JsonThroughJavaScript(unittest.TestCase):
         self.addCleanup(lambda: (server.shutdown(), thread.join(), server.server_close()))
         return f"http://127.0.0.1:{server.server_port}/"
 
-    def add_photo(self):
-        with photos.shard_session(engine, photos.shard_for_user(10)) as session:
-            photo = Photo(user_id=10, caption="sunset")
-            session.add(photo)
-            session.commit()
-            return photo.id
-
     def test_a_javascript_client_gets_the_ids_exact(self):
-        photo_id = self.add_photo()
+        photo_id = add_photo()
         out = through_node(self.serve(photos.make_json_app(engine)), photo_id)
         self.assertEqual((out.returncode, out.stdout.strip(), out.stderr), (0, str(photo_id), ""))
 
     def test_it_fails_on_an_id_sent_as_a_number(self):
-        photo_id = self.add_photo()
+        photo_id = add_photo()
 
         def numbers(environ, start_response):  # what json.dumps(photo.id) would send
             start_response("200 OK", [("Content-Type", "application/json")])
