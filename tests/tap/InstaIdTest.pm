@@ -16,7 +16,7 @@ use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until move_released);
+our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -231,6 +231,30 @@ sub bg_until
 	PostgreSQL::Test::Utils::pump_until($bg->{run}, $bg->{timeout}, \$bg->{$stream}, $re)
 	  or die "timed out waiting for $re on $stream; got: $bg->{$stream}";
 	return $bg->{$stream};
+}
+
+# end_session(SESSION): ends a background_psql (or interactive_psql) session
+# whatever became of it or of its server (up, restarting after a crash,
+# stopped): psql idle, in a query, or already exited with its connection
+# lost. Not ->quit: its \q, written to a psql that has exited, dies with
+# "ack Broken pipe" (IPC::Run; the framework ignores SIGPIPE), and whether
+# psql has exited yet is a race. Here psql's input is closed instead, which
+# writes nothing (psql -f - ends at end of input); a pty is never closed, so
+# an interactive session gets \q. A psql that has not ended within the
+# framework's timeout, or whose \q failed, is killed and reaped. Returns
+# psql's exit status (2: it had lost its connection).
+sub end_session
+{
+	my ($s) = @_;
+	my $run = $s->{run};
+	$s->{stdin} = %{ $run->{PTYS} || {} } ? "\\q\n" : '';    # (what was not sent yet never is)
+	$s->{timeout}->start;    # the framework's timeout from now, not from the last query
+	eval { $run->finish; 1 } or do
+	{
+		diag("psql did not end: $@");
+		$run->kill_kill;
+	};
+	return $run->result(0);
 }
 
 1;

@@ -128,11 +128,13 @@ sub published_segment
 	my $pid = $victim->query_safe('SELECT pg_backend_pid()');
 	my $log = -s $node->logfile;
 	kill 'KILL', $pid;
-	# Until the postmaster has reinitialised (a connection made before it
-	# noticed the dead backend would still be of the crashed run).
-	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log);
+	# Until the postmaster has reinitialised and accepts connections again (a
+	# connection made before it noticed the dead backend would still be of
+	# the crashed run; one refused during recovery can break the pipe of the
+	# framework's psql).
+	$node->wait_for_log(qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s, $log);
 	$node->poll_query_until('conc', 'SELECT true') or die 'the server did not come back';
-	eval { $victim->quit };
+	end_session($victim);
 	is_deeply(record_of($node), $first, "$l, crash restart: the file still holds the crashed run's record");
 	is($node->safe_psql('conc', 'SELECT insta_id.next_id(1, \'s\') > 0'), 't', "$l, crash restart: next_id mints");
 	my $after_crash = record_of($node);

@@ -230,6 +230,7 @@ sub crash_and_restart
 	my $b = burst($burst, 6, '-l', "--log-prefix=$prefix");
 	sleep 2;
 	clock_offset($node, '-8');    # IDs now run ahead of the clock (by more than recovery takes)
+	my $log = -s $node->logfile;
 	if ($how eq 'kill-backend')
 	{
 		kill 'KILL', fq(q{SELECT pid FROM pg_stat_activity WHERE datname = 'faults' AND application_name = 'pgbench' LIMIT 1});
@@ -240,6 +241,11 @@ sub crash_and_restart
 	}
 	pgbench_wait($b);    # pgbench loses its connections
 	InstaIdTest::insta_start($node) if $how eq 'immediate';
+	# After the kill, until the postmaster has reinitialised and accepts
+	# connections again (pgbench can end before it noticed the crash; a
+	# connection then would reach the crashed run).
+	$node->wait_for_log(qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s, $log)
+	  if $how eq 'kill-backend';
 	$node->poll_query_until('faults', 'SELECT true') or die 'the server did not come back';
 	my $before    = fq('SELECT count(*) FROM ids');
 	my $committed = logged_rows($prefix);

@@ -206,10 +206,17 @@ is($srv_a->safe_psql('app', q{SELECT count(*) || ' ' || min(shard_id) || ' ' || 
 $runner = call_in_background($srv_a, 'app',
 	q{CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text', lock_timeout => '100ms', lock_retries => 1000)});
 bg_until($runner, 'stderr', qr/schema insta20 busy/);
+my $log = -s $srv_a->logfile;
 kill 'KILL', $srv_a->safe_psql('app', q{SELECT pid FROM pg_stat_activity WHERE query LIKE 'CALL insta_id.migrate(%'});
-$runner->quit;
-$blk->quit;
-$srv_a->poll_query_until('app', 'SELECT true') or die 'the server did not come back';
+# The crash ends both sessions' connections: the runner's psql exits as soon
+# as it sees its own lost (->quit's \q would race that), the blocker's when
+# its input ends.
+end_session($runner);
+end_session($blk);
+# Back once the postmaster has reinitialised and accepts connections again (a
+# connection made before it noticed the crash would reach the crashed run;
+# one refused during recovery can break the pipe of the framework's psql).
+$srv_a->wait_for_log(qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s, $log);
 is($srv_a->safe_psql('app', q{SELECT count(*) || ' ' || min(shard_id) || ' '
 	|| (SELECT count(*) FROM pg_attribute WHERE attrelid = 'insta20.photos'::regclass AND attname = 'note') FROM insta_id.pending_migrations()}),
 	'45 20 0', 'killed: after the restart shards 20..64 are still pending, shard 20 unchanged');

@@ -100,6 +100,10 @@ $node->poll_query_until('postgres', q{SELECT count(*) > 200 FROM app.posts WHERE
 # (the log read before the stop, which ends the clients' connections)
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_from);
 pgbench_stop($bench);
+# Until its sessions have gone: one whose END arrived before the signal still
+# commits after pgbench has exited, and would change the counts below.
+$node->poll_query_until('postgres', q{SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'pgbench')})
+  or die 'the pgbench sessions did not end';
 my $done = $node->safe_psql('postgres', q{SELECT count(*) FROM app.posts WHERE body = 'new'});
 note "pgbench: $done transactions";
 is(scalar(() = $log =~ /^pgbench: (?:ERROR|FATAL)/mg), 0, 'no writer got an error') or diag($log);
