@@ -19,9 +19,10 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::functions::arg;
+use crate::gate;
 use crate::sql_text;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
-use pgrx::{pg_guard, PgSqlErrorCode};
+use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
 use std::ffi::{CStr, CString};
 
 /// A text argument's bytes, in the database's encoding (never converted:
@@ -207,13 +208,16 @@ unsafe fn run_as_role(
         }
     }
     let temporary_before = unsafe { temporary_objects() };
-    let mut result = None;
+    let prepared_before = unsafe { prepared_statements() };
+    let advisory_before = unsafe { gate::advisory_locks() };
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
     // both. On an error the (sub)transaction's abort restores the user id
-    // and the settings, as it does for them.
-    unsafe {
+    // and the settings, as it does for them. The statements run in a
+    // subtransaction of their own (as PL/Python runs one), so that the
+    // advisory locks they take can be told apart (src/gate.rs).
+    let (result, advisory_taken) = unsafe {
         pg_sys::SetUserIdAndSecContext(
             run_as,
             sec_context
@@ -231,25 +235,63 @@ unsafe fn run_as_role(
             0,
             false,
         );
-        for statement in statements {
-            let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
-            if rc < 0 {
-                raise!(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!("SPI_execute failed ({rc}) in schema {shown}"),
-                );
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let (result, taken) = PgTryBuilder::new(|| {
+            for statement in statements {
+                let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
+                if rc < 0 {
+                    raise!(
+                        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                        format!("SPI_execute failed ({rc}) in schema {shown}"),
+                    );
+                }
             }
+            // (copied out: the subtransaction's end frees what SPI_getvalue returns)
+            let mut value = None;
+            let table = pg_sys::SPI_tuptable;
+            if want_value && !table.is_null() && pg_sys::SPI_processed > 0 {
+                let v = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
+                if !v.is_null() {
+                    value = Some(CStr::from_ptr(v).to_bytes().to_vec());
+                }
+            }
+            (value, gate::taken(&advisory_before, &gate::advisory_locks()))
+        })
+        .catch_others(|e| {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+            e.rethrow()
+        })
+        .execute();
+        if taken.is_empty() {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            // Rolled back: its transaction-level holds go; what is still new
+            // is held for the session, and is released.
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
         }
-        // (copied out: SPI_finish frees what SPI_getvalue returns)
-        let table = pg_sys::SPI_tuptable;
-        if want_value && !table.is_null() && pg_sys::SPI_processed > 0 {
-            let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
-            if !value.is_null() {
-                result = Some(CStr::from_ptr(value).to_bytes().to_vec());
-            }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        for lock in gate::taken(&advisory_before, &gate::advisory_locks()) {
+            gate::release_session(&lock);
         }
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
+        (result, taken)
+    };
+    if let Some(lock) = advisory_taken.first() {
+        // SAFETY: SPI connected above.
+        unsafe { pg_sys::SPI_finish() };
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("statements in schema {shown} took advisory lock {}, which insta_id refuses in code it runs for a table's owner", lock.key()),
+            "A session-level advisory lock would outlive them in the caller's session; PostgreSQL does not tell it from a transaction-level one. Their changes were rolled back and the locks released.",
+            "Take no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers.",
+        );
     }
     // The restricted operation refuses temporary tables, not (in some
     // releases) temporary types or domains, which outlive it in the caller's
@@ -257,8 +299,29 @@ unsafe fn run_as_role(
     // every later text value of the caller's session with the owner's code,
     // as the caller. None may be left (its abort drops them).
     let temporary_after = unsafe { temporary_objects() };
+    // Prepared statements are not transactional either: made by the owner's
+    // code, they would stay in the caller's session, to run later as the
+    // caller. Deallocated, then refused.
+    let prepared_new: Vec<CString> = unsafe { prepared_statements() }
+        .into_iter()
+        .filter(|p| !prepared_before.contains(p))
+        .collect();
+    for name in &prepared_new {
+        // SAFETY: a prepared statement of this session, by its name.
+        unsafe { pg_sys::DropPreparedStatement(name.as_ptr(), false) };
+    }
     // SAFETY: SPI connected above.
     unsafe { pg_sys::SPI_finish() };
+    if let Some(name) = prepared_new.first() {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "statements in schema {shown} prepared statement {}, which would outlive them in the caller's session",
+                String::from_utf8_lossy(&quote_ident(name))
+            ),
+            "Code of the schema's owner runs in a security-restricted operation; what it prepares would run later as the caller. It was deallocated.",
+        );
+    }
     if temporary_after
         .iter()
         .any(|o| !temporary_before.contains(o))
@@ -305,6 +368,24 @@ unsafe fn temporary_objects() -> Vec<String> {
             .to_string_lossy()
             .split(',')
             .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The names of this session's prepared statements.
+unsafe fn prepared_statements() -> Vec<CString> {
+    const QUERY: &CStr = c"SELECT p.name FROM pg_catalog.pg_prepared_statements p";
+    // SAFETY: SPI is connected by the caller; one text column.
+    unsafe {
+        if pg_sys::SPI_execute(QUERY.as_ptr(), true, 0) != pg_sys::SPI_OK_SELECT as i32 {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "reading the session's prepared statements failed"
+            );
+        }
+        let table = pg_sys::SPI_tuptable;
+        (0..pg_sys::SPI_processed as usize)
+            .map(|i| CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(*(*table).vals.add(i), (*table).tupdesc, 1))))
             .collect()
     }
 }

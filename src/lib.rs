@@ -96,6 +96,7 @@ impl<T: Copy> BackendCell<T> {
 pub mod clock;
 pub mod ddl;
 pub mod functions;
+pub mod gate;
 pub mod guard;
 pub mod guard_segment;
 pub mod guard_store;
@@ -105,6 +106,7 @@ pub mod locks;
 pub mod mark;
 pub mod mark_wal;
 mod pg_extern_bench;
+pub mod registry;
 pub mod settings;
 pub mod shortcode;
 pub mod sql_text;
@@ -124,10 +126,11 @@ extension_sql_file!("sql/guard.sql", name = "guard", requires = ["ids"]);
 extension_sql_file!("sql/ddl.sql", name = "ddl", requires = ["guard"]);
 extension_sql_file!("sql/registry.sql", name = "registry", requires = ["ddl"]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["registry"]);
+extension_sql_file!("sql/gate.sql", name = "gate", requires = ["locks"]);
 extension_sql_file!(
     "sql/migrations.sql",
     name = "migrations",
-    requires = ["locks"]
+    requires = ["gate"]
 );
 extension_sql_file!(
     "sql/id_columns.sql",

@@ -133,3 +133,29 @@ pub unsafe extern "C-unwind" fn insta_id_lock_object(fcinfo: FunctionCallInfo) -
     }
     Datum::from(0)
 }
+
+v1!(pg_finfo_insta_id_lock_relation);
+/// `insta_id._lock_relation(rel oid) RETURNS boolean`: relation rel locked
+/// ROW EXCLUSIVE until the transaction ends, and whether it still exists
+/// once held. The gate's lock (src/sql/gate.sql): writers share it, while
+/// CREATE TRIGGER, CREATE INDEX and ALTER TABLE wait for it, so the code
+/// the gate found on a relation is the code its statement runs. Taken by
+/// OID without a privilege check (the caller's statement checks its own),
+/// waited for under lock_timeout, ended by a cancel.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_lock_relation(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one oid argument.
+    let rel = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
+    // SAFETY: the lock manager and a catalog-cache probe, as LOCK TABLE uses them.
+    Datum::from(unsafe {
+        pg_sys::LockRelationOid(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::RELOID as i32,
+            Datum::from(rel),
+            Datum::from(0),
+            Datum::from(0),
+            Datum::from(0),
+        )
+    })
+}

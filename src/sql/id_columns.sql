@@ -1,8 +1,10 @@
 -- Id columns: add_id_column gives a table an id column whose DEFAULT is
 -- next_id over a sequence of its own (CACHE 32, see add_id_column).
--- search_path and privileges: as registry.sql says. The ALTER and the
--- UPDATE that fills existing rows run as the table's owner (its triggers
--- fire), through _run_in_schema.
+-- search_path and privileges: as registry.sql says. Every statement on a
+-- table, and every read of one, goes through the gate (gate.sql): as the
+-- one owner of the table and of the code PostgreSQL runs for it (the
+-- UPDATE that fills existing rows fires its triggers, statement triggers
+-- even for no row; a widening re-validates foreign keys), or refused.
 
 -- The shard id of the next_id DEFAULT of a column, or NULL when the column
 -- has no such default (found through the dependency of the default on next_id).
@@ -82,7 +84,9 @@ $$;
 
 -- Longer than a screen: its checks (the table's shard, an existing column,
 -- the lock) must all pass before the one ALTER, in one transaction.
-CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL)
+-- Waits at most lock_timeout for each lock (the gate's, the ALTER's).
+CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
+                                       lock_timeout text DEFAULT '2s')
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -96,10 +100,12 @@ DECLARE
     existing_shard int;
     seq regclass;
     seq_name text;
-    owner regrole;
     stmts text[] := '{}';
 BEGIN
-    SELECT n.nspname, c.relname, c.relowner INTO nsp, tblname, owner
+    IF add_id_column.lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'lock_timeout must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT n.nspname, c.relname INTO nsp, tblname
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
     IF NOT FOUND THEN
@@ -154,20 +160,21 @@ BEGIN
                        || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
     END IF;
     stmts := stmts || format('ALTER SEQUENCE %s OWNED BY %s.%I', seq_name, tbl, col);
-    -- As the table's owner: filling the column fires the table's triggers
-    -- and rebuilds its indexes, the owner's code.
-    PERFORM insta_id._run_in_schema(nsp, owner, stmts);
+    -- Through the gate: filling the column fires the table's triggers and
+    -- rebuilds its indexes, code run as its one owner or refused.
+    PERFORM set_config('lock_timeout', add_id_column.lock_timeout, true);  -- a bad value fails here (22023)
+    PERFORM insta_id._gate(nsp, ARRAY[tbl], stmts);
     RETURN seq_name::regclass;
 END
 $$;
-COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int) IS
+COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int, text) IS
 'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
 
 -- Refuses (55000) a column holding a value at or above the first ID
 -- next_id can mint now for shard: old keys and new IDs would meet. Returns
--- the largest value (NULL: no rows). Read as the table's owner
--- (_query_in_schema): planning a query on the table folds its indexes'
--- expressions and predicates, the owner's code. With row_security off, so
+-- the largest value (NULL: no rows). Read through the gate: planning a
+-- query on the table folds its indexes' expressions and predicates, the
+-- owner's code. With row_security off, so
 -- that a policy hiding rows from the owner fails the read (42501) rather
 -- than hide the largest value.
 CREATE FUNCTION insta_id._check_below_ids(tbl regclass, col name, shard int)
@@ -180,10 +187,9 @@ DECLARE
     highest bigint;
     first_id bigint := insta_id.min_id(now(), shard);
 BEGIN
-    highest := insta_id._query_in_schema(
+    highest := insta_id._gate_query(
         (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl),
-        (SELECT c.relowner::regrole FROM pg_class c WHERE c.oid = tbl),
-        format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', col, tbl))::bigint;
+        ARRAY[tbl], format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', col, tbl))::bigint;
     IF highest >= first_id THEN
         RAISE EXCEPTION 'column "%" of % holds %, not below the IDs next_id mints', col, tbl, highest
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -214,8 +220,9 @@ $$;
 -- the table first and its referencing tables first in turn, lock_retries
 -- times, waiting longer between tries. Writers queue behind it for at most
 -- that long, plus the changes themselves.
--- Its statements run as the tables' one owner (_run_in_schema): a rewrite
--- evaluates the owner's code (indexes, CHECKs, generated columns).
+-- Its statements go through the gate (gate.sql): a rewrite evaluates the
+-- owner's code (indexes, CHECKs, generated columns), and a widened key's
+-- foreign keys are validated again over both tables.
 CREATE FUNCTION insta_id.adopt_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
                                          dry_run boolean DEFAULT false,
                                          lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
@@ -375,11 +382,13 @@ BEGIN
         END IF;
     END IF;
 
-    -- A referencing table of another owner: widening it makes PostgreSQL
-    -- validate the rebuilt foreign key with a query over both tables,
-    -- planned as one owner, folding the other's index expressions.
-    SELECT string_agg(DISTINCT format('%s (owned by %s)', r->>'rel', (r->>'owner')::regrole), ', ') INTO refused
-    FROM jsonb_array_elements(refs) r WHERE (r->>'owner')::oid <> owner;
+    -- A referencing table of another owner, of any type (a bigint column
+    -- too): widening the key makes PostgreSQL validate each foreign key
+    -- on it again with a query over both tables, planned as one owner,
+    -- folding the other's index expressions.
+    SELECT string_agg(DISTINCT format('%s (owned by %s)', k.conrelid::regclass, c.relowner::regrole), ', ') INTO refused
+    FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+    WHERE k.contype = 'f' AND k.confrelid = tbl AND attr.attnum = ANY (k.confkey) AND c.relowner <> owner;
     IF refused IS NOT NULL THEN
         RAISE EXCEPTION 'tables referencing column "%" of % have another owner than it', col, tbl
             USING ERRCODE = 'insufficient_privilege',
@@ -394,6 +403,13 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Adopt it as the tables'' owner, or as a role that may SET ROLE to it.';
     END IF;
+
+    -- The code PostgreSQL runs for the changes (the tables', and that of
+    -- every table a foreign key links to them, partitions included) has
+    -- one owner, the tables': else refused (42501), naming them, in a dry
+    -- run too. Each statement below goes through the gate, which decides
+    -- this again under its locks.
+    PERFORM insta_id._gate_owner(nsp, ARRAY[tbl]);
 
     -- The plan. Step 1 locks; the rest change.
     steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
@@ -473,6 +489,7 @@ BEGIN
                 LOOP
                     PERFORM set_config('lock_timeout', CASE WHEN lock_rel.i = CASE WHEN attempt % 2 = 0 THEN 1 ELSE jsonb_array_length(locks) END
                                                             THEN lock_timeout ELSE short_timeout END, true);
+                    -- (LOCK TABLE runs no code: the owner's locks, before the gate's)
                     PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', owner,
                                                     ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', lock_rel.r->>'rel')]);
                 END LOOP;
@@ -482,7 +499,7 @@ BEGIN
                 -- Under the locks no row can change: the values now are all there are.
                 highest := insta_id._check_below_ids(tbl, col, shard);
                 -- (the steps with a schema: the lock and the check are done above)
-                PERFORM insta_id._run_in_schema(x->>'nsp', owner, ARRAY[x->>'sql'])
+                PERFORM insta_id._gate(x->>'nsp', ARRAY[tbl], ARRAY[x->>'sql'])
                 FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
                 WHERE x ? 'nsp' ORDER BY i;
                 PERFORM set_config('lock_timeout', lock_timeout, true);

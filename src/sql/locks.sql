@@ -51,6 +51,12 @@ RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_object';
 
+-- A relation's lock for the gate (src/locks.rs, src/sql/gate.sql).
+CREATE FUNCTION insta_id._lock_relation(rel oid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()
 -- is not the session's. (objsubid 3: src/locks.rs, LOCK_FORM.)

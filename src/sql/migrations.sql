@@ -2,8 +2,9 @@
 -- template and on every registered shard of it, one transaction per schema,
 -- recorded in migrations/applied_migrations (user data, dumped by pg_dump).
 -- search_path and privileges: as registry.sql says. Each schema's
--- statements run through _run_in_schema as the one owner of the schema's
--- objects (_code_owner), never as the caller or the schema's owner.
+-- statements go through the gate (gate.sql): as the one owner of the
+-- schema's objects and of the code PostgreSQL may run for them, never as
+-- the caller or the schema's owner.
 
 -- Migrations across shards (insta_id.migrate): each one's statements, and
 -- which schemas (the template and each shard) have it. Both are user data:
@@ -84,9 +85,9 @@ $$;
 -- COMMIT); the per-schema work is _run_in_schema's.
 -- Applies a migration to the template, then to every registered shard of
 -- that template lacking it (and to shards of no recorded template), in shard
--- order: one transaction per schema, run as the owner of the schema's
--- objects (insta_id._code_owner) in a security-restricted operation with search_path = <schema>, pg_catalog,
--- pg_temp (insta_id._run_in_schema), recorded in
+-- order: one transaction per schema, through the gate (insta_id._gate: as
+-- the one owner of the schema's objects, in a security-restricted
+-- operation with search_path = <schema>, pg_catalog, pg_temp), recorded in
 -- insta_id_admin.applied_migrations in the same transaction. Re-running skips the
 -- schemas that have it, so a failure or a cancel is resumed by calling it
 -- again; it stops at the first failing schema, naming it. Each schema's
@@ -159,8 +160,8 @@ BEGIN
             SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
             FROM insta_id_admin.migrations m WHERE m.name = migration;
             IF NOT FOUND THEN
-                INSERT INTO insta_id_admin.migrations (name, template_schema, statements)
-                VALUES (migration, migrate.template_schema, statements);
+                PERFORM insta_id._admin_write('migration', pg_catalog.jsonb_build_object(
+                    'name', migration, 'template', migrate.template_schema, 'statements', statements));
             ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
                 RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
                     USING ERRCODE = 'duplicate_object',
@@ -208,8 +209,8 @@ BEGIN
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
         IF target_shard IS NOT NULL THEN
-            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard FOR SHARE;
-            CONTINUE WHEN NOT FOUND;  -- dropped meanwhile
+            PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
             RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
@@ -233,7 +234,7 @@ BEGIN
                 -- lock first, held to COMMIT: no object arrives in it between
                 -- that check and the statements that would resolve it.
                 PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target));
-                PERFORM insta_id._run_in_schema(target, insta_id._code_owner(target), ARRAY[statements]);
+                PERFORM insta_id._gate(target, NULL, ARRAY[statements]);
                 EXIT;
             EXCEPTION
                 WHEN lock_not_available THEN
@@ -267,7 +268,7 @@ BEGIN
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;
-        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration) VALUES (target, migration);
+        PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
         shards_done := shards_done + (target_shard IS NOT NULL)::int;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);

@@ -5,8 +5,9 @@
 -- makes them ahead of time; drop_partitions lists, detaches or drops those
 -- older than a retention. Both are idempotent (a partition with the bounds
 -- of a period is that period's, whatever its name), check everything
--- before changing anything, and run their statements as the table's owner
--- (_run_in_schema), so they are safe to run from cron or pg_cron.
+-- before changing anything, and run their statements through the gate
+-- (gate.sql), as the one owner of the table and its code, so they are safe
+-- to run from cron or pg_cron.
 -- Periods are in UTC: a whole number of months from January 2000, or a
 -- fixed length (hours, days, weeks) from 2000-01-03 00:00 UTC (a Monday).
 -- search_path and privileges: as registry.sql says; not PUBLIC's.
@@ -154,8 +155,8 @@ BEGIN
                 USING ERRCODE = 'duplicate_table',
                       HINT = 'It is not the partition of that period: rename it.';
         END IF;
-        -- (read as the owner: planning the query folds its indexes' expressions)
-        IF def IS NOT NULL AND insta_id._query_in_schema(t.nsp, t.owner,
+        -- (read through the gate: planning the query folds its indexes' expressions)
+        IF def IS NOT NULL AND insta_id._gate_query(t.nsp, ARRAY[def],
                format('SELECT 1 FROM %s WHERE %I >= %s AND %I < %s LIMIT 1', def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
             RAISE EXCEPTION 'the default partition % holds rows of % to %', def, p->>'from', p->>'before'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -168,7 +169,7 @@ BEGIN
 
     IF cardinality(stmts) > 0 THEN
         PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
-        PERFORM insta_id._run_in_schema(t.nsp, t.owner, stmts);
+        PERFORM insta_id._gate(t.nsp, ARRAY[parent], stmts);
     END IF;
     RETURN QUERY
     SELECT x.part, x.made_from, x.made_before, x.low = ANY (made)
@@ -209,10 +210,10 @@ BEGIN
         made_before := old.made_before;
         done := CASE action WHEN 'list' THEN 'listed' WHEN 'detach' THEN 'detached' ELSE 'dropped' END;
         IF action = 'detach' THEN
-            PERFORM insta_id._run_in_schema(t.nsp, t.owner, ARRAY[format('ALTER TABLE %s DETACH PARTITION %s', parent, old.part)]);
+            PERFORM insta_id._gate(t.nsp, ARRAY[parent], ARRAY[format('ALTER TABLE %s DETACH PARTITION %s', parent, old.part)]);
         ELSIF action = 'drop' THEN
             -- (no CASCADE: a view on it stops the drop, 2BP01)
-            PERFORM insta_id._run_in_schema(t.nsp, t.owner, ARRAY[format('DROP TABLE %s', old.part)]);
+            PERFORM insta_id._gate(t.nsp, ARRAY[parent], ARRAY[format('DROP TABLE %s', old.part)]);
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -11,7 +11,8 @@
 -- is not a superuser and creates, migrates and drops shards. Everything it
 -- needs from insta_id is this one list: the helpers, the internal functions
 -- they call (they are SECURITY INVOKER: each call is checked against the
--- caller), and the registry and migration tables they write. A DBA grants
+-- caller), and SELECT on the registry and migration tables (written only
+-- through _admin_write, which checks each write). A DBA grants
 -- it with one statement and reads it back with another; pg_regress
 -- 09_privileges checks that the list is exactly what the helpers call and
 -- that the role can do what the helpers allow and nothing more. Nothing in
@@ -27,16 +28,18 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.create_shard(int, text)'),
         ('EXECUTE', 'FUNCTION insta_id.create_shards(int, int, text)'),
         ('EXECUTE', 'PROCEDURE insta_id.create_shards_in_batches(int, int, text, int)'),
-        ('EXECUTE', 'FUNCTION insta_id.add_id_column(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.add_id_column(regclass, name, int, text)'),
         ('EXECUTE', 'FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text, int)'),
         ('EXECUTE', 'FUNCTION insta_id.create_partitions(regclass, interval, interval, timestamptz, text)'),
         ('EXECUTE', 'FUNCTION insta_id.drop_partitions(regclass, interval, text, text)'),
-        ('EXECUTE', 'FUNCTION insta_id.drop_shard(int, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id.drop_shard(int, boolean, text)'),
         ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
         ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
         ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
         -- what they call
+        ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
         ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),
@@ -50,13 +53,20 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_lock(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
@@ -78,12 +88,13 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
-        -- what they read and write: insta_id's tables (what PUBLIC reads of
-        -- them goes through functions, insta_id.shards() and the like)
+        -- what they read of insta_id's tables (what PUBLIC reads of them
+        -- goes through functions, insta_id.shards() and the like). They
+        -- write them only through _admin_write, which checks each write.
         ('USAGE', 'SCHEMA insta_id_admin'),
-        ('SELECT, INSERT, UPDATE, DELETE', 'TABLE insta_id_admin.shard_registry'),
-        ('SELECT, INSERT', 'TABLE insta_id_admin.migrations'),
-        ('SELECT, INSERT, DELETE', 'TABLE insta_id_admin.applied_migrations'),
+        ('SELECT', 'TABLE insta_id_admin.shard_registry'),
+        ('SELECT', 'TABLE insta_id_admin.migrations'),
+        ('SELECT', 'TABLE insta_id_admin.applied_migrations'),
         -- which shards a move holds here: migrate skips them
         ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
 $$;

@@ -170,7 +170,7 @@ BEGIN
                   HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
     END IF;
     EXECUTE format('CREATE SCHEMA %I', nsp);
-    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (create_shard.shard_id, nsp);
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
     RETURN nsp;
 END
 $$;
@@ -179,7 +179,10 @@ COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
 
 -- Longer than a screen: every refusal (rows, dependents outside the shard,
 -- a move in progress) is decided under the locks the drop then uses.
-CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false)
+-- Every lock it waits for, at most lock_timeout (a role without grants can
+-- hold a shard's relation by OID: its ACCESS EXCLUSIVE request would queue
+-- every writer of the shard behind it); on timeout, 55P03 names the holder.
+CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false, lock_timeout text DEFAULT '2s')
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -191,12 +194,18 @@ DECLARE
     nsp name;
     nsp_oid oid;
     rel regclass;
-    has_rows boolean;
+    obj record;
     outside text;
 BEGIN
+    IF drop_shard.lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'lock_timeout must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM set_config('lock_timeout', drop_shard.lock_timeout, true);  -- a bad value fails here (22023)
     -- The registry row, locked: a migration of this shard (which holds it
-    -- FOR SHARE) finishes first, and none starts meanwhile.
-    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id FOR UPDATE;
+    -- FOR SHARE) finishes first, and none starts meanwhile. (Read again
+    -- once locked: a row gone meanwhile is no shard.)
+    PERFORM insta_id._admin_write('lock', jsonb_build_object('shard', drop_shard.shard_id, 'exclusive', true));
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
     END IF;
@@ -212,10 +221,21 @@ BEGIN
             -- (a view, a foreign key, a function taking a type) waits, and is
             -- seen below. (Before PostgreSQL 17, making a function or a
             -- column of a type does not lock the type: see docs/shards.md.)
-            PERFORM insta_id._lock_object(d.classid, d.objid) FROM pg_depend d
-            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
-              AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
-            ORDER BY d.classid, d.objid;
+            FOR obj IN SELECT d.classid, d.objid FROM pg_depend d
+                       WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+                         AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
+                       ORDER BY d.classid, d.objid LOOP
+                BEGIN
+                    PERFORM insta_id._lock_object(obj.classid, obj.objid);
+                EXCEPTION WHEN lock_not_available THEN
+                    RAISE EXCEPTION 'drop_shard(%) could not lock % within lock_timeout (%)', drop_shard.shard_id,
+                                    pg_describe_object(obj.classid, obj.objid, 0), drop_shard.lock_timeout
+                        USING ERRCODE = 'lock_not_available',
+                              DETAIL = concat_ws(' ', CASE WHEN obj.classid = 'pg_class'::regclass
+                                                           THEN insta_id._lock_holders(obj.objid) || '.' END, 'Nothing was dropped.'),
+                              HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or pass a longer lock_timeout; then call drop_shard again.';
+                END;
+            END LOOP;
         END IF;
     END IF;
     IF nsp_oid IS NOT NULL THEN
@@ -288,10 +308,11 @@ BEGIN
         END IF;
         IF NOT coalesce(force, false) THEN
             FOR rel IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
-                -- Locked first: no row arrives between the check and the drop.
-                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', rel);
-                EXECUTE format('SELECT EXISTS (SELECT FROM %s)', rel) INTO has_rows;
-                IF has_rows THEN
+                -- Locked above (ACCESS EXCLUSIVE): no row arrives between
+                -- the check and the drop. Read through the gate: planning
+                -- the query folds the owner's index expressions, predicates,
+                -- partition keys and statistics expressions.
+                IF insta_id._gate_query(nsp, ARRAY[rel], format('SELECT true FROM %s LIMIT 1', rel)) IS NOT NULL THEN
                     RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel
                         USING ERRCODE = 'object_not_in_prerequisite_state',
                               HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
@@ -301,14 +322,11 @@ BEGIN
         -- (by its name as it is now: the schema locked is the one dropped)
         EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
     END IF;
-    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
-    IF EXISTS (SELECT FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp) THEN
-        DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
-    END IF;
+    PERFORM insta_id._admin_write('remove', jsonb_build_object('shard', drop_shard.shard_id));
 END
 $$;
-COMMENT ON FUNCTION insta_id.drop_shard(int, boolean) IS
-'Drops a logical shard: its schema and registry row; refuses while it has rows unless force';
+COMMENT ON FUNCTION insta_id.drop_shard(int, boolean, text) IS
+'Drops a logical shard: its schema and registry row; refuses while it has rows unless force; waits at most lock_timeout for each lock';
 
 CREATE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
 RETURNS void
@@ -359,8 +377,132 @@ BEGIN
         RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (adopt_shard.shard_id, adopt_shard.schema_name);
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', adopt_shard.shard_id, 'schema', adopt_shard.schema_name));
 END
 $$;
 COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 'Registers an existing schema (for example restored from another server) as a logical shard';
+
+-- The one writer of insta_id's tables (src/registry.rs): a delegated shard
+-- administrator holds no INSERT, UPDATE or DELETE on them, so every helper
+-- writes through _admin_write, which checks what the role calling it may
+-- write (_admin_write_check, adopt_shard's rules) and then writes it
+-- (_admin_write_apply) as the tables' owner. Its operations, and args:
+--   add           {shard, schema}       register a schema as a shard
+--   set_template  {shard, template}     the template a shard was copied from
+--   remove        {shard}               unregister a shard, with its history
+--   migration     {name, template, statements}   record a migration
+--   applied       {schema, migrations}  a schema has these migrations
+--   lock          {shard, exclusive}    a shard's row locked (drop_shard: FOR
+--                                       UPDATE; migrate: FOR SHARE), which
+--                                       needs UPDATE on the table; any
+--                                       caller of the helpers may, as before
+CREATE FUNCTION insta_id._admin_write(op text, args jsonb)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_admin_write';
+
+-- Whether role caller may make write op: each schema it names exists, is
+-- no system schema or template, and is one the caller may act as the owner
+-- of (for a migration's history, the owner of its objects will do: the
+-- gate runs its statements as that role). Raises, or returns.
+CREATE FUNCTION insta_id._admin_write_check(caller regrole, op text, args jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    shard int := (args->>'shard')::int;
+    may boolean;
+BEGIN
+    nsp := CASE op WHEN 'add' THEN args->>'schema'
+                   WHEN 'applied' THEN args->>'schema'
+                   WHEN 'migration' THEN args->>'template'
+                   WHEN 'set_template' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
+                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
+    IF op NOT IN ('add', 'set_template', 'remove', 'migration', 'applied', 'lock') THEN
+        RAISE EXCEPTION 'no such write of insta_id''s tables: %', op USING ERRCODE = 'invalid_parameter_value';
+    ELSIF op = 'lock' THEN
+        RETURN;  -- (a row lock changes nothing; a row gone meanwhile is not locked)
+    ELSIF op IN ('set_template', 'remove') AND nsp IS NULL THEN
+        RAISE EXCEPTION 'shard % does not exist', shard USING ERRCODE = 'undefined_object';
+    END IF;
+    IF op = 'add' THEN
+        PERFORM insta_id._check_shard_id(shard);
+        IF nsp IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR nsp LIKE 'pg\_%'
+           OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = nsp)
+           OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = nsp) THEN
+            RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(nsp)
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
+        END IF;
+    END IF;
+    IF op = 'set_template' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = args->>'template') THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF op IN ('applied', 'migration') AND EXISTS (
+           SELECT FROM jsonb_array_elements_text(coalesce(args->'migrations', '[]')) m
+           WHERE NOT EXISTS (SELECT FROM insta_id_admin.migrations x WHERE x.name = m)) THEN
+        RAISE EXCEPTION 'no such migration among %', args->'migrations' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A shard whose schema is gone (drop_shard dropped it first) may be
+    -- unregistered by any caller of drop_shard: nothing is left to reach.
+    IF op = 'remove' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RETURN;
+    END IF;
+    SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF NOT may AND op IN ('applied', 'migration') THEN
+        BEGIN
+            may := pg_has_role(caller, insta_id._code_owner(nsp), 'USAGE');
+        EXCEPTION WHEN insufficient_privilege THEN
+            may := false;  -- (objects of several owners)
+        END;
+    END IF;
+    IF NOT may THEN
+        RAISE EXCEPTION 'role % may not act as the owner of schema %, which this would record in insta_id''s tables', caller, quote_ident(nsp)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Operation %s: %s.', op, args),
+                  HINT = 'Only a role that may act as a schema''s owner may register, re-point or unregister it, or record its migrations.';
+    END IF;
+END
+$$;
+
+-- The write itself, run by _admin_write as the tables' owner once checked.
+-- Nobody's but the extension owner's.
+CREATE FUNCTION insta_id._admin_write_apply(op text, args jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    CASE op
+    WHEN 'lock' THEN
+        IF (args->>'exclusive')::boolean THEN
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int FOR UPDATE;
+        ELSE
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int FOR SHARE;
+        END IF;
+    WHEN 'add' THEN
+        INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES ((args->>'shard')::int, args->>'schema');
+    WHEN 'set_template' THEN
+        UPDATE insta_id_admin.shard_registry r SET template_schema = args->>'template' WHERE r.shard_id = (args->>'shard')::int;
+    WHEN 'remove' THEN
+        DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int RETURNING r.schema_name INTO nsp;
+        IF EXISTS (SELECT FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp) THEN
+            DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
+        END IF;
+    WHEN 'migration' THEN
+        INSERT INTO insta_id_admin.migrations (name, template_schema, statements)
+        VALUES (args->>'name', args->>'template', args->>'statements');
+    WHEN 'applied' THEN
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration)
+        SELECT args->>'schema', m FROM jsonb_array_elements_text(args->'migrations') m;
+    END CASE;
+END
+$$;

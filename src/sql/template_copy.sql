@@ -118,12 +118,10 @@ BEGIN
             SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
             FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
         ORDER BY x.ord, x.sub));
-    UPDATE insta_id_admin.shard_registry r SET template_schema = template WHERE r.shard_id = shard;
-    -- A copy of the template as it is now has every migration the template
-    -- has. (Only then is INSERT on the history needed.)
+    PERFORM insta_id._admin_write('set_template', jsonb_build_object('shard', shard, 'template', template));
+    -- A copy of the template as it is now has every migration the template has.
     IF plan->'migrations' <> '[]' THEN
-        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration)
-        SELECT target, m FROM jsonb_array_elements_text(plan->'migrations') m;
+        PERFORM insta_id._admin_write('applied', jsonb_build_object('schema', target, 'migrations', plan->'migrations'));
     END IF;
 END
 $$;

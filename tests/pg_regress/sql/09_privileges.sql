@@ -151,8 +151,13 @@ WITH RECURSIVE called AS (
                     SELECT to_regprocedure(substr(object, strpos(object, ' ') + 1))
                     FROM insta_id.shard_admin_privileges() WHERE object LIKE 'PROCEDURE %')
     UNION
-    SELECT q.oid, q.prosrc FROM called c, LATERAL regexp_matches(c.prosrc, 'insta_id\.(\w+)\(', 'g') m
-    JOIN pg_proc q ON q.proname = m[1] AND q.pronamespace = 'insta_id'::regnamespace),
+    SELECT q.oid, q.prosrc FROM called c, LATERAL (
+        SELECT m[1] FROM regexp_matches(c.prosrc, 'insta_id\.(\w+)\(', 'g') m
+        UNION ALL
+        -- (what compiled code calls as its caller: src/registry.rs)
+        SELECT x.callee FROM (VALUES ('insta_id_admin_write', '_admin_write_check')) x(symbol, callee)
+        WHERE x.symbol = c.prosrc) n(name)
+    JOIN pg_proc q ON q.proname = n.name AND q.pronamespace = 'insta_id'::regnamespace),
 needed AS (SELECT c.oid FROM called c WHERE NOT has_function_privilege('public', c.oid, 'EXECUTE')),
 listed AS (SELECT to_regprocedure(substr(object, strpos(object, ' ') + 1))::oid AS oid
            FROM insta_id.shard_admin_privileges() WHERE object LIKE 'FUNCTION %' OR object LIKE 'PROCEDURE %')

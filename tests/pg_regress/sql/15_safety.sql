@@ -27,12 +27,7 @@ SELECT count(*) AS pending FROM insta_id.pending_migrations() WHERE migration = 
 -- Case 5: a delegated administrator whose shard table hides its rows from
 -- it (FORCE ROW LEVEL SECURITY) cannot drop the shard as if it were empty.
 CREATE ROLE insta_id_regress_dba;
-GRANT EXECUTE ON FUNCTION insta_id.drop_shard(int, boolean), insta_id._lock_schema(oid), insta_id._lock_object(oid, oid)
-      TO insta_id_regress_dba;
-GRANT USAGE ON SCHEMA insta_id_admin TO insta_id_regress_dba;
-GRANT SELECT, UPDATE, DELETE ON insta_id_admin.shard_registry TO insta_id_regress_dba;
-GRANT DELETE ON insta_id_admin.applied_migrations TO insta_id_regress_dba;
-GRANT SELECT ON insta_id_admin.applied_migrations TO insta_id_regress_dba;
+SELECT insta_id.grant_shard_admin('insta_id_regress_dba');
 SELECT insta_id.create_shard(409);
 ALTER SCHEMA insta409 OWNER TO insta_id_regress_dba;
 CREATE TABLE insta409.secrets (v text);

@@ -1,0 +1,276 @@
+-- The one gate for tenants' code (issue 54). Every statement insta_id runs
+-- on a shard's or template's relation goes through _gate (statements) or
+-- _gate_query (one value read): nothing else in src/sql executes SQL on a
+-- tenant's relation, and tests/census.py fails when something new does.
+-- Before running anything the gate
+--   1. locks every relation the statement may reach (below, "reach") in
+--      ROW EXCLUSIVE mode, which writers share but CREATE TRIGGER, CREATE
+--      INDEX and ALTER TABLE wait for: the code found in step 2 is the code
+--      that runs. Each wait is bounded by lock_timeout; on timeout the
+--      error names the processes holding the relation (_lock_holders);
+--   2. decides, from the catalogs, who owns every piece of code PostgreSQL
+--      may evaluate for a statement there (_gate_owner): index expressions
+--      and predicates, partition keys, statistics expressions, CHECKs,
+--      domains' CHECKs, defaults and generated columns, triggers of every
+--      kind, rules, policies, operators and operator classes, range types'
+--      functions; for the relations themselves, their partitions and
+--      parents, and the tables their foreign keys link in both directions
+--      (PostgreSQL re-validates a key, cascades and checks rows through
+--      them), transitively. One owner: the statement runs as it. Several:
+--      refused (42501), naming each owner's objects;
+--   3. runs the statements as that owner in a security-restricted operation
+--      with search_path = <schema>, pg_catalog, pg_temp (_run_in_schema,
+--      src/ddl.rs), which also refuses what would outlive them in the
+--      caller's session: temporary objects, session-level advisory locks,
+--      prepared statements.
+-- Code owned by a superuser does not count (it is trusted, and runs as the
+-- owner chosen, with that role's rights); the relations themselves do,
+-- whoever owns them, so a superuser's table with an application role's
+-- trigger is refused rather than run as either.
+-- Privileges: internal, not PUBLIC's (privileges.sql); search_path as
+-- registry.sql says.
+
+-- The owner of an object whose code PostgreSQL may run.
+CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
+RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE classid
+        WHEN 'pg_class'::regclass THEN (SELECT c.relowner FROM pg_class c WHERE c.oid = objid)
+        WHEN 'pg_proc'::regclass THEN (SELECT p.proowner FROM pg_proc p WHERE p.oid = objid)
+        WHEN 'pg_type'::regclass THEN (SELECT y.typowner FROM pg_type y WHERE y.oid = objid)
+        WHEN 'pg_collation'::regclass THEN (SELECT c.collowner FROM pg_collation c WHERE c.oid = objid)
+        WHEN 'pg_conversion'::regclass THEN (SELECT c.conowner FROM pg_conversion c WHERE c.oid = objid)
+        WHEN 'pg_operator'::regclass THEN (SELECT o.oprowner FROM pg_operator o WHERE o.oid = objid)
+        WHEN 'pg_opclass'::regclass THEN (SELECT o.opcowner FROM pg_opclass o WHERE o.oid = objid)
+        WHEN 'pg_opfamily'::regclass THEN (SELECT o.opfowner FROM pg_opfamily o WHERE o.oid = objid)
+        WHEN 'pg_ts_config'::regclass THEN (SELECT c.cfgowner FROM pg_ts_config c WHERE c.oid = objid)
+        WHEN 'pg_ts_dict'::regclass THEN (SELECT d.dictowner FROM pg_ts_dict d WHERE d.oid = objid)
+        WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxowner FROM pg_statistic_ext s WHERE s.oid = objid)
+        -- (text search parsers and templates have no owner: a superuser's C code)
+        END
+$$;
+
+-- The relations a statement on rels (and, with nsp, on any relation of
+-- schema nsp) may reach: those, their partitions and inheritance children
+-- and parents, and the tables their foreign keys link in either direction,
+-- until nothing new is found. Foreign keys are followed through pg_depend
+-- (indexed both ways; pg_constraint has no index on the referenced table).
+CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[])
+RETURNS oid[]
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE reach(rel) AS (
+        SELECT r FROM unnest(rels) r
+        UNION
+        SELECT c.oid FROM pg_class c
+        WHERE nsp IS NOT NULL AND c.relnamespace = nsp AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        UNION
+        SELECT y.rel FROM reach x, LATERAL (
+            SELECT h.inhrelid FROM pg_inherits h WHERE h.inhparent = x.rel
+            UNION ALL
+            SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = x.rel
+            UNION ALL
+            -- (a foreign key records its dependency on both of its tables)
+            SELECT other.refobjid FROM pg_depend d
+            JOIN pg_constraint k ON k.oid = d.objid AND k.contype = 'f'
+            JOIN pg_depend other ON other.classid = 'pg_constraint'::regclass AND other.objid = k.oid
+                                AND other.refclassid = 'pg_class'::regclass AND other.refobjid <> x.rel
+            WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
+        ) y(rel))
+    SELECT coalesce(array_agg(DISTINCT reach.rel ORDER BY reach.rel), '{}')
+    FROM reach JOIN pg_class c ON c.oid = reach.rel AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+$$;
+
+-- Who runs a statement on rels (and on schema nsp's relations and objects,
+-- when nsp is given, as a migration does): the one owner of the relations
+-- _gate_relations finds, of their parts, and of the code outside them that
+-- those parts use (see this file's header). Several owners: 42501, naming
+-- them. None (nothing but superusers' code, no relation): the schema's
+-- owner. The decision only: _gate runs the statements.
+CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[])
+RETURNS regrole
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp_oid oid;
+    schema_owner regrole;
+    owners regrole[];
+    listing text;
+BEGIN
+    SELECT n.oid, n.nspowner::regrole INTO nsp_oid, schema_owner FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    WITH RECURSIVE reach AS (
+        SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
+    -- What counts whoever owns it: the relations, and with a schema every
+    -- object in it (a migration may name any of them).
+    inside(classid, objid) AS (
+        SELECT 'pg_class'::regclass::oid, r.rel FROM reach r
+        UNION
+        SELECT d.classid, d.objid FROM pg_depend d
+        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+          AND d.refobjsubid = 0 AND d.deptype = 'n'),
+    -- Their parts: indexes, constraints, defaults and generated columns,
+    -- triggers, policies, rules, statistics objects.
+    parts(classid, objid) AS (
+        SELECT i.classid, i.objid FROM inside i
+        UNION
+        SELECT d.classid, d.objid FROM inside i
+        JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
+        WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
+                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)),
+    -- The code they use, and the code that code uses: functions, operators
+    -- and their functions, operator classes and their families' support
+    -- functions and operators, domains and their CHECKs, range types'
+    -- functions, the fields of composite types. (Built-in objects are
+    -- skipped: a superuser's, and far too many to walk.) Calls inside
+    -- function bodies are text, not dependencies: not seen; they run as
+    -- the owner chosen, as that function's own caller would run them.
+    used(classid, objid) AS (
+        SELECT d.refclassid, d.refobjid FROM parts p
+        JOIN pg_depend d ON d.classid = p.classid AND d.objid = p.objid
+        WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
+          AND d.refobjid >= 16384
+        UNION
+        SELECT y.classid, y.objid FROM used u, LATERAL (
+            -- an operator's function, a family's support functions and operators
+            SELECT d.refclassid, d.refobjid FROM pg_depend d
+            WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass)
+              AND d.classid = u.classid AND d.objid = u.objid
+              AND d.refclassid IN ('pg_proc'::regclass, 'pg_type'::regclass, 'pg_operator'::regclass)
+            UNION ALL
+            SELECT 'pg_proc'::regclass, a.amproc FROM pg_opclass c JOIN pg_amproc a ON a.amprocfamily = c.opcfamily
+            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
+            UNION ALL
+            SELECT 'pg_operator'::regclass, a.amopopr FROM pg_opclass c JOIN pg_amop a ON a.amopfamily = c.opcfamily
+            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
+            UNION ALL
+            -- a domain's CHECKs and what they use
+            SELECT d.refclassid, d.refobjid FROM pg_constraint k
+            JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+            WHERE u.classid = 'pg_type'::regclass AND k.contypid = u.objid
+              AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
+            UNION ALL
+            -- a range type's subtype difference and canonical functions
+            SELECT 'pg_proc'::regclass, f FROM pg_range g, unnest(ARRAY[g.rngsubdiff, g.rngcanonical]::oid[]) f
+            WHERE u.classid = 'pg_type'::regclass AND g.rngtypid = u.objid AND f <> 0
+            UNION ALL
+            -- a composite type's fields
+            SELECT d.refclassid, d.refobjid FROM pg_type t
+            JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = t.typrelid AND d.refclassid = 'pg_type'::regclass
+            WHERE u.classid = 'pg_type'::regclass AND t.oid = u.objid AND t.typrelid <> 0
+        ) y(classid, objid)
+        WHERE y.objid >= 16384),
+    o AS (
+        SELECT i.classid, i.objid, insta_id._object_owner(i.classid, i.objid)::regrole AS owner,
+               pg_describe_object(i.classid, i.objid, 0) AS what
+        FROM inside i
+        UNION ALL
+        SELECT p.classid, p.objid, insta_id._object_owner(p.classid, p.objid)::regrole, pg_describe_object(p.classid, p.objid, 0)
+        FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
+        UNION ALL
+        SELECT u.classid, u.objid, insta_id._object_owner(u.classid, u.objid)::regrole,
+               pg_describe_object(u.classid, u.objid, 0) || ' (used by its objects)'
+        FROM (SELECT DISTINCT * FROM used) u
+        WHERE NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = insta_id._object_owner(u.classid, u.objid)), true))
+    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
+           -- (the first five of each owner's, in name order, and how many more)
+           (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
+                                     CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
+                              '; ' ORDER BY w.owner::text)
+            FROM (SELECT o2.owner, array_agg(DISTINCT o2.what ORDER BY o2.what) AS objects
+                  FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
+    INTO owners, listing FROM o;
+    IF coalesce(cardinality(owners), 0) = 0 THEN
+        RETURN schema_owner;
+    ELSIF cardinality(owners) = 1 THEN
+        RETURN owners[1];
+    END IF;
+    RAISE EXCEPTION '%', CASE WHEN rels IS NULL
+                              THEN format('the objects of schema %s have %s owners', quote_ident(nsp), cardinality(owners))
+                              ELSE format('the code a statement on %s may run has %s owners', array_to_string(rels, ', '), cardinality(owners)) END
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = format('Owned by %s.', listing),
+              HINT = CASE WHEN rels IS NULL
+                          THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
+                          ELSE 'insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link), so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).' END;
+END
+$$;
+
+-- The one owner of the objects of schema nsp (a template's: its copies are
+-- made by it; a migration's target).
+CREATE FUNCTION insta_id._code_owner(nsp name)
+RETURNS regrole
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT insta_id._gate_owner(nsp, NULL) $$;
+
+-- The processes holding a lock on relation rel, for the DETAIL of a wait
+-- that timed out: pid, role, application, mode and since when.
+CREATE FUNCTION insta_id._lock_holders(rel oid)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('process %s (role %s, application %s) holds %s on it since %s',
+                             l.pid, coalesce(quote_ident(a.usename), '?'), coalesce(quote_literal(a.application_name), '?'),
+                             l.mode, coalesce(a.xact_start::text, 'its start')), '; ' ORDER BY l.pid, l.mode)
+    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'relation' AND l.relation = rel AND l.granted AND l.pid <> pg_backend_pid()
+      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+$$;
+
+-- Locks the relations a statement may reach (see the header), each wait
+-- bounded by lock_timeout: 55P03 names the relation and who holds it.
+CREATE FUNCTION insta_id._gate_lock(reach oid[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel oid;
+BEGIN
+    FOREACH rel IN ARRAY reach LOOP
+        BEGIN
+            PERFORM insta_id._lock_relation(rel);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
+                USING ERRCODE = 'lock_not_available',
+                      DETAIL = coalesce(insta_id._lock_holders(rel) || '.', 'Its holder has let it go since.'),
+                      HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
+        END;
+    END LOOP;
+END
+$$;
+
+-- The gate: statements on relations rels (NULL: on anything in schema nsp,
+-- as a migration), run as their code's one owner (see the header).
+CREATE FUNCTION insta_id._gate(nsp name, rels regclass[], statements text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._gate_lock(insta_id._gate_relations(
+        CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
+    PERFORM insta_id._run_in_schema(nsp, insta_id._gate_owner(nsp, rels), statements);
+END
+$$;
+
+-- The gate for one value read from relations rels (the first column of the
+-- query's first row, as text): planning a query folds the owner's code.
+CREATE FUNCTION insta_id._gate_query(nsp name, rels regclass[], query text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._gate_lock(insta_id._gate_relations(NULL, rels::oid[]));
+    RETURN insta_id._query_in_schema(nsp, insta_id._gate_owner(nsp, rels), query);
+END
+$$;

@@ -1,0 +1,242 @@
+-- One gate for tenants' code (issue 54): every statement a helper runs on a
+-- shard's relation, and every read of one, runs as the one owner of the
+-- code PostgreSQL may evaluate for it, or is refused (42501). Each case is
+-- a row: what the DBA (a superuser) and the tenant (the application role)
+-- make in a shard of their own, then the helper the DBA runs. The tenant's
+-- code counts who ran it in sequences, which a rollback does not undo (a
+-- refused helper's code may have run before the refusal): no case may show
+-- a superuser, and a case that succeeds must show its code ran, as the
+-- tenant, or it proves nothing. A new vector is a new row.
+SET client_min_messages = warning;
+\set SHOW_CONTEXT never
+CREATE ROLE insta_id_regress_tenant;
+-- The tenant's code: probe(site), IMMUTABLE (folded wherever PostgreSQL
+-- folds constants); fire(site), a trigger function; and three that leave
+-- something in the caller's session, or try to.
+CREATE SCHEMA tenant_code AUTHORIZATION insta_id_regress_tenant;
+SET ROLE insta_id_regress_tenant;
+CREATE SEQUENCE tenant_code.as_tenant;
+CREATE SEQUENCE tenant_code.as_superuser;
+CREATE SEQUENCE tenant_code.as_other;
+GRANT USAGE ON SCHEMA tenant_code TO PUBLIC;
+GRANT USAGE ON SEQUENCE tenant_code.as_tenant, tenant_code.as_superuser, tenant_code.as_other TO PUBLIC;
+CREATE FUNCTION tenant_code.ran() RETURNS int LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 0 * nextval(CASE WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN 'tenant_code.as_superuser'
+                            WHEN current_user = 'insta_id_regress_tenant' THEN 'tenant_code.as_tenant'
+                            ELSE 'tenant_code.as_other' END::regclass)::int $$;
+CREATE FUNCTION tenant_code.probe(site text) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT tenant_code.ran()';
+CREATE FUNCTION tenant_code.fire() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); RETURN NEW; END';
+CREATE FUNCTION tenant_code.lock_session() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_lock(4242); RETURN NEW; END';
+CREATE FUNCTION tenant_code.lock_transaction() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_xact_lock(4243); RETURN NEW; END';
+CREATE FUNCTION tenant_code.prepare() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); EXECUTE ''PREPARE left_behind AS SELECT 1''; RETURN NEW; END';
+RESET ROLE;
+
+-- The cases. In dba and tenant, {s} is the shard's schema (the tenant's)
+-- and {c} the case's number; in run, {n} is the shard.
+CREATE TABLE gate_cases (n int PRIMARY KEY, c text NOT NULL, dba text NOT NULL, tenant text NOT NULL, run text NOT NULL);
+INSERT INTO gate_cases VALUES
+-- drop_shard's check that a shard is empty plans a read of each table,
+-- folding the tenant's index expressions and predicates, statistics
+-- expressions and partition keys: run as the tenant.
+(701, 'drop_shard: index expression', '',
+ 'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT insta_id.drop_shard({n})'),
+(702, 'drop_shard: partial index predicate', '',
+ 'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t (v) WHERE v > tenant_code.probe(''{c}'')',
+ 'SELECT insta_id.drop_shard({n})'),
+(703, 'drop_shard: statistics expression', '',
+ 'CREATE TABLE {s}.t (v int); CREATE STATISTICS {s}.st ON (v + tenant_code.probe(''{c}'')), v FROM {s}.t',
+ 'SELECT insta_id.drop_shard({n})'),
+(704, 'drop_shard: partition key', '',
+ 'CREATE TABLE {s}.t (v int) PARTITION BY RANGE ((v + tenant_code.probe(''{c}''))); CREATE TABLE {s}.t1 PARTITION OF {s}.t FOR VALUES FROM (0) TO (100)',
+ 'SELECT insta_id.drop_shard({n})'),
+-- The DBA's table with the tenant's index expression: refused, not run.
+(705, 'drop_shard: the DBA''s table, the tenant''s index', 'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))', '',
+ 'SELECT insta_id.drop_shard({n})'),
+-- With force, nothing of the shard is read.
+(706, 'drop_shard, force: index expression', '',
+ 'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT insta_id.drop_shard({n}, force => true)'),
+-- add_id_column fills an existing column with an UPDATE: the triggers a
+-- role granted TRIGGER attached to the DBA's table (a statement trigger
+-- fires for no row too) are refused; the tenant's own table runs as it.
+(711, 'add_id_column: statement trigger of a TRIGGER grantee',
+ 'CREATE TABLE {s}.t (id bigint, v int); GRANT ALL ON {s}.t TO insta_id_regress_tenant',
+ 'CREATE TRIGGER t_st AFTER UPDATE ON {s}.t FOR EACH STATEMENT EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+(712, 'add_id_column: row trigger of a TRIGGER grantee',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); GRANT ALL ON {s}.t TO insta_id_regress_tenant',
+ 'CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+(713, 'add_id_column: the tenant''s table and row trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- adopt_id_column widens a key: PostgreSQL validates every foreign key on
+-- it again, planning a query over both tables as one owner. A referencing
+-- table of the tenant's, of any type, partitioned or not: refused, in a
+-- dry run too.
+(721, 'adopt_id_column: a bigint column referencing the DBA''s key',
+ 'CREATE TABLE {s}.k (id serial PRIMARY KEY); GRANT REFERENCES ON {s}.k TO insta_id_regress_tenant',
+ 'CREATE TABLE {s}.r (k bigint REFERENCES {s}.k, v int); CREATE INDEX ON {s}.r ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT count(*) FROM insta_id.adopt_id_column(''{s}.k'')'),
+(722, 'adopt_id_column, dry run: a bigint column referencing the DBA''s key',
+ 'CREATE TABLE {s}.k (id serial PRIMARY KEY); GRANT REFERENCES ON {s}.k TO insta_id_regress_tenant',
+ 'CREATE TABLE {s}.r (k bigint REFERENCES {s}.k, v int); CREATE INDEX ON {s}.r ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT count(*) FROM insta_id.adopt_id_column(''{s}.k'', dry_run => true)'),
+(723, 'adopt_id_column: a partitioned table referencing the DBA''s key',
+ 'CREATE TABLE {s}.k (id serial PRIMARY KEY); GRANT REFERENCES ON {s}.k TO insta_id_regress_tenant',
+ 'CREATE TABLE {s}.r (k int REFERENCES {s}.k, v int) PARTITION BY RANGE (v); CREATE TABLE {s}.r1 PARTITION OF {s}.r FOR VALUES FROM (0) TO (100); CREATE INDEX ON {s}.r1 ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT count(*) FROM insta_id.adopt_id_column(''{s}.k'')'),
+(724, 'adopt_id_column: the tenant''s key and referencing table', '',
+ 'CREATE TABLE {s}.k (id serial PRIMARY KEY); CREATE TABLE {s}.r (k int REFERENCES {s}.k, v int); CREATE INDEX ON {s}.r ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT count(*) FROM insta_id.adopt_id_column(''{s}.k'')'),
+-- create_partitions reads the default partition (planning folds its
+-- index expressions), drop_partitions detaches through the gate.
+(731, 'create_partitions: the default partition''s index expression', '',
+ 'CREATE TABLE {s}.e (id bigint) PARTITION BY RANGE (id); CREATE TABLE {s}.e_default PARTITION OF {s}.e DEFAULT; CREATE INDEX ON {s}.e_default ((id + tenant_code.probe(''{c}'')))',
+ 'SELECT count(*) FROM insta_id.create_partitions(''{s}.e'', ''1 month'', ''1 month'')'),
+(732, 'create_partitions: the DBA''s table, the tenant''s default partition index',
+ 'CREATE TABLE {s}.e (id bigint) PARTITION BY RANGE (id); CREATE TABLE {s}.e_default PARTITION OF {s}.e DEFAULT; CREATE INDEX ON {s}.e_default ((id + tenant_code.probe(''{c}'')))', '',
+ 'SELECT count(*) FROM insta_id.create_partitions(''{s}.e'', ''1 month'', ''1 month'')'),
+-- Nothing of the tenant's code stays in the caller's session: an advisory
+-- lock is refused and released (PostgreSQL does not tell a session's from
+-- a transaction's, so both are), and so is a prepared statement, which is
+-- deallocated.
+(741, 'add_id_column: a session advisory lock taken by a trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.lock_session(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+(742, 'add_id_column: a transaction advisory lock taken by a trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.lock_transaction(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+(743, 'add_id_column: a statement prepared by a trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.prepare(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})');
+
+-- Each case in a shard of its own, its schema the tenant's. Then, in a
+-- new session (whose relation cache has folded none of the tenant's
+-- expressions yet, as a DBA's would not have), the helper run by the DBA
+-- in a subtransaction, and who ran the tenant's code counted.
+DO $$
+DECLARE
+    g record;
+    s name;
+BEGIN
+    FOR g IN SELECT * FROM gate_cases ORDER BY n LOOP
+        s := insta_id.create_shard(g.n);
+        EXECUTE format('ALTER SCHEMA %I OWNER TO insta_id_regress_tenant', s);
+        IF g.dba <> '' THEN
+            EXECUTE replace(replace(g.dba, '{s}', s), '{c}', g.n::text);
+        END IF;
+        IF g.tenant <> '' THEN
+            SET LOCAL ROLE insta_id_regress_tenant;
+            EXECUTE replace(replace(g.tenant, '{s}', s), '{c}', g.n::text);
+            RESET ROLE;
+        END IF;
+    END LOOP;
+END
+$$;
+\c
+SET client_min_messages = warning;
+\set SHOW_CONTEXT never
+CREATE FUNCTION pg_temp.runs() RETURNS int[] LANGUAGE sql AS $$
+    SELECT ARRAY[coalesce(pg_sequence_last_value('tenant_code.as_tenant'), 0),
+                 coalesce(pg_sequence_last_value('tenant_code.as_superuser'), 0),
+                 coalesce(pg_sequence_last_value('tenant_code.as_other'), 0)]::int[] $$;
+CREATE TABLE gate_results (n int, outcome text, as_tenant boolean, as_superuser boolean, as_other boolean,
+                           locks_left bigint, prepared_left bigint);
+DO $$
+DECLARE
+    g record;
+    state text;
+    before int[];
+BEGIN
+    FOR g IN SELECT * FROM gate_cases ORDER BY n LOOP
+        before := pg_temp.runs();
+        BEGIN
+            EXECUTE replace(replace(g.run, '{n}', g.n::text), '{s}', 'insta' || g.n);
+            state := 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            state := SQLSTATE;
+        END;
+        INSERT INTO gate_results
+        SELECT g.n, state, a[1] > before[1], a[2] > before[2], a[3] > before[3],
+               (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objid = 4242 AND l.pid = pg_backend_pid()),
+               (SELECT count(*) FROM pg_prepared_statements)
+        FROM pg_temp.runs() a;
+        PERFORM pg_advisory_unlock_all();
+        DEALLOCATE ALL;
+        PERFORM insta_id.drop_shard(g.n, force => true) FROM insta_id.shards() x WHERE x.shard_id = g.n;
+    END LOOP;
+END
+$$;
+-- outcome: ok, or the SQLSTATE; whether the tenant's code ran as the
+-- tenant, as a superuser (never), as another role (never).
+SELECT g.n, g.c AS "case", r.outcome, r.as_tenant, r.as_superuser, r.as_other, r.locks_left, r.prepared_left
+FROM gate_cases g JOIN gate_results r USING (n) ORDER BY g.n;
+-- Every case proved something: refused (42501) before the tenant's code
+-- ran, or done with it run as the tenant (741 to 743: run as the tenant,
+-- then refused; 706, drop_shard with force, reads nothing).
+SELECT g.n, g.c AS proves_nothing FROM gate_cases g JOIN gate_results r USING (n)
+WHERE r.as_superuser OR r.as_other
+   OR NOT CASE WHEN g.n BETWEEN 741 AND 743 THEN r.outcome = '42501' AND r.as_tenant
+               WHEN g.n = 706 THEN r.outcome = 'ok' AND NOT r.as_tenant
+               ELSE (r.outcome = '42501' AND NOT r.as_tenant) OR (r.outcome = 'ok' AND r.as_tenant) END;
+
+-- A refusal names each owner and its objects.
+SELECT insta_id.create_shard(790);
+ALTER SCHEMA insta790 OWNER TO insta_id_regress_tenant;
+CREATE TABLE insta790.t (id bigint, v int);
+GRANT ALL ON insta790.t TO insta_id_regress_tenant;
+SET ROLE insta_id_regress_tenant;
+CREATE TRIGGER t_st AFTER UPDATE ON insta790.t FOR EACH STATEMENT EXECUTE FUNCTION tenant_code.fire('named');
+RESET ROLE;
+SELECT insta_id.add_id_column('insta790.t', 'id', 790);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.drop_shard(790, force => true);
+
+-- The registry is written only through insta_id's checked writer: a
+-- delegated administrator holds no INSERT, UPDATE or DELETE on insta_id's
+-- tables, and may not register, re-point or unregister a schema it cannot
+-- act as the owner of.
+CREATE ROLE insta_id_regress_delegate;
+SELECT insta_id.grant_shard_admin('insta_id_regress_delegate');
+SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_delegate', current_database()) \gexec
+CREATE SCHEMA dba_only;
+CREATE TABLE dba_only.secrets (v text);
+SET ROLE insta_id_regress_delegate;
+SELECT insta_id.create_shard(795);
+CREATE TEMP TABLE delegate_rows (n int, attempt text, sql text);
+INSERT INTO delegate_rows VALUES
+(1, 'update the registry', 'UPDATE insta_id_admin.shard_registry SET schema_name = ''dba_only'' WHERE shard_id = 795'),
+(2, 'insert into the registry', 'INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (796, ''dba_only'')'),
+(3, 'delete from the registry', 'DELETE FROM insta_id_admin.shard_registry WHERE shard_id = 795'),
+(4, 'record a migration', 'INSERT INTO insta_id_admin.applied_migrations (schema_name, migration) VALUES (''insta795'', ''x'')'),
+(5, 'register the DBA''s schema through the writer', 'SELECT insta_id._admin_write(''add'', ''{"shard": 796, "schema": "dba_only"}'')'),
+(6, 'adopt the DBA''s schema', 'SELECT insta_id.adopt_shard(''dba_only'', 796)'),
+(7, 'call the write itself', 'SELECT insta_id._admin_write_apply(''add'', ''{"shard": 796, "schema": "dba_only"}'')'),
+(8, 'an unknown write', 'SELECT insta_id._admin_write(''truncate'', ''{}'')');
+CREATE FUNCTION pg_temp.attempt(sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+    RETURN 'done';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$;
+SELECT n, attempt, pg_temp.attempt(sql) AS outcome FROM delegate_rows ORDER BY n;
+DROP TABLE delegate_rows;
+-- Its own shard it may drop, through the writer.
+SELECT insta_id.drop_shard(795);
+RESET ROLE;
+SELECT shard_id, schema_name FROM insta_id_admin.shard_registry WHERE shard_id BETWEEN 795 AND 796 OR schema_name = 'dba_only';
+
+SELECT insta_id.grant_shard_admin('insta_id_regress_delegate', revoke => true);
+SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_delegate', current_database()) \gexec
+DROP OWNED BY insta_id_regress_delegate;
+DROP ROLE insta_id_regress_delegate;
+DROP TABLE gate_cases, gate_results;
+DROP SCHEMA dba_only, tenant_code CASCADE;
+DROP ROLE insta_id_regress_tenant;
