@@ -208,7 +208,9 @@ CREATE FUNCTION insta_id._code_owner(nsp name)
 RETURNS regrole
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT insta_id._gate_owner(nsp, NULL) $$;
+AS $$
+    SELECT insta_id._gate_owner(nsp, NULL)
+$$;
 
 -- The processes holding a lock on relation rel, for the DETAIL of a wait
 -- that timed out: pid, role, application, mode and since when.

@@ -1,0 +1,1707 @@
+-- insta_id 0.10.0 -> 0.11.0: one gate for tenants' code (issue 54). Every
+-- statement a helper runs on a shard's relation goes through _gate or
+-- _gate_query (src/sql/gate.sql): as the one owner of the code PostgreSQL
+-- may evaluate for it, or refused; insta_id's tables are written only
+-- through _admin_write, which checks each write; drop_shard and
+-- add_id_column take a lock_timeout. Every function below is the one in
+-- src/sql/; t/007_upgrade checks that an updated database matches a fresh
+-- 0.11.0 install.
+\echo Use "ALTER EXTENSION insta_id UPDATE TO '0.11.0'" to load this file. \quit
+
+-- A relation's lock for the gate (src/locks.rs, src/sql/gate.sql).
+CREATE FUNCTION insta_id._lock_relation(rel oid)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+
+
+-- The relations a statement on rels (and, with nsp, on any relation of
+-- schema nsp) may reach: those, their partitions and inheritance children
+-- and parents, and the tables their foreign keys link in either direction,
+-- until nothing new is found. Foreign keys are followed through pg_depend
+-- (indexed both ways; pg_constraint has no index on the referenced table).
+CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[])
+RETURNS oid[]
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE reach(rel) AS (
+        SELECT r FROM unnest(rels) r
+        UNION
+        SELECT c.oid FROM pg_class c
+        WHERE nsp IS NOT NULL AND c.relnamespace = nsp AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        UNION
+        SELECT y.rel FROM reach x, LATERAL (
+            SELECT h.inhrelid FROM pg_inherits h WHERE h.inhparent = x.rel
+            UNION ALL
+            SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = x.rel
+            UNION ALL
+            -- (a foreign key records its dependency on both of its tables)
+            SELECT other.refobjid FROM pg_depend d
+            JOIN pg_constraint k ON k.oid = d.objid AND k.contype = 'f'
+            JOIN pg_depend other ON other.classid = 'pg_constraint'::regclass AND other.objid = k.oid
+                                AND other.refclassid = 'pg_class'::regclass AND other.refobjid <> x.rel
+            WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
+        ) y(rel))
+    SELECT coalesce(array_agg(DISTINCT reach.rel ORDER BY reach.rel), '{}')
+    FROM reach JOIN pg_class c ON c.oid = reach.rel AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+$$;
+
+
+-- Who runs a statement on rels (and on schema nsp's relations and objects,
+-- when nsp is given, as a migration does): the one owner of the relations
+-- _gate_relations finds, of their parts, and of the code outside them that
+-- those parts use (see this file's header). Several owners: 42501, naming
+-- them. None (nothing but superusers' code, no relation): the schema's
+-- owner. The decision only: _gate runs the statements.
+CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[])
+RETURNS regrole
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp_oid oid;
+    schema_owner regrole;
+    owners regrole[];
+    listing text;
+BEGIN
+    SELECT n.oid, n.nspowner::regrole INTO nsp_oid, schema_owner FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    WITH RECURSIVE reach AS (
+        SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
+    -- What counts whoever owns it: the relations, and with a schema every
+    -- object in it (a migration may name any of them).
+    inside(classid, objid) AS (
+        SELECT 'pg_class'::regclass::oid, r.rel FROM reach r
+        UNION
+        SELECT d.classid, d.objid FROM pg_depend d
+        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+          AND d.refobjsubid = 0 AND d.deptype = 'n'),
+    -- Their parts: indexes, constraints, defaults and generated columns,
+    -- triggers, policies, rules, statistics objects.
+    parts(classid, objid) AS (
+        SELECT i.classid, i.objid FROM inside i
+        UNION
+        SELECT d.classid, d.objid FROM inside i
+        JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
+        WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
+                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)),
+    -- The code they use, and the code that code uses: functions, operators
+    -- and their functions, operator classes and their families' support
+    -- functions and operators, domains and their CHECKs, range types'
+    -- functions, the fields of composite types. (Built-in objects are
+    -- skipped: a superuser's, and far too many to walk.) Calls inside
+    -- function bodies are text, not dependencies: not seen; they run as
+    -- the owner chosen, as that function's own caller would run them.
+    used(classid, objid) AS (
+        SELECT d.refclassid, d.refobjid FROM parts p
+        JOIN pg_depend d ON d.classid = p.classid AND d.objid = p.objid
+        WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
+          AND d.refobjid >= 16384
+        UNION
+        SELECT y.classid, y.objid FROM used u, LATERAL (
+            -- an operator's function, a family's support functions and operators
+            SELECT d.refclassid, d.refobjid FROM pg_depend d
+            WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass)
+              AND d.classid = u.classid AND d.objid = u.objid
+              AND d.refclassid IN ('pg_proc'::regclass, 'pg_type'::regclass, 'pg_operator'::regclass)
+            UNION ALL
+            SELECT 'pg_proc'::regclass, a.amproc FROM pg_opclass c JOIN pg_amproc a ON a.amprocfamily = c.opcfamily
+            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
+            UNION ALL
+            SELECT 'pg_operator'::regclass, a.amopopr FROM pg_opclass c JOIN pg_amop a ON a.amopfamily = c.opcfamily
+            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
+            UNION ALL
+            -- a domain's CHECKs and what they use
+            SELECT d.refclassid, d.refobjid FROM pg_constraint k
+            JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+            WHERE u.classid = 'pg_type'::regclass AND k.contypid = u.objid
+              AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
+            UNION ALL
+            -- a range type's subtype difference and canonical functions
+            SELECT 'pg_proc'::regclass, f FROM pg_range g, unnest(ARRAY[g.rngsubdiff, g.rngcanonical]::oid[]) f
+            WHERE u.classid = 'pg_type'::regclass AND g.rngtypid = u.objid AND f <> 0
+            UNION ALL
+            -- a composite type's fields
+            SELECT d.refclassid, d.refobjid FROM pg_type t
+            JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = t.typrelid AND d.refclassid = 'pg_type'::regclass
+            WHERE u.classid = 'pg_type'::regclass AND t.oid = u.objid AND t.typrelid <> 0
+        ) y(classid, objid)
+        WHERE y.objid >= 16384),
+    o AS (
+        SELECT i.classid, i.objid, insta_id._object_owner(i.classid, i.objid)::regrole AS owner,
+               pg_describe_object(i.classid, i.objid, 0) AS what
+        FROM inside i
+        UNION ALL
+        SELECT p.classid, p.objid, insta_id._object_owner(p.classid, p.objid)::regrole, pg_describe_object(p.classid, p.objid, 0)
+        FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
+        UNION ALL
+        SELECT u.classid, u.objid, insta_id._object_owner(u.classid, u.objid)::regrole,
+               pg_describe_object(u.classid, u.objid, 0) || ' (used by its objects)'
+        FROM (SELECT DISTINCT * FROM used) u
+        WHERE NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = insta_id._object_owner(u.classid, u.objid)), true))
+    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
+           -- (the first five of each owner's, in name order, and how many more)
+           (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
+                                     CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
+                              '; ' ORDER BY w.owner::text)
+            FROM (SELECT o2.owner, array_agg(DISTINCT o2.what ORDER BY o2.what) AS objects
+                  FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
+    INTO owners, listing FROM o;
+    IF coalesce(cardinality(owners), 0) = 0 THEN
+        RETURN schema_owner;
+    ELSIF cardinality(owners) = 1 THEN
+        RETURN owners[1];
+    END IF;
+    RAISE EXCEPTION '%', CASE WHEN rels IS NULL
+                              THEN format('the objects of schema %s have %s owners', quote_ident(nsp), cardinality(owners))
+                              ELSE format('the code a statement on %s may run has %s owners', array_to_string(rels, ', '), cardinality(owners)) END
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = format('Owned by %s.', listing),
+              HINT = CASE WHEN rels IS NULL
+                          THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
+                          ELSE 'insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link), so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).' END;
+END
+$$;
+
+
+-- The one owner of the objects of schema nsp (a template's: its copies are
+-- made by it; a migration's target).
+CREATE OR REPLACE FUNCTION insta_id._code_owner(nsp name)
+RETURNS regrole
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT insta_id._gate_owner(nsp, NULL)
+$$;
+
+
+-- The processes holding a lock on relation rel, for the DETAIL of a wait
+-- that timed out: pid, role, application, mode and since when.
+CREATE FUNCTION insta_id._lock_holders(rel oid)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('process %s (role %s, application %s) holds %s on it since %s',
+                             l.pid, coalesce(quote_ident(a.usename), '?'), coalesce(quote_literal(a.application_name), '?'),
+                             l.mode, coalesce(a.xact_start::text, 'its start')), '; ' ORDER BY l.pid, l.mode)
+    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'relation' AND l.relation = rel AND l.granted AND l.pid <> pg_backend_pid()
+      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+$$;
+
+
+-- Locks the relations a statement may reach (see the header), each wait
+-- bounded by lock_timeout: 55P03 names the relation and who holds it.
+CREATE FUNCTION insta_id._gate_lock(reach oid[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel oid;
+BEGIN
+    FOREACH rel IN ARRAY reach LOOP
+        BEGIN
+            PERFORM insta_id._lock_relation(rel);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
+                USING ERRCODE = 'lock_not_available',
+                      DETAIL = coalesce(insta_id._lock_holders(rel) || '.', 'Its holder has let it go since.'),
+                      HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
+        END;
+    END LOOP;
+END
+$$;
+
+
+-- The gate: statements on relations rels (NULL: on anything in schema nsp,
+-- as a migration), run as their code's one owner (see the header).
+CREATE FUNCTION insta_id._gate(nsp name, rels regclass[], statements text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._gate_lock(insta_id._gate_relations(
+        CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
+    PERFORM insta_id._run_in_schema(nsp, insta_id._gate_owner(nsp, rels), statements);
+END
+$$;
+
+
+-- The gate for one value read from relations rels (the first column of the
+-- query's first row, as text): planning a query folds the owner's code.
+CREATE FUNCTION insta_id._gate_query(nsp name, rels regclass[], query text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM insta_id._gate_lock(insta_id._gate_relations(NULL, rels::oid[]));
+    RETURN insta_id._query_in_schema(nsp, insta_id._gate_owner(nsp, rels), query);
+END
+$$;
+
+
+-- The one writer of insta_id's tables (src/registry.rs): a delegated shard
+-- administrator holds no INSERT, UPDATE or DELETE on them, so every helper
+-- writes through _admin_write, which checks what the role calling it may
+-- write (_admin_write_check, adopt_shard's rules) and then writes it
+-- (_admin_write_apply) as the tables' owner. Its operations, and args:
+--   add           {shard, schema}       register a schema as a shard
+--   set_template  {shard, template}     the template a shard was copied from
+--   remove        {shard}               unregister a shard, with its history
+--   migration     {name, template, statements}   record a migration
+--   applied       {schema, migrations}  a schema has these migrations
+--   lock          {shard, exclusive}    a shard's row locked (drop_shard: FOR
+--                                       UPDATE; migrate: FOR SHARE), which
+--                                       needs UPDATE on the table; any
+--                                       caller of the helpers may, as before
+CREATE FUNCTION insta_id._admin_write(op text, args jsonb)
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_admin_write';
+
+
+-- Whether role caller may make write op: each schema it names exists, is
+-- no system schema or template, and is one the caller may act as the owner
+-- of (for a migration's history, the owner of its objects will do: the
+-- gate runs its statements as that role). Raises, or returns.
+CREATE FUNCTION insta_id._admin_write_check(caller regrole, op text, args jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    shard int := (args->>'shard')::int;
+    may boolean;
+BEGIN
+    nsp := CASE op WHEN 'add' THEN args->>'schema'
+                   WHEN 'applied' THEN args->>'schema'
+                   WHEN 'migration' THEN args->>'template'
+                   WHEN 'set_template' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
+                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
+    IF op NOT IN ('add', 'set_template', 'remove', 'migration', 'applied', 'lock') THEN
+        RAISE EXCEPTION 'no such write of insta_id''s tables: %', op USING ERRCODE = 'invalid_parameter_value';
+    ELSIF op = 'lock' THEN
+        RETURN;  -- (a row lock changes nothing; a row gone meanwhile is not locked)
+    ELSIF op IN ('set_template', 'remove') AND nsp IS NULL THEN
+        RAISE EXCEPTION 'shard % does not exist', shard USING ERRCODE = 'undefined_object';
+    END IF;
+    IF op = 'add' THEN
+        PERFORM insta_id._check_shard_id(shard);
+        IF nsp IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR nsp LIKE 'pg\_%'
+           OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = nsp)
+           OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = nsp) THEN
+            RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(nsp)
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
+        END IF;
+    END IF;
+    IF op = 'set_template' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = args->>'template') THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF op IN ('applied', 'migration') AND EXISTS (
+           SELECT FROM jsonb_array_elements_text(coalesce(args->'migrations', '[]')) m
+           WHERE NOT EXISTS (SELECT FROM insta_id_admin.migrations x WHERE x.name = m)) THEN
+        RAISE EXCEPTION 'no such migration among %', args->'migrations' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A shard whose schema is gone (drop_shard dropped it first) may be
+    -- unregistered by any caller of drop_shard: nothing is left to reach.
+    IF op = 'remove' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RETURN;
+    END IF;
+    SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = nsp;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF NOT may AND op IN ('applied', 'migration') THEN
+        BEGIN
+            may := pg_has_role(caller, insta_id._code_owner(nsp), 'USAGE');
+        EXCEPTION WHEN insufficient_privilege THEN
+            may := false;  -- (objects of several owners)
+        END;
+    END IF;
+    IF NOT may THEN
+        RAISE EXCEPTION 'role % may not act as the owner of schema %, which this would record in insta_id''s tables', caller, quote_ident(nsp)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Operation %s: %s.', op, args),
+                  HINT = 'Only a role that may act as a schema''s owner may register, re-point or unregister it, or record its migrations.';
+    END IF;
+END
+$$;
+
+
+-- The write itself, run by _admin_write as the tables' owner once checked.
+-- Nobody's but the extension owner's.
+CREATE FUNCTION insta_id._admin_write_apply(op text, args jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+BEGIN
+    CASE op
+    WHEN 'lock' THEN
+        IF (args->>'exclusive')::boolean THEN
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int FOR UPDATE;
+        ELSE
+            PERFORM FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int FOR SHARE;
+        END IF;
+    WHEN 'add' THEN
+        INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES ((args->>'shard')::int, args->>'schema');
+    WHEN 'set_template' THEN
+        UPDATE insta_id_admin.shard_registry r SET template_schema = args->>'template' WHERE r.shard_id = (args->>'shard')::int;
+    WHEN 'remove' THEN
+        DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = (args->>'shard')::int RETURNING r.schema_name INTO nsp;
+        IF EXISTS (SELECT FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp) THEN
+            DELETE FROM insta_id_admin.applied_migrations a WHERE a.schema_name = nsp;
+        END IF;
+    WHEN 'migration' THEN
+        INSERT INTO insta_id_admin.migrations (name, template_schema, statements)
+        VALUES (args->>'name', args->>'template', args->>'statements');
+    WHEN 'applied' THEN
+        INSERT INTO insta_id_admin.applied_migrations (schema_name, migration)
+        SELECT args->>'schema', m FROM jsonb_array_elements_text(args->'migrations') m;
+    END CASE;
+END
+$$;
+
+
+CREATE OR REPLACE FUNCTION insta_id.create_shard(shard_id int, schema_name text DEFAULT NULL)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    taken name;
+BEGIN
+    IF create_shard.shard_id IS NULL THEN
+        RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(create_shard.shard_id);
+    PERFORM insta_id._check_name(create_shard.schema_name);
+    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+            USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
+    END IF;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp)
+       OR EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+        RAISE EXCEPTION 'schema % already exists', quote_ident(nsp)
+            USING ERRCODE = 'duplicate_schema',
+                  HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
+    END IF;
+    EXECUTE format('CREATE SCHEMA %I', nsp);
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+
+CREATE OR REPLACE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    PERFORM insta_id._check_shard_id(adopt_shard.shard_id);
+    PERFORM insta_id._check_name(adopt_shard.schema_name);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % does not exist', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    -- A shard is a schema drop_shard may drop and migrate may change.
+    IF adopt_shard.schema_name IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR adopt_shard.schema_name LIKE 'pg\_%'
+       OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = adopt_shard.schema_name)
+       OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % cannot be a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
+    END IF;
+    -- Registering a schema lets drop_shard drop it: only its owner may.
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name
+                   AND pg_has_role(current_user, n.nspowner, 'USAGE')) THEN
+        RAISE EXCEPTION 'must be owner of schema % to adopt it as a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = adopt_shard.shard_id) THEN
+        RAISE EXCEPTION 'shard % already exists', adopt_shard.shard_id USING ERRCODE = 'unique_violation';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = adopt_shard.schema_name) THEN
+        RAISE EXCEPTION 'schema % is already a shard', quote_ident(adopt_shard.schema_name)
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- Every next_id column of the schema must mint this shard's IDs.
+    -- (the schema by OID: the planner filters pg_class to it before the
+    -- function runs on a row, whatever its statistics say)
+    SELECT c.oid::regclass AS tbl, a.attname, insta_id._next_id_default_shard(c.oid, a.attname) AS shard INTO bad
+    FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = adopt_shard.schema_name)
+      AND c.relkind IN ('r', 'p')
+      AND insta_id._next_id_default_shard(c.oid, a.attname) <> adopt_shard.shard_id
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column "%" of % mints IDs for shard %, not %', bad.attname, bad.tbl, bad.shard, adopt_shard.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', adopt_shard.shard_id, 'schema', adopt_shard.schema_name));
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
+'Registers an existing schema (for example restored from another server) as a logical shard';
+
+
+DROP FUNCTION insta_id.drop_shard(int, boolean);
+-- Longer than a screen: every refusal (rows, dependents outside the shard,
+-- a move in progress) is decided under the locks the drop then uses.
+-- Every lock it waits for, at most lock_timeout (a role without grants can
+-- hold a shard's relation by OID: its ACCESS EXCLUSIVE request would queue
+-- every writer of the shard behind it); on timeout, 55P03 names the holder.
+CREATE FUNCTION insta_id.drop_shard(shard_id int, force boolean DEFAULT false, lock_timeout text DEFAULT '2s')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- The row check reads every row or fails (42501): a row-level security
+-- policy that would hide rows from the caller never makes a table look empty.
+SET row_security = off
+AS $$
+DECLARE
+    nsp name;
+    nsp_oid oid;
+    rel regclass;
+    obj record;
+    outside text;
+BEGIN
+    IF drop_shard.lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'lock_timeout must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM set_config('lock_timeout', drop_shard.lock_timeout, true);  -- a bad value fails here (22023)
+    -- The registry row, locked: a migration of this shard (which holds it
+    -- FOR SHARE) finishes first, and none starts meanwhile. (Read again
+    -- once locked: a row gone meanwhile is no shard.)
+    PERFORM insta_id._admin_write('lock', jsonb_build_object('shard', drop_shard.shard_id, 'exclusive', true));
+    SELECT r.schema_name INTO nsp FROM insta_id_admin.shard_registry r WHERE r.shard_id = drop_shard.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', drop_shard.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+    nsp_oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
+    IF nsp_oid IS NOT NULL THEN
+        -- The schema's own lock first: no object arrives in it (every CREATE
+        -- there holds that lock shared) between the check and the DROP.
+        IF NOT insta_id._lock_schema(nsp_oid) THEN
+            nsp_oid := NULL;  -- dropped meanwhile
+        ELSE
+            -- Its relations, types and routines too, in a fixed order, as DROP
+            -- would lock them: what would come to depend on them from outside
+            -- (a view, a foreign key, a function taking a type) waits, and is
+            -- seen below. (Before PostgreSQL 17, making a function or a
+            -- column of a type does not lock the type: see docs/shards.md.)
+            FOR obj IN SELECT d.classid, d.objid FROM pg_depend d
+                       WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+                         AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
+                       ORDER BY d.classid, d.objid LOOP
+                BEGIN
+                    PERFORM insta_id._lock_object(obj.classid, obj.objid);
+                EXCEPTION WHEN lock_not_available THEN
+                    RAISE EXCEPTION 'drop_shard(%) could not lock % within lock_timeout (%)', drop_shard.shard_id,
+                                    pg_describe_object(obj.classid, obj.objid, 0), drop_shard.lock_timeout
+                        USING ERRCODE = 'lock_not_available',
+                              DETAIL = concat_ws(' ', CASE WHEN obj.classid = 'pg_class'::regclass
+                                                           THEN insta_id._lock_holders(obj.objid) || '.' END, 'Nothing was dropped.'),
+                              HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or pass a longer lock_timeout; then call drop_shard again.';
+                END;
+            END LOOP;
+        END IF;
+    END IF;
+    IF nsp_oid IS NOT NULL THEN
+        -- What DROP SCHEMA ... CASCADE would drop, found as PostgreSQL finds
+        -- it: every object that depends on the schema, and on those, by any
+        -- kind of dependency (normal, automatic as a partition's or a
+        -- column's, internal), a column taking only what depends on that
+        -- column; and the whole that an internal part or an extension's
+        -- member belongs to (a view for its rule). Any of it outside the
+        -- shard is refused: views, foreign keys, partitions, columns of its
+        -- types or collations, functions taking them, operators on its
+        -- functions, and schemaless objects (casts, transforms, extensions).
+        WITH RECURSIVE doomed(classid, objid, objsubid) AS (
+            SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+            UNION
+            SELECT y.classid, y.objid, y.objsubid FROM doomed x, LATERAL (
+                SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+                WHERE d.refclassid = x.classid AND d.refobjid = x.objid AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
+                UNION ALL
+                SELECT d.refclassid, d.refobjid, 0 FROM pg_depend d
+                WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype IN ('i', 'e')) y)
+        SELECT string_agg(DISTINCT pg_describe_object(x.classid, x.objid, x.objsubid), ', '
+                          ORDER BY pg_describe_object(x.classid, x.objid, x.objsubid)) INTO outside
+        FROM doomed x
+        -- (a part listed with its whole: a row type, an array type, a TOAST table)
+        WHERE NOT EXISTS (SELECT FROM pg_depend p WHERE p.classid = x.classid AND p.objid = x.objid AND p.deptype = 'i')
+          AND coalesce(CASE x.classid
+                  -- (a TOAST table and its index: their table's schema)
+                  WHEN 'pg_class'::regclass THEN (SELECT CASE WHEN c.relnamespace = 'pg_toast'::regnamespace
+                                                              THEN (SELECT t.relnamespace FROM pg_class t
+                                                                    WHERE t.reltoastrelid = coalesce((SELECT i.indrelid FROM pg_index i
+                                                                                                      WHERE i.indexrelid = c.oid), c.oid))
+                                                              ELSE c.relnamespace END
+                                                  FROM pg_class c WHERE c.oid = x.objid)
+                  WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
+                  WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
+                  WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                                                    WHERE r.oid = x.objid)
+                  WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
+                                                    WHERE a.oid = x.objid)
+                  WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
+                                                       LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
+                  WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                                                    WHERE t.oid = x.objid)
+                  WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+                                                   WHERE p.oid = x.objid)
+                  WHEN 'pg_amop'::regclass THEN (SELECT f.opfnamespace FROM pg_amop a JOIN pg_opfamily f ON f.oid = a.amopfamily
+                                                 WHERE a.oid = x.objid)
+                  WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
+                                                   WHERE a.oid = x.objid)
+                  -- (default privileges in the schema: anyone may set theirs)
+                  WHEN 'pg_default_acl'::regclass THEN (SELECT a.defaclnamespace FROM pg_default_acl a WHERE a.oid = x.objid)
+                  -- (a publication loses the shard's tables or the schema, and stays)
+                  WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
+                                                            JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
+                  WHEN 'pg_publication_namespace'::regclass THEN (SELECT r.pnnspid FROM pg_publication_namespace r
+                                                                  WHERE r.oid = x.objid)
+                  -- (operators, operator classes, collations, statistics,
+                  -- text search objects, ...: the schema PostgreSQL names;
+                  -- none for casts and other schemaless objects)
+                  ELSE (SELECT n.oid FROM pg_namespace n
+                        WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
+                  END, 0) <> nsp_oid;
+        IF outside IS NOT NULL THEN
+            RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      DETAIL = format('Dropping schema %I would also drop: %s.', nsp, outside),
+                      HINT = 'Drop or change them first; drop_shard drops the shard''s own objects only, with force too.';
+        END IF;
+        IF NOT coalesce(force, false) THEN
+            FOR rel IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp_oid AND c.relkind IN ('r', 'p') ORDER BY c.relname LOOP
+                -- Locked above (ACCESS EXCLUSIVE): no row arrives between
+                -- the check and the drop. Read through the gate: planning
+                -- the query folds the owner's index expressions, predicates,
+                -- partition keys and statistics expressions.
+                IF insta_id._gate_query(nsp, ARRAY[rel], format('SELECT true FROM %s LIMIT 1', rel)) IS NOT NULL THEN
+                    RAISE EXCEPTION 'shard % still has rows in %', drop_shard.shard_id, rel
+                        USING ERRCODE = 'object_not_in_prerequisite_state',
+                              HINT = 'Use insta_id.drop_shard(shard_id, force => true) to drop it with its data.';
+                END IF;
+            END LOOP;
+        END IF;
+        -- (by its name as it is now: the schema locked is the one dropped)
+        EXECUTE format('DROP SCHEMA %I CASCADE', (SELECT n.nspname FROM pg_namespace n WHERE n.oid = nsp_oid));
+    END IF;
+    PERFORM insta_id._admin_write('remove', jsonb_build_object('shard', drop_shard.shard_id));
+END
+$$;
+COMMENT ON FUNCTION insta_id.drop_shard(int, boolean, text) IS
+'Drops a logical shard: its schema and registry row; refuses while it has rows unless force; waits at most lock_timeout for each lock';
+
+
+DROP FUNCTION insta_id.add_id_column(regclass, name, int);
+-- Longer than a screen: its checks (the table's shard, an existing column,
+-- the lock) must all pass before the one ALTER, in one transaction.
+-- Waits at most lock_timeout for each lock (the gate's, the ALTER's).
+CREATE FUNCTION insta_id.add_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
+                                       lock_timeout text DEFAULT '2s')
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    shard int := add_id_column.shard_id;
+    col_type regtype;
+    has_default boolean;
+    existing_shard int;
+    seq regclass;
+    seq_name text;
+    stmts text[] := '{}';
+BEGIN
+    IF add_id_column.lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'lock_timeout must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT n.nspname, c.relname INTO nsp, tblname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = tbl AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    END IF;
+    shard := insta_id._table_shard(tbl, nsp, shard);
+
+    SELECT a.atttypid::regtype, a.atthasdef INTO col_type, has_default
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+    IF FOUND THEN
+        IF col_type NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) THEN
+            RAISE EXCEPTION 'column "%" of % is of type %, not bigint', col, tbl, col_type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        existing_shard := insta_id._next_id_default_shard(tbl, col);
+        IF existing_shard IS NOT NULL AND existing_shard <> shard THEN
+            RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        ELSIF existing_shard IS NULL AND has_default THEN
+            RAISE EXCEPTION 'column "%" of % already has a default', col, tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = format('The default is %s.', (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                               WHERE d.adrelid = tbl AND a.attname = col)),
+                      HINT = 'Drop the default first (ALTER TABLE ... ALTER COLUMN ... DROP DEFAULT).';
+        END IF;
+    END IF;
+
+    -- The sequence: the one the column owns already, or a new one named like serial's.
+    IF col_type IS NOT NULL THEN
+        seq := pg_get_serial_sequence(format('%I.%I', nsp, tblname), col)::regclass;
+    END IF;
+    IF seq IS NULL THEN
+        seq_name := format('%I.%I', nsp, insta_id._sequence_name(nsp, tblname, col));
+        stmts := stmts || format('CREATE SEQUENCE %s CACHE %s', seq_name,
+                                 CASE insta_id.guard_mode() WHEN 'shared' THEN 32 ELSE 1 END);
+    ELSE
+        seq_name := seq::text;
+    END IF;
+
+    IF col_type IS NULL THEN
+        -- A new column: existing rows get IDs from the default as it is added.
+        stmts := stmts || format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
+                                 tbl, col, shard, seq_name);
+    ELSE
+        IF col_type <> 'bigint'::regtype THEN
+            stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I TYPE bigint', tbl, col);
+        END IF;
+        stmts := stmts || format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)',
+                                 tbl, col, shard, seq_name)
+                       || format('UPDATE %s SET %I = DEFAULT WHERE %I IS NULL', tbl, col, col)
+                       || format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, col);
+    END IF;
+    stmts := stmts || format('ALTER SEQUENCE %s OWNED BY %s.%I', seq_name, tbl, col);
+    -- Through the gate: filling the column fires the table's triggers and
+    -- rebuilds its indexes, code run as its one owner or refused.
+    PERFORM set_config('lock_timeout', add_id_column.lock_timeout, true);  -- a bad value fails here (22023)
+    PERFORM insta_id._gate(nsp, ARRAY[tbl], stmts);
+    RETURN seq_name::regclass;
+END
+$$;
+COMMENT ON FUNCTION insta_id.add_id_column(regclass, name, int, text) IS
+'Makes a column a next_id column: bigint NOT NULL, DEFAULT next_id(shard, its own sequence). Idempotent.';
+
+
+-- Refuses (55000) a column holding a value at or above the first ID
+-- next_id can mint now for shard: old keys and new IDs would meet. Returns
+-- the largest value (NULL: no rows). Read through the gate: planning a
+-- query on the table folds its indexes' expressions and predicates, the
+-- owner's code. With row_security off, so
+-- that a policy hiding rows from the owner fails the read (42501) rather
+-- than hide the largest value.
+CREATE OR REPLACE FUNCTION insta_id._check_below_ids(tbl regclass, col name, shard int)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    highest bigint;
+    first_id bigint := insta_id.min_id(now(), shard);
+BEGIN
+    highest := insta_id._gate_query(
+        (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl),
+        ARRAY[tbl], format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', col, tbl))::bigint;
+    IF highest >= first_id THEN
+        RAISE EXCEPTION 'column "%" of % holds %, not below the IDs next_id mints', col, tbl, highest
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('The first ID next_id can mint for shard %s now is %s: old keys and new IDs would meet.', shard, first_id),
+                  HINT = 'Give the table a new id column instead (insta_id.add_id_column).';
+    END IF;
+    RETURN highest;
+END
+$$;
+
+
+-- Longer than a screen: every check before the first change, then the
+-- locks, then the changes, each step a row of the plan it returns.
+-- adopt_id_column makes a live table's integer key an insta_id key in
+-- place: the column keeps every value, and new rows get next_id over the
+-- column's own sequence (serial's, or a new one where an identity's is
+-- dropped: PostgreSQL allows no default on an identity column). It refuses
+-- unless every existing value is below the first ID next_id can mint now,
+-- so old keys and new ones never meet and keep their order. An integer
+-- (or smallint) column becomes bigint together with every foreign-key
+-- column referencing it: table rewrites under ACCESS EXCLUSIVE locks, which
+-- the plan states. One transaction: all of it or nothing.
+-- Locks: every relation it changes, ACCESS EXCLUSIVE. It waits at most
+-- lock_timeout for the first, holding nothing, then for each other at most
+-- half of deadlock_timeout: a writer holding one of those and waiting for
+-- one it holds forms a deadlock with it, which it leaves before that
+-- writer's deadlock check runs, so no writer is chosen as a victim. If a
+-- lock is not had in time, all are let go and the whole is tried again,
+-- the table first and its referencing tables first in turn, lock_retries
+-- times, waiting longer between tries. Writers queue behind it for at most
+-- that long, plus the changes themselves.
+-- Its statements go through the gate (gate.sql): a rewrite evaluates the
+-- owner's code (indexes, CHECKs, generated columns), and a widened key's
+-- foreign keys are validated again over both tables.
+CREATE OR REPLACE FUNCTION insta_id.adopt_id_column(tbl regclass, col name DEFAULT 'id', shard_id int DEFAULT NULL,
+                                         dry_run boolean DEFAULT false,
+                                         lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+RETURNS TABLE (step int, relation regclass, action text, lock_mode text, rewrites boolean, estimated_rows bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    tblname name;
+    owner regrole;
+    kind "char";
+    is_partition boolean;
+    shard int;
+    attr record;
+    widen boolean;
+    seq regclass;
+    seq_text text;
+    seq_type regtype;
+    seq_cache bigint;
+    default_text text;
+    existing_shard int;
+    refs jsonb;
+    blockers text;
+    refused text;
+    steps jsonb := '[]';
+    s jsonb;
+    highest bigint;
+    attempt int := 0;
+    holders text;
+    locks jsonb;
+    lock_rel record;
+    short_timeout text;
+    grantees text;
+BEGIN
+    IF tbl IS NULL OR col IS NULL OR dry_run IS NULL OR lock_timeout IS NULL OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL (shard_id may be, for the table''s shard)'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF lock_retries < 0 THEN
+        RAISE EXCEPTION 'lock_retries must be at least 0' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT n.nspname, c.relname, c.relowner, c.relkind, c.relispartition INTO nsp, tblname, owner, kind, is_partition
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl;
+    IF kind IS DISTINCT FROM 'r' AND kind IS DISTINCT FROM 'p' THEN
+        RAISE EXCEPTION '% is not a table', tbl USING ERRCODE = 'wrong_object_type';
+    ELSIF is_partition THEN
+        RAISE EXCEPTION '% is a partition', tbl
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = format('Adopt the column of the partitioned table, %s: its partitions follow.',
+                                pg_partition_root(tbl));
+    END IF;
+    shard := insta_id._table_shard(tbl, nsp, adopt_id_column.shard_id);
+    SELECT a.attnum, a.atttypid::regtype AS typ, a.attidentity, a.attgenerated, a.atthasdef INTO attr
+    FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', col, tbl USING ERRCODE = 'undefined_column';
+    ELSIF attr.typ NOT IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype) OR attr.attgenerated <> '' THEN
+        RAISE EXCEPTION 'column "%" of % is %, not an integer key', col, tbl,
+                        CASE WHEN attr.attgenerated <> '' THEN 'a generated column' ELSE format('of type %s', attr.typ) END
+            USING ERRCODE = 'datatype_mismatch';
+    END IF;
+    existing_shard := insta_id._next_id_default_shard(tbl, col);
+    IF existing_shard = shard THEN
+        RAISE NOTICE 'column "%" of % already mints IDs for shard %: nothing to do', col, tbl, shard;
+        RETURN;
+    ELSIF existing_shard IS NOT NULL THEN
+        RAISE EXCEPTION 'column "%" of % already mints IDs for shard %', col, tbl, existing_shard
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+
+    -- Its sequence: the identity's, or serial's (a default of exactly
+    -- nextval() of the sequence the column owns).
+    seq := pg_get_serial_sequence(tbl::text, col)::regclass;
+    default_text := (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = tbl AND d.adnum = attr.attnum);
+    IF seq IS NULL OR (attr.attidentity = '' AND default_text IS DISTINCT FROM format('nextval(%L::regclass)', seq)) THEN
+        RAISE EXCEPTION 'column "%" of % is not a serial or identity column', col, tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = CASE WHEN default_text IS NULL THEN 'It has no default.'
+                                ELSE format('Its default is %s.', default_text) END,
+                  HINT = CASE WHEN default_text IS NULL
+                              THEN 'insta_id.add_id_column gives a column without a default a next_id default and IDs for its rows.'
+                              ELSE 'Its default must be nextval() of the sequence the column owns (ALTER SEQUENCE ... OWNED BY).' END;
+    END IF;
+    seq_text := seq::text;
+    SELECT q.seqtypid::regtype, q.seqcache INTO seq_type, seq_cache FROM pg_sequence q WHERE q.seqrelid = seq;
+    widen := attr.typ <> 'bigint'::regtype;
+
+    -- The foreign-key columns that reference it and are narrower than
+    -- bigint, once each: widened with it, even when it is bigint already
+    -- (an integer column referencing a bigserial key could not hold the
+    -- new IDs); a partitioned table's once, for all its partitions.
+    SELECT coalesce(jsonb_agg(jsonb_build_object('rel', x.conrelid::regclass::text, 'oid', x.conrelid, 'col', x.attname,
+                                                 'attnum', x.attnum, 'nsp', n.nspname, 'owner', c.relowner)
+                              ORDER BY x.conrelid, x.attnum), '[]')
+    INTO refs
+    FROM (SELECT DISTINCT k.conrelid, ra.attname, ra.attnum
+          FROM pg_constraint k
+          JOIN LATERAL unnest(k.confkey, k.conkey) AS u(confkey, conkey) ON u.confkey = attr.attnum
+          JOIN pg_attribute ra ON ra.attrelid = k.conrelid AND ra.attnum = u.conkey
+          WHERE k.contype = 'f' AND k.confrelid = tbl AND k.conparentid = 0
+            AND ra.atttypid IN ('integer'::regtype, 'smallint'::regtype)) x
+    JOIN pg_class c ON c.oid = x.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace;
+    -- A key that itself references another table would get IDs that
+    -- table does not hold; a key in a partition key, IDs no partition takes.
+    IF EXISTS (SELECT FROM pg_constraint k WHERE k.contype = 'f' AND k.conrelid = tbl AND attr.attnum = ANY (k.conkey)) THEN
+        RAISE EXCEPTION 'column "%" of % references another table', col, tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'New rows would get IDs the referenced table does not hold.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_partition_tree(tbl) t JOIN pg_partitioned_table p ON p.partrelid = t.relid
+               JOIN pg_attribute a ON a.attrelid = t.relid AND a.attnum = ANY (p.partattrs::int2[])
+               WHERE a.attname = col) THEN
+        RAISE EXCEPTION 'column "%" of % is in its partition key', col, tbl
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'New IDs would fall outside the partitions made for the old keys.',
+                  HINT = 'Partition by another column, or by the ID''s time once adopted (insta_id.create_partitions on a new table).';
+    END IF;
+    -- A shard being moved (DDL is not replicated to its copy), and a
+    -- transaction whose snapshot predates the locks (the check of the
+    -- largest key would miss rows committed since).
+    IF NOT dry_run THEN
+        IF NOT insta_id._lock(insta_id._move_lock_key(), shard, shared => true, session => false, wait => false)
+           OR EXISTS (SELECT FROM insta_id_admin.moves m WHERE m.shard_id = shard AND m.side = 'arriving') THEN
+            RAISE EXCEPTION 'shard % is being moved, or was moved here and is not done', shard
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'DDL is not replicated: the shard''s other copy would keep the old key.',
+                      HINT = 'Adopt it once the move is done (insta-id move ... done), or before it starts.';
+        END IF;
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'adopt_id_column needs READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'Its check of the largest key must see every row committed before its locks.';
+        END IF;
+    END IF;
+
+    -- What would make a widening fail half-way: views, rules, policies and
+    -- trigger conditions that use a column to widen (PostgreSQL cannot
+    -- change the type under them), refused by name before anything.
+    IF widen OR refs <> '[]' THEN
+        SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, 0), ', ') INTO blockers
+        FROM pg_depend d
+        WHERE d.refclassid = 'pg_class'::regclass
+          AND ((widen AND d.refobjid = tbl AND d.refobjsubid = attr.attnum)
+               OR (d.refobjid, d.refobjsubid) IN (SELECT (r->>'oid')::oid, (r->>'attnum')::int2 FROM jsonb_array_elements(refs) r))
+          AND (d.classid IN ('pg_rewrite'::regclass, 'pg_policy'::regclass)
+               OR (d.classid = 'pg_trigger'::regclass
+                   AND (SELECT t.tgconstraint = 0 FROM pg_trigger t WHERE t.oid = d.objid))
+               OR (d.classid = 'pg_attrdef'::regclass
+                   AND (SELECT a.attgenerated <> '' FROM pg_attrdef ad JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+                        WHERE ad.oid = d.objid)));
+        IF blockers IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of % cannot become bigint: other objects use it or a column referencing it', col, tbl
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = format('Used by %s.', blockers),
+                      HINT = 'Drop them, adopt the column, and create them again (in one transaction, if writers must not see them missing).';
+        END IF;
+    END IF;
+
+    -- A referencing table of another owner, of any type (a bigint column
+    -- too): widening the key makes PostgreSQL validate each foreign key
+    -- on it again with a query over both tables, planned as one owner,
+    -- folding the other's index expressions.
+    SELECT string_agg(DISTINCT format('%s (owned by %s)', k.conrelid::regclass, c.relowner::regrole), ', ') INTO refused
+    FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+    WHERE k.contype = 'f' AND k.confrelid = tbl AND attr.attnum = ANY (k.confkey) AND c.relowner <> owner;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'tables referencing column "%" of % have another owner than it', col, tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('%s; %s is owned by %s. Their foreign keys, checked again when the columns are widened, would run one owner''s code with the other''s rights.',
+                                  refused, tbl, owner),
+                  HINT = 'Give the tables one owner (ALTER TABLE ... OWNER TO), then adopt the column.';
+    END IF;
+
+    -- Every change runs as the tables' one owner: the caller must be able to act as it.
+    IF NOT pg_has_role(current_user, owner, CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
+        RAISE EXCEPTION 'role % may not act as %, which owns the tables adopting column "%" of % changes', current_user, owner, col, tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Adopt it as the tables'' owner, or as a role that may SET ROLE to it.';
+    END IF;
+
+    -- The code PostgreSQL runs for the changes (the tables', and that of
+    -- every table a foreign key links to them, partitions included) has
+    -- one owner, the tables': else refused (42501), naming them, in a dry
+    -- run too. Each statement below goes through the gate, which decides
+    -- this again under its locks.
+    PERFORM insta_id._gate_owner(nsp, ARRAY[tbl]);
+
+    -- The plan. Step 1 locks; the rest change.
+    steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+        'sql', format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', concat_ws(', ', tbl::text,
+                      (SELECT string_agg(DISTINCT r->>'rel', ', ') FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid <> tbl))));
+    steps := steps || jsonb_build_object('rel', tbl::text, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false, 'check', true,
+        'sql', format('max(%I)', col));
+    steps := steps || coalesce((
+        SELECT jsonb_agg(jsonb_build_object('rel', x.rel, 'nsp', x.nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', true,
+                                            'sql', format('ALTER TABLE %s %s', x.rel, x.changes)) ORDER BY x.rel)
+        FROM (SELECT r->>'rel' AS rel, r->>'nsp' AS nsp,
+                     string_agg(format('ALTER COLUMN %I TYPE bigint', r->>'col'), ', ' ORDER BY (r->>'attnum')::int) AS changes
+              FROM jsonb_array_elements(refs) r
+              WHERE (r->>'oid')::oid <> tbl
+              GROUP BY 1, 2) x), '[]');
+    IF attr.attidentity <> '' OR widen OR EXISTS (SELECT FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid = tbl) THEN
+        steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', widen,
+            'sql', format('ALTER TABLE %s %s', tbl, concat_ws(', ',
+                CASE WHEN attr.attidentity <> '' THEN format('ALTER COLUMN %I DROP IDENTITY', col) END,
+                CASE WHEN widen THEN format('ALTER COLUMN %I TYPE bigint', col) END,
+                (SELECT string_agg(format('ALTER COLUMN %I TYPE bigint', r->>'col'), ', ' ORDER BY (r->>'attnum')::int)
+                 FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid = tbl AND r->>'col' <> col))));
+    END IF;
+    -- The sequence: a new one in place of the identity's (same name, which
+    -- DROP IDENTITY frees), or serial's made bigint, CACHE 32 as
+    -- add_id_column makes them (the guard keeps IDs unique whatever order
+    -- the values come in).
+    IF attr.attidentity <> '' THEN
+        steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+            'sql', format('CREATE SEQUENCE %s AS bigint CACHE 32 OWNED BY %s.%I', seq_text, tbl, col));
+        -- next_id calls nextval(), which needs USAGE on the sequence: the
+        -- roles that may INSERT into the table (an identity needed none).
+        grantees := (SELECT string_agg(DISTINCT CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END, ', ')
+                     FROM (SELECT (aclexplode(c.relacl)).* FROM pg_class c WHERE c.oid = tbl
+                           UNION ALL
+                           SELECT (aclexplode(a.attacl)).* FROM pg_attribute a WHERE a.attrelid = tbl AND a.attacl IS NOT NULL) g
+                     LEFT JOIN pg_roles r ON r.oid = g.grantee
+                     WHERE g.privilege_type = 'INSERT' AND g.grantee <> owner);
+        IF grantees IS NOT NULL THEN
+            steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+                'sql', format('GRANT USAGE ON SEQUENCE %s TO %s', seq_text, grantees));
+        END IF;
+    ELSIF seq_type <> 'bigint'::regtype OR seq_cache < 32 THEN
+        steps := steps || jsonb_build_object('rel', seq_text, 'nsp', nsp, 'lock', 'SHARE ROW EXCLUSIVE', 'rewrites', false,
+            'sql', format('ALTER SEQUENCE %s%s%s', seq_text, CASE WHEN seq_type <> 'bigint'::regtype THEN ' AS bigint' END,
+                          CASE WHEN seq_cache < 32 THEN ' CACHE 32' END));
+    END IF;
+    steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
+        'sql', format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col, shard, seq_text));
+
+    IF dry_run THEN
+        -- (without the lock: what the column holds now)
+        highest := insta_id._check_below_ids(tbl, col, shard);
+    ELSE
+        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+        short_timeout := (SELECT greatest(CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
+                                               ELSE least(l.setting::int, d.setting::int / 2) END, 1)
+                          FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';
+        -- What it locks: the table first, then the referencing tables.
+        locks := jsonb_build_array(jsonb_build_object('rel', tbl::text, 'nsp', nsp))
+                 || coalesce((SELECT jsonb_agg(DISTINCT jsonb_build_object('rel', r->>'rel', 'nsp', r->>'nsp'))
+                              FROM jsonb_array_elements(refs) r WHERE (r->>'oid')::oid <> tbl), '[]');
+        LOOP
+            BEGIN
+                -- The first relation: waited for (lock_timeout), holding
+                -- nothing. The others: for at most half of
+                -- deadlock_timeout, so that when a writer holding one of
+                -- them waits for one this holds, this gives up first,
+                -- before that writer's deadlock check could pick it as the
+                -- victim. Writers lock a parent before its children (an
+                -- INSERT of both, an ORM's parent then child) or after them
+                -- (a child, then its foreign-key check): each try takes
+                -- them in the other order than the last.
+                FOR lock_rel IN
+                    SELECT x.* FROM jsonb_array_elements(locks) WITH ORDINALITY x(r, i)
+                    ORDER BY CASE WHEN attempt % 2 = 0 THEN x.i ELSE -x.i END
+                LOOP
+                    PERFORM set_config('lock_timeout', CASE WHEN lock_rel.i = CASE WHEN attempt % 2 = 0 THEN 1 ELSE jsonb_array_length(locks) END
+                                                            THEN lock_timeout ELSE short_timeout END, true);
+                    -- (LOCK TABLE runs no code: the owner's locks, before the gate's)
+                    PERFORM insta_id._run_in_schema(lock_rel.r->>'nsp', owner,
+                                                    ARRAY[format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', lock_rel.r->>'rel')]);
+                END LOOP;
+                -- What the changes lock besides (the sequence, a table a
+                -- rebuilt foreign key reads): the short wait too, holding all.
+                PERFORM set_config('lock_timeout', short_timeout, true);
+                -- Under the locks no row can change: the values now are all there are.
+                highest := insta_id._check_below_ids(tbl, col, shard);
+                -- (the steps with a schema: the lock and the check are done above)
+                PERFORM insta_id._gate(x->>'nsp', ARRAY[tbl], ARRAY[x->>'sql'])
+                FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
+                WHERE x ? 'nsp' ORDER BY i;
+                PERFORM set_config('lock_timeout', lock_timeout, true);
+                EXIT;
+            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+                attempt := attempt + 1;
+                IF attempt > lock_retries THEN
+                    SELECT string_agg(DISTINCT format('%s (process %s)', l.relation::regclass, l.pid), ', ') INTO holders
+                    FROM pg_locks l
+                    WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.relation IN (SELECT tbl::oid UNION SELECT (r->>'oid')::oid FROM jsonb_array_elements(refs) r);
+                    RAISE EXCEPTION 'could not lock what adopting column "%" of % changes within lock_timeout (%), % times', col, tbl, lock_timeout, attempt
+                        USING ERRCODE = 'lock_not_available',
+                              DETAIL = concat_ws(' ', 'Nothing was changed.', 'Held by: ' || holders || '.'),
+                              HINT = 'Find the long transactions holding them (pg_stat_activity), or pass a longer lock_timeout or more lock_retries; then call insta_id.adopt_id_column again.';
+                END IF;
+                RAISE NOTICE 'insta_id: adopting column "%" of %: busy (%), retry % of %', col, tbl, SQLERRM, attempt, lock_retries;
+                -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+            END;
+        END LOOP;
+    END IF;
+
+    -- The plan, or what was done, with the rows each table holds (as
+    -- ANALYZE last counted them; a partitioned table's partitions summed).
+    RETURN QUERY
+    SELECT e.i::int, (x->>'rel')::regclass,
+           CASE WHEN (x->>'check')::boolean
+                THEN format('%s = %s, below %s, the first ID next_id can mint for shard %s', x->>'sql',
+                            coalesce(highest::text, 'NULL (no rows)'), insta_id.min_id(now(), shard), shard)
+                ELSE x->>'sql' END,
+           x->>'lock', (x->>'rewrites')::boolean,
+           (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
+            WHERE c.relkind <> 'S' AND c.oid IN (SELECT (x->>'rel')::regclass
+                                                 UNION ALL SELECT p.relid FROM pg_partition_tree((x->>'rel')::regclass) p WHERE p.isleaf))
+    FROM jsonb_array_elements(steps) WITH ORDINALITY e(x, i)
+    ORDER BY e.i;
+END
+$$;
+COMMENT ON FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text, int) IS
+'Makes a live serial, bigserial or identity key a next_id key in place: values kept, integer widened to bigint with the keys referencing it; dry_run returns the plan';
+
+
+-- Longer than a screen: the plan's steps must run in this order in one
+-- schema (the schema, tables, sequences, then functions, views, keys,
+-- triggers, grants); each step is a loop over one kind of planned object.
+-- Copies every table of a template into schema target, from the template's
+-- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
+-- its own and shard's number, then the foreign keys, pointed at the copies
+-- when they point into the template.
+CREATE OR REPLACE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+-- Function bodies may use tables made later in the copy (pg_dump does the same).
+SET check_function_bodies = off
+AS $$
+DECLARE
+    template name := plan->>'template';
+    extra jsonb := plan->'extra';
+    src jsonb;
+    col jsonb;
+    tbl text;
+    seq text;
+    -- Every statement below that makes or changes an object of the copy
+    -- runs as this role, in a security-restricted operation with the copy's
+    -- schema first on search_path (deparsed statements name the copy's
+    -- objects unqualified), never under this function's own path.
+    owner regrole := (plan->'extra'->>'code_owner')::regrole;
+BEGIN
+    -- The schema first, as the template's: its grants and owner, before
+    -- anything is made in it (the owner of its objects may need its CREATE).
+    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
+    IF extra->>'schema_comment' IS NOT NULL THEN
+        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
+    END IF;
+    IF extra->>'schema_owner' IS NOT NULL THEN
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+    END IF;
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
+        tbl := format('%I.%I', target, src->>'rel');
+        -- Indexes and statistics objects are made below under the template's
+        -- names (LIKE would name them afresh: my_pk would become t_pkey).
+        -- Columns of the template's types get the copy's (before any partition exists).
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+            CASE WHEN src ? 'partition_of'
+                 THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
+                             src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
+                 ELSE format('CREATE %sTABLE %s (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
+                             CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',
+                             CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
+                             ' PARTITION BY ' || (src->>'partition_by')) END]
+            || ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
+        FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
+            IF (col->>'ready')::boolean THEN
+                -- What add_id_column would do to the copy (bigint NOT NULL,
+                -- empty), in three statements instead of seven.
+                seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+                    format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
+                    format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col->>'col', shard, seq),
+                    format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
+            ELSE
+                PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
+                -- (which runs its statements as the table's owner, this one)
+                seq := insta_id.add_id_column(tbl::regclass, col->>'col', shard)::text;
+            END IF;
+            -- Writers of the template's table may use its sequence: the same here.
+            PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(
+                insta_id._grant_statements(col->'sequence_grants', format('SEQUENCE %s', seq)))));
+        END LOOP;
+        PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(src->'grants', format('TABLE %s', tbl)))
+            UNION ALL
+            SELECT jsonb_array_elements_text(insta_id._grant_statements(c->'grants', format('TABLE %s', tbl), format(' (%I)', c->>'col')))
+            FROM jsonb_array_elements(src->'column_grants') c));
+    END LOOP;
+    -- Functions, procedures and views, each after what it uses (a
+    -- function's search_path naming the template names the copy instead);
+    -- then defaults and CHECKs of the tables made without them (they may use
+    -- the functions); indexes, primary key, unique and exclusion
+    -- constraints, statistics objects, their comments; replica identities;
+    -- foreign keys; triggers, row-level security, policies.
+    PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+        SELECT x.statement FROM (
+            SELECT o.ord, s.ord AS sub, s.statement
+            FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
+            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+                     UNION ALL
+                     SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
+                                        (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
+                                                                ELSE quote_ident(p #>> '{}') END, ', ' ORDER BY i)
+                                         FROM jsonb_array_elements(o.obj->'path'->'search_path') WITH ORDINALITY p(p, i)))
+                     WHERE o.obj->'path' IS NOT NULL) s
+            UNION ALL
+            SELECT 1e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text((extra->'late') || (extra->'indexes')) WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            SELECT 2e9 + e.ord, 0, format('ALTER TABLE %I.%I REPLICA IDENTITY %s', target, e.t->>'rel', e.t->>'replica_identity')
+            FROM jsonb_array_elements(plan->'tables') WITH ORDINALITY e(t, ord) WHERE e.t->>'replica_identity' IS NOT NULL
+            UNION ALL
+            SELECT 3e9 + e.ord, 0, format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, e.fk->>'rel', e.fk->>'name',
+                                          replace(e.fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
+                                                                'REFERENCES ' || quote_ident(target) || '.'))
+            FROM jsonb_array_elements(plan->'foreign_keys') WITH ORDINALITY e(fk, ord)
+            UNION ALL
+            SELECT 4e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
+            UNION ALL
+            -- Materialized views populated in the template are filled last
+            -- (PostgreSQL's REFRESH runs their query as their owner too).
+            SELECT 5e9 + e.ord, 0, format('REFRESH MATERIALIZED VIEW %I.%I', target, e.m)
+            FROM jsonb_array_elements_text(extra->'populated') WITH ORDINALITY e(m, ord)) x
+        ORDER BY x.ord, x.sub));
+    PERFORM insta_id._admin_write('set_template', jsonb_build_object('shard', shard, 'template', template));
+    -- A copy of the template as it is now has every migration the template has.
+    IF plan->'migrations' <> '[]' THEN
+        PERFORM insta_id._admin_write('applied', jsonb_build_object('schema', target, 'migrations', plan->'migrations'));
+    END IF;
+END
+$$;
+
+
+-- Longer than a screen: a procedure that COMMITs between schemas keeps its
+-- loop, retries and bookkeeping in one body (a called function cannot
+-- COMMIT); the per-schema work is _run_in_schema's.
+-- Applies a migration to the template, then to every registered shard of
+-- that template lacking it (and to shards of no recorded template), in shard
+-- order: one transaction per schema, through the gate (insta_id._gate: as
+-- the one owner of the schema's objects, in a security-restricted
+-- operation with search_path = <schema>, pg_catalog, pg_temp), recorded in
+-- insta_id_admin.applied_migrations in the same transaction. Re-running skips the
+-- schemas that have it, so a failure or a cancel is resumed by calling it
+-- again; it stops at the first failing schema, naming it. Each schema's
+-- statements run under lock_timeout and are retried lock_retries times
+-- (waiting longer each time) rather than queueing behind a long transaction
+-- while that shard's writers queue behind them. One runner at a time: a
+-- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
+-- procedure that has one; search_path is fixed per transaction instead, by
+-- the first statement after each COMMIT. Until then only qualified names
+-- run: the declarations' types are pg_catalog's and have no initial values
+-- (an expression there would run under the caller's search_path).
+CREATE OR REPLACE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
+                                  lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    recorded_template pg_catalog.name;
+    recorded_statements pg_catalog.text;
+    target pg_catalog.name;
+    target_shard pg_catalog.int4;
+    last_shard pg_catalog.int4;
+    attempt pg_catalog.int4;
+    shards_done pg_catalog.int4;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+    holder pg_catalog.int4;
+    moving pg_catalog.int4[];
+    err_state pg_catalog.text;
+    err_message pg_catalog.text;
+    err_detail pg_catalog.text;
+    err_hint pg_catalog.text;
+BEGIN
+    -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
+    COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    last_shard := -1;
+    shards_done := 0;
+    started := clock_timestamp();
+    reported := started;
+    moving := '{}';
+    IF migration IS NULL OR migrate.template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
+       OR lock_retries IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF migration = '' OR lock_retries < 0 THEN
+        RAISE EXCEPTION 'a migration needs a name, and lock_retries must be at least 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM insta_id._check_name(migrate.template_schema);
+    IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = migrate.template_schema) THEN
+        RAISE EXCEPTION 'template schema % does not exist', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = migrate.template_schema) THEN
+        RAISE EXCEPTION 'schema % is a shard, not a template', quote_ident(migrate.template_schema)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+
+    LOOP
+        IF NOT insta_id._lock(insta_id._schema_lock_key(), 1, shared => false, session => false, wait => false) THEN
+            holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
+            RAISE EXCEPTION 'another insta_id.migrate is running'
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('Process %s holds the migration runner''s lock.', holder),
+                      HINT = 'Call insta_id.migrate again once it has finished: it skips the schemas that have the migration.';
+        END IF;
+        IF target IS NULL THEN
+            -- First transaction: one name, one set of statements, one template.
+            SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
+            FROM insta_id_admin.migrations m WHERE m.name = migration;
+            IF NOT FOUND THEN
+                PERFORM insta_id._admin_write('migration', pg_catalog.jsonb_build_object(
+                    'name', migration, 'template', migrate.template_schema, 'statements', statements));
+            ELSIF recorded_template <> migrate.template_schema OR recorded_statements <> statements THEN
+                RAISE EXCEPTION 'migration % was recorded with another template or other statements', quote_literal(migration)
+                    USING ERRCODE = 'duplicate_object',
+                          DETAIL = format('Template %I; statements: %s', recorded_template, recorded_statements),
+                          HINT = 'A migration is never changed once run: give the new statements a new name.';
+            END IF;
+        END IF;
+        IF NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                       WHERE a.schema_name = migrate.template_schema AND a.migration = migrate.migration) THEN
+            target := migrate.template_schema;
+            target_shard := NULL;
+        ELSE
+            -- The next shard without it; the registry is read again each time,
+            -- so shards created meanwhile from the old template are not missed.
+            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id_admin.shard_registry r
+            WHERE r.shard_id > last_shard
+              AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
+              AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
+            ORDER BY r.shard_id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            last_shard := target_shard;
+        END IF;
+
+        -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
+        -- is not replicated, so it would miss the copy on the new server.
+        IF target_shard IS NOT NULL
+           AND NOT insta_id._lock(insta_id._move_lock_key(), target_shard, shared => true, session => false, wait => false) THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) is being moved to another server, skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
+        -- So is one moved here whose old server keeps a copy following it
+        -- for a rollback (this server's record of the move stays until the
+        -- copy is dropped): the rows that follow would no longer fit it.
+        IF target_shard IS NOT NULL AND EXISTS (SELECT FROM insta_id_admin.moves m
+                                                WHERE m.shard_id = target_shard AND m.side = 'arriving') THEN
+            RAISE NOTICE 'insta_id: migration %: shard % (schema %) was moved here and is not done yet (its old copy may follow it for a rollback), skipped',
+                migration, target_shard, quote_ident(target);
+            moving := moving || target_shard;
+            CONTINUE;
+        END IF;
+        -- The shard's registry row, held against a drop_shard (which takes
+        -- it FOR UPDATE) until this schema's transaction ends; its schema
+        -- must exist: a migration never runs under another schema.
+        IF target_shard IS NOT NULL THEN
+            PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
+            RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
+                            quote_ident(target), target_shard
+                USING ERRCODE = 'invalid_schema_name',
+                      DETAIL = 'The template and the shards before it have the migration.',
+                      HINT = format('Restore the schema, or unregister the shard (insta_id.drop_shard(%s)); then call insta_id.migrate again.', target_shard);
+        END IF;
+        attempt := 0;
+        LOOP
+            BEGIN
+                PERFORM set_config('lock_timeout', lock_timeout, true);
+                IF target_shard IS NULL THEN
+                    PERFORM insta_id._lock(insta_id._schema_lock_key(), 2, shared => false, session => false, wait => true);
+                END IF;
+                -- As the owner of the schema's objects: the statements, and the
+                -- owner's code they reach (triggers, defaults, functions), never
+                -- run with the caller's rights, nor with the schema owner's
+                -- (a DBA's schema where the application makes its tables).
+                -- Objects of several owners: refused (42501) here. The schema's
+                -- lock first, held to COMMIT: no object arrives in it between
+                -- that check and the statements that would resolve it.
+                PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target));
+                PERFORM insta_id._gate(target, NULL, ARRAY[statements]);
+                EXIT;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    attempt := attempt + 1;
+                    IF attempt > lock_retries THEN
+                        RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
+                                        quote_literal(migration), quote_ident(target), lock_timeout, attempt
+                            USING ERRCODE = 'lock_not_available',
+                                  DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END,
+                                  HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
+                    END IF;
+                    RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;
+                    -- 0.1 s, 0.2 s, 0.4 s ... up to 5 s, with jitter.
+                    PERFORM pg_sleep(least(0.1 * 2 ^ (attempt - 1), 5) * (0.75 + random() / 2));
+                WHEN OTHERS THEN
+                    GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
+                                            err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
+                                    quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
+                                                                ELSE format(' (shard %s)', target_shard) END, err_message
+                        USING ERRCODE = err_state,
+                              DETAIL = concat_ws(' ', nullif(err_detail, ''), CASE WHEN target_shard IS NULL
+                                           THEN 'Nothing was changed.'
+                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END),
+                              HINT = CASE WHEN err_state = '25001' THEN
+                                         'A migration runs in a transaction per schema: statements that cannot (CREATE INDEX CONCURRENTLY, ...) are run shard by shard from outside first; the migration then holds their IF NOT EXISTS form (docs/shards.md, "Migrations").'
+                                     WHEN err_hint <> '' THEN err_hint
+                                     WHEN err_state = '42501' THEN
+                                         'A migration runs as the one owner of the schema''s objects, in a security-restricted operation: it may do what that role may, and deferred triggers must fire within its statements (SET CONSTRAINTS ALL IMMEDIATE after the changes; docs/shards.md, "Privileges").'
+                                     ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
+            END;
+        END LOOP;
+        PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
+        shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF clock_timestamp() - reported >= interval '10 seconds' THEN
+            RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
+                migration, shards_done, coalesce(target_shard, -1),
+                round(shards_done / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+    END LOOP;
+    COMMIT;
+    IF moving <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
+                        array_to_string(moving, ', ')
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('%s other shards were migrated; insta_id.pending_migrations() lists the skipped ones while they are here.', shards_done),
+                  HINT = 'Call insta_id.migrate again once the moves are done (a kept old copy released: insta-id move --release), on the server that holds each shard: its migration history moves with it.';
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
+        (SELECT count(*) FROM insta_id_admin.shard_registry r
+         WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.migrate(text, text, text, text, int) IS
+'Runs a named migration on the template and every registered shard lacking it, one transaction per schema; resumable';
+
+
+-- Longer than a screen: every refusal before the first CREATE.
+CREATE OR REPLACE FUNCTION insta_id.create_partitions(parent regclass, period interval DEFAULT '1 month',
+                                           ahead interval DEFAULT '3 months', start timestamptz DEFAULT now(),
+                                           lock_timeout text DEFAULT '2s')
+RETURNS TABLE (part regclass, made_from timestamptz, made_before timestamptz, created boolean)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    months int;
+    fixed interval;
+    first timestamptz;
+    periods jsonb := '[]';
+    p jsonb;
+    t0 timestamptz;
+    t1 timestamptz;
+    bounds int8range;
+    part_name text;
+    existing record;
+    clash text;
+    stmts text[] := '{}';
+    made bigint[] := '{}';  -- the lower bounds of the partitions made here
+    def regclass;
+BEGIN
+    IF parent IS NULL OR period IS NULL OR ahead IS NULL OR start IS NULL OR lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    t := insta_id._time_partitioned(parent);
+    -- A period: whole months, or a fixed length of at least an hour.
+    months := extract(year FROM period)::int * 12 + extract(month FROM period)::int;
+    IF months > 0 AND period = months * interval '1 month' THEN
+        first := (make_timestamp(2000, 1, 1, 0, 0, 0)
+                  + (floor(((extract(year FROM start AT TIME ZONE 'UTC')::int - 2000) * 12
+                            + extract(month FROM start AT TIME ZONE 'UTC')::int - 1) / months::numeric) * months) * interval '1 month')
+                 AT TIME ZONE 'UTC';
+    ELSIF months = 0 AND period >= interval '1 hour'
+          AND extract(epoch FROM period) = floor(extract(epoch FROM period) / 60) * 60 THEN
+        fixed := period;
+        first := date_bin(fixed, start, make_timestamptz(2000, 1, 3, 0, 0, 0, 'UTC'));
+    ELSE
+        RAISE EXCEPTION 'a partition''s period must be whole months, or whole minutes of at least an hour: not %', period
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF ahead < interval '0' THEN
+        RAISE EXCEPTION 'ahead must not be negative: %', ahead USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The periods from the one holding start to the one holding start + ahead.
+    t0 := first;
+    LOOP
+        -- (calendar arithmetic in UTC: on a timestamptz it would follow the session's time zone)
+        t1 := ((t0 AT TIME ZONE 'UTC') + coalesce(fixed, months * interval '1 month')) AT TIME ZONE 'UTC';
+        IF jsonb_array_length(periods) >= 1000 THEN
+            RAISE EXCEPTION 'more than 1000 partitions at once (period %, ahead %)', period, ahead
+                USING ERRCODE = 'program_limit_exceeded',
+                      HINT = 'Make them in several calls (start), or with a longer period.';
+        END IF;
+        bounds := insta_id.id_range(tstzrange(t0, t1));
+        part_name := t.relname || '_p' || to_char(t0 AT TIME ZONE 'UTC',
+                    CASE WHEN fixed IS NULL OR (fixed >= interval '1 day' AND t0 = date_trunc('day', t0, 'UTC')) THEN 'YYYYMMDD'
+                         ELSE 'YYYYMMDD"_"HH24MI' END);
+        IF octet_length(part_name) > 63 THEN
+            RAISE EXCEPTION 'partition name % is longer than 63 bytes', quote_ident(part_name)
+                USING ERRCODE = 'name_too_long', HINT = 'Give the table a shorter name.';
+        END IF;
+        periods := periods || jsonb_build_object('from', to_char(t0 AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'),
+                                                 'before', to_char(t1 AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'), 'low', lower(bounds), 'high', upper(bounds), 'name', part_name);
+        EXIT WHEN t1 > ((start AT TIME ZONE 'UTC') + ahead) AT TIME ZONE 'UTC';
+        t0 := t1;
+    END LOOP;
+
+    -- Each period: made already (same bounds, any name), free, or refused
+    -- before anything is made: another partition overlapping it, its name
+    -- taken, rows of it in the default partition.
+    def := (SELECT h.inhrelid::regclass FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+            WHERE h.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT');
+    FOR p IN SELECT jsonb_array_elements(periods) LOOP
+        SELECT * INTO existing FROM insta_id._time_partitions(parent) x
+        WHERE x.low = (p->>'low')::bigint AND x.high = (p->>'high')::bigint;
+        CONTINUE WHEN FOUND;
+        SELECT string_agg(format('%s (%s)', c.oid::regclass, pg_get_expr(c.relpartbound, c.oid)), ', ') INTO clash
+        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+        WHERE h.inhparent = parent AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'
+          AND (NOT EXISTS (SELECT FROM insta_id._time_partitions(parent) x WHERE x.part = c.oid)
+               OR EXISTS (SELECT FROM insta_id._time_partitions(parent) x WHERE x.part = c.oid
+                          AND x.low < (p->>'high')::bigint AND x.high > (p->>'low')::bigint));
+        IF clash IS NOT NULL THEN
+            RAISE EXCEPTION 'the partition of % for % to % would overlap %', parent, p->>'from', p->>'before', clash
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'create_partitions makes partitions of whole periods; detach or drop the other, or keep the period it was made with.';
+        END IF;
+        IF to_regclass(format('%I.%I', t.nsp, p->>'name')) IS NOT NULL THEN
+            RAISE EXCEPTION 'relation %.% already exists', quote_ident(t.nsp), quote_ident(p->>'name')
+                USING ERRCODE = 'duplicate_table',
+                      HINT = 'It is not the partition of that period: rename it.';
+        END IF;
+        -- (read through the gate: planning the query folds its indexes' expressions)
+        IF def IS NOT NULL AND insta_id._gate_query(t.nsp, ARRAY[def],
+               format('SELECT 1 FROM %s WHERE %I >= %s AND %I < %s LIMIT 1', def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
+            RAISE EXCEPTION 'the default partition % holds rows of % to %', def, p->>'from', p->>'before'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Move them out of it first: PostgreSQL refuses a partition whose rows the default partition holds.';
+        END IF;
+        made := made || (p->>'low')::bigint;
+        stmts := stmts || format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
+                                 t.nsp, p->>'name', parent, p->>'low', p->>'high');
+    END LOOP;
+
+    IF cardinality(stmts) > 0 THEN
+        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+        PERFORM insta_id._gate(t.nsp, ARRAY[parent], stmts);
+    END IF;
+    RETURN QUERY
+    SELECT x.part, x.made_from, x.made_before, x.low = ANY (made)
+    FROM insta_id._time_partitions(parent) x
+    WHERE EXISTS (SELECT FROM jsonb_array_elements(periods) e
+                  WHERE (e->>'low')::bigint = x.low AND (e->>'high')::bigint = x.high)
+    ORDER BY x.low;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_partitions(regclass, interval, interval, timestamptz, text) IS
+'Makes range partitions of a table on its ID, one per period (UTC months, or a fixed length), up to start + ahead; idempotent';
+
+
+CREATE OR REPLACE FUNCTION insta_id.drop_partitions(parent regclass, older_than interval, action text DEFAULT 'list',
+                                         lock_timeout text DEFAULT '2s')
+RETURNS TABLE (part text, made_from timestamptz, made_before timestamptz, done text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    old record;
+BEGIN
+    IF parent IS NULL OR older_than IS NULL OR action IS NULL OR lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    ELSIF action NOT IN ('list', 'detach', 'drop') THEN
+        RAISE EXCEPTION 'action must be list, detach or drop: not %', quote_literal(action)
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF older_than < interval '0' THEN
+        RAISE EXCEPTION 'older_than must not be negative: %', older_than USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    t := insta_id._time_partitioned(parent);
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
+    -- (a partition's name and bounds read before it is detached or dropped)
+    FOR old IN SELECT x.* FROM insta_id._time_partitions(parent) x
+               WHERE x.made_before <= now() - older_than ORDER BY x.low LOOP
+        part := old.part::text;  -- (its name: a dropped table has none)
+        made_from := old.made_from;
+        made_before := old.made_before;
+        done := CASE action WHEN 'list' THEN 'listed' WHEN 'detach' THEN 'detached' ELSE 'dropped' END;
+        IF action = 'detach' THEN
+            PERFORM insta_id._gate(t.nsp, ARRAY[parent], ARRAY[format('ALTER TABLE %s DETACH PARTITION %s', parent, old.part)]);
+        ELSIF action = 'drop' THEN
+            -- (no CASCADE: a view on it stops the drop, 2BP01)
+            PERFORM insta_id._gate(t.nsp, ARRAY[parent], ARRAY[format('DROP TABLE %s', old.part)]);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION insta_id.drop_partitions(regclass, interval, text, text) IS
+'Lists, detaches or drops the ID-range partitions of a table whose IDs were all made more than older_than ago; idempotent';
+
+
+-- A delegated shard administrator (README, "Who may do what"): a role that
+-- is not a superuser and creates, migrates and drops shards. Everything it
+-- needs from insta_id is this one list: the helpers, the internal functions
+-- they call (they are SECURITY INVOKER: each call is checked against the
+-- caller), and SELECT on the registry and migration tables (written only
+-- through _admin_write, which checks each write). A DBA grants
+-- it with one statement and reads it back with another; pg_regress
+-- 09_privileges checks that the list is exactly what the helpers call and
+-- that the role can do what the helpers allow and nothing more. Nothing in
+-- it lets the role act as a role it could not SET ROLE to (_run_in_schema
+-- refuses, 42501), move IDs ahead of the clock, or take part in a move.
+-- CREATE on the database (to create schemas) is the DBA's to give.
+-- (No search_path to set: nothing is resolved.)
+CREATE OR REPLACE FUNCTION insta_id.shard_admin_privileges()
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    VALUES
+        ('EXECUTE', 'FUNCTION insta_id.create_shard(int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.create_shards(int, int, text)'),
+        ('EXECUTE', 'PROCEDURE insta_id.create_shards_in_batches(int, int, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.add_id_column(regclass, name, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.create_partitions(regclass, interval, interval, timestamptz, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.drop_partitions(regclass, interval, text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.drop_shard(int, boolean, text)'),
+        ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
+        ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
+        -- what they call
+        ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_owners(jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_id(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range(int, int, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_shard_range_bounds(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._check_template(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._code_owner(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_lock(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
+        ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._options(text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._query_in_schema(name, regrole, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._run_in_schema(name, regrole, text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._schema_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._shard_schema(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._table_shard(regclass, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._time_partitioned(regclass)'),
+        ('EXECUTE', 'FUNCTION insta_id._time_partitions(regclass)'),
+        ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
+        ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
+        -- what they read of insta_id's tables (what PUBLIC reads of them
+        -- goes through functions, insta_id.shards() and the like). They
+        -- write them only through _admin_write, which checks each write.
+        ('USAGE', 'SCHEMA insta_id_admin'),
+        ('SELECT', 'TABLE insta_id_admin.shard_registry'),
+        ('SELECT', 'TABLE insta_id_admin.migrations'),
+        ('SELECT', 'TABLE insta_id_admin.applied_migrations'),
+        -- which shards a move holds here: migrate skips them
+        ('SELECT (shard_id, side)', 'TABLE insta_id_admin.moves')
+$$;
+COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
+'What insta_id.grant_shard_admin grants a delegated shard administrator: the shard helpers and what they use';
+
+
+REVOKE ALL ON FUNCTION
+    insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[]),
+    insta_id._lock_holders(oid), insta_id._gate_lock(oid[]), insta_id._gate(name, regclass[], text[]),
+    insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),
+    insta_id._admin_write_check(regrole, text, jsonb), insta_id._admin_write_apply(text, jsonb),
+    insta_id.drop_shard(int, boolean, text), insta_id.add_id_column(regclass, name, int, text)
+FROM PUBLIC;
+
+-- Delegated shard administrators (grant_shard_admin): the DML they held on
+-- insta_id's tables taken back, and the new list given (the helpers whose
+-- arguments changed were dropped with their grants).
+DO $$
+DECLARE
+    admin pg_catalog.regrole;
+BEGIN
+    FOR admin IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid = 'insta_id.create_shard(int, text)'::pg_catalog.regprocedure
+          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner AND a.grantee OPERATOR(pg_catalog.<>) 0
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON insta_id_admin.shard_registry, insta_id_admin.migrations, insta_id_admin.applied_migrations FROM %s', admin);
+        PERFORM insta_id.grant_shard_admin(admin);
+    END LOOP;
+END
+$$;
