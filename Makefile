@@ -45,13 +45,15 @@ test:
 	@$(MAKE) -s test-packages
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
-## check: the quick tier, one version (PG=NN, default the newest): build,
-##        pg_regress preloaded and not, upgrade, isolation specs, TAP tests of the
-##        lead over the clock, of concurrent sessions, of failover and PITR, of
+## check: the quick tier, one version (PG=NN, default the newest): the census
+##        of dynamic statements (tests/census.py), build, pg_regress preloaded
+##        and not, upgrade, isolation specs, TAP tests of the lead over the clock, of concurrent sessions, of failover and PITR, of
 ##        a failing fsync of the mark, of cancelled waits for its lock and of
 ##        adopt_id_column under writers
 check:
 	@scripts/dev/setup.sh faults tap
+	@tests/census.py >/dev/null || tests/census.py
+	@tests/census.py --self-test >/dev/null || tests/census.py --self-test
 	@scripts/dev/build.sh install ci
 	@scripts/dev/release.sh check
 	@tests/regress.sh
