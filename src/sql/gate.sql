@@ -227,6 +227,18 @@ AS $$
       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
 $$;
 
+-- The same for every relation of schema nsp (a migration's statements may
+-- lock any of them).
+CREATE FUNCTION insta_id._lock_holders_in(nsp oid)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('%s: %s', c.oid::regclass, h.holders), '; ' ORDER BY c.relname)
+    FROM pg_class c, LATERAL (SELECT insta_id._lock_holders(c.oid) AS holders) h
+    WHERE c.relnamespace = nsp AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND h.holders IS NOT NULL
+$$;
+
 -- Locks the relations a statement may reach (see the header), each wait
 -- bounded by lock_timeout: 55P03 names the relation and who holds it.
 CREATE FUNCTION insta_id._gate_lock(reach oid[])

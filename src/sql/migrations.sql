@@ -93,7 +93,10 @@ $$;
 -- again; it stops at the first failing schema, naming it. Each schema's
 -- statements run under lock_timeout and are retried lock_retries times
 -- (waiting longer each time) rather than queueing behind a long transaction
--- while that shard's writers queue behind them. One runner at a time: a
+-- while that shard's writers queue behind them; a shard still busy then is
+-- skipped, naming who holds what it needs, and the others are migrated:
+-- the call then fails (55P03) listing the skipped shards, which a call
+-- again finishes. (The template is never skipped: it fails there.) One runner at a time: a
 -- second one is refused. No SET clause: PostgreSQL forbids COMMIT in a
 -- procedure that has one; search_path is fixed per transaction instead, by
 -- the first statement after each COMMIT. Until then only qualified names
@@ -115,6 +118,10 @@ DECLARE
     reported pg_catalog.timestamptz;
     holder pg_catalog.int4;
     moving pg_catalog.int4[];
+    skipped pg_catalog.int4[];
+    had_it pg_catalog.int8;
+    held pg_catalog.text[];
+    busy pg_catalog.text;
     err_state pg_catalog.text;
     err_message pg_catalog.text;
     err_detail pg_catalog.text;
@@ -128,6 +135,8 @@ BEGIN
     started := clock_timestamp();
     reported := started;
     moving := '{}';
+    skipped := '{}';
+    held := '{}';
     IF migration IS NULL OR migrate.template_schema IS NULL OR statements IS NULL OR lock_timeout IS NULL
        OR lock_retries IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -156,6 +165,12 @@ BEGIN
                       HINT = 'Call insta_id.migrate again once it has finished: it skips the schemas that have the migration.';
         END IF;
         IF target IS NULL THEN
+            -- (what the last NOTICE reports: shards made meanwhile, which
+            -- are copied with the migration, are not counted)
+            had_it := (SELECT count(*) FROM insta_id_admin.shard_registry r
+                       WHERE (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
+                         AND EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                                     WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration));
             -- First transaction: one name, one set of statements, one template.
             SELECT m.template_schema, m.statements INTO recorded_template, recorded_statements
             FROM insta_id_admin.migrations m WHERE m.name = migration;
@@ -220,6 +235,7 @@ BEGIN
                       HINT = format('Restore the schema, or unregister the shard (insta_id.drop_shard(%s)); then call insta_id.migrate again.', target_shard);
         END IF;
         attempt := 0;
+        busy := NULL;
         LOOP
             BEGIN
                 PERFORM set_config('lock_timeout', lock_timeout, true);
@@ -238,8 +254,19 @@ BEGIN
                 EXIT;
             EXCEPTION
                 WHEN lock_not_available THEN
+                    GET STACKED DIAGNOSTICS err_detail = PG_EXCEPTION_DETAIL;
                     attempt := attempt + 1;
-                    IF attempt > lock_retries THEN
+                    IF attempt > lock_retries AND target_shard IS NOT NULL THEN
+                        -- Who holds it: named by the gate, else read now.
+                        busy := coalesce(nullif(err_detail, ''),
+                                         insta_id._lock_holders_in((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target)),
+                                         'its holder has let go since');
+                        RAISE NOTICE 'insta_id: migration %: shard % (schema %) still busy after % tries, skipped: %',
+                            migration, target_shard, quote_ident(target), attempt, busy;
+                        skipped := skipped || target_shard;
+                        held := held || format('shard %s: %s', target_shard, busy);
+                        EXIT;
+                    ELSIF attempt > lock_retries THEN
                         RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
                                         quote_literal(migration), quote_ident(target), lock_timeout, attempt
                             USING ERRCODE = 'lock_not_available',
@@ -268,8 +295,10 @@ BEGIN
                                      ELSE 'Once the cause is fixed, call insta_id.migrate again: it goes on from this schema.' END;
             END;
         END LOOP;
-        PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
-        shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        IF busy IS NULL THEN
+            PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
+            shards_done := shards_done + (target_shard IS NOT NULL)::int;
+        END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
@@ -280,6 +309,16 @@ BEGIN
         END IF;
     END LOOP;
     COMMIT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF skipped <> '{}' THEN
+        RAISE EXCEPTION 'migration % skipped shards it could not lock within lock_timeout (%), % times: %', quote_literal(migration),
+                        lock_timeout, lock_retries + 1, array_to_string(skipped, ', ')
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = concat_ws(' ', format('%s other shards were migrated.', shards_done),
+                                     'Busy: ' || array_to_string(held, '; ') || '.',
+                                     CASE WHEN moving <> '{}' THEN format('Skipped as being moved: %s.', array_to_string(moving, ', ')) END),
+                  HINT = 'End or wait for those transactions (pg_stat_activity; pg_terminate_backend), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again: it migrates only the shards that lack it.';
+    END IF;
     IF moving <> '{}' THEN
         RAISE EXCEPTION 'migration % skipped shards being moved to another server: %', quote_literal(migration),
                         array_to_string(moving, ', ')
@@ -288,9 +327,7 @@ BEGIN
                   HINT = 'Call insta_id.migrate again once the moves are done (a kept old copy released: insta-id move --release), on the server that holds each shard: its migration history moves with it.';
     END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done,
-        (SELECT count(*) FROM insta_id_admin.shard_registry r
-         WHERE r.template_schema IS NULL OR r.template_schema = migrate.template_schema) - shards_done;
+    RAISE NOTICE 'insta_id: migration %: % shards migrated, % had it already', migration, shards_done, had_it;
 END
 $$;
 COMMENT ON PROCEDURE insta_id.migrate(text, text, text, text, int) IS

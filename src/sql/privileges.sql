@@ -65,6 +65,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
