@@ -71,13 +71,16 @@ BEGIN
     END IF;
     WITH RECURSIVE reach AS (
         SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
-    -- What counts whoever owns it: the relations, and with a schema every
-    -- object in it (a migration may name any of them).
+    -- What counts whoever owns it: the relations, and every object of the
+    -- schema, which is first on search_path while the statement runs: an
+    -- unqualified name in it (a migration's, or an owner's function
+    -- body's) may resolve to any of them, an operator planted there by a
+    -- role with CREATE on the schema among them.
     inside(classid, objid) AS (
         SELECT 'pg_class'::regclass::oid, r.rel FROM reach r
         UNION
         SELECT d.classid, d.objid FROM pg_depend d
-        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
           AND d.refobjsubid = 0 AND d.deptype = 'n'),
     -- Their parts: indexes, constraints, defaults and generated columns,
     -- triggers, policies, rules, statistics objects.
@@ -162,7 +165,7 @@ BEGIN
               DETAIL = format('Owned by %s.', listing),
               HINT = CASE WHEN rels IS NULL
                           THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
-                          ELSE 'insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link), so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).' END;
+                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
 END
 $$;
 
@@ -208,7 +211,9 @@ $$;
 
 
 -- Locks the relations a statement may reach (see the header), each wait
--- bounded by lock_timeout: 55P03 names the relation and who holds it.
+-- bounded by lock_timeout: 55P03 names the relation and who holds it. The
+-- helpers set lock_timeout (their argument, 2 s by default); a caller
+-- whose lock_timeout is 0 (none) waits 2 s here, never without bound.
 CREATE FUNCTION insta_id._gate_lock(reach oid[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -216,7 +221,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel oid;
+    caller_timeout text := current_setting('lock_timeout');
 BEGIN
+    IF caller_timeout = '0' THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+    END IF;
     FOREACH rel IN ARRAY reach LOOP
         BEGIN
             PERFORM insta_id._lock_relation(rel);
@@ -227,6 +236,7 @@ BEGIN
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
     END LOOP;
+    PERFORM set_config('lock_timeout', caller_timeout, true);
 END
 $$;
 
@@ -308,6 +318,15 @@ BEGIN
     END IF;
     IF op = 'add' THEN
         PERFORM insta_id._check_shard_id(shard);
+        -- A shard being moved here or away: registering it would open its
+        -- copy's fence (insta_id._move_fence) and its routing to that
+        -- schema. The mover (a superuser) registers it at its adoption.
+        IF EXISTS (SELECT FROM insta_id_admin.moves m WHERE m.shard_id = shard)
+           AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
+            RAISE EXCEPTION 'shard % is being moved to or from this server', shard
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'Only the move registers it (insta-id move), as a superuser.';
+        END IF;
         IF nsp IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR nsp LIKE 'pg\_%'
            OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = nsp)
            OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = nsp) THEN
@@ -1012,11 +1031,12 @@ BEGIN
     steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
         'sql', format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col, shard, seq_text));
 
+    -- (the gate's locks too, in a dry run: every wait bounded)
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
     IF dry_run THEN
-        -- (without the lock: what the column holds now)
+        -- (without the tables' locks: what the column holds now)
         highest := insta_id._check_below_ids(tbl, col, shard);
     ELSE
-        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
         short_timeout := (SELECT greatest(CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
                                                ELSE least(l.setting::int, d.setting::int / 2) END, 1)
                           FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';
@@ -1515,6 +1535,8 @@ BEGIN
     IF ahead < interval '0' THEN
         RAISE EXCEPTION 'ahead must not be negative: %', ahead USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- (before the read of the default partition too: every wait bounded)
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     -- The periods from the one holding start to the one holding start + ahead.
     t0 := first;
@@ -1567,7 +1589,8 @@ BEGIN
         END IF;
         -- (read through the gate: planning the query folds its indexes' expressions)
         IF def IS NOT NULL AND insta_id._gate_query(t.nsp, ARRAY[def],
-               format('SELECT 1 FROM %s WHERE %I >= %s AND %I < %s LIMIT 1', def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
+               format('SELECT 1 FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<) %s LIMIT 1',
+                      def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
             RAISE EXCEPTION 'the default partition % holds rows of % to %', def, p->>'from', p->>'before'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Move them out of it first: PostgreSQL refuses a partition whose rows the default partition holds.';
@@ -1578,7 +1601,6 @@ BEGIN
     END LOOP;
 
     IF cardinality(stmts) > 0 THEN
-        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
         PERFORM insta_id._gate(t.nsp, ARRAY[parent], stmts);
     END IF;
     RETURN QUERY

@@ -217,7 +217,7 @@ unsafe fn run_as_role(
     // and the settings, as it does for them. The statements run in a
     // subtransaction of their own (as PL/Python runs one), so that the
     // advisory locks they take can be told apart (src/gate.rs).
-    let (result, advisory_taken) = unsafe {
+    let (result, advisory_taken, advisory_lost) = unsafe {
         pg_sys::SetUserIdAndSecContext(
             run_as,
             sec_context
@@ -258,7 +258,10 @@ unsafe fn run_as_role(
                     value = Some(CStr::from_ptr(v).to_bytes().to_vec());
                 }
             }
-            (value, gate::taken(&advisory_before, &gate::advisory_locks()))
+            (
+                value,
+                gate::taken(&advisory_before, &gate::advisory_locks()),
+            )
         })
         .catch_others(|e| {
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
@@ -279,10 +282,21 @@ unsafe fn run_as_role(
         for lock in gate::taken(&advisory_before, &gate::advisory_locks()) {
             gate::release_session(&lock);
         }
+        let lost = gate::lost(&advisory_before, &gate::advisory_locks());
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
-        (result, taken)
+        (result, taken, lost)
     };
+    if let Some(lock) = advisory_lost.first() {
+        // SAFETY: SPI connected above.
+        unsafe { pg_sys::SPI_finish() };
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("statements in schema {shown} released the caller's advisory lock {} (of form {})", lock.key(), lock.objsubid),
+            "Code of the schema's owner may not release what the caller's session holds (insta_id's move and migration locks among them); it cannot be taken back for it.",
+            "Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers; then start again what held the lock.",
+        );
+    }
     if let Some(lock) = advisory_taken.first() {
         // SAFETY: SPI connected above.
         unsafe { pg_sys::SPI_finish() };
@@ -385,7 +399,13 @@ unsafe fn prepared_statements() -> Vec<CString> {
         }
         let table = pg_sys::SPI_tuptable;
         (0..pg_sys::SPI_processed as usize)
-            .map(|i| CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(*(*table).vals.add(i), (*table).tupdesc, 1))))
+            .map(|i| {
+                CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(
+                    *(*table).vals.add(i),
+                    (*table).tupdesc,
+                    1,
+                )))
+            })
             .collect()
     }
 }

@@ -10,8 +10,9 @@
 //! subtransaction back (which releases transaction-level holds), releases
 //! what is still new (session-level holds, now certain to be), and
 //! refuses. Code run through the gate takes no advisory lock of either
-//! kind. insta_id's own locks (form 3, `src/locks.rs`) are not compared:
-//! no SQL can take them.
+//! kind, and releases none of the caller's: a lock held before and gone
+//! after (pg_advisory_unlock_all() releases insta_id's own, form 3, too)
+//! is refused as well.
 //!
 //! The comparison is pure (`taken`); reading and releasing are thin.
 
@@ -55,18 +56,31 @@ impl Advisory {
 
 /// The locks of `after` not in `before`.
 pub fn taken(before: &[Advisory], after: &[Advisory]) -> Vec<Advisory> {
-    after.iter().filter(|l| !before.contains(l)).cloned().collect()
+    after
+        .iter()
+        .filter(|l| !before.contains(l))
+        .cloned()
+        .collect()
 }
 
-const QUERY: &CStr = c"SELECT l.database OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) l.classid
+/// The locks of `before` gone from `after`: released by the owner's code
+/// (pg_advisory_unlock_all() releases every session-level one, insta_id's
+/// own move and migration locks among them). They cannot be given back;
+/// the gate refuses.
+pub fn lost(before: &[Advisory], after: &[Advisory]) -> Vec<Advisory> {
+    taken(after, before)
+}
+
+const QUERY: &CStr =
+    c"SELECT l.database OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) l.classid
         OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) l.objid OPERATOR(pg_catalog.||) ' '
         OPERATOR(pg_catalog.||) l.objsubid OPERATOR(pg_catalog.||) ' '
         OPERATOR(pg_catalog.||) (l.mode OPERATOR(pg_catalog.=) 'ShareLock')
     FROM pg_catalog.pg_locks l
     WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
-      AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND l.objsubid OPERATOR(pg_catalog.<) 3";
+      AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()";
 
-/// The advisory locks this backend holds (SQL's forms only).
+/// The advisory locks this backend holds, insta_id's own (form 3) too.
 /// # Safety
 /// SPI must be connected.
 pub unsafe fn advisory_locks() -> Vec<Advisory> {
@@ -102,7 +116,11 @@ pub unsafe fn release_session(lock: &Advisory) {
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     };
-    let mode = if lock.shared { pg_sys::ShareLock } else { pg_sys::ExclusiveLock };
+    let mode = if lock.shared {
+        pg_sys::ShareLock
+    } else {
+        pg_sys::ExclusiveLock
+    };
     // SAFETY: the lock manager, as pg_advisory_unlock calls it.
     unsafe {
         while pg_sys::LockRelease(&tag, mode as pg_sys::LOCKMODE, true)
@@ -116,7 +134,13 @@ mod tests {
     use super::*;
 
     fn lock(objid: u32, shared: bool) -> Advisory {
-        Advisory { database: 5, classid: 0, objid, objsubid: 1, shared }
+        Advisory {
+            database: 5,
+            classid: 0,
+            objid,
+            objsubid: 1,
+            shared,
+        }
     }
 
     #[test]
@@ -131,9 +155,21 @@ mod tests {
     #[test]
     fn keys_as_sql_writes_them() {
         assert_eq!(lock(4242, false).key(), "4242");
-        let big = Advisory { database: 5, classid: 0xFFFF_FFFF, objid: 0xFFFF_FFFF, objsubid: 1, shared: false };
+        let big = Advisory {
+            database: 5,
+            classid: 0xFFFF_FFFF,
+            objid: 0xFFFF_FFFF,
+            objsubid: 1,
+            shared: false,
+        };
         assert_eq!(big.key(), "-1");
-        let pair = Advisory { database: 5, classid: 7, objid: 0xFFFF_FFFE, objsubid: 2, shared: false };
+        let pair = Advisory {
+            database: 5,
+            classid: 7,
+            objid: 0xFFFF_FFFE,
+            objsubid: 2,
+            shared: false,
+        };
         assert_eq!(pair.key(), "7, -2");
     }
 
@@ -143,5 +179,7 @@ mod tests {
         let after = vec![lock(1, false), lock(2, false), lock(1, true)];
         assert_eq!(taken(&before, &after), vec![lock(2, false), lock(1, true)]);
         assert!(taken(&after, &before).is_empty());
+        assert!(lost(&before, &after).is_empty());
+        assert_eq!(lost(&after, &before), vec![lock(2, false), lock(1, true)]);
     }
 }

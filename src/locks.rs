@@ -10,8 +10,8 @@
 //! executable by no one but the helpers' callers (not PUBLIC).
 
 use crate::functions::arg;
-use pgrx::pg_guard;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
+use pgrx::{pg_guard, PgSqlErrorCode};
 
 /// The tag's last field: a form of advisory key that SQL never makes.
 pub const LOCK_FORM: u16 = 3;
@@ -36,6 +36,66 @@ fn mode(shared: bool) -> pg_sys::LOCKMODE {
     } else {
         pg_sys::ExclusiveLock
     }) as pg_sys::LOCKMODE
+}
+
+/// Refuses (42501), before waiting, a lock by OID on an object the caller
+/// does not own (nor is a member of its owner): a delegated administrator
+/// given the helpers could otherwise queue ACCESS EXCLUSIVE on any relation
+/// (pg_authid: every login waits). Superusers may lock anything; the gate
+/// and drop_shard lock what they then act on.
+fn check_may_lock(classid: pg_sys::Oid, objid: pg_sys::Oid) {
+    // SAFETY: catalog-cache lookups of the current user and the object.
+    let owns = unsafe {
+        let user = pg_sys::GetUserId();
+        #[cfg(feature = "pg15")]
+        {
+            pg_sys::superuser()
+                || match classid {
+                    pg_sys::RelationRelationId => pg_sys::pg_class_ownercheck(objid, user),
+                    pg_sys::NamespaceRelationId => pg_sys::pg_namespace_ownercheck(objid, user),
+                    pg_sys::TypeRelationId => pg_sys::pg_type_ownercheck(objid, user),
+                    pg_sys::ProcedureRelationId => pg_sys::pg_proc_ownercheck(objid, user),
+                    _ => false,
+                }
+        }
+        #[cfg(not(feature = "pg15"))]
+        {
+            pg_sys::object_ownercheck(classid, objid, user)
+        }
+    };
+    if !owns {
+        let object = pg_sys::ObjectAddress {
+            classId: classid,
+            objectId: objid,
+            objectSubId: 0,
+        };
+        // SAFETY: describes an object that exists (checked by the caller);
+        // a palloc'd string.
+        let what = unsafe {
+            std::ffi::CStr::from_ptr(pg_sys::getObjectDescription(&object, false))
+                .to_string_lossy()
+                .into_owned()
+        };
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("must be owner of {what} for insta_id to lock it"),
+            "A helper locks only what its caller owns or may act as the owner of (a superuser, anything).",
+        );
+    }
+}
+
+/// Whether the object exists (a relation's, a schema's, ... by its catalog).
+fn exists(cache: pg_sys::SysCacheIdentifier::Type, objid: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog-cache probe.
+    unsafe {
+        pg_sys::SearchSysCacheExists(
+            cache as i32,
+            Datum::from(objid),
+            Datum::from(0),
+            Datum::from(0),
+            Datum::from(0),
+        )
+    }
 }
 
 v1!(pg_finfo_insta_id_lock);
@@ -87,22 +147,20 @@ v1!(pg_finfo_insta_id_lock_schema);
 pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with one oid argument.
     let nsp = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
-    // SAFETY: the lock manager and a catalog-cache probe, as DROP SCHEMA uses them.
-    Datum::from(unsafe {
+    if !exists(pg_sys::SysCacheIdentifier::NAMESPACEOID, nsp) {
+        return Datum::from(false);
+    }
+    check_may_lock(pg_sys::NamespaceRelationId, nsp);
+    // SAFETY: the lock manager, as DROP SCHEMA uses it.
+    unsafe {
         pg_sys::LockDatabaseObject(
             pg_sys::NamespaceRelationId,
             nsp,
             0,
             pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
         );
-        pg_sys::SearchSysCacheExists(
-            pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
-            Datum::from(nsp),
-            Datum::from(0),
-            Datum::from(0),
-            Datum::from(0),
-        )
-    })
+    }
+    Datum::from(exists(pg_sys::SysCacheIdentifier::NAMESPACEOID, nsp))
 }
 
 v1!(pg_finfo_insta_id_lock_object);
@@ -123,6 +181,7 @@ pub unsafe extern "C-unwind" fn insta_id_lock_object(fcinfo: FunctionCallInfo) -
         )
     };
     let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+    check_may_lock(classid, objid);
     // SAFETY: the lock manager, as performDeletion's AcquireDeletionLock.
     unsafe {
         if classid == pg_sys::RelationRelationId {
@@ -140,22 +199,18 @@ v1!(pg_finfo_insta_id_lock_relation);
 /// once held. The gate's lock (src/sql/gate.sql): writers share it, while
 /// CREATE TRIGGER, CREATE INDEX and ALTER TABLE wait for it, so the code
 /// the gate found on a relation is the code its statement runs. Taken by
-/// OID without a privilege check (the caller's statement checks its own),
-/// waited for under lock_timeout, ended by a cancel.
+/// OID, by its owner or a superuser (`check_may_lock`), waited for under
+/// lock_timeout, ended by a cancel.
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_lock_relation(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with one oid argument.
     let rel = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
-    // SAFETY: the lock manager and a catalog-cache probe, as LOCK TABLE uses them.
-    Datum::from(unsafe {
-        pg_sys::LockRelationOid(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
-        pg_sys::SearchSysCacheExists(
-            pg_sys::SysCacheIdentifier::RELOID as i32,
-            Datum::from(rel),
-            Datum::from(0),
-            Datum::from(0),
-            Datum::from(0),
-        )
-    })
+    if !exists(pg_sys::SysCacheIdentifier::RELOID, rel) {
+        return Datum::from(false);
+    }
+    check_may_lock(pg_sys::RelationRelationId, rel);
+    // SAFETY: the lock manager, as LOCK TABLE uses it.
+    unsafe { pg_sys::LockRelationOid(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE) };
+    Datum::from(exists(pg_sys::SysCacheIdentifier::RELOID, rel))
 }

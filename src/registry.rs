@@ -11,6 +11,7 @@
 //!   2. then runs `_admin_write_apply(op, args)` as the tables' owner (the
 //!      extension's), in the caller's transaction, with search_path =
 //!      pg_catalog, pg_temp, and switches back.
+//!
 //! A SECURITY DEFINER function could not do step 1: inside it the current
 //! user is its owner, and no SQL names the role that called it.
 //! Not PUBLIC's (privileges.sql); `_admin_write_apply` is nobody's but the
@@ -113,6 +114,11 @@ unsafe fn owner_of_registry() -> pg_sys::Oid {
         }
         let table = pg_sys::SPI_tuptable;
         let text = CStr::from_ptr(pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1));
-        pg_sys::Oid::from(text.to_str().ok().and_then(|t| t.parse::<u32>().ok()).unwrap_or(0))
+        pg_sys::Oid::from(
+            text.to_str()
+                .ok()
+                .and_then(|t| t.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
     }
 }

@@ -511,7 +511,10 @@ impl<'a> Mover<'a> {
         let mut to_c = on(&to, "the new server")?;
         let router = router.map(|r| on(&r, "the router")).transpose()?;
         // 0.11.0: the comparisons read each table through insta_id's gate.
-        for (c, which) in [(&mut from_c, "the old server"), (&mut to_c, "the new server")] {
+        for (c, which) in [
+            (&mut from_c, "the old server"),
+            (&mut to_c, "the new server"),
+        ] {
             let recorded: bool = c
                 .query_one(
                     "SELECT pg_catalog.to_regprocedure('insta_id._gate_query(name, pg_catalog.regclass[], text)') IS NOT NULL",

@@ -318,10 +318,16 @@ fn reading(
         for bucket in sums.iter().flat_map(|s| s.split(',')) {
             let mut f = bucket.split(' ');
             let (Some(b), Some(n), Some(sum)) = (f.next(), f.next(), f.next()) else {
-                return Err(format!("an unreadable sum of {}: {bucket}", printable(&t.name)));
+                return Err(format!(
+                    "an unreadable sum of {}: {bucket}",
+                    printable(&t.name)
+                ));
             };
             let (Ok(b), Ok(n)) = (b.parse::<i64>(), n.parse::<i64>()) else {
-                return Err(format!("an unreadable sum of {}: {bucket}", printable(&t.name)));
+                return Err(format!(
+                    "an unreadable sum of {}: {bucket}",
+                    printable(&t.name)
+                ));
             };
             if n > 0 {
                 out[i].insert(b, (n, sum.to_string()));

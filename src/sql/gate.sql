@@ -9,7 +9,8 @@
 --      that runs. Each wait is bounded by lock_timeout; on timeout the
 --      error names the processes holding the relation (_lock_holders);
 --   2. decides, from the catalogs, who owns every piece of code PostgreSQL
---      may evaluate for a statement there (_gate_owner): index expressions
+--      may evaluate for a statement there, and every object of the schema
+--      put first on search_path (_gate_owner): index expressions
 --      and predicates, partition keys, statistics expressions, CHECKs,
 --      domains' CHECKs, defaults and generated columns, triggers of every
 --      kind, rules, policies, operators and operator classes, range types'
@@ -107,13 +108,16 @@ BEGIN
     END IF;
     WITH RECURSIVE reach AS (
         SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
-    -- What counts whoever owns it: the relations, and with a schema every
-    -- object in it (a migration may name any of them).
+    -- What counts whoever owns it: the relations, and every object of the
+    -- schema, which is first on search_path while the statement runs: an
+    -- unqualified name in it (a migration's, or an owner's function
+    -- body's) may resolve to any of them, an operator planted there by a
+    -- role with CREATE on the schema among them.
     inside(classid, objid) AS (
         SELECT 'pg_class'::regclass::oid, r.rel FROM reach r
         UNION
         SELECT d.classid, d.objid FROM pg_depend d
-        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
           AND d.refobjsubid = 0 AND d.deptype = 'n'),
     -- Their parts: indexes, constraints, defaults and generated columns,
     -- triggers, policies, rules, statistics objects.
@@ -198,7 +202,7 @@ BEGIN
               DETAIL = format('Owned by %s.', listing),
               HINT = CASE WHEN rels IS NULL
                           THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
-                          ELSE 'insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link), so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).' END;
+                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
 END
 $$;
 
@@ -240,7 +244,9 @@ AS $$
 $$;
 
 -- Locks the relations a statement may reach (see the header), each wait
--- bounded by lock_timeout: 55P03 names the relation and who holds it.
+-- bounded by lock_timeout: 55P03 names the relation and who holds it. The
+-- helpers set lock_timeout (their argument, 2 s by default); a caller
+-- whose lock_timeout is 0 (none) waits 2 s here, never without bound.
 CREATE FUNCTION insta_id._gate_lock(reach oid[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -248,7 +254,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel oid;
+    caller_timeout text := current_setting('lock_timeout');
 BEGIN
+    IF caller_timeout = '0' THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+    END IF;
     FOREACH rel IN ARRAY reach LOOP
         BEGIN
             PERFORM insta_id._lock_relation(rel);
@@ -259,6 +269,7 @@ BEGIN
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
     END LOOP;
+    PERFORM set_config('lock_timeout', caller_timeout, true);
 END
 $$;
 

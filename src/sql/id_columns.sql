@@ -460,11 +460,12 @@ BEGIN
     steps := steps || jsonb_build_object('rel', tbl::text, 'nsp', nsp, 'lock', 'ACCESS EXCLUSIVE', 'rewrites', false,
         'sql', format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col, shard, seq_text));
 
+    -- (the gate's locks too, in a dry run: every wait bounded)
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
     IF dry_run THEN
-        -- (without the lock: what the column holds now)
+        -- (without the tables' locks: what the column holds now)
         highest := insta_id._check_below_ids(tbl, col, shard);
     ELSE
-        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
         short_timeout := (SELECT greatest(CASE WHEN l.setting::int = 0 THEN d.setting::int / 2
                                                ELSE least(l.setting::int, d.setting::int / 2) END, 1)
                           FROM pg_settings l, pg_settings d WHERE l.name = 'lock_timeout' AND d.name = 'deadlock_timeout') || 'ms';

@@ -105,6 +105,8 @@ BEGIN
     IF ahead < interval '0' THEN
         RAISE EXCEPTION 'ahead must not be negative: %', ahead USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- (before the read of the default partition too: every wait bounded)
+    PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
 
     -- The periods from the one holding start to the one holding start + ahead.
     t0 := first;
@@ -157,7 +159,8 @@ BEGIN
         END IF;
         -- (read through the gate: planning the query folds its indexes' expressions)
         IF def IS NOT NULL AND insta_id._gate_query(t.nsp, ARRAY[def],
-               format('SELECT 1 FROM %s WHERE %I >= %s AND %I < %s LIMIT 1', def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
+               format('SELECT 1 FROM %s WHERE %I OPERATOR(pg_catalog.>=) %s AND %I OPERATOR(pg_catalog.<) %s LIMIT 1',
+                      def, t.col, p->>'low', t.col, p->>'high')) IS NOT NULL THEN
             RAISE EXCEPTION 'the default partition % holds rows of % to %', def, p->>'from', p->>'before'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Move them out of it first: PostgreSQL refuses a partition whose rows the default partition holds.';
@@ -168,7 +171,6 @@ BEGIN
     END LOOP;
 
     IF cardinality(stmts) > 0 THEN
-        PERFORM set_config('lock_timeout', lock_timeout, true);  -- a bad value fails here (22023)
         PERFORM insta_id._gate(t.nsp, ARRAY[parent], stmts);
     END IF;
     RETURN QUERY

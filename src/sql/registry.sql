@@ -430,6 +430,15 @@ BEGIN
     END IF;
     IF op = 'add' THEN
         PERFORM insta_id._check_shard_id(shard);
+        -- A shard being moved here or away: registering it would open its
+        -- copy's fence (insta_id._move_fence) and its routing to that
+        -- schema. The mover (a superuser) registers it at its adoption.
+        IF EXISTS (SELECT FROM insta_id_admin.moves m WHERE m.shard_id = shard)
+           AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
+            RAISE EXCEPTION 'shard % is being moved to or from this server', shard
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'Only the move registers it (insta-id move), as a superuser.';
+        END IF;
         IF nsp IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema') OR nsp LIKE 'pg\_%'
            OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.template_schema = nsp)
            OR EXISTS (SELECT FROM insta_id_admin.migrations m WHERE m.template_schema = nsp) THEN

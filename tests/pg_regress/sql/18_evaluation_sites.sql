@@ -105,7 +105,9 @@ DROP SCHEMA temp_tmpl CASCADE;
 
 -- A type named like pg_catalog's (a domain regclass over regclass) in a
 -- schema where another role may create: add_id_column's statements name
--- pg_catalog's types, never one resolved through the schema.
+-- pg_catalog's types, never one resolved through the schema; and the gate
+-- refuses (42501) to run anything with that schema first on search_path
+-- while another role's objects are in it, naming them.
 CREATE SCHEMA regclass_tmpl;
 GRANT USAGE, CREATE ON SCHEMA regclass_tmpl TO insta_id_regress_site;
 CREATE TABLE regclass_tmpl.t (v int);
@@ -114,6 +116,7 @@ SET ROLE insta_id_regress_site;
 CREATE DOMAIN regclass_tmpl.regclass AS pg_catalog.regclass CHECK (evaluation_sites.note('regclass_domain') = 0);
 RESET ROLE;
 SELECT insta_id.add_id_column('regclass_tmpl.t', 'id', 9);
+\echo :LAST_ERROR_SQLSTATE
 SELECT pg_get_expr(d.adbin, d.adrelid) AS id_default FROM pg_attrdef d WHERE d.adrelid = 'regclass_tmpl.t'::regclass;
 SELECT site, who, superuser FROM evaluation_sites.seen WHERE site = 'regclass_domain';
 DROP SCHEMA regclass_tmpl CASCADE;

@@ -133,7 +133,6 @@ CREATE TABLE adopt.child_key (id serial PRIMARY KEY REFERENCES adopt.mine);
 CREATE ROLE insta_id_regress_other_owner;
 CREATE TABLE adopt.shared (id serial PRIMARY KEY);
 CREATE TABLE adopt.shared_refs (shared_id int REFERENCES adopt.shared);
-ALTER TABLE adopt.shared_refs OWNER TO insta_id_regress_other_owner;
 CREATE TABLE adopt.by_id (id serial PRIMARY KEY) PARTITION BY RANGE (id);
 SELECT insta_id.adopt_id_column(NULL);
 \echo :LAST_ERROR_SQLSTATE
@@ -160,8 +159,12 @@ SELECT insta_id.adopt_id_column('adopt.big', dry_run => true);
 \set VERBOSITY default
 SELECT insta_id.adopt_id_column('adopt.viewed');
 \echo :LAST_ERROR_SQLSTATE
+-- (another owner's table in the schema, for this case alone: the gate
+-- refuses any statement in a schema of two owners, 25_gate)
+ALTER TABLE adopt.shared_refs OWNER TO insta_id_regress_other_owner;
 SELECT insta_id.adopt_id_column('adopt.shared');
 \echo :LAST_ERROR_SQLSTATE
+ALTER TABLE adopt.shared_refs OWNER TO CURRENT_USER;
 SELECT insta_id.adopt_id_column('adopt.child_key');
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.adopt_id_column('adopt.by_id');

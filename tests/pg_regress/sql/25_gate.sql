@@ -33,11 +33,17 @@ CREATE FUNCTION tenant_code.lock_transaction() RETURNS trigger LANGUAGE plpgsql 
     'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_xact_lock(4243); RETURN NEW; END';
 CREATE FUNCTION tenant_code.prepare() RETURNS trigger LANGUAGE plpgsql AS
     'BEGIN PERFORM tenant_code.ran(); EXECUTE ''PREPARE left_behind AS SELECT 1''; RETURN NEW; END';
+CREATE FUNCTION tenant_code.unlock_all() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RETURN NEW; END';
+-- (an operator named like pg_catalog's, for a schema first on search_path)
+CREATE FUNCTION tenant_code.ge(bigint, bigint) RETURNS boolean LANGUAGE sql AS
+    'SELECT tenant_code.ran() = 0 AND $1 OPERATOR(pg_catalog.>=) $2';
 RESET ROLE;
 
 -- The cases. In dba and tenant, {s} is the shard's schema (the tenant's)
 -- and {c} the case's number; in run, {n} is the shard.
-CREATE TABLE gate_cases (n int PRIMARY KEY, c text NOT NULL, dba text NOT NULL, tenant text NOT NULL, run text NOT NULL);
+CREATE TABLE gate_cases (n int PRIMARY KEY, c text NOT NULL, dba text NOT NULL, tenant text NOT NULL, run text NOT NULL,
+                         before_run text NOT NULL DEFAULT '');
 INSERT INTO gate_cases VALUES
 -- drop_shard's check that a shard is empty plans a read of each table,
 -- folding the tenant's index expressions and predicates, statistics
@@ -102,6 +108,13 @@ INSERT INTO gate_cases VALUES
 (732, 'create_partitions: the DBA''s table, the tenant''s default partition index',
  'CREATE TABLE {s}.e (id bigint) PARTITION BY RANGE (id); CREATE TABLE {s}.e_default PARTITION OF {s}.e DEFAULT; CREATE INDEX ON {s}.e_default ((id + tenant_code.probe(''{c}'')))', '',
  'SELECT count(*) FROM insta_id.create_partitions(''{s}.e'', ''1 month'', ''1 month'')'),
+-- An operator >= the tenant planted in the schema of the DBA's table (it
+-- may create there): the schema is first on search_path while the gate
+-- runs, so every object in it counts, and the schema holds two owners'.
+(733, 'create_partitions: an operator planted beside the DBA''s table',
+ 'CREATE TABLE {s}.e (id bigint) PARTITION BY RANGE (id); CREATE TABLE {s}.e_default PARTITION OF {s}.e DEFAULT',
+ 'CREATE OPERATOR {s}.>= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = tenant_code.ge)',
+ 'SELECT count(*) FROM insta_id.create_partitions(''{s}.e'', ''1 month'', ''1 month'')'),
 -- Nothing of the tenant's code stays in the caller's session: an advisory
 -- lock is refused and released (PostgreSQL does not tell a session's from
 -- a transaction's, so both are), and so is a prepared statement, which is
@@ -114,7 +127,14 @@ INSERT INTO gate_cases VALUES
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 (743, 'add_id_column: a statement prepared by a trigger', '',
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.prepare(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- The caller's own session lock (a mover's) released by the tenant's
+-- pg_advisory_unlock_all(): refused, not given back.
+(744, 'add_id_column: the caller''s advisory lock released by a trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.unlock_all(''{c}'')',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})');
+-- (what the DBA holds before the helper runs: a session lock of its own)
+UPDATE gate_cases SET before_run = 'SELECT pg_advisory_lock(4244)' WHERE n = 744;
 
 -- Each case in a shard of its own, its schema the tenant's. Then, in a
 -- new session (whose relation cache has folded none of the tenant's
@@ -155,6 +175,9 @@ DECLARE
     before int[];
 BEGIN
     FOR g IN SELECT * FROM gate_cases ORDER BY n LOOP
+        IF g.before_run <> '' THEN
+            EXECUTE g.before_run;
+        END IF;
         before := pg_temp.runs();
         BEGIN
             EXECUTE replace(replace(g.run, '{n}', g.n::text), '{s}', 'insta' || g.n);
@@ -164,7 +187,7 @@ BEGIN
         END;
         INSERT INTO gate_results
         SELECT g.n, state, a[1] > before[1], a[2] > before[2], a[3] > before[3],
-               (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objid = 4242 AND l.pid = pg_backend_pid()),
+               (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objid IN (4242, 4243) AND l.pid = pg_backend_pid()),
                (SELECT count(*) FROM pg_prepared_statements)
         FROM pg_temp.runs() a;
         PERFORM pg_advisory_unlock_all();
@@ -178,11 +201,11 @@ $$;
 SELECT g.n, g.c AS "case", r.outcome, r.as_tenant, r.as_superuser, r.as_other, r.locks_left, r.prepared_left
 FROM gate_cases g JOIN gate_results r USING (n) ORDER BY g.n;
 -- Every case proved something: refused (42501) before the tenant's code
--- ran, or done with it run as the tenant (741 to 743: run as the tenant,
+-- ran, or done with it run as the tenant (741 to 744: run as the tenant,
 -- then refused; 706, drop_shard with force, reads nothing).
 SELECT g.n, g.c AS proves_nothing FROM gate_cases g JOIN gate_results r USING (n)
 WHERE r.as_superuser OR r.as_other
-   OR NOT CASE WHEN g.n BETWEEN 741 AND 743 THEN r.outcome = '42501' AND r.as_tenant
+   OR NOT CASE WHEN g.n BETWEEN 741 AND 744 THEN r.outcome = '42501' AND r.as_tenant
                WHEN g.n = 706 THEN r.outcome = 'ok' AND NOT r.as_tenant
                ELSE (r.outcome = '42501' AND NOT r.as_tenant) OR (r.outcome = 'ok' AND r.as_tenant) END;
 
@@ -207,6 +230,9 @@ SELECT insta_id.grant_shard_admin('insta_id_regress_delegate');
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_delegate', current_database()) \gexec
 CREATE SCHEMA dba_only;
 CREATE TABLE dba_only.secrets (v text);
+GRANT USAGE ON SCHEMA dba_only TO insta_id_regress_delegate;
+INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+VALUES (797, 'arriving', 'insta797', 'old:5432/app', 'subscribed', now(), '[]');
 SET ROLE insta_id_regress_delegate;
 SELECT insta_id.create_shard(795);
 CREATE TEMP TABLE delegate_rows (n int, attempt text, sql text);
@@ -218,7 +244,14 @@ INSERT INTO delegate_rows VALUES
 (5, 'register the DBA''s schema through the writer', 'SELECT insta_id._admin_write(''add'', ''{"shard": 796, "schema": "dba_only"}'')'),
 (6, 'adopt the DBA''s schema', 'SELECT insta_id.adopt_shard(''dba_only'', 796)'),
 (7, 'call the write itself', 'SELECT insta_id._admin_write_apply(''add'', ''{"shard": 796, "schema": "dba_only"}'')'),
-(8, 'an unknown write', 'SELECT insta_id._admin_write(''truncate'', ''{}'')');
+(8, 'an unknown write', 'SELECT insta_id._admin_write(''truncate'', ''{}'')'),
+-- insta_id's lock primitives, by OID: only what the caller owns
+(9, 'lock pg_authid (every login would wait)', 'SELECT insta_id._lock_relation(''pg_authid''::regclass)'),
+(10, 'lock pg_authid as DROP would', 'SELECT insta_id._lock_object(''pg_class''::regclass, ''pg_authid''::regclass)'),
+(11, 'lock schema pg_catalog', 'SELECT insta_id._lock_schema(''pg_catalog''::regnamespace)'),
+(12, 'lock the DBA''s table', 'SELECT insta_id._lock_relation(''dba_only.secrets''::regclass)'),
+-- a shard being moved here: only the move registers it (its fence opens)
+(13, 'register a shard being moved here', 'SELECT insta_id.create_shard(797)');
 CREATE FUNCTION pg_temp.attempt(sql text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE sql;
@@ -237,6 +270,7 @@ SELECT insta_id.grant_shard_admin('insta_id_regress_delegate', revoke => true);
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_delegate', current_database()) \gexec
 DROP OWNED BY insta_id_regress_delegate;
 DROP ROLE insta_id_regress_delegate;
+DELETE FROM insta_id_admin.moves WHERE shard_id = 797;
 DROP TABLE gate_cases, gate_results;
 DROP SCHEMA dba_only, tenant_code CASCADE;
 DROP ROLE insta_id_regress_tenant;
