@@ -12,7 +12,11 @@
 # The hogs end with the command, and by themselves if this script is killed
 # (each checks its parent every tenth of a second) or after BUSY_MAX_SECONDS
 # (default 3 hours).
-source "$(dirname "$0")/harness.sh"
+# (Not through harness.sh: its PG and PG_CONFIG would reach the command,
+# whose suites each pick their own version.)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+say() { printf '==> %s\n' "$*"; }
 [ $# -gt 0 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 dir="$repo/target/busy"; mkdir -p "$dir"
 cc -shared -fPIC -O2 -o "$dir/slow_sync.so" "$repo/tests/busy/slow_sync.c" -ldl

@@ -7,7 +7,10 @@
 #   scripts/dev/timed.sh --report         the table, slowest first, and totals
 #
 # scripts/dev/build.sh records its builds itself (kind "build").
-source "$(dirname "$0")/harness.sh"
+# (Not through harness.sh: it would export its PG and PG_CONFIG to the
+# suites this runs, each of which picks its own version.)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 times="$repo/target/times.tsv"
 case "${1:-}" in
   --start) mkdir -p "$repo/target"; : >"$times" ;;

@@ -42,7 +42,8 @@ BEGIN
         EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
     END IF;
     IF extra->>'schema_owner' IS NOT NULL THEN
-        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, extra->>'schema_owner');
+        -- (read back as a role, so printed quoted as PostgreSQL quotes it)
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, (extra->>'schema_owner')::regrole);
     END IF;
     PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
