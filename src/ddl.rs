@@ -210,6 +210,21 @@ unsafe fn run_as_role(
     let temporary_before = unsafe { temporary_objects() };
     let prepared_before = unsafe { prepared_statements() };
     let advisory_before = unsafe { gate::advisory_locks() };
+    // A lock the caller holds already, taken again by the owner's code,
+    // would show no new row in pg_locks: code runs for an owner only in a
+    // session holding none of SQL's advisory locks (insta_id's own, form 3,
+    // no SQL can take).
+    if let Some(lock) = advisory_before.iter().find(|l| l.objsubid < 3) {
+        // SAFETY: SPI connected above.
+        unsafe { pg_sys::SPI_finish() };
+        raise!(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("this session holds advisory lock {}: insta_id runs a table owner's code only in a session that holds none", lock.key()),
+            "The owner's code taking the same lock again could not be told from the caller's hold.",
+            "Release it (pg_advisory_unlock, or end the transaction that holds it), then call the helper again.",
+        );
+    }
+    let cursors_before = unsafe { cursors() };
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
@@ -217,7 +232,7 @@ unsafe fn run_as_role(
     // and the settings, as it does for them. The statements run in a
     // subtransaction of their own (as PL/Python runs one), so that the
     // advisory locks they take can be told apart (src/gate.rs).
-    let (result, advisory_taken, advisory_lost) = unsafe {
+    let (result, advisory_taken, advisory_lost, cursor_left) = unsafe {
         pg_sys::SetUserIdAndSecContext(
             run_as,
             sec_context
@@ -239,7 +254,7 @@ unsafe fn run_as_role(
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        let (result, taken) = PgTryBuilder::new(|| {
+        let (result, taken, cursor_left) = PgTryBuilder::new(|| {
             for statement in statements {
                 let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
                 if rc < 0 {
@@ -258,19 +273,32 @@ unsafe fn run_as_role(
                     value = Some(CStr::from_ptr(v).to_bytes().to_vec());
                 }
             }
+            // A cursor left open would run its query later, as the caller:
+            // refused like a lock (the subtransaction's rollback drops it).
+            let cursor_left = cursors().iter().any(|c| !cursors_before.contains(c));
             (
                 value,
                 gate::taken(&advisory_before, &gate::advisory_locks()),
+                cursor_left,
             )
         })
         .catch_others(|e| {
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
             pg_sys::MemoryContextSwitchTo(context);
             pg_sys::CurrentResourceOwner = owner;
+            // The owner's code may have taken or released advisory locks
+            // and then raised: what it took for the session is released,
+            // what it released of the caller's is refused, as on success.
+            for lock in gate::taken(&advisory_before, &gate::advisory_locks()) {
+                gate::release_session(&lock);
+            }
+            if let Some(lock) = gate::lost(&advisory_before, &gate::advisory_locks()).first() {
+                lost_error(&shown, lock);
+            }
             e.rethrow()
         })
         .execute();
-        if taken.is_empty() {
+        if taken.is_empty() && !cursor_left {
             pg_sys::ReleaseCurrentSubTransaction();
         } else {
             // Rolled back: its transaction-level holds go; what is still new
@@ -285,16 +313,20 @@ unsafe fn run_as_role(
         let lost = gate::lost(&advisory_before, &gate::advisory_locks());
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
-        (result, taken, lost)
+        (result, taken, lost, cursor_left)
     };
     if let Some(lock) = advisory_lost.first() {
         // SAFETY: SPI connected above.
         unsafe { pg_sys::SPI_finish() };
+        lost_error(&shown, lock);
+    }
+    if cursor_left {
+        // SAFETY: SPI connected above.
+        unsafe { pg_sys::SPI_finish() };
         raise!(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("statements in schema {shown} released the caller's advisory lock {} (of form {})", lock.key(), lock.objsubid),
-            "Code of the schema's owner may not release what the caller's session holds (insta_id's move and migration locks among them); it cannot be taken back for it.",
-            "Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers; then start again what held the lock.",
+            format!("statements in schema {shown} left a cursor open, which would run later in the caller's transaction, as the caller"),
+            "Their changes were rolled back and the cursor closed.",
         );
     }
     if let Some(lock) = advisory_taken.first() {
@@ -382,6 +414,44 @@ unsafe fn temporary_objects() -> Vec<String> {
             .to_string_lossy()
             .split(',')
             .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The refusal of a lock of the caller's released by the owner's code.
+fn lost_error(shown: &str, lock: &gate::Advisory) -> ! {
+    raise!(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "statements in schema {shown} released the caller's advisory lock {} (of form {})",
+            lock.key(),
+            lock.objsubid
+        ),
+        "Code of the schema's owner may not release what the caller's session holds (insta_id's move and migration locks among them); it cannot be taken back for it.",
+        "Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers; then start again what held the lock.",
+    )
+}
+
+/// The names of this session's open cursors (portals).
+unsafe fn cursors() -> Vec<CString> {
+    const QUERY: &CStr = c"SELECT c.name FROM pg_catalog.pg_cursors c";
+    // SAFETY: SPI is connected by the caller; one text column.
+    unsafe {
+        if pg_sys::SPI_execute(QUERY.as_ptr(), true, 0) != pg_sys::SPI_OK_SELECT as i32 {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "reading the session's cursors failed"
+            );
+        }
+        let table = pg_sys::SPI_tuptable;
+        (0..pg_sys::SPI_processed as usize)
+            .map(|i| {
+                CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(
+                    *(*table).vals.add(i),
+                    (*table).tupdesc,
+                    1,
+                )))
+            })
             .collect()
     }
 }

@@ -52,7 +52,13 @@ fn check_may_lock(classid: pg_sys::Oid, objid: pg_sys::Oid) {
             pg_sys::superuser()
                 || match classid {
                     pg_sys::RelationRelationId => pg_sys::pg_class_ownercheck(objid, user),
-                    pg_sys::NamespaceRelationId => pg_sys::pg_namespace_ownercheck(objid, user),
+                    // (a schema: its owner, or a role that may use it, as
+                    // every helper's caller on a shard may)
+                    pg_sys::NamespaceRelationId => {
+                        pg_sys::pg_namespace_ownercheck(objid, user)
+                            || pg_sys::pg_namespace_aclcheck(objid, user, pg_sys::ACL_USAGE as _)
+                                == pg_sys::AclResult::ACLCHECK_OK
+                    }
                     pg_sys::TypeRelationId => pg_sys::pg_type_ownercheck(objid, user),
                     pg_sys::ProcedureRelationId => pg_sys::pg_proc_ownercheck(objid, user),
                     _ => false,
@@ -61,6 +67,9 @@ fn check_may_lock(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         #[cfg(not(feature = "pg15"))]
         {
             pg_sys::object_ownercheck(classid, objid, user)
+                || (classid == pg_sys::NamespaceRelationId
+                    && pg_sys::object_aclcheck(classid, objid, user, pg_sys::ACL_USAGE as _)
+                        == pg_sys::AclResult::ACLCHECK_OK)
         }
     };
     if !owns {
@@ -115,6 +124,17 @@ pub unsafe extern "C-unwind" fn insta_id_lock(fcinfo: FunctionCallInfo) -> Datum
             arg(fcinfo, 4).value() != 0,
         )
     };
+    // A session's hold outlives every transaction: the mover's alone (a
+    // superuser), never a delegated administrator's, who could hold the
+    // migration runner's or a move's lock for as long as it stays connected.
+    // SAFETY: a read of the current user's role flags.
+    if session && !unsafe { pg_sys::superuser() } {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "insta_id's session-level locks are taken by superusers only",
+            "lock_shard_for_move is the online move's, which runs as a superuser.",
+        );
+    }
     let tag = tag(key, object);
     // SAFETY: the lock manager, as pg_advisory_lock and its kin call it.
     let got = unsafe { pg_sys::LockAcquire(&tag, mode(shared), session, !wait) };

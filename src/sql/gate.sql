@@ -55,8 +55,9 @@ $$;
 
 -- The relations a statement on rels (and, with nsp, on any relation of
 -- schema nsp) may reach: those, their partitions and inheritance children
--- and parents, and the tables their foreign keys link in either direction,
--- until nothing new is found. Foreign keys are followed through pg_depend
+-- and parents, the tables their foreign keys link in either direction, and
+-- the tables their rules' actions and policies' subqueries name, until
+-- nothing new is found. Foreign keys are followed through pg_depend
 -- (indexed both ways; pg_constraint has no index on the referenced table).
 CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[])
 RETURNS oid[]
@@ -73,6 +74,16 @@ AS $$
             SELECT h.inhrelid FROM pg_inherits h WHERE h.inhparent = x.rel
             UNION ALL
             SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = x.rel
+            UNION ALL
+            -- the tables a rule's actions or a policy's subqueries name (a
+            -- view's too, through its rule), whose own code then runs
+            SELECT d.refobjid FROM pg_rewrite w
+            JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid AND d.refclassid = 'pg_class'::regclass
+            WHERE w.ev_class = x.rel AND d.refobjid <> x.rel
+            UNION ALL
+            SELECT d.refobjid FROM pg_policy p
+            JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = p.oid AND d.refclassid = 'pg_class'::regclass
+            WHERE p.polrelid = x.rel AND d.refobjid <> x.rel
             UNION ALL
             -- (a foreign key records its dependency on both of its tables)
             SELECT other.refobjid FROM pg_depend d
@@ -243,11 +254,14 @@ AS $$
     WHERE c.relnamespace = nsp AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND h.holders IS NOT NULL
 $$;
 
--- Locks the relations a statement may reach (see the header), each wait
--- bounded by lock_timeout: 55P03 names the relation and who holds it. The
--- helpers set lock_timeout (their argument, 2 s by default); a caller
--- whose lock_timeout is 0 (none) waits 2 s here, never without bound.
-CREATE FUNCTION insta_id._gate_lock(reach oid[])
+-- Locks the schema put first on search_path (its own lock, which every
+-- CREATE in it holds shared: no object arrives in it between the decision
+-- and the statements, where an unqualified name could resolve to it), and
+-- the relations a statement may reach (see the header), each wait bounded
+-- by lock_timeout: 55P03 names the relation and who holds it. The helpers
+-- set lock_timeout (their argument, 2 s by default); a caller whose
+-- lock_timeout is 0 (none) waits 2 s here, never without bound.
+CREATE FUNCTION insta_id._gate_lock(nsp name, reach oid[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -259,6 +273,14 @@ BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
     END IF;
+    BEGIN
+        PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp));
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'could not lock schema % within lock_timeout (%)', quote_ident(nsp), current_setting('lock_timeout')
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'A transaction creating objects in it holds it, or another insta_id helper acting on it.',
+                  HINT = 'Wait for it (pg_locks, locktype object, classid pg_namespace), or raise lock_timeout; nothing was changed.';
+    END;
     FOREACH rel IN ARRAY reach LOOP
         BEGIN
             PERFORM insta_id._lock_relation(rel);
@@ -281,7 +303,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM insta_id._gate_lock(insta_id._gate_relations(
+    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(
         CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
     PERFORM insta_id._run_in_schema(nsp, insta_id._gate_owner(nsp, rels), statements);
 END
@@ -295,7 +317,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM insta_id._gate_lock(insta_id._gate_relations(NULL, rels::oid[]));
+    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(NULL, rels::oid[]));
     RETURN insta_id._query_in_schema(nsp, insta_id._gate_owner(nsp, rels), query);
 END
 $$;

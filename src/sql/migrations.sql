@@ -224,7 +224,19 @@ BEGIN
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
         IF target_shard IS NOT NULL THEN
-            PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            busy := NULL;
+            BEGIN
+                PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            EXCEPTION WHEN lock_not_available THEN
+                -- (a drop_shard of it waiting, or a session holding its row)
+                busy := 'its registry row is held';
+            END;
+            IF busy IS NOT NULL THEN
+                RAISE NOTICE 'insta_id: migration %: shard % (schema %): %, skipped', migration, target_shard, quote_ident(target), busy;
+                skipped := skipped || target_shard;
+                held := held || format('shard %s: %s', target_shard, busy);
+                CONTINUE;
+            END IF;
             CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
@@ -300,7 +312,9 @@ BEGIN
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
         COMMIT;
+        -- (COMMIT ends both settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),

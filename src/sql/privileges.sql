@@ -36,7 +36,6 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
         ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
-        ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
         -- what they call
         ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
@@ -54,7 +53,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_lock(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),

@@ -395,8 +395,9 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 --   applied       {schema, migrations}  a schema has these migrations
 --   lock          {shard, exclusive}    a shard's row locked (drop_shard: FOR
 --                                       UPDATE; migrate: FOR SHARE), which
---                                       needs UPDATE on the table; any
---                                       caller of the helpers may, as before
+--                                       needs UPDATE on the table: by a role
+--                                       that may act as the owner of its
+--                                       schema or objects (as migrate runs)
 CREATE FUNCTION insta_id._admin_write(op text, args jsonb)
 RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
@@ -420,11 +421,12 @@ BEGIN
                    WHEN 'applied' THEN args->>'schema'
                    WHEN 'migration' THEN args->>'template'
                    WHEN 'set_template' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
-                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
+                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
+                   WHEN 'lock' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
     IF op NOT IN ('add', 'set_template', 'remove', 'migration', 'applied', 'lock') THEN
         RAISE EXCEPTION 'no such write of insta_id''s tables: %', op USING ERRCODE = 'invalid_parameter_value';
-    ELSIF op = 'lock' THEN
-        RETURN;  -- (a row lock changes nothing; a row gone meanwhile is not locked)
+    ELSIF op = 'lock' AND nsp IS NULL THEN
+        RETURN;  -- (a row gone meanwhile is not locked: the caller reads it again)
     ELSIF op IN ('set_template', 'remove') AND nsp IS NULL THEN
         RAISE EXCEPTION 'shard % does not exist', shard USING ERRCODE = 'undefined_object';
     END IF;
@@ -447,8 +449,32 @@ BEGIN
                       DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
         END IF;
     END IF;
-    IF op = 'set_template' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = args->>'template') THEN
-        RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+    IF op = 'set_template' THEN
+        -- A template is what the caller copied from: one it may act as the
+        -- owner of (of its objects: the copy is made as that role), never
+        -- a shard or one of the system's or insta_id's schemas (a schema
+        -- recorded as a template can no longer be adopted as a shard).
+        SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = args->>'template';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+        END IF;
+        IF args->>'template' IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema')
+           OR args->>'template' LIKE 'pg\_%'
+           OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = args->>'template') THEN
+            RAISE EXCEPTION 'schema % cannot be a template', quote_ident(args->>'template')
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT may THEN
+            BEGIN
+                may := pg_has_role(caller, insta_id._code_owner(args->>'template'), 'USAGE');
+            EXCEPTION WHEN insufficient_privilege THEN
+                may := false;
+            END;
+        END IF;
+        IF NOT may THEN
+            RAISE EXCEPTION 'role % may not act as the owner of template %', caller, quote_ident(args->>'template')
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
     END IF;
     IF op IN ('applied', 'migration') AND EXISTS (
            SELECT FROM jsonb_array_elements_text(coalesce(args->'migrations', '[]')) m
@@ -457,14 +483,14 @@ BEGIN
     END IF;
     -- A shard whose schema is gone (drop_shard dropped it first) may be
     -- unregistered by any caller of drop_shard: nothing is left to reach.
-    IF op = 'remove' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+    IF op IN ('remove', 'lock') AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
         RETURN;
     END IF;
     SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = nsp;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF NOT may AND op IN ('applied', 'migration') THEN
+    IF NOT may AND op IN ('applied', 'migration', 'lock') THEN
         BEGIN
             may := pg_has_role(caller, insta_id._code_owner(nsp), 'USAGE');
         EXCEPTION WHEN insufficient_privilege THEN

@@ -247,6 +247,10 @@ DECLARE
     plan jsonb;
 BEGIN
     PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none).
+    IF current_setting('lock_timeout') = '0' THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+    END IF;
     -- No migration changes the template between reading it and the commit.
     PERFORM insta_id._lock_template_shared();
     plan := insta_id._template_plan(template_schema);
@@ -305,9 +309,14 @@ DECLARE
     created pg_catalog.int4 := 0;
     started pg_catalog.timestamptz;
     reported pg_catalog.timestamptz;
+    waits pg_catalog.text;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none), in each
+    -- of its transactions.
+    waits := CASE WHEN current_setting('lock_timeout') = '0' THEN '2s' ELSE current_setting('lock_timeout') END;
+    PERFORM set_config('lock_timeout', waits, true);
     IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
         RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -335,6 +344,7 @@ BEGIN
         created := created + made;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('lock_timeout', waits, true);
         IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
             RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
                 first_shard, hi, first_shard, last_shard, created,

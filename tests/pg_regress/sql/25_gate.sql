@@ -35,6 +35,16 @@ CREATE FUNCTION tenant_code.prepare() RETURNS trigger LANGUAGE plpgsql AS
     'BEGIN PERFORM tenant_code.ran(); EXECUTE ''PREPARE left_behind AS SELECT 1''; RETURN NEW; END';
 CREATE FUNCTION tenant_code.unlock_all() RETURNS trigger LANGUAGE plpgsql AS
     'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RETURN NEW; END';
+CREATE FUNCTION tenant_code.lock_then_fail() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_lock(4242); RAISE EXCEPTION ''after the lock'' USING ERRCODE = ''P0099''; END';
+CREATE FUNCTION tenant_code.unlock_then_fail() RETURNS trigger LANGUAGE plpgsql AS
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RAISE EXCEPTION ''after the unlock'' USING ERRCODE = ''P0099''; END';
+CREATE FUNCTION tenant_code.open_cursor() RETURNS trigger LANGUAGE plpgsql AS
+    'DECLARE c refcursor := ''left_open''; BEGIN PERFORM tenant_code.ran(); OPEN c FOR SELECT 1; RETURN NEW; END';
+-- (a table of the tenant's outside the shard, written by a DBA's rule)
+CREATE TABLE tenant_code.log (v int);
+GRANT INSERT ON tenant_code.log TO PUBLIC;
+CREATE TRIGGER log_row BEFORE INSERT ON tenant_code.log FOR EACH ROW EXECUTE FUNCTION tenant_code.fire('log');
 -- (an operator named like pg_catalog's, for a schema first on search_path)
 CREATE FUNCTION tenant_code.ge(bigint, bigint) RETURNS boolean LANGUAGE sql AS
     'SELECT tenant_code.ran() = 0 AND $1 OPERATOR(pg_catalog.>=) $2';
@@ -128,13 +138,39 @@ INSERT INTO gate_cases VALUES
 (743, 'add_id_column: a statement prepared by a trigger', '',
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.prepare(''{c}'')',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
--- The caller's own session lock (a mover's) released by the tenant's
--- pg_advisory_unlock_all(): refused, not given back.
+-- The caller's own session lock (a mover's: insta_id's, form 3) released
+-- by the tenant's pg_advisory_unlock_all(): refused, not given back.
 (744, 'add_id_column: the caller''s advisory lock released by a trigger', '',
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.unlock_all(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- The same when the tenant's code raises after taking or releasing one: a
+-- lock it took is released, the original error goes on (P0099); a lock it
+-- released of the caller's is refused.
+(745, 'add_id_column: a session advisory lock taken by a trigger that then fails', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.lock_then_fail(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+(746, 'add_id_column: the caller''s advisory lock released by a trigger that then fails', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.unlock_then_fail(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- A caller holding an advisory lock of SQL's: a hold taken again inside
+-- could not be told from it, so nothing runs (55000).
+(747, 'add_id_column: the caller holds an advisory lock', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- A cursor left open by the tenant's code would run later, as the caller.
+(748, 'add_id_column: a cursor left open by a trigger', '',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.open_cursor(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- A rule of the DBA's table writing a table of the tenant's elsewhere:
+-- that table's trigger would run as whoever the statement runs as, so it
+-- counts (rules' and policies' tables are reached like foreign keys').
+(751, 'add_id_column: a rule writing the tenant''s table elsewhere',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE RULE t_log AS ON UPDATE TO {s}.t DO ALSO INSERT INTO tenant_code.log VALUES (1)', '',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})');
--- (what the DBA holds before the helper runs: a session lock of its own)
-UPDATE gate_cases SET before_run = 'SELECT pg_advisory_lock(4244)' WHERE n = 744;
+-- (what the DBA holds before the helper runs: the mover's session lock,
+-- or a lock of SQL's)
+UPDATE gate_cases SET before_run = 'SELECT insta_id.lock_shard_for_move(' || n || ')' WHERE n IN (744, 746);
+UPDATE gate_cases SET before_run = 'SELECT pg_advisory_lock(4245)' WHERE n = 747;
 
 -- Each case in a shard of its own, its schema the tenant's. Then, in a
 -- new session (whose relation cache has folded none of the tenant's
@@ -201,11 +237,14 @@ $$;
 SELECT g.n, g.c AS "case", r.outcome, r.as_tenant, r.as_superuser, r.as_other, r.locks_left, r.prepared_left
 FROM gate_cases g JOIN gate_results r USING (n) ORDER BY g.n;
 -- Every case proved something: refused (42501) before the tenant's code
--- ran, or done with it run as the tenant (741 to 744: run as the tenant,
--- then refused; 706, drop_shard with force, reads nothing).
+-- ran, or done with it run as the tenant (741 to 748: run as the tenant,
+-- then refused, or its own error; 747: refused before; 706, drop_shard
+-- with force, reads nothing).
 SELECT g.n, g.c AS proves_nothing FROM gate_cases g JOIN gate_results r USING (n)
 WHERE r.as_superuser OR r.as_other
-   OR NOT CASE WHEN g.n BETWEEN 741 AND 744 THEN r.outcome = '42501' AND r.as_tenant
+   OR NOT CASE WHEN g.n BETWEEN 741 AND 744 OR g.n IN (746, 748) THEN r.outcome = '42501' AND r.as_tenant
+               WHEN g.n = 745 THEN r.outcome = 'P0099' AND r.as_tenant AND r.locks_left = 0
+               WHEN g.n = 747 THEN r.outcome = '55000' AND NOT r.as_tenant
                WHEN g.n = 706 THEN r.outcome = 'ok' AND NOT r.as_tenant
                ELSE (r.outcome = '42501' AND NOT r.as_tenant) OR (r.outcome = 'ok' AND r.as_tenant) END;
 
@@ -231,6 +270,7 @@ SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_delegate', curren
 CREATE SCHEMA dba_only;
 CREATE TABLE dba_only.secrets (v text);
 GRANT USAGE ON SCHEMA dba_only TO insta_id_regress_delegate;
+SELECT insta_id.create_shard(798);
 INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
 VALUES (797, 'arriving', 'insta797', 'old:5432/app', 'subscribed', now(), '[]');
 SET ROLE insta_id_regress_delegate;
@@ -251,7 +291,13 @@ INSERT INTO delegate_rows VALUES
 (11, 'lock schema pg_catalog', 'SELECT insta_id._lock_schema(''pg_catalog''::regnamespace)'),
 (12, 'lock the DBA''s table', 'SELECT insta_id._lock_relation(''dba_only.secrets''::regclass)'),
 -- a shard being moved here: only the move registers it (its fence opens)
-(13, 'register a shard being moved here', 'SELECT insta_id.create_shard(797)');
+(13, 'register a shard being moved here', 'SELECT insta_id.create_shard(797)'),
+-- insta_id's session-level locks (the mover's), and the registry's rows
+(14, 'hold the migration runner''s lock for the session', 'SELECT insta_id._lock(1768515633, 1, false, true, false)'),
+(15, 'mark a shard as being moved', 'SELECT insta_id.lock_shard_for_move(798)'),
+(16, 'lock the DBA''s shard''s registry row', 'SELECT insta_id._admin_write(''lock'', ''{"shard": 798, "exclusive": true}'')'),
+(17, 'record the DBA''s schema as its shard''s template', 'SELECT insta_id._admin_write(''set_template'', ''{"shard": 795, "template": "dba_only"}'')'),
+(18, 'record a shard as its shard''s template', 'SELECT insta_id._admin_write(''set_template'', ''{"shard": 795, "template": "insta798"}'')');
 CREATE FUNCTION pg_temp.attempt(sql text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE sql;
@@ -264,7 +310,8 @@ DROP TABLE delegate_rows;
 -- Its own shard it may drop, through the writer.
 SELECT insta_id.drop_shard(795);
 RESET ROLE;
-SELECT shard_id, schema_name FROM insta_id_admin.shard_registry WHERE shard_id BETWEEN 795 AND 796 OR schema_name = 'dba_only';
+SELECT shard_id, schema_name, template_schema FROM insta_id_admin.shard_registry WHERE shard_id BETWEEN 795 AND 798 OR schema_name = 'dba_only';
+SELECT insta_id.drop_shard(798);
 
 SELECT insta_id.grant_shard_admin('insta_id_regress_delegate', revoke => true);
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_delegate', current_database()) \gexec
