@@ -17,8 +17,9 @@ AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
 
 -- The relations a statement on rels (and, with nsp, on any relation of
 -- schema nsp) may reach: those, their partitions and inheritance children
--- and parents, and the tables their foreign keys link in either direction,
--- until nothing new is found. Foreign keys are followed through pg_depend
+-- and parents, the tables their foreign keys link in either direction, and
+-- the tables their rules' actions and policies' subqueries name, until
+-- nothing new is found. Foreign keys are followed through pg_depend
 -- (indexed both ways; pg_constraint has no index on the referenced table).
 CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[])
 RETURNS oid[]
@@ -35,6 +36,16 @@ AS $$
             SELECT h.inhrelid FROM pg_inherits h WHERE h.inhparent = x.rel
             UNION ALL
             SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = x.rel
+            UNION ALL
+            -- the tables a rule's actions or a policy's subqueries name (a
+            -- view's too, through its rule), whose own code then runs
+            SELECT d.refobjid FROM pg_rewrite w
+            JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid AND d.refclassid = 'pg_class'::regclass
+            WHERE w.ev_class = x.rel AND d.refobjid <> x.rel
+            UNION ALL
+            SELECT d.refobjid FROM pg_policy p
+            JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = p.oid AND d.refclassid = 'pg_class'::regclass
+            WHERE p.polrelid = x.rel AND d.refobjid <> x.rel
             UNION ALL
             -- (a foreign key records its dependency on both of its tables)
             SELECT other.refobjid FROM pg_depend d
@@ -210,11 +221,14 @@ AS $$
 $$;
 
 
--- Locks the relations a statement may reach (see the header), each wait
--- bounded by lock_timeout: 55P03 names the relation and who holds it. The
--- helpers set lock_timeout (their argument, 2 s by default); a caller
--- whose lock_timeout is 0 (none) waits 2 s here, never without bound.
-CREATE FUNCTION insta_id._gate_lock(reach oid[])
+-- Locks the schema put first on search_path (its own lock, which every
+-- CREATE in it holds shared: no object arrives in it between the decision
+-- and the statements, where an unqualified name could resolve to it), and
+-- the relations a statement may reach (see the header), each wait bounded
+-- by lock_timeout: 55P03 names the relation and who holds it. The helpers
+-- set lock_timeout (their argument, 2 s by default); a caller whose
+-- lock_timeout is 0 (none) waits 2 s here, never without bound.
+CREATE FUNCTION insta_id._gate_lock(nsp name, reach oid[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -226,6 +240,14 @@ BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
     END IF;
+    BEGIN
+        PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp));
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'could not lock schema % within lock_timeout (%)', quote_ident(nsp), current_setting('lock_timeout')
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'A transaction creating objects in it holds it, or another insta_id helper acting on it.',
+                  HINT = 'Wait for it (pg_locks, locktype object, classid pg_namespace), or raise lock_timeout; nothing was changed.';
+    END;
     FOREACH rel IN ARRAY reach LOOP
         BEGIN
             PERFORM insta_id._lock_relation(rel);
@@ -241,6 +263,124 @@ END
 $$;
 
 
+-- What a session holds that the owner's code could leave behind or take
+-- away: its advisory locks (pg_locks: database, classid, objid, objsubid
+-- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
+-- prepared statements, one text each.
+CREATE FUNCTION insta_id._session_state()
+RETURNS text[]
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ARRAY(SELECT format('lock %s %s %s %s %s', l.database, l.classid, l.objid, l.objsubid, l.mode = 'ShareLock')
+                 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+                 UNION ALL SELECT 'cursor ' || c.name FROM pg_cursors c
+                 UNION ALL SELECT 'prepared ' || p.name FROM pg_prepared_statements p
+                 ORDER BY 1)
+$$;
+
+
+-- Puts back what the owner's code left in the session since state: every
+-- session-level hold of an advisory lock it took (one pg_advisory_unlock
+-- a hold, until pg_locks no longer shows it: no release is asked of a lock
+-- not held), its prepared statements; its cursors and transaction-level
+-- locks go with the subtransaction rolled back before. What it released
+-- of the caller's cannot be given back: 42501.
+CREATE FUNCTION insta_id._restore_session(state text[], nsp name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    item text;
+    f text[];
+    key bigint;
+    a int;
+    b int;
+BEGIN
+    FOREACH item IN ARRAY insta_id._session_state() LOOP
+        CONTINUE WHEN item = ANY (state);
+        f := string_to_array(item, ' ');
+        IF f[1] = 'prepared' THEN
+            EXECUTE format('DEALLOCATE %I', substr(item, 10));
+        ELSIF f[1] = 'lock' AND f[5] IN ('1', '2') THEN
+            key := (f[3]::bigint << 32) | f[4]::bigint;
+            a := (f[3]::bigint - CASE WHEN f[3]::bigint >= 2147483648 THEN 4294967296 ELSE 0 END)::int;
+            b := (f[4]::bigint - CASE WHEN f[4]::bigint >= 2147483648 THEN 4294967296 ELSE 0 END)::int;
+            FOR i IN 1..100000 LOOP
+                EXIT WHEN NOT item = ANY (insta_id._session_state());
+                PERFORM CASE WHEN f[5] = '1' AND f[6] IN ('t', 'true') THEN pg_advisory_unlock_shared(key)
+                             WHEN f[5] = '1' THEN pg_advisory_unlock(key)
+                             WHEN f[6] IN ('t', 'true') THEN pg_advisory_unlock_shared(a, b)
+                             ELSE pg_advisory_unlock(a, b) END;
+            END LOOP;
+        END IF;
+    END LOOP;
+    SELECT min(x) INTO item FROM unnest(state) x WHERE x LIKE 'lock %' AND NOT x = ANY (insta_id._session_state());
+    IF item IS NOT NULL THEN
+        RAISE EXCEPTION 'code run for schema %''s owner released the caller''s advisory lock (%)', quote_ident(nsp), substr(item, 6)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Code of a table''s owner may not release what the caller''s session holds (insta_id''s move and migration locks among them); it cannot be taken back for it.',
+                  HINT = 'Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id''s helpers; then start again what held the lock.';
+    END IF;
+END
+$$;
+
+
+-- Runs statements (or one query, whose first value it returns) as owner
+-- in schema nsp (_run_in_schema, src/ddl.rs), in a subtransaction, and
+-- refuses (42501) what they would leave in the caller's session: an
+-- advisory lock taken (PostgreSQL shows a session's hold and a
+-- transaction's alike, so neither is allowed), a cursor left open, a
+-- prepared statement; all rolled back, released or deallocated. A lock of
+-- the caller's they released: 42501 too. A session holding an advisory
+-- lock of SQL's own is refused first (55000): a hold taken again inside
+-- would show nothing new. An error of the statements goes on as it was
+-- raised, whole (after the same putting back).
+CREATE FUNCTION insta_id._gate_run(nsp name, owner regrole, statements text[], query text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state text[] := insta_id._session_state();
+    value text;
+    left_behind text;
+BEGIN
+    SELECT min(x) INTO left_behind FROM unnest(state) x WHERE x ~ '^lock \S+ \S+ \S+ [12] ';
+    IF left_behind IS NOT NULL THEN
+        RAISE EXCEPTION 'this session holds an advisory lock (%): insta_id runs a table owner''s code only in a session that holds none', substr(left_behind, 6)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The owner''s code taking the same lock again could not be told from the caller''s hold.',
+                  HINT = 'Release it (pg_advisory_unlock, or end the transaction holding it), then call the helper again.';
+    END IF;
+    BEGIN
+        IF query IS NULL THEN
+            PERFORM insta_id._run_in_schema(nsp, owner, statements);
+        ELSE
+            value := insta_id._query_in_schema(nsp, owner, query);
+        END IF;
+        SELECT string_agg(x, ', ') INTO left_behind FROM unnest(insta_id._session_state()) x
+        WHERE NOT x = ANY (state) AND x !~ '^lock \S+ \S+ \S+ 3 ';
+        IF left_behind IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'II002';  -- (rolls the block back)
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM insta_id._restore_session(state, nsp);
+        IF SQLSTATE = 'II002' THEN
+            RAISE EXCEPTION 'code run for schema %''s owner left in the caller''s session: %', quote_ident(nsp), left_behind
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'An advisory lock, a cursor or a prepared statement would outlive it, held or run later as the caller. Its changes were rolled back and those released.',
+                      HINT = 'Take no advisory lock, and leave no cursor or prepared statement, in triggers, defaults, CHECKs or index expressions reached by insta_id''s helpers.';
+        END IF;
+        RAISE;
+    END;
+    PERFORM insta_id._restore_session(state, nsp);
+    RETURN value;
+END
+$$;
+
+
 -- The gate: statements on relations rels (NULL: on anything in schema nsp,
 -- as a migration), run as their code's one owner (see the header).
 CREATE FUNCTION insta_id._gate(nsp name, rels regclass[], statements text[])
@@ -249,9 +389,9 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM insta_id._gate_lock(insta_id._gate_relations(
+    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(
         CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
-    PERFORM insta_id._run_in_schema(nsp, insta_id._gate_owner(nsp, rels), statements);
+    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), statements, NULL);
 END
 $$;
 
@@ -264,8 +404,8 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM insta_id._gate_lock(insta_id._gate_relations(NULL, rels::oid[]));
-    RETURN insta_id._query_in_schema(nsp, insta_id._gate_owner(nsp, rels), query);
+    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(NULL, rels::oid[]));
+    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), NULL, query);
 END
 $$;
 
@@ -282,8 +422,9 @@ $$;
 --   applied       {schema, migrations}  a schema has these migrations
 --   lock          {shard, exclusive}    a shard's row locked (drop_shard: FOR
 --                                       UPDATE; migrate: FOR SHARE), which
---                                       needs UPDATE on the table; any
---                                       caller of the helpers may, as before
+--                                       needs UPDATE on the table: by a role
+--                                       that may act as the owner of its
+--                                       schema or objects (as migrate runs)
 CREATE FUNCTION insta_id._admin_write(op text, args jsonb)
 RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
@@ -308,11 +449,12 @@ BEGIN
                    WHEN 'applied' THEN args->>'schema'
                    WHEN 'migration' THEN args->>'template'
                    WHEN 'set_template' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
-                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
+                   WHEN 'remove' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard)
+                   WHEN 'lock' THEN (SELECT r.schema_name FROM insta_id_admin.shard_registry r WHERE r.shard_id = shard) END;
     IF op NOT IN ('add', 'set_template', 'remove', 'migration', 'applied', 'lock') THEN
         RAISE EXCEPTION 'no such write of insta_id''s tables: %', op USING ERRCODE = 'invalid_parameter_value';
-    ELSIF op = 'lock' THEN
-        RETURN;  -- (a row lock changes nothing; a row gone meanwhile is not locked)
+    ELSIF op = 'lock' AND nsp IS NULL THEN
+        RETURN;  -- (a row gone meanwhile is not locked: the caller reads it again)
     ELSIF op IN ('set_template', 'remove') AND nsp IS NULL THEN
         RAISE EXCEPTION 'shard % does not exist', shard USING ERRCODE = 'undefined_object';
     END IF;
@@ -335,8 +477,32 @@ BEGIN
                       DETAIL = 'It is public, one of insta_id''s own schemas, a system schema or the template of shards.';
         END IF;
     END IF;
-    IF op = 'set_template' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = args->>'template') THEN
-        RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+    IF op = 'set_template' THEN
+        -- A template is what the caller copied from: one it may act as the
+        -- owner of (of its objects: the copy is made as that role), never
+        -- a shard or one of the system's or insta_id's schemas (a schema
+        -- recorded as a template can no longer be adopted as a shard).
+        SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = args->>'template';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'schema % does not exist', quote_ident(args->>'template') USING ERRCODE = 'invalid_schema_name';
+        END IF;
+        IF args->>'template' IN ('public', 'insta_id', 'insta_id_admin', 'insta_id_mark', 'information_schema')
+           OR args->>'template' LIKE 'pg\_%'
+           OR EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = args->>'template') THEN
+            RAISE EXCEPTION 'schema % cannot be a template', quote_ident(args->>'template')
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT may THEN
+            BEGIN
+                may := pg_has_role(caller, insta_id._code_owner(args->>'template'), 'USAGE');
+            EXCEPTION WHEN insufficient_privilege THEN
+                may := false;
+            END;
+        END IF;
+        IF NOT may THEN
+            RAISE EXCEPTION 'role % may not act as the owner of template %', caller, quote_ident(args->>'template')
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
     END IF;
     IF op IN ('applied', 'migration') AND EXISTS (
            SELECT FROM jsonb_array_elements_text(coalesce(args->'migrations', '[]')) m
@@ -345,14 +511,14 @@ BEGIN
     END IF;
     -- A shard whose schema is gone (drop_shard dropped it first) may be
     -- unregistered by any caller of drop_shard: nothing is left to reach.
-    IF op = 'remove' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
+    IF op IN ('remove', 'lock') AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = nsp) THEN
         RETURN;
     END IF;
     SELECT pg_has_role(caller, n.nspowner, 'USAGE') INTO may FROM pg_namespace n WHERE n.nspname = nsp;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    IF NOT may AND op IN ('applied', 'migration') THEN
+    IF NOT may AND op IN ('applied', 'migration', 'lock') THEN
         BEGIN
             may := pg_has_role(caller, insta_id._code_owner(nsp), 'USAGE');
         EXCEPTION WHEN insufficient_privilege THEN
@@ -360,7 +526,8 @@ BEGIN
         END;
     END IF;
     IF NOT may THEN
-        RAISE EXCEPTION 'role % may not act as the owner of schema %, which this would record in insta_id''s tables', caller, quote_ident(nsp)
+        RAISE EXCEPTION '%', CASE op WHEN 'lock' THEN format('role %s may not act as the owner of schema %s, whose shard it would lock', caller, quote_ident(nsp))
+                                 ELSE format('role %s may not act as the owner of schema %s, which this would record in insta_id''s tables', caller, quote_ident(nsp)) END
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Operation %s: %s.', op, args),
                   HINT = 'Only a role that may act as a schema''s owner may register, re-point or unregister it, or record its migrations.';
@@ -1235,6 +1402,110 @@ END
 $$;
 
 
+CREATE OR REPLACE FUNCTION insta_id.create_shards(first_shard int, last_shard int, template_schema text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none).
+    IF current_setting('lock_timeout') = '0' THEN
+        PERFORM set_config('lock_timeout', '2s', true);
+    END IF;
+    -- No migration changes the template between reading it and the commit.
+    PERFORM insta_id._lock_template_shared();
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
+        format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
+               first_shard, last_shard, template_schema));
+    FOR shard IN first_shard..last_shard LOOP
+        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
+    END LOOP;
+    RETURN last_shard - first_shard + 1;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
+'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+
+-- create_shards for any number of shards: commits every shards_per_commit
+-- shards, so its locks never outgrow the lock table, a cancel or failure
+-- keeps every shard committed so far (each complete and registered, or
+-- absent), and calling it again skips the shards that exist.
+-- No SET clause: PostgreSQL forbids COMMIT in a procedure that has one. The
+-- procedure fixes search_path itself for each of its transactions (COMMIT
+-- ends a transaction-local setting) and leaves the work to functions that
+-- fix theirs.
+CREATE OR REPLACE PROCEDURE insta_id.create_shards_in_batches(first_shard int, last_shard int, template_schema text,
+                                                   shards_per_commit int DEFAULT 50)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- (pg_catalog's types: they are resolved under the caller's search_path)
+    plan pg_catalog.jsonb;
+    first_missing pg_catalog.int4;
+    lo pg_catalog.int4;
+    hi pg_catalog.int4;
+    made pg_catalog.int4;
+    created pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz;
+    reported pg_catalog.timestamptz;
+    waits pg_catalog.text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
+    -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none), in each
+    -- of its transactions.
+    waits := CASE WHEN current_setting('lock_timeout') = '0' THEN '2s' ELSE current_setting('lock_timeout') END;
+    PERFORM set_config('lock_timeout', waits, true);
+    IF shards_per_commit IS NULL OR shards_per_commit < 1 THEN
+        RAISE EXCEPTION 'shards_per_commit must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The template is read, and one batch's locks measured, once for the whole run.
+    plan := insta_id._template_plan(template_schema);
+    PERFORM insta_id._check_owners(plan);
+    SELECT min(s) INTO first_missing FROM generate_series(first_shard, last_shard) s
+    WHERE NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = s);
+    IF first_missing IS NOT NULL THEN
+        PERFORM insta_id._check_lock_budget(plan, first_missing, least(shards_per_commit, last_shard - first_missing + 1),
+            'Pass a smaller shards_per_commit, or raise max_locks_per_transaction.');
+    END IF;
+    started := clock_timestamp();
+    reported := started;
+    lo := first_shard;
+    WHILE lo <= last_shard LOOP
+        hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
+        -- A migration of the template between two batches: read it again.
+        PERFORM insta_id._lock_template_shared();
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+            PERFORM insta_id._check_template(template_schema);
+            plan := insta_id._template_plan(template_schema);
+        END IF;
+        made := insta_id._create_shard_batch(lo, hi, plan);
+        created := created + made;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('lock_timeout', waits, true);
+        IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
+            RAISE NOTICE 'insta_id: shards %..% done of %..%: % created, % a second',
+                first_shard, hi, first_shard, last_shard, created,
+                round(created / extract(epoch FROM clock_timestamp() - started));
+            reported := clock_timestamp();
+        END IF;
+        lo := hi + 1;
+    END LOOP;
+    RAISE NOTICE 'insta_id: shards %..%: % created, % existed already',
+        first_shard, last_shard, created, last_shard - first_shard + 1 - created;
+END
+$$;
+COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
+'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
+
+
 -- Longer than a screen: a procedure that COMMITs between schemas keeps its
 -- loop, retries and bookkeeping in one body (a called function cannot
 -- COMMIT); the per-schema work is _run_in_schema's.
@@ -1379,7 +1650,19 @@ BEGIN
         -- it FOR UPDATE) until this schema's transaction ends; its schema
         -- must exist: a migration never runs under another schema.
         IF target_shard IS NOT NULL THEN
-            PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            busy := NULL;
+            BEGIN
+                PERFORM insta_id._admin_write('lock', pg_catalog.jsonb_build_object('shard', target_shard, 'exclusive', false));
+            EXCEPTION WHEN lock_not_available THEN
+                -- (a drop_shard of it waiting, or a session holding its row)
+                busy := 'its registry row is held';
+            END;
+            IF busy IS NOT NULL THEN
+                RAISE NOTICE 'insta_id: migration %: shard % (schema %): %, skipped', migration, target_shard, quote_ident(target), busy;
+                skipped := skipped || target_shard;
+                held := held || format('shard %s: %s', target_shard, busy);
+                CONTINUE;
+            END IF;
             CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
@@ -1455,7 +1738,9 @@ BEGIN
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
         COMMIT;
+        -- (COMMIT ends both settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),
@@ -1686,7 +1971,6 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.adopt_shard(text, int)'),
         ('EXECUTE', 'PROCEDURE insta_id.migrate(text, text, text, text, int)'),
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
-        ('EXECUTE', 'FUNCTION insta_id.lock_shard_for_move(int)'),
         -- what they call
         ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
@@ -1704,10 +1988,11 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_lock(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_run(name, regrole, text[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
@@ -1730,8 +2015,9 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._query_in_schema(name, regrole, text)'),
         ('EXECUTE', 'FUNCTION insta_id._run_in_schema(name, regrole, text[])'),
         ('EXECUTE', 'FUNCTION insta_id._schema_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._restore_session(text[], name)'),
         ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
-        ('EXECUTE', 'FUNCTION insta_id._shard_schema(int)'),
+        ('EXECUTE', 'FUNCTION insta_id._session_state()'),
         ('EXECUTE', 'FUNCTION insta_id._table_shard(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
         ('EXECUTE', 'FUNCTION insta_id._time_partitioned(regclass)'),
@@ -1755,8 +2041,9 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 REVOKE ALL ON FUNCTION
     insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[]),
-    insta_id._lock_holders(oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(oid[]), insta_id._gate(name, regclass[], text[]),
-    insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),
+    insta_id._lock_holders(oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[]),
+    insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
+    insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),
     insta_id._admin_write_check(regrole, text, jsonb), insta_id._admin_write_apply(text, jsonb),
     insta_id.drop_shard(int, boolean, text), insta_id.add_id_column(regclass, name, int, text)
 FROM PUBLIC;
@@ -1775,6 +2062,8 @@ BEGIN
           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner AND a.grantee OPERATOR(pg_catalog.<>) 0
     LOOP
         EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON insta_id_admin.shard_registry, insta_id_admin.migrations, insta_id_admin.applied_migrations FROM %s', admin);
+        -- (a move's lock is a superuser's now)
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION insta_id.lock_shard_for_move(int), insta_id._shard_schema(int) FROM %s', admin);
         PERFORM insta_id.grant_shard_admin(admin);
     END LOOP;
 END

@@ -5,7 +5,8 @@
 //! - `_run_in_schema(nsp, run_as, statements)` runs statements that must see
 //!   a shard's (or template's) objects first, the way PostgreSQL runs an
 //!   index expression in REFRESH MATERIALIZED VIEW or VACUUM: as `run_as`
-//!   (the schema's owner), in a security-restricted operation, with
+//!   (the one owner the gate decided, src/sql/gate.sql), in a
+//!   security-restricted operation, with
 //!   `search_path` = `<nsp>, pg_catalog, pg_temp`, every setting the
 //!   statements change undone afterwards. So the owner's code they reach
 //!   never runs with the caller's rights, and insta_id's own code never runs
@@ -19,10 +20,9 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::functions::arg;
-use crate::gate;
 use crate::sql_text;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo};
-use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
+use pgrx::{pg_guard, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
 /// A text argument's bytes, in the database's encoding (never converted:
@@ -208,31 +208,15 @@ unsafe fn run_as_role(
         }
     }
     let temporary_before = unsafe { temporary_objects() };
-    let prepared_before = unsafe { prepared_statements() };
-    let advisory_before = unsafe { gate::advisory_locks() };
-    // A lock the caller holds already, taken again by the owner's code,
-    // would show no new row in pg_locks: code runs for an owner only in a
-    // session holding none of SQL's advisory locks (insta_id's own, form 3,
-    // no SQL can take).
-    if let Some(lock) = advisory_before.iter().find(|l| l.objsubid < 3) {
-        // SAFETY: SPI connected above.
-        unsafe { pg_sys::SPI_finish() };
-        raise!(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("this session holds advisory lock {}: insta_id runs a table owner's code only in a session that holds none", lock.key()),
-            "The owner's code taking the same lock again could not be told from the caller's hold.",
-            "Release it (pg_advisory_unlock, or end the transaction that holds it), then call the helper again.",
-        );
-    }
-    let cursors_before = unsafe { cursors() };
+    let mut result = None;
     // SAFETY: the sequence PostgreSQL's own maintenance commands use
     // (ExecRefreshMatView, vacuum_rel): switch the user id for a
     // security-restricted operation, open a GUC nest level, run, then undo
     // both. On an error the (sub)transaction's abort restores the user id
-    // and the settings, as it does for them. The statements run in a
-    // subtransaction of their own (as PL/Python runs one), so that the
-    // advisory locks they take can be told apart (src/gate.rs).
-    let (result, advisory_taken, advisory_lost, cursor_left) = unsafe {
+    // and the settings, as it does for them. (The gate runs this in a
+    // subtransaction of its own, and checks what the statements leave in
+    // the session: insta_id._gate_run.)
+    unsafe {
         pg_sys::SetUserIdAndSecContext(
             run_as,
             sec_context
@@ -250,94 +234,25 @@ unsafe fn run_as_role(
             0,
             false,
         );
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let (result, taken, cursor_left) = PgTryBuilder::new(|| {
-            for statement in statements {
-                let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
-                if rc < 0 {
-                    raise!(
-                        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                        format!("SPI_execute failed ({rc}) in schema {shown}"),
-                    );
-                }
+        for statement in statements {
+            let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
+            if rc < 0 {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("SPI_execute failed ({rc}) in schema {shown}"),
+                );
             }
-            // (copied out: the subtransaction's end frees what SPI_getvalue returns)
-            let mut value = None;
-            let table = pg_sys::SPI_tuptable;
-            if want_value && !table.is_null() && pg_sys::SPI_processed > 0 {
-                let v = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
-                if !v.is_null() {
-                    value = Some(CStr::from_ptr(v).to_bytes().to_vec());
-                }
-            }
-            // A cursor left open would run its query later, as the caller:
-            // refused like a lock (the subtransaction's rollback drops it).
-            let cursor_left = cursors().iter().any(|c| !cursors_before.contains(c));
-            (
-                value,
-                gate::taken(&advisory_before, &gate::advisory_locks()),
-                cursor_left,
-            )
-        })
-        .catch_others(|e| {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-            // The owner's code may have taken or released advisory locks
-            // and then raised: what it took for the session is released,
-            // what it released of the caller's is refused, as on success.
-            for lock in gate::taken(&advisory_before, &gate::advisory_locks()) {
-                gate::release_session(&lock);
-            }
-            if let Some(lock) = gate::lost(&advisory_before, &gate::advisory_locks()).first() {
-                lost_error(&shown, lock);
-            }
-            e.rethrow()
-        })
-        .execute();
-        if taken.is_empty() && !cursor_left {
-            pg_sys::ReleaseCurrentSubTransaction();
-        } else {
-            // Rolled back: its transaction-level holds go; what is still new
-            // is held for the session, and is released.
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
         }
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-        for lock in gate::taken(&advisory_before, &gate::advisory_locks()) {
-            gate::release_session(&lock);
+        // (copied out: SPI_finish frees what SPI_getvalue returns)
+        let table = pg_sys::SPI_tuptable;
+        if want_value && !table.is_null() && pg_sys::SPI_processed > 0 {
+            let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1);
+            if !value.is_null() {
+                result = Some(CStr::from_ptr(value).to_bytes().to_vec());
+            }
         }
-        let lost = gate::lost(&advisory_before, &gate::advisory_locks());
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
-        (result, taken, lost, cursor_left)
-    };
-    if let Some(lock) = advisory_lost.first() {
-        // SAFETY: SPI connected above.
-        unsafe { pg_sys::SPI_finish() };
-        lost_error(&shown, lock);
-    }
-    if cursor_left {
-        // SAFETY: SPI connected above.
-        unsafe { pg_sys::SPI_finish() };
-        raise!(
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("statements in schema {shown} left a cursor open, which would run later in the caller's transaction, as the caller"),
-            "Their changes were rolled back and the cursor closed.",
-        );
-    }
-    if let Some(lock) = advisory_taken.first() {
-        // SAFETY: SPI connected above.
-        unsafe { pg_sys::SPI_finish() };
-        raise!(
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("statements in schema {shown} took advisory lock {}, which insta_id refuses in code it runs for a table's owner", lock.key()),
-            "A session-level advisory lock would outlive them in the caller's session; PostgreSQL does not tell it from a transaction-level one. Their changes were rolled back and the locks released.",
-            "Take no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers.",
-        );
     }
     // The restricted operation refuses temporary tables, not (in some
     // releases) temporary types or domains, which outlive it in the caller's
@@ -345,29 +260,8 @@ unsafe fn run_as_role(
     // every later text value of the caller's session with the owner's code,
     // as the caller. None may be left (its abort drops them).
     let temporary_after = unsafe { temporary_objects() };
-    // Prepared statements are not transactional either: made by the owner's
-    // code, they would stay in the caller's session, to run later as the
-    // caller. Deallocated, then refused.
-    let prepared_new: Vec<CString> = unsafe { prepared_statements() }
-        .into_iter()
-        .filter(|p| !prepared_before.contains(p))
-        .collect();
-    for name in &prepared_new {
-        // SAFETY: a prepared statement of this session, by its name.
-        unsafe { pg_sys::DropPreparedStatement(name.as_ptr(), false) };
-    }
     // SAFETY: SPI connected above.
     unsafe { pg_sys::SPI_finish() };
-    if let Some(name) = prepared_new.first() {
-        raise!(
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!(
-                "statements in schema {shown} prepared statement {}, which would outlive them in the caller's session",
-                String::from_utf8_lossy(&quote_ident(name))
-            ),
-            "Code of the schema's owner runs in a security-restricted operation; what it prepares would run later as the caller. It was deallocated.",
-        );
-    }
     if temporary_after
         .iter()
         .any(|o| !temporary_before.contains(o))
@@ -414,68 +308,6 @@ unsafe fn temporary_objects() -> Vec<String> {
             .to_string_lossy()
             .split(',')
             .map(str::to_owned)
-            .collect()
-    }
-}
-
-/// The refusal of a lock of the caller's released by the owner's code.
-fn lost_error(shown: &str, lock: &gate::Advisory) -> ! {
-    raise!(
-        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-        format!(
-            "statements in schema {shown} released the caller's advisory lock {} (of form {})",
-            lock.key(),
-            lock.objsubid
-        ),
-        "Code of the schema's owner may not release what the caller's session holds (insta_id's move and migration locks among them); it cannot be taken back for it.",
-        "Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id's helpers; then start again what held the lock.",
-    )
-}
-
-/// The names of this session's open cursors (portals).
-unsafe fn cursors() -> Vec<CString> {
-    const QUERY: &CStr = c"SELECT c.name FROM pg_catalog.pg_cursors c";
-    // SAFETY: SPI is connected by the caller; one text column.
-    unsafe {
-        if pg_sys::SPI_execute(QUERY.as_ptr(), true, 0) != pg_sys::SPI_OK_SELECT as i32 {
-            raise!(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                "reading the session's cursors failed"
-            );
-        }
-        let table = pg_sys::SPI_tuptable;
-        (0..pg_sys::SPI_processed as usize)
-            .map(|i| {
-                CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(
-                    *(*table).vals.add(i),
-                    (*table).tupdesc,
-                    1,
-                )))
-            })
-            .collect()
-    }
-}
-
-/// The names of this session's prepared statements.
-unsafe fn prepared_statements() -> Vec<CString> {
-    const QUERY: &CStr = c"SELECT p.name FROM pg_catalog.pg_prepared_statements p";
-    // SAFETY: SPI is connected by the caller; one text column.
-    unsafe {
-        if pg_sys::SPI_execute(QUERY.as_ptr(), true, 0) != pg_sys::SPI_OK_SELECT as i32 {
-            raise!(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                "reading the session's prepared statements failed"
-            );
-        }
-        let table = pg_sys::SPI_tuptable;
-        (0..pg_sys::SPI_processed as usize)
-            .map(|i| {
-                CString::from(CStr::from_ptr(pg_sys::SPI_getvalue(
-                    *(*table).vals.add(i),
-                    (*table).tupdesc,
-                    1,
-                )))
-            })
             .collect()
     }
 }

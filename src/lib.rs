@@ -96,7 +96,6 @@ impl<T: Copy> BackendCell<T> {
 pub mod clock;
 pub mod ddl;
 pub mod functions;
-pub mod gate;
 pub mod guard;
 pub mod guard_segment;
 pub mod guard_store;

@@ -52,11 +52,11 @@ fn check_may_lock(classid: pg_sys::Oid, objid: pg_sys::Oid) {
             pg_sys::superuser()
                 || match classid {
                     pg_sys::RelationRelationId => pg_sys::pg_class_ownercheck(objid, user),
-                    // (a schema: its owner, or a role that may use it, as
-                    // every helper's caller on a shard may)
+                    // (a schema: its owner, or a role that may create in it,
+                    // as a migration's caller on a shard's schema may)
                     pg_sys::NamespaceRelationId => {
                         pg_sys::pg_namespace_ownercheck(objid, user)
-                            || pg_sys::pg_namespace_aclcheck(objid, user, pg_sys::ACL_USAGE as _)
+                            || pg_sys::pg_namespace_aclcheck(objid, user, pg_sys::ACL_CREATE as _)
                                 == pg_sys::AclResult::ACLCHECK_OK
                     }
                     pg_sys::TypeRelationId => pg_sys::pg_type_ownercheck(objid, user),
@@ -68,7 +68,7 @@ fn check_may_lock(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         {
             pg_sys::object_ownercheck(classid, objid, user)
                 || (classid == pg_sys::NamespaceRelationId
-                    && pg_sys::object_aclcheck(classid, objid, user, pg_sys::ACL_USAGE as _)
+                    && pg_sys::object_aclcheck(classid, objid, user, pg_sys::ACL_CREATE as _)
                         == pg_sys::AclResult::ACLCHECK_OK)
         }
     };

@@ -21,9 +21,9 @@
 --      refused (42501), naming each owner's objects;
 --   3. runs the statements as that owner in a security-restricted operation
 --      with search_path = <schema>, pg_catalog, pg_temp (_run_in_schema,
---      src/ddl.rs), which also refuses what would outlive them in the
---      caller's session: temporary objects, session-level advisory locks,
---      prepared statements.
+--      src/ddl.rs), in a subtransaction (_gate_run), refusing what would
+--      outlive them in the caller's session: temporary objects, advisory
+--      locks taken or released, cursors, prepared statements.
 -- Code owned by a superuser does not count (it is trusted, and runs as the
 -- owner chosen, with that role's rights); the relations themselves do,
 -- whoever owns them, so a superuser's table with an application role's
@@ -295,6 +295,121 @@ BEGIN
 END
 $$;
 
+-- What a session holds that the owner's code could leave behind or take
+-- away: its advisory locks (pg_locks: database, classid, objid, objsubid
+-- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
+-- prepared statements, one text each.
+CREATE FUNCTION insta_id._session_state()
+RETURNS text[]
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ARRAY(SELECT format('lock %s %s %s %s %s', l.database, l.classid, l.objid, l.objsubid, l.mode = 'ShareLock')
+                 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+                 UNION ALL SELECT 'cursor ' || c.name FROM pg_cursors c
+                 UNION ALL SELECT 'prepared ' || p.name FROM pg_prepared_statements p
+                 ORDER BY 1)
+$$;
+
+-- Puts back what the owner's code left in the session since state: every
+-- session-level hold of an advisory lock it took (one pg_advisory_unlock
+-- a hold, until pg_locks no longer shows it: no release is asked of a lock
+-- not held), its prepared statements; its cursors and transaction-level
+-- locks go with the subtransaction rolled back before. What it released
+-- of the caller's cannot be given back: 42501.
+CREATE FUNCTION insta_id._restore_session(state text[], nsp name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    item text;
+    f text[];
+    key bigint;
+    a int;
+    b int;
+BEGIN
+    FOREACH item IN ARRAY insta_id._session_state() LOOP
+        CONTINUE WHEN item = ANY (state);
+        f := string_to_array(item, ' ');
+        IF f[1] = 'prepared' THEN
+            EXECUTE format('DEALLOCATE %I', substr(item, 10));
+        ELSIF f[1] = 'lock' AND f[5] IN ('1', '2') THEN
+            key := (f[3]::bigint << 32) | f[4]::bigint;
+            a := (f[3]::bigint - CASE WHEN f[3]::bigint >= 2147483648 THEN 4294967296 ELSE 0 END)::int;
+            b := (f[4]::bigint - CASE WHEN f[4]::bigint >= 2147483648 THEN 4294967296 ELSE 0 END)::int;
+            FOR i IN 1..100000 LOOP
+                EXIT WHEN NOT item = ANY (insta_id._session_state());
+                PERFORM CASE WHEN f[5] = '1' AND f[6] IN ('t', 'true') THEN pg_advisory_unlock_shared(key)
+                             WHEN f[5] = '1' THEN pg_advisory_unlock(key)
+                             WHEN f[6] IN ('t', 'true') THEN pg_advisory_unlock_shared(a, b)
+                             ELSE pg_advisory_unlock(a, b) END;
+            END LOOP;
+        END IF;
+    END LOOP;
+    SELECT min(x) INTO item FROM unnest(state) x WHERE x LIKE 'lock %' AND NOT x = ANY (insta_id._session_state());
+    IF item IS NOT NULL THEN
+        RAISE EXCEPTION 'code run for schema %''s owner released the caller''s advisory lock (%)', quote_ident(nsp), substr(item, 6)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Code of a table''s owner may not release what the caller''s session holds (insta_id''s move and migration locks among them); it cannot be taken back for it.',
+                  HINT = 'Take or release no advisory lock in triggers, defaults, CHECKs or index expressions reached by insta_id''s helpers; then start again what held the lock.';
+    END IF;
+END
+$$;
+
+-- Runs statements (or one query, whose first value it returns) as owner
+-- in schema nsp (_run_in_schema, src/ddl.rs), in a subtransaction, and
+-- refuses (42501) what they would leave in the caller's session: an
+-- advisory lock taken (PostgreSQL shows a session's hold and a
+-- transaction's alike, so neither is allowed), a cursor left open, a
+-- prepared statement; all rolled back, released or deallocated. A lock of
+-- the caller's they released: 42501 too. A session holding an advisory
+-- lock of SQL's own is refused first (55000): a hold taken again inside
+-- would show nothing new. An error of the statements goes on as it was
+-- raised, whole (after the same putting back).
+CREATE FUNCTION insta_id._gate_run(nsp name, owner regrole, statements text[], query text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state text[] := insta_id._session_state();
+    value text;
+    left_behind text;
+BEGIN
+    SELECT min(x) INTO left_behind FROM unnest(state) x WHERE x ~ '^lock \S+ \S+ \S+ [12] ';
+    IF left_behind IS NOT NULL THEN
+        RAISE EXCEPTION 'this session holds an advisory lock (%): insta_id runs a table owner''s code only in a session that holds none', substr(left_behind, 6)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The owner''s code taking the same lock again could not be told from the caller''s hold.',
+                  HINT = 'Release it (pg_advisory_unlock, or end the transaction holding it), then call the helper again.';
+    END IF;
+    BEGIN
+        IF query IS NULL THEN
+            PERFORM insta_id._run_in_schema(nsp, owner, statements);
+        ELSE
+            value := insta_id._query_in_schema(nsp, owner, query);
+        END IF;
+        SELECT string_agg(x, ', ') INTO left_behind FROM unnest(insta_id._session_state()) x
+        WHERE NOT x = ANY (state) AND x !~ '^lock \S+ \S+ \S+ 3 ';
+        IF left_behind IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'II002';  -- (rolls the block back)
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM insta_id._restore_session(state, nsp);
+        IF SQLSTATE = 'II002' THEN
+            RAISE EXCEPTION 'code run for schema %''s owner left in the caller''s session: %', quote_ident(nsp), left_behind
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'An advisory lock, a cursor or a prepared statement would outlive it, held or run later as the caller. Its changes were rolled back and those released.',
+                      HINT = 'Take no advisory lock, and leave no cursor or prepared statement, in triggers, defaults, CHECKs or index expressions reached by insta_id''s helpers.';
+        END IF;
+        RAISE;
+    END;
+    PERFORM insta_id._restore_session(state, nsp);
+    RETURN value;
+END
+$$;
+
 -- The gate: statements on relations rels (NULL: on anything in schema nsp,
 -- as a migration), run as their code's one owner (see the header).
 CREATE FUNCTION insta_id._gate(nsp name, rels regclass[], statements text[])
@@ -305,7 +420,7 @@ AS $$
 BEGIN
     PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(
         CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
-    PERFORM insta_id._run_in_schema(nsp, insta_id._gate_owner(nsp, rels), statements);
+    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), statements, NULL);
 END
 $$;
 
@@ -318,6 +433,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(NULL, rels::oid[]));
-    RETURN insta_id._query_in_schema(nsp, insta_id._gate_owner(nsp, rels), query);
+    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), NULL, query);
 END
 $$;

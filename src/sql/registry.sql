@@ -498,7 +498,8 @@ BEGIN
         END;
     END IF;
     IF NOT may THEN
-        RAISE EXCEPTION 'role % may not act as the owner of schema %, which this would record in insta_id''s tables', caller, quote_ident(nsp)
+        RAISE EXCEPTION '%', CASE op WHEN 'lock' THEN format('role %s may not act as the owner of schema %s, whose shard it would lock', caller, quote_ident(nsp))
+                                 ELSE format('role %s may not act as the owner of schema %s, which this would record in insta_id''s tables', caller, quote_ident(nsp)) END
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Operation %s: %s.', op, args),
                   HINT = 'Only a role that may act as a schema''s owner may register, re-point or unregister it, or record its migrations.';

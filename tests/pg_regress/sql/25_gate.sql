@@ -36,9 +36,9 @@ CREATE FUNCTION tenant_code.prepare() RETURNS trigger LANGUAGE plpgsql AS
 CREATE FUNCTION tenant_code.unlock_all() RETURNS trigger LANGUAGE plpgsql AS
     'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RETURN NEW; END';
 CREATE FUNCTION tenant_code.lock_then_fail() RETURNS trigger LANGUAGE plpgsql AS
-    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_lock(4242); RAISE EXCEPTION ''after the lock'' USING ERRCODE = ''P0099''; END';
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_lock(4242); RAISE EXCEPTION ''after the lock'' USING ERRCODE = ''check_violation''; END';
 CREATE FUNCTION tenant_code.unlock_then_fail() RETURNS trigger LANGUAGE plpgsql AS
-    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RAISE EXCEPTION ''after the unlock'' USING ERRCODE = ''P0099''; END';
+    'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RAISE EXCEPTION ''after the unlock'' USING ERRCODE = ''check_violation''; END';
 CREATE FUNCTION tenant_code.open_cursor() RETURNS trigger LANGUAGE plpgsql AS
     'DECLARE c refcursor := ''left_open''; BEGIN PERFORM tenant_code.ran(); OPEN c FOR SELECT 1; RETURN NEW; END';
 -- (a table of the tenant's outside the shard, written by a DBA's rule)
@@ -144,7 +144,7 @@ INSERT INTO gate_cases VALUES
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.unlock_all(''{c}'')',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 -- The same when the tenant's code raises after taking or releasing one: a
--- lock it took is released, the original error goes on (P0099); a lock it
+-- lock it took is released, the original error goes on (23514); a lock it
 -- released of the caller's is refused.
 (745, 'add_id_column: a session advisory lock taken by a trigger that then fails', '',
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.lock_then_fail(''{c}'')',
@@ -243,7 +243,7 @@ FROM gate_cases g JOIN gate_results r USING (n) ORDER BY g.n;
 SELECT g.n, g.c AS proves_nothing FROM gate_cases g JOIN gate_results r USING (n)
 WHERE r.as_superuser OR r.as_other
    OR NOT CASE WHEN g.n BETWEEN 741 AND 744 OR g.n IN (746, 748) THEN r.outcome = '42501' AND r.as_tenant
-               WHEN g.n = 745 THEN r.outcome = 'P0099' AND r.as_tenant AND r.locks_left = 0
+               WHEN g.n = 745 THEN r.outcome = '23514' AND r.as_tenant AND r.locks_left = 0
                WHEN g.n = 747 THEN r.outcome = '55000' AND NOT r.as_tenant
                WHEN g.n = 706 THEN r.outcome = 'ok' AND NOT r.as_tenant
                ELSE (r.outcome = '42501' AND NOT r.as_tenant) OR (r.outcome = 'ok' AND r.as_tenant) END;
