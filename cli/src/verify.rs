@@ -98,16 +98,20 @@ impl Span {
     fn condition(self, key: &str) -> String {
         let mut c = Vec::new();
         if let Some(lo) = self.lo {
-            c.push(format!("{} >= {lo}", ident(key)));
+            c.push(format!("{} OPERATOR(pg_catalog.>=) {lo}", ident(key)));
         }
         match self.hi {
-            Some(hi) => c.push(format!("{} < {hi}", ident(key))),
+            Some(hi) => c.push(format!("{} OPERATOR(pg_catalog.<) {hi}", ident(key))),
             // Open above: bounded all the same, by the largest bigint. A
             // copy just made has no statistics, and the planner's guess for
             // `id >= lo` alone is a third of the table (a scan of all of it:
             // 0.3 s for 546 MB at the cutover in bench/moves.sh); for a
             // range it is 0.5%, which goes through the key's index.
-            None if self.lo.is_some() => c.push(format!("{} <= {}", ident(key), i64::MAX)),
+            None if self.lo.is_some() => c.push(format!(
+                "{} OPERATOR(pg_catalog.<=) {}",
+                ident(key),
+                i64::MAX
+            )),
             None => {}
         }
         if c.is_empty() {
@@ -283,9 +287,18 @@ fn reading(
         // Floor division: a key before the Unix epoch is below zero.
         let (bucket, filter) = match &t.key {
             Some(k) => {
-                let (ms, b) = (format!("((t.{} >> 23) + {})", ident(k), by.epoch_ms), by.ms);
+                // (every operator and type named in pg_catalog: the gate
+                // puts the shard's schema first on search_path)
+                let (ms, b) = (
+                    format!(
+                        "((t.{} OPERATOR(pg_catalog.>>) 23) OPERATOR(pg_catalog.+) {})",
+                        ident(k),
+                        by.epoch_ms
+                    ),
+                    by.ms,
+                );
                 (
-                    format!("{ms} / {b} - ({ms} % {b} < 0)::int"),
+                    format!("{ms} OPERATOR(pg_catalog./) {b} OPERATOR(pg_catalog.-) ({ms} OPERATOR(pg_catalog.%) {b} OPERATOR(pg_catalog.<) 0)::pg_catalog.int4"),
                     span.condition(k),
                 )
             }
@@ -304,8 +317,9 @@ fn reading(
         let query = format!(
             "SELECT pg_catalog.string_agg(x.b OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) x.n
                                           OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) x.s, ',')
-             FROM (SELECT {bucket}::bigint, pg_catalog.count(*),
-                          pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(ROW({row})::text), 16))::bit(64)::bigint::numeric)::text
+             FROM (SELECT ({bucket})::pg_catalog.int8, pg_catalog.count(*),
+                          pg_catalog.sum(('x' OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.md5(ROW({row})::pg_catalog.text), 16))
+                                         ::pg_catalog.bit(64)::pg_catalog.int8::pg_catalog.numeric)::pg_catalog.text
                    FROM ONLY {table} t WHERE {filter} GROUP BY 1) x(b, n, s)"
         );
         let sums: Option<String> = c
@@ -861,7 +875,7 @@ mod tests {
                 hi: Some(9)
             }
             .condition("I\"d"),
-            r#""I""d" >= -3 AND "I""d" < 9"#
+            r#""I""d" OPERATOR(pg_catalog.>=) -3 AND "I""d" OPERATOR(pg_catalog.<) 9"#
         );
         // Open above: a range all the same (the planner's guess for one
         // without statistics goes through the index).
@@ -871,7 +885,7 @@ mod tests {
                 hi: None
             }
             .condition("id"),
-            r#""id" >= 5 AND "id" <= 9223372036854775807"#
+            r#""id" OPERATOR(pg_catalog.>=) 5 AND "id" OPERATOR(pg_catalog.<=) 9223372036854775807"#
         );
         assert_eq!(
             Span {
@@ -879,7 +893,7 @@ mod tests {
                 hi: Some(5)
             }
             .condition("id"),
-            r#""id" < 5"#
+            r#""id" OPERATOR(pg_catalog.<) 5"#
         );
     }
 }
