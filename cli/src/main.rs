@@ -81,7 +81,7 @@ enum Command {
         choice: plan::Choice,
     },
     /// Moves one logical shard to another server while it takes writes
-    /// (logical replication; insta_id 0.9.0 or later on both servers,
+    /// (logical replication; insta_id 0.11.0 or later on both servers,
     /// wal_level = logical on the old one, and on the new one for the
     /// rollback window). Run it again after an interruption at any step:
     /// it finishes the move, or, while the old server still holds the

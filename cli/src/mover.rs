@@ -1,6 +1,6 @@
 //! `insta-id move`: one logical shard from one server to another while it
 //! takes writes, with PostgreSQL's logical replication (both servers need
-//! insta_id 0.9.0 or later; 0.10.0 fences the copy's sequences). Each server's half is the extension's
+//! insta_id 0.11.0 or later, whose gate reads the shard's tables). Each server's half is the extension's
 //! (src/sql/moves.sql: the lock, the state, the fence, the cutover's locks,
 //! what replication does not carry); this only sequences it over its
 //! sessions, and runs pg_dump for the schema, whose definitions it applies
@@ -510,16 +510,20 @@ impl<'a> Mover<'a> {
         let mut from_c = on(&from, "the old server")?;
         let mut to_c = on(&to, "the new server")?;
         let router = router.map(|r| on(&r, "the router")).transpose()?;
-        for c in [&mut from_c, &mut to_c] {
+        // 0.11.0: the comparisons read each table through insta_id's gate.
+        for (c, which) in [
+            (&mut from_c, "the old server"),
+            (&mut to_c, "the new server"),
+        ] {
             let recorded: bool = c
                 .query_one(
-                    "SELECT pg_catalog.to_regclass('insta_id_admin.moves') IS NOT NULL",
+                    "SELECT pg_catalog.to_regprocedure('insta_id._gate_query(name, pg_catalog.regclass[], text)') IS NOT NULL",
                     &[],
                 )
                 .described()?
                 .get(0);
             if !recorded {
-                return fail("insta_id 0.9.0 or later is needed on both servers (ALTER EXTENSION insta_id UPDATE)");
+                return fail(format!("insta_id 0.11.0 or later is needed on both servers, and {which} has an older one (ALTER EXTENSION insta_id UPDATE there)"));
             }
         }
         // Two strings for one database would move a shard onto itself.

@@ -31,27 +31,50 @@
 -- Privileges: internal, not PUBLIC's (privileges.sql); search_path as
 -- registry.sql says.
 
--- The owner of an object whose code PostgreSQL may run.
+-- The owner of an object whose code PostgreSQL may run: one row, or none
+-- for a kind that has no owner (text search parsers and templates are a
+-- superuser's C code; a trigger or constraint is its table's). A body of
+-- SQL's own, every name bound when it is made (no search_path to set), so
+-- that a caller's plan inlines it: one index probe an object, where a
+-- call would cost tens of microseconds (thousands of objects in a schema).
 CREATE FUNCTION insta_id._object_owner(classid oid, objid oid)
-RETURNS oid
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT CASE classid
-        WHEN 'pg_class'::regclass THEN (SELECT c.relowner FROM pg_class c WHERE c.oid = objid)
-        WHEN 'pg_proc'::regclass THEN (SELECT p.proowner FROM pg_proc p WHERE p.oid = objid)
-        WHEN 'pg_type'::regclass THEN (SELECT y.typowner FROM pg_type y WHERE y.oid = objid)
-        WHEN 'pg_collation'::regclass THEN (SELECT c.collowner FROM pg_collation c WHERE c.oid = objid)
-        WHEN 'pg_conversion'::regclass THEN (SELECT c.conowner FROM pg_conversion c WHERE c.oid = objid)
-        WHEN 'pg_operator'::regclass THEN (SELECT o.oprowner FROM pg_operator o WHERE o.oid = objid)
-        WHEN 'pg_opclass'::regclass THEN (SELECT o.opcowner FROM pg_opclass o WHERE o.oid = objid)
-        WHEN 'pg_opfamily'::regclass THEN (SELECT o.opfowner FROM pg_opfamily o WHERE o.oid = objid)
-        WHEN 'pg_ts_config'::regclass THEN (SELECT c.cfgowner FROM pg_ts_config c WHERE c.oid = objid)
-        WHEN 'pg_ts_dict'::regclass THEN (SELECT d.dictowner FROM pg_ts_dict d WHERE d.oid = objid)
-        WHEN 'pg_statistic_ext'::regclass THEN (SELECT s.stxowner FROM pg_statistic_ext s WHERE s.oid = objid)
-        -- (text search parsers and templates have no owner: a superuser's C code)
-        END
-$$;
+RETURNS TABLE (owner oid)
+-- (not STRICT: a strict function is not inlined; a NULL matches nothing)
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT x.relowner FROM pg_catalog.pg_class x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.proowner FROM pg_catalog.pg_proc x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.typowner FROM pg_catalog.pg_type x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.collowner FROM pg_catalog.pg_collation x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_collation'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.conowner FROM pg_catalog.pg_conversion x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_conversion'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.oprowner FROM pg_catalog.pg_operator x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.opcowner FROM pg_catalog.pg_opclass x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_opclass'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.opfowner FROM pg_catalog.pg_opfamily x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_opfamily'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.cfgowner FROM pg_catalog.pg_ts_config x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_ts_config'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.dictowner FROM pg_catalog.pg_ts_dict x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_ts_dict'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid
+    UNION ALL
+    SELECT x.stxowner FROM pg_catalog.pg_statistic_ext x
+    WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass AND x.oid OPERATOR(pg_catalog.=) objid;
+END;
 
 -- The relations a statement on rels (and, with nsp, on any relation of
 -- schema nsp) may reach: those, their partitions and inheritance children
@@ -124,6 +147,10 @@ DECLARE
     nsp_oid oid;
     schema_owner regrole;
     owners regrole[];
+    classids oid[];
+    objids oid[];
+    object_owners regrole[];
+    used_by boolean[];
     listing text;
 BEGIN
     SELECT n.oid, n.nspowner::regrole INTO nsp_oid, schema_owner FROM pg_namespace n WHERE n.nspname = nsp;
@@ -160,10 +187,14 @@ BEGIN
     -- function bodies are text, not dependencies: not seen; they run as
     -- the owner chosen, as that function's own caller would run them.
     used(classid, objid) AS (
-        SELECT d.refclassid, d.refobjid FROM parts p
-        JOIN pg_depend d ON d.classid = p.classid AND d.objid = p.objid
-        WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
-          AND d.refobjid >= 16384
+        SELECT d.refclassid, d.refobjid FROM parts p, LATERAL (
+            SELECT d.refclassid, d.refobjid FROM pg_depend d
+            WHERE d.classid = p.classid AND d.objid = p.objid
+              AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
+              AND d.refobjid >= 16384
+            -- (OFFSET 0: a probe of the index an object, whatever the
+            -- planner guesses of a schema filled since its last ANALYZE)
+            OFFSET 0) d
         UNION
         SELECT y.classid, y.objid FROM used u, LATERAL (
             -- an operator's function, a family's support functions and operators
@@ -194,31 +225,40 @@ BEGIN
             WHERE u.classid = 'pg_type'::regclass AND t.oid = u.objid AND t.typrelid <> 0
         ) y(classid, objid)
         WHERE y.objid >= 16384),
+    objects(classid, objid, used) AS (
+        SELECT i.classid, i.objid, false FROM inside i
+        UNION ALL
+        SELECT p.classid, p.objid, false FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
+        UNION ALL
+        SELECT DISTINCT u.classid, u.objid, true FROM used u),
     o AS (
-        SELECT i.classid, i.objid, insta_id._object_owner(i.classid, i.objid)::regrole AS owner,
-               pg_describe_object(i.classid, i.objid, 0) AS what
-        FROM inside i
-        UNION ALL
-        SELECT p.classid, p.objid, insta_id._object_owner(p.classid, p.objid)::regrole, pg_describe_object(p.classid, p.objid, 0)
-        FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
-        UNION ALL
-        SELECT u.classid, u.objid, insta_id._object_owner(u.classid, u.objid)::regrole,
-               pg_describe_object(u.classid, u.objid, 0) || ' (used by its objects)'
-        FROM (SELECT DISTINCT * FROM used) u
-        WHERE NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = insta_id._object_owner(u.classid, u.objid)), true))
-    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner) FILTER (WHERE o.owner IS NOT NULL),
-           -- (the first five of each owner's, in name order, and how many more)
-           (SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
-                                     CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
-                              '; ' ORDER BY w.owner::text)
-            FROM (SELECT o2.owner, array_agg(DISTINCT o2.what ORDER BY o2.what) AS objects
-                  FROM o o2 WHERE o2.owner IS NOT NULL GROUP BY o2.owner) w)
-    INTO owners, listing FROM o;
+        SELECT x.classid, x.objid, w.owner::regrole AS owner, x.used
+        FROM objects x, insta_id._object_owner(x.classid, x.objid) w
+        -- (what the code used is superusers' does not count)
+        WHERE NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
+    -- (kept as arrays: the objects are described only to refuse, which
+    -- is what a walk of a large schema would spend most of its time on)
+    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner),
+           array_agg(o.classid),
+           array_agg(o.objid),
+           array_agg(o.owner),
+           array_agg(o.used)
+    INTO owners, classids, objids, object_owners, used_by FROM o;
     IF coalesce(cardinality(owners), 0) = 0 THEN
         RETURN schema_owner;
     ELSIF cardinality(owners) = 1 THEN
         RETURN owners[1];
     END IF;
+    -- (the first five of each owner's, in name order, and how many more)
+    SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
+                             CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
+                      '; ' ORDER BY w.owner::text)
+    INTO listing
+    FROM (SELECT x.owner, array_agg(DISTINCT x.what ORDER BY x.what) AS objects
+          FROM (SELECT y.owner, pg_describe_object(y.classid, y.objid, 0)
+                                || CASE WHEN y.used THEN ' (used by its objects)' ELSE '' END AS what
+                FROM unnest(classids, objids, object_owners, used_by) y(classid, objid, owner, used)) x
+          GROUP BY x.owner) w;
     RAISE EXCEPTION '%', CASE WHEN rels IS NULL
                               THEN format('the objects of schema %s have %s owners', quote_ident(nsp), cardinality(owners))
                               ELSE format('the code a statement on %s may run has %s owners', array_to_string(rels, ', '), cardinality(owners)) END
