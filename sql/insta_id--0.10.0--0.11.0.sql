@@ -165,11 +165,18 @@ BEGIN
         SELECT d.classid, d.objid FROM inside i
         JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
         WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
-                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)),
-    -- The code they use, and the code that code uses: functions, operators
-    -- and their functions, operator classes and their families' support
-    -- functions and operators, domains and their CHECKs, range types'
-    -- functions, the fields of composite types. (Built-in objects are
+                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)
+        UNION
+        -- every index, a constraint's too: an exclusion constraint's index
+        -- depends on its table only through a column its expression
+        -- names, and on its constraint alone when it names none
+        SELECT 'pg_class'::regclass, x.indexrelid FROM inside i JOIN pg_index x ON x.indrelid = i.objid
+        WHERE i.classid = 'pg_class'::regclass),
+    -- The code they use, and the code that code uses: functions, their
+    -- types and what their SQL-standard bodies call, operators and their
+    -- functions, operator classes and their families' support functions
+    -- and operators, domains and their CHECKs, range types' functions and
+    -- operator classes, the fields of composite types. (Built-in objects are
     -- skipped: a superuser's, and far too many to walk.) Calls inside
     -- function bodies are text, not dependencies: not seen; they run as
     -- the owner chosen, as that function's own caller would run them.
@@ -184,12 +191,15 @@ BEGIN
             OFFSET 0) d
         UNION
         SELECT y.classid, y.objid FROM used u, LATERAL (
-            -- an operator's function, a family's support functions and operators
+            -- an operator's function; a function's argument and result
+            -- types (a domain's CHECK runs on the value a function returns)
+            -- and what a body of SQL's own calls; a type's functions
             SELECT d.refclassid, d.refobjid FROM pg_depend d
-            WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass)
+            WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
               AND d.classid = u.classid AND d.objid = u.objid
               AND d.refclassid IN ('pg_proc'::regclass, 'pg_type'::regclass, 'pg_operator'::regclass)
             UNION ALL
+            -- an operator class's family's support functions and operators
             SELECT 'pg_proc'::regclass, a.amproc FROM pg_opclass c JOIN pg_amproc a ON a.amprocfamily = c.opcfamily
             WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
             UNION ALL
@@ -202,9 +212,12 @@ BEGIN
             WHERE u.classid = 'pg_type'::regclass AND k.contypid = u.objid
               AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
             UNION ALL
-            -- a range type's subtype difference and canonical functions
-            SELECT 'pg_proc'::regclass, f FROM pg_range g, unnest(ARRAY[g.rngsubdiff, g.rngcanonical]::oid[]) f
-            WHERE u.classid = 'pg_type'::regclass AND g.rngtypid = u.objid AND f <> 0
+            -- a range type's subtype difference and canonical functions,
+            -- and its subtype's operator class
+            SELECT f.classid, f.objid FROM pg_range g,
+                   LATERAL (VALUES ('pg_proc'::regclass::oid, g.rngsubdiff::oid), ('pg_proc'::regclass, g.rngcanonical),
+                                   ('pg_opclass'::regclass, g.rngsubopc)) f(classid, objid)
+            WHERE u.classid = 'pg_type'::regclass AND g.rngtypid = u.objid AND f.objid <> 0
             UNION ALL
             -- a composite type's fields
             SELECT d.refclassid, d.refobjid FROM pg_type t
@@ -268,9 +281,11 @@ AS $$
 $$;
 
 
--- The processes holding a lock on relation rel, for the DETAIL of a wait
--- that timed out: pid, role, application, mode and since when.
-CREATE FUNCTION insta_id._lock_holders(rel oid)
+-- The processes holding a lock on an object (a relation's, when classid is
+-- pg_class; else an object lock, as a schema's or a function's), for the
+-- DETAIL of a wait that timed out: pid, role, application, mode and since
+-- when.
+CREATE FUNCTION insta_id._lock_holders(classid oid, objid oid)
 RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
@@ -279,7 +294,13 @@ AS $$
                              l.pid, coalesce(quote_ident(a.usename), '?'), coalesce(quote_literal(a.application_name), '?'),
                              l.mode, coalesce(a.xact_start::text, 'its start')), '; ' ORDER BY l.pid, l.mode)
     FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'relation' AND l.relation = rel AND l.granted AND l.pid <> pg_backend_pid()
+    -- (the arguments named by the function's name: pg_locks has columns
+    -- classid and objid too)
+    WHERE CASE WHEN _lock_holders.classid = 'pg_class'::regclass
+               THEN l.locktype = 'relation' AND l.relation = _lock_holders.objid
+               ELSE l.locktype = 'object' AND l.classid = _lock_holders.classid
+                    AND l.objid = _lock_holders.objid AND l.objsubid = 0 END
+      AND l.granted AND l.pid <> pg_backend_pid()
       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
 $$;
 
@@ -292,7 +313,7 @@ LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT string_agg(format('%s: %s', c.oid::regclass, h.holders), '; ' ORDER BY c.relname)
-    FROM pg_class c, LATERAL (SELECT insta_id._lock_holders(c.oid) AS holders) h
+    FROM pg_class c, LATERAL (SELECT insta_id._lock_holders('pg_class'::regclass, c.oid) AS holders) h
     WHERE c.relnamespace = nsp AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND h.holders IS NOT NULL
 $$;
 
@@ -311,18 +332,22 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel oid;
+    nsp_oid oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     caller_timeout text := current_setting('lock_timeout');
 BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
     END IF;
     BEGIN
-        PERFORM insta_id._lock_schema((SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp));
+        PERFORM insta_id._lock_schema(nsp_oid);
     EXCEPTION WHEN lock_not_available THEN
+        -- (a transaction creating objects in it, another insta_id helper
+        -- acting on it, or ALTER DEFAULT PRIVILEGES IN SCHEMA, which any
+        -- role may run)
         RAISE EXCEPTION 'could not lock schema % within lock_timeout (%)', quote_ident(nsp), current_setting('lock_timeout')
             USING ERRCODE = 'lock_not_available',
-                  DETAIL = 'A transaction creating objects in it holds it, or another insta_id helper acting on it.',
-                  HINT = 'Wait for it (pg_locks, locktype object, classid pg_namespace), or raise lock_timeout; nothing was changed.';
+                  DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
+                  HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
     END;
     FOREACH rel IN ARRAY reach LOOP
         BEGIN
@@ -330,7 +355,7 @@ BEGIN
         EXCEPTION WHEN lock_not_available THEN
             RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
                 USING ERRCODE = 'lock_not_available',
-                      DETAIL = coalesce(insta_id._lock_holders(rel) || '.', 'Its holder has let it go since.'),
+                      DETAIL = coalesce(insta_id._lock_holders('pg_class'::regclass, rel) || '.', 'Its holder has let it go since.'),
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
     END LOOP;
@@ -795,8 +820,7 @@ BEGIN
                     RAISE EXCEPTION 'drop_shard(%) could not lock % within lock_timeout (%)', drop_shard.shard_id,
                                     pg_describe_object(obj.classid, obj.objid, 0), drop_shard.lock_timeout
                         USING ERRCODE = 'lock_not_available',
-                              DETAIL = concat_ws(' ', CASE WHEN obj.classid = 'pg_class'::regclass
-                                                           THEN insta_id._lock_holders(obj.objid) || '.' END, 'Nothing was dropped.'),
+                              DETAIL = concat_ws(' ', insta_id._lock_holders(obj.classid, obj.objid) || '.', 'Nothing was dropped.'),
                               HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or pass a longer lock_timeout; then call drop_shard again.';
                 END;
             END LOOP;
@@ -2075,7 +2099,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
-        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
@@ -2117,7 +2141,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 REVOKE ALL ON FUNCTION
     insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[]),
-    insta_id._lock_holders(oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[]),
+    insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[]),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),
     insta_id._admin_write_check(regrole, text, jsonb), insta_id._admin_write_apply(text, jsonb),

@@ -64,7 +64,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
-        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),

@@ -231,8 +231,7 @@ BEGIN
                     RAISE EXCEPTION 'drop_shard(%) could not lock % within lock_timeout (%)', drop_shard.shard_id,
                                     pg_describe_object(obj.classid, obj.objid, 0), drop_shard.lock_timeout
                         USING ERRCODE = 'lock_not_available',
-                              DETAIL = concat_ws(' ', CASE WHEN obj.classid = 'pg_class'::regclass
-                                                           THEN insta_id._lock_holders(obj.objid) || '.' END, 'Nothing was dropped.'),
+                              DETAIL = concat_ws(' ', insta_id._lock_holders(obj.classid, obj.objid) || '.', 'Nothing was dropped.'),
                               HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or pass a longer lock_timeout; then call drop_shard again.';
                 END;
             END LOOP;

@@ -10,6 +10,7 @@
 SET client_min_messages = warning;
 \set SHOW_CONTEXT never
 CREATE ROLE insta_id_regress_tenant;
+CREATE ROLE insta_id_regress_other;
 -- The tenant's code: probe(site), IMMUTABLE (folded wherever PostgreSQL
 -- folds constants); fire(site), a trigger function; and three that leave
 -- something in the caller's session, or try to.
@@ -73,6 +74,12 @@ INSERT INTO gate_cases VALUES
 -- The DBA's table with the tenant's index expression: refused, not run.
 (705, 'drop_shard: the DBA''s table, the tenant''s index', 'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))', '',
  'SELECT insta_id.drop_shard({n})'),
+-- An exclusion constraint whose index names no column (its predicate, or
+-- an expression of constants): the index depends on its constraint alone,
+-- and counts all the same.
+(707, 'drop_shard: the DBA''s table, the tenant''s exclusion predicate',
+ 'CREATE TABLE {s}.t (v int, EXCLUDE USING btree (v WITH =) WHERE (tenant_code.probe(''{c}'') = 0))', '',
+ 'SELECT insta_id.drop_shard({n})'),
 -- With force, nothing of the shard is read.
 (706, 'drop_shard, force: index expression', '',
  'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
@@ -90,6 +97,12 @@ INSERT INTO gate_cases VALUES
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 (713, 'add_id_column: the tenant''s table and row trigger', '',
  'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- The tenant's index calls the tenant's function, whose result is a domain
+-- of a third role's: that domain's CHECK runs on every value, and counts.
+(714, 'add_id_column: a function of the tenant''s index returns another role''s domain',
+ 'CREATE DOMAIN tenant_code.d{c} AS int CHECK (VALUE IS NULL OR tenant_code.probe(''{c}'') = 0); ALTER DOMAIN tenant_code.d{c} OWNER TO insta_id_regress_other; CREATE FUNCTION tenant_code.h{c}(int) RETURNS tenant_code.d{c} LANGUAGE sql IMMUTABLE AS ''SELECT $1''; ALTER FUNCTION tenant_code.h{c}(int) OWNER TO insta_id_regress_tenant',
+ 'CREATE TABLE {s}.t (id bigint, v int); INSERT INTO {s}.t VALUES (NULL, 1); CREATE INDEX ON {s}.t ((tenant_code.h{c}(v)))',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 -- adopt_id_column widens a key: PostgreSQL validates every foreign key on
 -- it again, planning a query over both tables as one owner. A referencing
@@ -320,4 +333,4 @@ DROP ROLE insta_id_regress_delegate;
 DELETE FROM insta_id_admin.moves WHERE shard_id = 797;
 DROP TABLE gate_cases, gate_results;
 DROP SCHEMA dba_only, tenant_code CASCADE;
-DROP ROLE insta_id_regress_tenant;
+DROP ROLE insta_id_regress_tenant, insta_id_regress_other;
