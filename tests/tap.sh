@@ -11,8 +11,13 @@
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 modules=$(pg_debian_dir)/lib/pgxs/src/test/perl
 [ -f "$modules/PostgreSQL/Test/Cluster.pm" ] || { echo "tap.sh: $modules is missing: scripts/dev/setup.sh tap" >&2; exit 1; }
-out="$repo/target/tap/pg$PG"
+# One directory a run, named by its tests: make test runs suites side by
+# side, two of them on one version (scripts/dev/lanes.sh).
+out="$repo/target/tap/pg$PG-$(IFS=-; echo "${*:-all}")"
 rm -rf "$out"; mkdir -p "$out"
+# Ports reserved in one place for every run (PostgreSQL::Test::Cluster
+# takes a lock file a port), so that side-by-side runs never pick the same.
+ports="$repo/target/tap/portlock"; mkdir -p "$ports"
 tests=()
 for name in "${@:-*}"; do
   found=("$repo"/tests/tap/t/[0-9][0-9][0-9]_$name.pl)
@@ -26,9 +31,9 @@ pass=()
 for v in PG_UPGRADE_FROM PG_MOVE_FROM PG_MOVE_NOT_PRELOADED SECONDS_PER_RUN SECONDS_OF_LOAD SMITH_QUERIES SMITH_SEED LD_PRELOAD BUSY_FSYNC_MS; do
   [ -z "${!v:-}" ] || pass+=("$v=${!v}")
 done
-run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out"; run=(sudo -u postgres); }
+run=(); [ "$(id -u)" = 0 ] && { chown -R postgres "$out" "$ports"; run=(sudo -u postgres); }
 status=0
-(cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" \
+(cd "$repo/tests/tap" && "${run[@]}" env PATH="$PGBIN:$PATH" PG_CONFIG="$PG_CONFIG" TESTDIR="$out" PG_TEST_PORT_DIR="$ports" \
    INSTA_ID_VERSION="$(insta_id_version)" "${pass[@]}" \
    PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
    PERL5LIB="$modules:$repo/tests/tap" prove --timer --verbose "${tests[@]}") 2>&1 | tee "$out/prove.log" || status=$?

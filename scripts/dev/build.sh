@@ -7,7 +7,9 @@
 #                                        need it), and the insta-id tool into
 #                                        $PREFIX/bin (/usr/local/bin); PROFILE
 #                                        release (default) or ci (the tests':
-#                                        no LTO, quicker build)
+#                                        no LTO, quicker build); nothing when
+#                                        INSTA_ID_INSTALLED=PROFILE (make test
+#                                        installed it before its suites)
 #   scripts/dev/build.sh package [PROFILE]   the files install would install, under
 #                                        target/packages/pgNN/tree (their paths
 #                                        on PG_CONFIG's server); scripts/dev/package.sh
@@ -81,6 +83,14 @@ release_library() {
 case "${1:-}" in
   install)
     profile=${2:-release}
+    # make test installs every version's build once, before its suites run
+    # side by side (scripts/dev/lanes.sh): one suite installing again would
+    # rewrite a library other suites' servers have loaded.
+    if [ "${INSTA_ID_INSTALLED:-}" = "$profile" ]; then
+      [ -f "$extdir/insta_id--$version.sql" ] ||
+        { echo "install: INSTA_ID_INSTALLED=$profile, but insta_id $version is not in $extdir" >&2; exit 1; }
+      exit 0
+    fi
     sudo_flag=(); prefix=()
     if [ ! -w "$extdir" ] || [ ! -w "$("$PG_CONFIG" --pkglibdir)" ]; then
       sudo_flag=(--sudo); prefix=(sudo)

@@ -97,8 +97,18 @@ faketime_env() { # NAME: the environment a server runs under with --faketime
 }
 # libfaketime leaves a shared-memory file and semaphore per process started
 # through a wrapper; a stale pair whose pid comes round again stops a new
-# process ("shm_open failed"). Cleared when a faked cluster stops.
-faketime_cleanup() { as_pg find /dev/shm -maxdepth 1 -user "$(as_pg id -un)" -name '*faketime_s*' -delete 2>/dev/null || true; }
+# process ("shm_open failed"). Cleared when a faked cluster stops: the pairs
+# of processes gone only (a pair's name ends with its pid), never those of
+# servers another suite runs beside this one (make test's lanes).
+faketime_cleanup() {
+  local f pid
+  for f in /dev/shm/*faketime_s*; do
+    [ -e "$f" ] || continue
+    pid=${f##*_}
+    [[ $pid =~ ^[0-9]+$ ]] && [ ! -d "/proc/$pid" ] && as_pg rm -f "$f" 2>/dev/null
+  done
+  return 0
+}
 
 # cluster_ctl NAME pg_ctl-ARGS...: pg_ctl on that cluster, under libfaketime
 # when it has a clock file (cluster_start --faketime made one).
