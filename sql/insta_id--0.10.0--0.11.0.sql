@@ -174,12 +174,16 @@ BEGIN
         WHERE i.classid = 'pg_class'::regclass),
     -- The code they use, and the code that code uses: functions, their
     -- types and what their SQL-standard bodies call, operators and their
-    -- functions, operator classes and their families' support functions
-    -- and operators, domains and their CHECKs, range types' functions and
-    -- operator classes, the fields of composite types. (Built-in objects are
-    -- skipped: a superuser's, and far too many to walk.) Calls inside
-    -- function bodies are text, not dependencies: not seen; they run as
-    -- the owner chosen, as that function's own caller would run them.
+    -- functions, commutators and negators, operator classes and their
+    -- families' support functions and operators, domains and their
+    -- CHECKs, range types' functions and operator classes, the fields of
+    -- composite types. (Built-in objects are skipped: a superuser's, and
+    -- far too many to walk.) Calls inside function bodies are text, not
+    -- dependencies: not seen; they run as the owner chosen, as that
+    -- function's own caller would run them. So do the triggers of a table
+    -- a function's body writes outside the statement's reach (PostgreSQL
+    -- runs a trigger as whoever writes the table), and event triggers (a
+    -- superuser's choice, for every role's DDL).
     used(classid, objid) AS (
         SELECT d.refclassid, d.refobjid FROM parts p, LATERAL (
             SELECT d.refclassid, d.refobjid FROM pg_depend d
@@ -198,6 +202,12 @@ BEGIN
             WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
               AND d.classid = u.classid AND d.objid = u.objid
               AND d.refclassid IN ('pg_proc'::regclass, 'pg_type'::regclass, 'pg_operator'::regclass)
+            UNION ALL
+            -- an operator's commutator and negator (no dependency records
+            -- them, and the planner puts them in place of the operator: a
+            -- NOT (a = b) in a CHECK runs the negator's function)
+            SELECT 'pg_operator'::regclass, x FROM pg_operator o, unnest(ARRAY[o.oprcom, o.oprnegate]::oid[]) x
+            WHERE u.classid = 'pg_operator'::regclass AND o.oid = u.objid AND x <> 0
             UNION ALL
             -- an operator class's family's support functions and operators
             SELECT 'pg_proc'::regclass, a.amproc FROM pg_opclass c JOIN pg_amproc a ON a.amprocfamily = c.opcfamily

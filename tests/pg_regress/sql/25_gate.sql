@@ -42,6 +42,10 @@ CREATE FUNCTION tenant_code.unlock_then_fail() RETURNS trigger LANGUAGE plpgsql 
     'BEGIN PERFORM tenant_code.ran(); PERFORM pg_advisory_unlock_all(); RAISE EXCEPTION ''after the unlock'' USING ERRCODE = ''check_violation''; END';
 CREATE FUNCTION tenant_code.open_cursor() RETURNS trigger LANGUAGE plpgsql AS
     'DECLARE c refcursor := ''left_open''; BEGIN PERFORM tenant_code.ran(); OPEN c FOR SELECT 1; RETURN NEW; END';
+-- (an operator whose function is the tenant's, for another's NEGATOR)
+CREATE FUNCTION tenant_code.ne(int, int) RETURNS boolean LANGUAGE sql IMMUTABLE AS
+    'SELECT tenant_code.ran() = 0 AND $1 OPERATOR(pg_catalog.<>) $2';
+CREATE OPERATOR tenant_code.!=! (LEFTARG = int, RIGHTARG = int, FUNCTION = tenant_code.ne);
 -- (a table of the tenant's outside the shard, written by a DBA's rule)
 CREATE TABLE tenant_code.log (v int);
 GRANT INSERT ON tenant_code.log TO PUBLIC;
@@ -80,6 +84,11 @@ INSERT INTO gate_cases VALUES
 (707, 'drop_shard: the DBA''s table, the tenant''s exclusion predicate',
  'CREATE TABLE {s}.t (v int, EXCLUDE USING btree (v WITH =) WHERE (tenant_code.probe(''{c}'') = 0))', '',
  'SELECT insta_id.drop_shard({n})'),
+-- The DBA's operator whose NEGATOR is the tenant's: no dependency records
+-- it, and PostgreSQL runs the negator for NOT (a =!= b), in a CHECK too.
+(708, 'add_id_column: the DBA''s CHECK, its operator''s negator the tenant''s',
+ 'CREATE FUNCTION {s}.eq(int, int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS ''BEGIN RETURN $1 = $2; END''; CREATE OPERATOR {s}.=!= (LEFTARG = int, RIGHTARG = int, FUNCTION = {s}.eq, NEGATOR = OPERATOR(tenant_code.!=!)); CREATE TABLE {s}.t (id bigint, v int CHECK (NOT (v OPERATOR({s}.=!=) 2))); INSERT INTO {s}.t VALUES (NULL, 1)', '',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 -- With force, nothing of the shard is read.
 (706, 'drop_shard, force: index expression', '',
  'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
