@@ -22,7 +22,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-builds test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
-        bench-moves bench-adopt
+        bench-quick bench-moves bench-adopt
 
 ## help: this list
 help:
@@ -138,6 +138,19 @@ bench:
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/adopt.sh
 	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
+
+## bench-quick: the quick tier, one version (the newest, or PG=NN): bench/run.sh's
+##        figures in 3 rounds and 5 pairs (next_id against nextval, INSERT
+##        against bigserial, id_parts against SQL, the PL/pgSQL original,
+##        uuidv7), callgrind's counts twice (their repeatability), in about
+##        10 minutes; into target/bench/quick/BENCHMARKS.md, while
+##        BENCHMARKS.md and the README's line stay the full run's (make bench)
+bench-quick:
+	@scripts/dev/setup.sh $(firstword $(BENCH_VERSIONS)) bench
+	@PG=$(firstword $(BENCH_VERSIONS)) scripts/dev/build.sh install
+	@PG=$(firstword $(BENCH_VERSIONS)) ROUNDS=3 PAIRS=5 INTERVAL_PAIRS=10 SCALING_ROUNDS=1 IN_USE='10 10000' bench/run.sh
+	@PG=$(firstword $(BENCH_VERSIONS)) ROUNDS=2 bench/instructions.sh
+	@BENCH_TIER=quick bench/report.sh $(firstword $(BENCH_VERSIONS))
 
 ## bench-moves: only the moves under pgbench through PgBouncer (the newest
 ##        version, or PG=NN), and their section of BENCHMARKS.md

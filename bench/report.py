@@ -4,6 +4,7 @@ the README's performance line. Usage: report.py REPO_DIR OUT_DIR...
 (one OUT_DIR per PostgreSQL version, target/bench/pgNN; the first one's
 figures are shown in detail, every one's in the targets table)."""
 
+import os
 import random
 import statistics
 import sys
@@ -11,6 +12,13 @@ from collections import defaultdict
 from pathlib import Path
 
 repo, outs = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+# make bench-quick (BENCH_TIER=quick): the same report, fewer rounds of one
+# version, into target/bench/quick/; BENCHMARKS.md, its plot and the
+# README's line stay the full run's.
+QUICK = os.environ.get("BENCH_TIER") == "quick"
+report_dir = repo / "target" / "bench" / "quick" if QUICK else repo
+if QUICK:
+    (report_dir / "bench").mkdir(parents=True, exist_ok=True)
 N = 1_000_000
 FLOOR_S = N / 1024 / 1000  # the scheme's ceiling: 1024 IDs per ms per sequence
 
@@ -422,7 +430,7 @@ def plot(r):
     ax.invert_yaxis()
     ax.set_title("Cost of one ID, PostgreSQL " + r.version, fontsize=10)
     fig.tight_layout()
-    fig.savefig(repo / "bench" / "per_call.png")
+    fig.savefig(report_dir / "bench" / "per_call.png")
     return "![per-call cost](bench/per_call.png)"
 
 
@@ -431,9 +439,10 @@ dsm = m.has("per_call/next_id_dsm")
 notes = (repo / "bench" / "notes.md").read_text()
 commands = "\n".join(f"-- {n}\n{s};" for n, s in m.statements.items())
 versions = " | ".join(f"PostgreSQL {r.version}" for r in runs)
+tier = "`make bench-quick` (the quick tier: fewer rounds and pairs, one version)" if QUICK else "`make bench`"
 md = f"""# Benchmarks
 
-Made by `make bench` (bench/run.sh per version, bench/setup.sql,
+Made by {tier} (bench/run.sh per version, bench/setup.sql,
 bench/report.py): on each version a throwaway cluster with
 `shared_preload_libraries = 'insta_id'` and `fsync = on` and a second one
 without preloading (the guard in a DSM segment: the registry's on 17+, the
@@ -582,7 +591,7 @@ md += f"""
 {commands}
 ```
 """
-(repo / "BENCHMARKS.md").write_text(md)
+(report_dir / "BENCHMARKS.md").write_text(md)
 
 def instructions_added(r):
     nv, ni = r.instructions("preloaded", "nextval"), r.instructions("preloaded", "next_id")
@@ -592,7 +601,7 @@ def instructions_added(r):
 readme = repo / "README.md"
 text = readme.read_text()
 start, end = "<!-- bench:start -->", "<!-- bench:end -->"
-if start in text and end in text:
+if start in text and end in text and not QUICK:
     line = (
         f"{start}\nPerformance (`make bench`, {m.machine[0].split(': ', 1)[1]}, PostgreSQL {m.version}; "
         f"details and PostgreSQL {', '.join(r.version for r in runs[1:]) or '–'} in [BENCHMARKS.md](BENCHMARKS.md)): "
