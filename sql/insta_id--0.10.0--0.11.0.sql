@@ -248,12 +248,9 @@ BEGIN
         WHERE NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
     -- (kept as arrays: the objects are described only to refuse, which
     -- is what a walk of a large schema would spend most of its time on)
-    SELECT array_agg(DISTINCT o.owner ORDER BY o.owner),
-           array_agg(o.classid),
-           array_agg(o.objid),
-           array_agg(o.owner),
-           array_agg(o.used)
-    INTO owners, classids, objids, object_owners, used_by FROM o;
+    SELECT array_agg(o.classid), array_agg(o.objid), array_agg(o.owner), array_agg(o.used)
+    INTO classids, objids, object_owners, used_by FROM o;
+    owners := ARRAY(SELECT DISTINCT x FROM unnest(object_owners) x ORDER BY 1);
     IF coalesce(cardinality(owners), 0) = 0 THEN
         RETURN schema_owner;
     ELSIF cardinality(owners) = 1 THEN
