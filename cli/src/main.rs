@@ -21,6 +21,7 @@ mod pause;
 mod plan;
 mod rebalance;
 mod restore;
+mod shared;
 mod status;
 mod verify;
 

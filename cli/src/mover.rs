@@ -50,7 +50,8 @@ use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
 use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
 use crate::pause::{self, Budget, Watchdog};
-use crate::plan::pretty;
+use crate::shared::{pretty, shard_number, DEFAULT_PAUSE_BUDGET_MS};
+use crate::shared::{Failure, Result};
 use crate::verify;
 use postgres::error::SqlState;
 use postgres::Client;
@@ -164,9 +165,6 @@ pub struct Args {
 
 /// How long a move waits at each step, before it gives up (a move and a
 /// rebalance take the same).
-/// --pause-budget's default (docs/fleet.md says it).
-pub const DEFAULT_PAUSE_BUDGET_MS: u64 = 500;
-
 #[derive(clap::Args, Clone)]
 pub struct Waits {
     /// Milliseconds each try of the cutover may hold the shard's clients:
@@ -251,27 +249,6 @@ pub fn run(a: &Args, env: &Env) -> ExitCode {
     }
 }
 
-/// A shard's number as the operator gives it; a schema's name (insta5) is
-/// told apart from it.
-pub fn shard_number(said: &str) -> std::result::Result<u32, String> {
-    said.parse().map_err(|_| {
-        // A name, then digits: insta5.
-        let digits = said.trim_start_matches(|c: char| !c.is_ascii_digit());
-        let name = &said[..said.len() - digits.len()];
-        if !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && name.chars().all(|c| c.is_alphabetic() || c == '_')
-            && !name.is_empty()
-        {
-            format!(
-                "a shard is a number from 0 to 8191, not a schema's name: {digits}, not {said}?"
-            )
-        } else {
-            "a shard is a number from 0 to 8191".to_string()
-        }
-    })
-}
-
 /// A move that would re-point nothing, unless the operator says so.
 pub const UNROUTED: &str = "a move re-points what sends the shard's clients to its server: give --pgbouncer (or --router); or, when they find it otherwise (their own map, a DNS name), --routing-elsewhere. Once the old server drops the shard, clients still sent there get `relation ... does not exist`";
 
@@ -279,51 +256,6 @@ pub const UNROUTED: &str = "a move re-points what sends the shard's clients to i
 pub fn move_shard(a: &Args, env: &Env) -> Result<()> {
     Mover::new(a, env)?.run()
 }
-
-pub enum Failure {
-    /// Refused before connecting anywhere (exit 2).
-    Usage(String),
-    Failed(String),
-    /// A try of the cutover that would have held the clients past its
-    /// budget, undone; after the last try, the move's exit is 75
-    /// (EX_TEMPFAIL: nothing changed, try again later).
-    GaveUp(String),
-}
-
-impl Failure {
-    /// Says it, and exits 2 for a refusal before any connection, 75 for a
-    /// cutover given up, else 1.
-    pub fn exit(self) -> ExitCode {
-        match self {
-            Failure::Usage(e) => {
-                eprintln!("insta-id: {e}");
-                ExitCode::from(2)
-            }
-            Failure::Failed(e) => {
-                eprintln!("insta-id: {e}");
-                ExitCode::FAILURE
-            }
-            Failure::GaveUp(e) => {
-                eprintln!("insta-id: {e}");
-                ExitCode::from(75)
-            }
-        }
-    }
-
-    pub fn message(&self) -> &str {
-        match self {
-            Failure::Usage(e) | Failure::Failed(e) | Failure::GaveUp(e) => e,
-        }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(e: String) -> Failure {
-        Failure::Failed(e)
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Failure>;
 
 fn fail<T>(msg: impl Into<String>) -> Result<T> {
     Err(Failure::Failed(msg.into()))
@@ -1084,24 +1016,3 @@ WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
                WHERE x.indrelid IN (SELECT oid FROM rels))
 SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ', ')
 FROM owner JOIN pg_catalog.pg_roles r ON r.oid = owner.o WHERE NOT r.rolsuper";
-
-#[cfg(test)]
-mod tests {
-    use super::shard_number;
-
-    #[test]
-    fn a_shard_is_a_number_and_a_schema_name_is_told_apart() {
-        assert_eq!(shard_number("5"), Ok(5));
-        assert_eq!(
-            shard_number("insta5"),
-            Err("a shard is a number from 0 to 8191, not a schema's name: 5, not insta5?".into())
-        );
-        for bad in ["", "-1", "five", "5a", "insta"] {
-            assert_eq!(
-                shard_number(bad),
-                Err("a shard is a number from 0 to 8191".into()),
-                "{bad}"
-            );
-        }
-    }
-}

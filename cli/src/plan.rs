@@ -15,6 +15,7 @@
 
 use crate::conninfo::Settings;
 use crate::db::{connect, describe};
+use crate::shared::pretty;
 use crate::status;
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -247,17 +248,6 @@ fn nearest_half(shards: &BTreeSet<(u64, i32)>, gap: u64) -> Option<(u64, i32)> {
         .flatten()
         .filter(|&(b, _)| b < gap)
         .min_by_key(|&(b, id)| (b.abs_diff(want), id))
-}
-
-/// Bytes as PostgreSQL's pg_size_pretty shows them.
-pub fn pretty(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
-    let (mut v, mut u) = (bytes as f64, 0);
-    while v >= 10240.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{} {}", v.round() as u64, UNITS[u])
 }
 
 /// What the servers hold, and the plan for it.
@@ -769,15 +759,6 @@ mod tests {
         );
         assert_eq!(p.after, vec![1000, 600, 300]);
         assert!(p.balanced);
-    }
-
-    #[test]
-    fn sizes_read_as_pg_size_pretty() {
-        assert_eq!(pretty(0), "0 bytes");
-        assert_eq!(pretty(10239), "10239 bytes");
-        assert_eq!(pretty(10240), "10 kB");
-        assert_eq!(pretty(64 * 1024 * 1024), "64 MB");
-        assert_eq!(pretty(3 << 40), "3072 GB");
     }
 
     proptest! {

@@ -9,7 +9,8 @@
 use crate::conninfo::{Env, Settings};
 use crate::db::{connect, describe, Described};
 use crate::mover::{self, Waits, LABEL};
-use crate::plan::{pretty, Fleet, Role, UNBALANCED};
+use crate::plan::{Fleet, Role, UNBALANCED};
+use crate::shared::{pretty, Failure};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -176,7 +177,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         routing_elsewhere: a.routing_elsewhere,
         waits: a.waits.clone(),
     };
-    let stopped = |shard: i32, e: mover::Failure| {
+    let stopped = |shard: i32, e: Failure| {
         eprintln!(
             "insta-id: rebalance stopped at shard {shard}: {}\nOnce that is dealt with, run it again: it finishes or undoes that move first, then plans again.",
             e.message()

@@ -268,7 +268,7 @@ fn moves_of(
         } else if ready < tables {
             format!(
                 "copying, {ready} of {tables} tables ready, {} of the others copied so far",
-                crate::plan::pretty(copying.max(0) as u64)
+                crate::shared::pretty(copying.max(0) as u64)
             )
         } else {
             format!("copied ({tables} tables), streaming until the cutover")
@@ -377,7 +377,7 @@ fn moves_of(
                 schema,
                 &ours,
                 Some(std::time::Duration::from_millis(
-                    crate::mover::DEFAULT_PAUSE_BUDGET_MS,
+                    crate::shared::DEFAULT_PAUSE_BUDGET_MS,
                 )),
             )
             .unwrap_or_else(|e| {

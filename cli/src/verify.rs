@@ -20,7 +20,7 @@
 
 use crate::conninfo::{self, Env};
 use crate::db::{connect, ident, literal, printable, Described};
-use crate::mover::{shard_number, Failure, Result as Run};
+use crate::shared::{shard_number, Failure, Result as Run};
 use postgres::{Client, GenericClient};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
