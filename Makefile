@@ -88,7 +88,8 @@ setup:
 	@scripts/dev/setup.sh
 
 ## install: build (release) and install into the server of PG_CONFIG, sudo if needed;
-##        the fleet tool insta-id into $(PREFIX)/bin (default /usr/local/bin)
+##        the fleet tool insta-id into $(PREFIX)/bin (default /usr/local/bin), its manual
+##        page into $(PREFIX)/share/man/man1
 install:
 	@scripts/dev/setup.sh $(if $(PG_CONFIG),--build-only)
 	@scripts/dev/build.sh install
@@ -248,7 +249,7 @@ test-clients:
 ## test-packages: the .deb of every version (paths, dependency); the one for 15
 ##        through dpkg -i, CREATE/ALTER EXTENSION, dpkg -r; META.json and make dist
 test-packages:
-	@scripts/dev/setup.sh $(VERSIONS)
+	@scripts/dev/setup.sh $(VERSIONS) man
 	@tests/packages.sh
 
 ## fuzz: the same, 50,000 queries (not part of make test)

@@ -57,9 +57,16 @@ Recommends: postgresql-client"
 tree=$(mktemp -d)
 dpkg-deb -x "$tool" "$tree"
 check "the packaged insta-id runs and says its version" "$("$tree/usr/bin/insta-id" --version)" "insta-id $version"
-check "its manual page has a section for each command, from their --help" \
-  "$(zcat "$tree/usr/share/man/man1/insta-id.1.gz" | grep '^\.SH' | tr '\n' ' ')" \
-  '.SH NAME .SH SYNOPSIS .SH DESCRIPTION .SH "INSTA-ID STATUS" .SH "INSTA-ID PLAN" .SH "INSTA-ID MOVE" .SH "INSTA-ID REBALANCE" .SH "INSTA-ID VERIFY" .SH SEE ALSO '
+check "its manual page: the sections users expect, one for each command, from their --help" \
+  "$(zcat "$tree/usr/share/man/man1/insta-id.1.gz" | grep '^\.S[HS]' | tr '\n' ' ')" \
+  '.SH NAME .SH SYNOPSIS .SH DESCRIPTION .SH COMMANDS .SS "insta-id status" .SS "insta-id plan" .SS "insta-id move" .SS "insta-id rebalance" .SS "insta-id verify" .SH EXIT STATUS .SH ENVIRONMENT .SH FILES .SH EXAMPLES .SH SEE ALSO '
+# Read at 80 columns (man -l, no warning from groff): no line wider.
+check "its manual page reads at 80 columns, without a warning" \
+  "$(zcat "$tree/usr/share/man/man1/insta-id.1.gz" >"$tree/insta-id.1"
+     { MANWIDTH=80 man -l "$tree/insta-id.1" 2>&1 | awk 'length > 80 {print "wide: " $0}'
+       groff -man -Tutf8 -ww -z "$tree/insta-id.1" 2>&1; } | head -5)" ""
+check "its exit statuses are in --help, as in the manual page" \
+  "$("$tree/usr/bin/insta-id" --help | grep -cE '^  (0|1|2|3|75|130|143) ')" "7"
 rm -rf "$tree"
 
 # Round trip into Debian's PostgreSQL 15.

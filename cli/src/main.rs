@@ -35,7 +35,7 @@ use std::process::ExitCode;
 /// variables and the service file; passwords come from the password file
 /// (~/.pgpass, PGPASSFILE) or the service file, never from the command line.
 #[derive(Parser)]
-#[command(name = "insta-id", version)]
+#[command(name = "insta-id", version, after_help = EXIT_STATUS, after_long_help = MORE)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,9 +59,11 @@ enum Command {
     },
     /// A dry run: the shard moves that would bring every server within 5%
     /// of the mean bytes (tables, indexes, TOAST and materialized views of
-    /// each shard's schema), largest first, each shard at most once. Shards
-    /// being moved stay where they are. Exits 1 when no plan reaches that
-    /// (a shard alone larger than 5% of the mean widens the bound to its
+    /// each shard's schema), each shard at most once: the lowest peak it
+    /// can reach, with the fewest bytes moved. Shards being moved stay
+    /// where they are; a shard goes only to a server of its PostgreSQL
+    /// major or newer. Exits 3 when no plan reaches that, saying what keeps
+    /// it (a shard alone larger than 5% of the mean widens the bound to its
     /// size).
     Plan {
         /// A server's connection string; give one per server, the new and
@@ -97,8 +99,8 @@ enum Command {
     /// server, one at a time (each as `insta-id move`), with progress.
     /// Resumable: it first finishes or redoes every move the servers record
     /// as interrupted, then plans again, so running it again after any
-    /// interruption goes on. Exits 1 when a move fails (run it again) or no
-    /// plan reaches the bound.
+    /// interruption goes on. Exits 1 when a move fails (run it again), 3
+    /// when no plan reaches the bound (what keeps it said).
     Rebalance(Box<rebalance::Args>),
     /// Compares a shard's two copies (a move's, before its cutover or
     /// while the old server keeps its copy): each table's rows counted and
@@ -109,19 +111,77 @@ enum Command {
     Verify(verify::Args),
 }
 
+/// The exit statuses of every command, in `insta-id -h` and `--help` (and
+/// the manual page's EXIT STATUS, which scripts/dev/manpage.sh makes from
+/// `--help`): one text, a macro so that concat! can join it.
+macro_rules! exit_status {
+    () => {
+        "Exit status:
+  0    Done: what was asked, or nothing to do (said so).
+  1    Failed or refused after connecting; the message names the server and
+       what blocks. A move leaves nothing that running it again does not
+       finish or undo. verify: the copies differ.
+  2    A bad argument or connection string, refused before connecting.
+  3    plan and rebalance: no plan reaches the bound; what keeps it is said
+       (the version rule, a drained server's shards, the largest shard).
+  75   A move's cutover given up at every try, each within its budget
+       (EX_TEMPFAIL): nothing changed; run it again later.
+  130  Interrupted (SIGINT); a PgBouncer entry the move paused is resumed
+       first. Run the same command again to go on.
+  143  Terminated (SIGTERM): as for SIGINT."
+    };
+}
+const EXIT_STATUS: &str = exit_status!();
+
+/// `insta-id --help`'s tail: the exit statuses, then what the tool reads.
+const MORE: &str = concat!(
+    exit_status!(),
+    "
+
+Environment:
+  PGHOST, PGPORT, PGDATABASE, PGUSER, PGAPPNAME, PGSERVICE, PGREQUIREAUTH
+       Complete each connection string, as libpq's do.
+  PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY
+       TLS, as libpq's do.
+  PGPASSFILE
+       The password file (default ~/.pgpass). PGPASSWORD is refused.
+  PGSERVICEFILE, PGSYSCONFDIR
+       Where the service files are.
+  PGOPTIONS
+       Passed on to a move's pg_dump.
+  PATH
+       Where a move looks for pg_dump first (move --pg-bin).
+
+Files:
+  ~/.pgpass
+       Passwords, never on the command line.
+  ~/.pg_service.conf, PGSYSCONFDIR/pg_service.conf
+       Connection services (service=NAME).
+  /usr/lib/postgresql/N/bin/pg_dump
+       A move's pg_dump for major N, when the one in PATH does not fit."
+);
+
 const MOVE_EXAMPLES: &str = "Examples:
+  # PgBouncer: its console, and the file of its shard entries.
+  bouncer='host=/tmp port=6432 dbname=pgbouncer user=pgbouncer'
+  map=/etc/pgbouncer/shards.ini
   # Check everything a move of shard 7 needs, making nothing:
-  insta-id move 7 --check --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
-      --pgbouncer 'host=/var/run/postgresql port=6432 dbname=pgbouncer user=pgbouncer' \\
-      --pgbouncer-map /etc/pgbouncer/shards.ini --pgbouncer-target 'host=db4 dbname=app'
+  insta-id move 7 --check \\
+      --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
+      --pgbouncer \"$bouncer\" --pgbouncer-map \"$map\" \\
+      --pgbouncer-target 'host=db4 dbname=app'
   # The move itself: the same command without --check.
   # Within the rollback window (15 min), back to db1:
-  insta-id move 7 --rollback --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
-      --pgbouncer ... --pgbouncer-map ... --pgbouncer-target 'host=db1 dbname=app'
-  # The clients find their server otherwise (their own map, a DNS name):
-  insta-id move 7 --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' --routing-elsewhere
+  insta-id move 7 --rollback \\
+      --from 'host=db1 dbname=app' --to 'host=db4 dbname=app' \\
+      --pgbouncer \"$bouncer\" --pgbouncer-map \"$map\" \\
+      --pgbouncer-target 'host=db1 dbname=app'
+  # The clients find their server otherwise (their own map, DNS):
+  insta-id move 7 --routing-elsewhere \\
+      --from 'host=db1 dbname=app' --to 'host=db4 dbname=app'
   # Compare the two copies on demand:
-  insta-id verify 7 --from 'host=db1 dbname=app' --to 'host=db4 dbname=app'";
+  insta-id verify 7 \\
+      --from 'host=db1 dbname=app' --to 'host=db4 dbname=app'";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

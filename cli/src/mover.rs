@@ -48,11 +48,14 @@ pub(crate) mod steps;
 
 use crate::bouncer::{self, Bouncer, Bouncers, Drain};
 use crate::conninfo::{self, Env, Settings};
-use crate::db::{connect, ident, literal, printable, terminal, Described, SESSION_OPTIONS};
+use crate::db::{
+    connect, ident, literal, need_superuser, printable, terminal, Described, SESSION_OPTIONS,
+};
 use crate::pause::{self, Budget, Watchdog};
 use crate::shared::{pretty, shard_number, DEFAULT_PAUSE_BUDGET_MS};
 use crate::shared::{Failure, Result};
 use crate::verify;
+use copy::Kept;
 use postgres::error::SqlState;
 use postgres::Client;
 use rerun::{Locus, Next, Seen, Want};
@@ -231,6 +234,10 @@ struct Mover<'a> {
     /// Each server as the other's insta_id_admin.moves row names it.
     from_label: String,
     to_label: String,
+    /// Each server's system identifier and database OID (what a
+    /// registry's moved_from records).
+    from_id: String,
+    to_id: String,
     to_sysid: String,
     step_started: Option<Instant>,
     /// What the cutover compares (verify.rs): the rows made since this
@@ -442,31 +449,37 @@ impl<'a> Mover<'a> {
         let mut from_c = on(&from, "the old server")?;
         let mut to_c = on(&to, "the new server")?;
         let router = router.map(|r| on(&r, "the router")).transpose()?;
-        // 0.11.0: the comparisons read each table through insta_id's gate.
-        for (c, which) in [
-            (&mut from_c, "the old server"),
-            (&mut to_c, "the new server"),
+        // A move makes publications, slots and subscriptions and writes
+        // insta_id's tables: a superuser's, on both. 0.11.0: the
+        // comparisons read each table through insta_id's gate.
+        for (c, which, s) in [
+            (&mut from_c, "the old server", &from),
+            (&mut to_c, "the new server", &to),
         ] {
-            let recorded: bool = c
+            need_superuser(c, "a move makes publications, replication slots and subscriptions and writes insta_id's tables")
+                .map_err(|e| format!("{which} ({}): {e}", s.label))?;
+            let r = c
                 .query_one(
-                    "SELECT pg_catalog.to_regprocedure('insta_id._gate_query(name, pg_catalog.regclass[], text)') IS NOT NULL",
+                    "SELECT (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'insta_id'),
+                            pg_catalog.to_regprocedure('insta_id._gate_query(name, pg_catalog.regclass[], text)') IS NOT NULL",
                     &[],
                 )
-                .described()?
-                .get(0);
-            if !recorded {
-                return fail(format!("insta_id 0.11.0 or later is needed on both servers, and {which} has an older one (ALTER EXTENSION insta_id UPDATE there)"));
+                .described()?;
+            match (r.get::<_, Option<String>>(0), r.get::<_, bool>(1)) {
+                (None, _) => return fail(format!("insta_id is not installed on {which} ({}): CREATE EXTENSION insta_id there, in that database", s.label)),
+                (Some(v), false) => return fail(format!("insta_id 0.11.0 or later is needed on both servers, and {which} ({}) has {}: ALTER EXTENSION insta_id UPDATE there", s.label, printable(&v))),
+                (Some(_), true) => {}
             }
         }
         // Two strings for one database would move a shard onto itself.
         let identity = "SELECT s.system_identifier::text || '/' || d.oid::text
                         FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d
                         WHERE d.datname = pg_catalog.current_database()";
-        let (i1, i2): (String, String) = (
+        let (from_id, to_id): (String, String) = (
             from_c.query_one(identity, &[]).described()?.get(0),
             to_c.query_one(identity, &[]).described()?.get(0),
         );
-        if i1 == i2 {
+        if from_id == to_id {
             return fail(format!(
                 "--from and --to are one database ({} and {}): a shard moves between two",
                 from.label, to.label
@@ -528,6 +541,8 @@ impl<'a> Mover<'a> {
             pg_dump: None,
             from_label,
             to_label,
+            from_id,
+            to_id,
             to_sysid,
             step_started: None,
             verified_until: None,
@@ -761,7 +776,22 @@ impl<'a> Mover<'a> {
             subscribed_back: self.subscribed_back()?,
             leftovers: self.leftovers(st)?,
             legacy_cutover: self.legacy_cutover()?,
+            moved_from: self.moved_from()?,
         })
+    }
+
+    /// The new server's registry: where a move brought the shard from
+    /// (rerun::Seen::moved_from).
+    fn moved_from(&mut self) -> Result<Option<(bool, String)>> {
+        let r = self
+            .to
+            .query_opt(
+                "SELECT moved_from = $2::text, pg_catalog.format('%s, at %s', moved_from_label, moved_at)
+                 FROM insta_id_admin.shard_registry WHERE shard_id = $1::int AND moved_from IS NOT NULL",
+                &[&self.shard, &self.from_id],
+            )
+            .described()?;
+        Ok(r.map(|r| (r.get(0), printable(&r.get::<_, String>(1)))))
     }
 
     /// The old server holds the shard (under its move lock, `hold`): an
@@ -791,30 +821,57 @@ impl<'a> Mover<'a> {
             }
         }
         // A move interrupted with its copy complete and streaming (a cutover
-        // given up within its budget, say) goes on from its copy: a large
-        // shard's copy takes hours.
-        let kept = leftovers && !self.a.undo && self.copy_kept(st, schema)?;
-        if kept {
-            self.step(&format!(
-                "the copy of shard {} by an interrupted move is complete and streaming: on to its cutover",
-                self.shard
-            ));
-            self.apply_checks(schema)?;
-            if self.keep.is_some() {
-                self.make_back(schema)?;
+        // given up within its budget, say), or still being copied by the
+        // subscription's workers, goes on from its copy: a large shard's
+        // copy takes hours. Any other is undone, and the run says why.
+        let kept = if leftovers && !self.a.undo {
+            self.copy_kept(st, schema)?
+        } else {
+            Kept::Untrusted(String::new())
+        };
+        match &kept {
+            Kept::Complete | Kept::Copying => {
+                self.step(&format!(
+                    "the copy of shard {} by an interrupted move is {} and streaming: {}",
+                    self.shard,
+                    if matches!(kept, Kept::Complete) {
+                        "complete"
+                    } else {
+                        "under way"
+                    },
+                    if matches!(kept, Kept::Complete) {
+                        "on to its cutover"
+                    } else {
+                        "waiting for it"
+                    },
+                ));
+                if !self.arriving_step()?.is_some_and(|(step, _)| step.copied()) {
+                    let subid = st.sub.as_ref().map_or(0, |(oid, _)| i64::from(*oid));
+                    self.wait_copy(subid, schema)?;
+                    self.record_to(Arriving::Copied, schema)?;
+                }
+                self.apply_checks(schema)?;
+                if self.keep.is_some() {
+                    self.make_back(schema)?;
+                }
             }
-        } else if leftovers {
-            self.step(&format!(
-                "undo an interrupted move: the old server still holds shard {}",
-                self.shard
-            ));
-            self.drop_replication(st, Some(schema))?;
+            Kept::Untrusted(why) if leftovers => {
+                self.step(&format!(
+                    "undo an interrupted move: the old server still holds shard {}",
+                    self.shard
+                ));
+                if !why.is_empty() {
+                    println!("   its copy is not taken up: {why}");
+                }
+                self.drop_replication(st, Some(schema))?;
+            }
+            Kept::Untrusted(_) => {}
         }
         if self.a.undo {
             self.step(&format!("shard {} is on the old server only", self.shard));
             return Ok(());
         }
-        if !kept {
+        if matches!(kept, Kept::Untrusted(_)) {
             self.copy(schema)?;
         }
         self.verify_copy(schema)?;
@@ -874,7 +931,7 @@ impl<'a> Mover<'a> {
             adopted,
             self.shard,
             &schema,
-            &self.from_label,
+            (&self.from_label, &self.from_id),
             advance,
         )
         .map_err(|e| {
@@ -935,12 +992,14 @@ impl<'a> Mover<'a> {
 /// The shard's tables (every partition) that `subscription`, on the
 /// subscriber `c`, does not both have and stream: a table made on both
 /// servers during a move exists on each, but its rows never came. `state`
-/// is move_state's. (A partitioned table's rows are its partitions'.)
+/// is move_state's; `states`, the pg_subscription_rel states that count
+/// ("r": ready, streaming). (A partitioned table's rows are its partitions'.)
 fn unsubscribed(
     c: &mut Client,
     state: &str,
     subscription: &str,
     schema: &str,
+    states: &str,
 ) -> Result<Option<String>> {
     Ok(c.query_one(
         &format!(
@@ -951,11 +1010,12 @@ fn unsubscribed(
                                JOIN pg_catalog.pg_class c ON c.oid = r.srrelid
                                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                                WHERE s.subname = $2::text AND s.subdbid = {THIS_DB}
-                                 AND n.nspname = $3::text AND c.relname = t AND r.srsubstate = 'r')
+                                 AND n.nspname = $3::text AND c.relname = t
+                                 AND pg_catalog.strpos($4::text, r.srsubstate::text) > 0)
                AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                                WHERE n.nspname = $3::text AND c.relname = t AND c.relkind = 'p')"
         ),
-        &[&state, &subscription, &schema],
+        &[&state, &subscription, &schema, &states],
     )
     .described()?
     .get(0))

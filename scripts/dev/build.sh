@@ -5,7 +5,8 @@
 #   scripts/dev/build.sh install [PROFILE]   build and install into the server of
 #                                        PG_CONFIG (sudo when its directories
 #                                        need it), and the insta-id tool into
-#                                        $PREFIX/bin (/usr/local/bin); PROFILE
+#                                        $PREFIX/bin (/usr/local/bin), its manual
+#                                        page into $PREFIX/share/man/man1; PROFILE
 #                                        release (default) or ci (the tests':
 #                                        no LTO, quicker build); nothing when
 #                                        INSTA_ID_INSTALLED=PROFILE (make test
@@ -107,8 +108,13 @@ case "${1:-}" in
     cargo build --quiet -p insta-id --profile "$profile"
     bindir=${PREFIX:-/usr/local}/bin; prefix=()
     [ -w "$bindir" ] || prefix=(sudo)
-    "${prefix[@]}" install -m 755 "target/$([ "$profile" = dev ] && echo debug || echo "$profile")/insta-id" "$bindir/insta-id"
-    say "installed insta-id into $bindir"
+    tool="target/$([ "$profile" = dev ] && echo debug || echo "$profile")/insta-id"
+    "${prefix[@]}" install -m 755 "$tool" "$bindir/insta-id"
+    # Its manual page (man insta-id), made from its --help.
+    mandir=${PREFIX:-/usr/local}/share/man/man1
+    scripts/dev/manpage.sh "$tool" "$version" >"target/insta-id.1"
+    "${prefix[@]}" install -D -m 644 "target/insta-id.1" "$mandir/insta-id.1"
+    say "installed insta-id into $bindir, its manual page into $mandir"
     ;;
   package)
     tree="target/packages/pg$PG/tree"; rm -rf "$tree"

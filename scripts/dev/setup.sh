@@ -21,6 +21,8 @@
 #                                   its own, on a socket of its own)
 #   scripts/dev/setup.sh bench          valgrind, whose callgrind counts the instructions
 #                                   of a call in make bench (bench/instructions.sh)
+#   scripts/dev/setup.sh man            man-db and groff, which read the tool's manual
+#                                   page (tests/packages.sh, make install)
 #   scripts/dev/setup.sh clients        the clients of tests/clients.sh, pinned: psycopg,
 #                                   Django, SQLAlchemy (PyPI, into target/clients-venv)
 #                                   and node-postgres (npm, into examples/node)
@@ -36,15 +38,16 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0; pgbouncer=0; bench=0
+build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0; pgbouncer=0; bench=0; man=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1; pgbouncer=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1; pgbouncer=1; man=1 ;;
     faults) faults=1 ;;
     tap) tap=1 ;;
     pgbouncer) pgbouncer=1 ;;
     bench) bench=1 ;;
+    man) man=1 ;;
     clients) clients=1 ;;
     upgrade-source) upgrade_source=1 ;;
     *) pg_config_of "$a" >/dev/null; majors+=("$a") ;;
@@ -65,6 +68,7 @@ if [ $build_only = 0 ]; then
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
   [ $pgbouncer = 1 ] && pkgs+=(pgbouncer)
   [ $bench = 1 ] && pkgs+=(valgrind)
+  [ $man = 1 ] && pkgs+=(man-db groff-base)
   # PostgreSQL's TAP framework: its modules ship with Debian's 15 server-dev.
   [ $tap = 1 ] && pkgs+=(libipc-run-perl "postgresql-server-dev-$PG_DEBIAN")
   # Node.js: the machine's own when it has one, else Debian's (18, enough).

@@ -4,6 +4,17 @@
 
 use super::*;
 
+/// What a re-run finds of an interrupted move's copy (copy_kept).
+pub(super) enum Kept {
+    /// Complete and streaming: on to the comparison and the cutover (its
+    /// step recorded first if the interrupted run had not).
+    Complete,
+    /// Still being copied by the subscription's workers: waited for.
+    Copying,
+    /// Not to be trusted, for this reason: undone and made again.
+    Untrusted(String),
+}
+
 impl Mover<'_> {
     /// The checks, then the copy: publication, schema and subscription,
     /// slot, the initial copy, and for a rollback window the publication
@@ -122,19 +133,45 @@ impl Mover<'_> {
     }
 
     /// Whether an interrupted move's copy can be taken up where it
-    /// stopped: the old server's side at its slot (no cutover begun), the
-    /// new server's copied, every table of the shard subscribed and ready,
+    /// stopped, and if not why: the old server's side at its slot (no
+    /// cutover begun), its publication and slot there; the new server's
+    /// copying or copied, its subscription enabled and naming every table
+    /// of the shard (ready, or still being copied: the subscription's
+    /// workers go on without the mover); the definitions unchanged since;
     /// and no replication back left unless this run keeps a window (it
     /// makes the back afresh).
-    pub(super) fn copy_kept(&mut self, st: &State, schema: &str) -> Result<bool> {
-        if st.sub.as_ref().map(|(_, s)| s.as_str()) != Some(schema)
-            || self.leaving_step()? != Some(Leaving::Slot)
-            || !self
-                .arriving_step()?
-                .is_some_and(|(step, s)| s == schema && step.copied())
-            || (self.keep.is_none() && self.back_left()?)
-        {
-            return Ok(false);
+    pub(super) fn copy_kept(&mut self, st: &State, schema: &str) -> Result<Kept> {
+        let untrusted = |why: &str| Ok(Kept::Untrusted(why.to_string()));
+        match st.sub.as_ref() {
+            None => return untrusted("the new server has no subscription of it"),
+            Some((_, s)) if s != schema => {
+                return untrusted("the new server's subscription carries no table of the shard")
+            }
+            Some(_) => {}
+        }
+        match self.leaving_step()? {
+            Some(Leaving::Slot) => {}
+            Some(step) => {
+                return Ok(Kept::Untrusted(format!(
+                    "the old server recorded step '{}', not the slot's",
+                    step.as_str()
+                )))
+            }
+            None => return untrusted("the old server recorded no slot of it"),
+        }
+        let copying = match self.arriving_step()? {
+            Some((step, s)) if s == schema && step.copied() => false,
+            Some((Arriving::Copying, s)) if s == schema => true,
+            Some((step, _)) => {
+                return Ok(Kept::Untrusted(format!(
+                    "the new server recorded step '{}', before its copy began",
+                    step.as_str()
+                )))
+            }
+            None => return untrusted("the new server recorded no copy"),
+        };
+        if self.keep.is_none() && self.back_left()? {
+            return untrusted("replication back to the old server is left, and this move keeps no rollback window");
         }
         let (tables, published): (String, bool) = {
             let r = self
@@ -151,6 +188,9 @@ impl Mover<'_> {
                 .described()?;
             (r.get(0), r.get(1))
         };
+        if !published {
+            return untrusted("its publication or slot on the old server is gone");
+        }
         let enabled: bool = self
             .to
             .query_one(
@@ -159,11 +199,15 @@ impl Mover<'_> {
             )
             .described()?
             .get(0);
-        if !(published
-            && enabled
-            && unsubscribed(&mut self.to, &tables, &self.name, schema)?.is_none())
-        {
-            return Ok(false);
+        if !enabled {
+            return untrusted("its subscription on the new server is disabled");
+        }
+        let states = if copying { "rdsfi" } else { "r" };
+        if let Some(t) = unsubscribed(&mut self.to, &tables, &self.name, schema, states)? {
+            return Ok(Kept::Untrusted(format!(
+                "tables its subscription does not carry{}: {t}",
+                if copying { "" } else { " ready" }
+            )));
         }
         // Definitions changed on the old server since the copy was made (a
         // migration ran between two runs, when no mover held the shard):
@@ -173,10 +217,17 @@ impl Mover<'_> {
             fingerprint(&mut self.to, schema)?,
         );
         if old != new {
-            println!("   the shard's definitions changed on the old server since its copy was made: the copy is made again");
-            return Ok(false);
+            return untrusted(
+                "the shard's definitions changed on the old server since its copy was made",
+            );
         }
-        Ok(true)
+        Ok(
+            if copying && unsubscribed(&mut self.to, &tables, &self.name, schema, "r")?.is_some() {
+                Kept::Copying
+            } else {
+                Kept::Complete
+            },
+        )
     }
 
     /// On the new server, in one transaction: the schema, made by the

@@ -154,6 +154,16 @@ impl Mover<'_> {
             println!("   {said}: it holds the shard's table, and runs again later");
         }
         let mut who = pause::holders(c, schema, &[hold_pid], Some(budget))?;
+        // A session both holding the shard and open through the entry is
+        // listed once, with its locks.
+        let listed: Vec<i32> = who
+            .iter()
+            .filter_map(|w| w.strip_prefix("process ")?.split(' ').next()?.parse().ok())
+            .collect();
+        let servers: Vec<i32> = servers
+            .into_iter()
+            .filter(|p| !listed.contains(p))
+            .collect();
         if !servers.is_empty() {
             who.extend(pause::sessions(c, &servers, Some(budget))?);
         }
@@ -334,7 +344,7 @@ impl Mover<'_> {
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
-        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema)?;
+        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema, "r")?;
         if let Some(t) = unsubscribed {
             return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
         }

@@ -82,6 +82,7 @@ impl Mover<'_> {
                 schema,
                 &self.to_label,
             )
+            .and_then(|()| Self::arrived(&mut fin, self.shard, (&self.to_label, &self.to_id)))
         } else {
             Ok(())
         };
@@ -122,7 +123,7 @@ impl Mover<'_> {
         // As at the move's cutover: a table made on both servers in the
         // window exists on the old copy, but the rows written to it on the
         // new server never came back.
-        if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema)? {
+        if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema, "r")? {
             return fail(format!("tables of shard {} that the subscription back does not carry (made after the move): {}; nothing was changed, the shard stays on the new server", self.shard, printable(&t)));
         }
         self.from
@@ -194,6 +195,7 @@ impl Mover<'_> {
                 schema,
                 &self.to_label,
             )?;
+            Self::arrived(&mut tx, self.shard, (&self.to_label, &self.to_id))?;
             tx.commit().described()?;
         }
         if let Some(entry) = self.bouncer.as_ref().map(|b| b.entry.clone()) {

@@ -191,6 +191,32 @@ is("$rc|" . last_line($out), '2|insta-id: --rollback-window: ERROR: invalid inpu
 ($rc, $out) = move(7, 'host=/nonexistent port=1 dbname=app', $to);
 like("$rc|" . last_line($out), qr{^1\|insta-id: the old server \(/nonexistent:1/app\): error connecting to server: .*No such file or directory}m,
 	'a server that cannot be reached: the cause said, not only "error connecting to server"');
+# What a server lacks is said with the server named, before anything is
+# made: a role that is not a superuser (each command), a database without
+# insta_id. One row a case: command, arguments, the message.
+$old->safe_psql('app', 'CREATE ROLE insta_id_tap_plain LOGIN');
+$new->safe_psql('postgres', 'CREATE DATABASE bare');
+my $plain_from = "$from user=insta_id_tap_plain";
+my $bare = $new->connstr('bare');
+my $flabel = qr{\S+:$fport/app};
+for my $case (
+	[ 'move as a plain role', [ move_command(7, $plain_from, $to) ],
+		qr{^insta-id: the old server \($flabel\): role insta_id_tap_plain is not a superuser, and a move makes publications, replication slots and subscriptions and writes insta_id's tables: connect as one \(the connection string's user, or PGUSER\)$} ],
+	[ 'verify as a plain role', [ 'insta-id', 'verify', 7, '--from', $plain_from, '--to', $to ],
+		qr{^insta-id: the old server \($flabel\): role insta_id_tap_plain is not a superuser, and insta-id verify reads insta_id's tables and each shard table through insta_id's gate: connect as one} ],
+	[ 'status as a plain role', [ 'insta-id', 'status', '--server', $plain_from ],
+		qr{^insta-id: server $flabel: role insta_id_tap_plain is not a superuser, and insta-id reads the moves from insta_id's tables and the replication catalogs: connect as one} ],
+	[ 'move into a database without insta_id', [ move_command(7, $from, $bare) ],
+		qr{^insta-id: insta_id is not installed on the new server \(\S+:$tport/bare\): CREATE EXTENSION insta_id there, in that database$} ])
+{
+	my ($what, $command, $says) = @$case;
+	IPC::Run::run($command, '>&', \my $said);
+	my $crc = shell_status($?);
+	like("$crc|" . last_line($said), qr/^1\|/, "$what: exit 1") or diag $said;
+	like(last_line($said), $says, "$what: the server named, and what it lacks");
+}
+is(nothing_left(), '0|0', 'nothing made by the refusals');
+
 # A closed output (insta-id ... | head, the reader gone): the tool goes on,
 # no panic.
 {
@@ -363,6 +389,19 @@ is($new->safe_psql('app', q{INSERT INTO insta11.events VALUES (31, '2027-02-01')
 	SELECT (SELECT count(*) FROM insta11.events_rest) || '|' || (SELECT count(*) FROM insta11.events)}),
 	'20|32', 'its partitioned table came along, and takes writes on the new server');
 
+# Run again once finished, the move has nothing to do (exit 0): the new
+# server's registry records that a move from this old server brought it.
+# A shard made on the new server, given with --from and --to the wrong way
+# round, is refused (exit 1), nothing changed: a script reads a failure.
+($rc, $out) = move(11, $from, $to);
+like("$rc|" . last_line($out), qr/^0\|== shard 11 is on the new server, where a move from the old one brought it \(\S+, at [^)]+\): nothing to do$/,
+	'a finished move run again: nothing to do, exit 0') or diag $out;
+$new->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shard(30)});
+($rc, $out) = move(30, $from, $to);
+is("$rc|" . last_line($out) . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 30') . '|' . nothing_left(),
+	"1|insta-id: shard 30 is on the new server, and no move from the old one brought it there (made there, or moved before 0.11.0): if it is to leave the new server, --from and --to are swapped|1|0|0",
+	'a shard made on the new server, --from and --to swapped: refused, exit 1, nothing changed') or diag $out;
+
 # A table made on both servers while the move runs (an application's
 # migration over every server, say): the new server has it, but the move's
 # subscription never carried its rows. The cutover refuses, before the old
@@ -423,10 +462,33 @@ $old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.crea
 move_released($_, 22) for $old, $new;
 $old->safe_psql('app', q{ALTER TABLE insta22.users ADD COLUMN nickname text; INSERT INTO insta22.users (name, nickname) VALUES ('b', 'bee')});
 ($rc, $out) = move(22, $from, $to);
-is("$rc|" . ($out =~ /^   the shard's definitions changed on the old server since its copy was made: the copy is made again$/m ? 'said' : 'not said')
+is("$rc|" . ($out =~ /^   its copy is not taken up: the shard's definitions changed on the old server since its copy was made$/m ? 'said' : 'not said')
 	  . '|' . ($out =~ /^== undo an interrupted move/m ? 'undone' : 'taken up') . '|'
 	  . $new->safe_psql('app', q{SELECT string_agg(coalesce(nickname, '-'), ',' ORDER BY name) FROM insta22.users}) . '|' . nothing_left(),
 	'0|said|undone|-,bee|0|0', 'a shard changed since its copy: the copy made again, the new column and its row with it')
+  or diag $out;
+
+# A move interrupted (Ctrl-C) while it waits for its initial copy: the
+# subscription's workers go on without it. Run again, the move takes that
+# copy up, waiting for it if it is still under way, and copies nothing
+# again: the new server's table is the one the first run made.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(25, 25, 'template');
+	INSERT INTO insta25.users (name) SELECT 'u' || g FROM generate_series(1, 1000) g});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'slot:INT';
+	($rc, $out) = move(25, $from, $to);
+}
+is($rc, 130, 'a move interrupted while it waits for its copy exits 130') or diag $out;
+move_released($_, 25) for $old, $new;
+$new->poll_query_until('app', q{SELECT bool_and(r.srsubstate = 'r') FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = 'insta_move_25'})
+  or die 'the interrupted move\'s copy never finished';
+my $copied = $new->safe_psql('app', q{SELECT 'insta25.users'::regclass::oid});
+($rc, $out) = move(25, $from, $to);
+is("$rc|" . ($out =~ /^== the copy of shard 25 by an interrupted move is complete and streaming: on to its cutover$/m ? 'taken up' : 'not taken up')
+	  . '|' . ($out =~ /^== undo an interrupted move|^== slot on the old server; copy$/m ? 'copied again' : 'not copied again')
+	  . '|' . $new->safe_psql('app', q{SELECT count(*) || '/' || 'insta25.users'::regclass::oid FROM insta25.users})
+	  . '|' . nothing_left(),
+	"0|taken up|not copied again|1000/$copied|0|0", 'run again, the finished copy is taken up, not made again (the same table)')
   or diag $out;
 
 # The copies compared (insta-id verify, and every move before its cutover):
@@ -793,7 +855,8 @@ $_->safe_psql('app', 'TRUNCATE evaluation_sites.seen') for $new, $third;
 	local $ENV{PATH} = "$bin15:$ENV{PATH}";
 	($rc, $out) = move(16, $onward, $via, '--pg-bin', $bin18);
 }
-like($out, qr/killed after step 'copy'/, "15's pg_dump first in PATH, --pg-bin naming 18's: the move ran to its copy")
+like($out, qr/^   pg_dump: \Q$bin18\E\/pg_dump \(pg_dump \(PostgreSQL\) 18[^,]*, --pg-bin's\)\n(?:.*\n)*.*killed after step 'copy'/m,
+	"15's pg_dump first in PATH, --pg-bin naming 18's: the move says which pg_dump it took and why, and ran to its copy")
   or diag $out;
 IPC::Run::run([ 'insta-id', 'rebalance', '--server', $via, '--server', $onward, '--copy-timeout', 120, '--routing-elsewhere' ], '>&', \$out);
 $rc = shell_status($?);
