@@ -102,6 +102,9 @@ move_under_load() {  # SHARD KEY
   sleep 1
   bench_stop "$pid"
   record "$2" pause "$(sed -nE "s/^   shard$1 paused for ([0-9.]+) s$/\1/p" "$out/move$1.log")"
+  # The committed try, step by step (ms): "committed: ... (500 ms): pause 12, lock and catch-up 3, ...".
+  sed -nE 's/^   committed: the try took [0-9]+ ms of its budget \([0-9]+ ms\): //p' "$out/move$1.log" | tr ',' '\n' |
+    while read -r lap; do record "$2" "try_${lap% *}" "${lap##* }"; done
   record "$2" failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$1.out")"
 }
 # The duration printed under a step (on the next step's line).

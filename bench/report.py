@@ -161,6 +161,12 @@ def moves_section():
                      f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
                      for k in moves)
     st = v["steady"]
+    # The committed try of each move, step by step (bench/moves.sh's try_*).
+    steps = [k[4:] for k in (v[moves[0]] if moves else {}) if k.startswith("try_")]
+    breakdown = "" if not steps else (
+        "\nWhere each committed try's time went, the median over the moves (ms): "
+        + ", ".join(f"{n} {statistics.median(v[k]['try_' + n] for k in moves if 'try_' + n in v[k]):.0f}" for n in steps)
+        + " (the pause is the PAUSE's drain; the rest the cutover's steps on both servers).\n")
     return f"""
 ## Moving shards under load, through PgBouncer (bench/moves.sh)
 
@@ -180,7 +186,7 @@ measured from its scheduled start (`-R`):
 | move | pause | cutover | transactions | failed | p50 | p99 | max |
 |---|---|---|---|---|---|---|---|
 {rows}
-{large}
+{breakdown}{large}
 Planning, offline (`insta-id plan --sizes`): 8192 shards on 3 servers, their sizes
 log-normal (a fixed seed), a 4th server new and empty: {plan_s * 1000:.0f} ms (median of 5 runs),
 {plan["plan_moves"]:.0f} moves, {"every server within 5% of the mean" if plan["plan_balanced"] else "no plan within the bound"}.

@@ -2175,3 +2175,37 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Where a move brought each shard from (src/sql/registry.sql, moves.sql):
+-- a re-run of a move tells one that finished from one whose servers are
+-- swapped (issue 56).
+ALTER TABLE insta_id_admin.shard_registry
+    ADD COLUMN moved_from       text,
+    ADD COLUMN moved_from_label text,
+    ADD COLUMN moved_at         timestamptz;
+
+-- Records where a move brought a shard registered here from (the mover
+-- calls it in the adoption's transaction: on the new server for a move, on
+-- the old one for a rollback's return), so that a re-run of the move tells
+-- a move that finished from one given its servers swapped. 42704 when the
+-- shard is not registered here.
+CREATE FUNCTION insta_id.move_arrived(shard_id int, origin text, peer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF num_nulls(move_arrived.shard_id, move_arrived.origin, move_arrived.peer) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE insta_id_admin.shard_registry r
+    SET moved_from = move_arrived.origin, moved_from_label = move_arrived.peer, moved_at = clock_timestamp()
+    WHERE r.shard_id = move_arrived.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % is not registered here', move_arrived.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_arrived(int, text, text) IS
+'Records on the registry the server a move brought a shard from (the mover calls it)';
+REVOKE ALL ON FUNCTION insta_id.move_arrived(int, text, text) FROM PUBLIC;

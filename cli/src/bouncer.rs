@@ -95,6 +95,44 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
         .collect())
 }
 
+/// Whether the console's user may PAUSE, RELOAD and RESUME (stats_users
+/// may only SHOW), decided as PgBouncer decides it (admin.c,
+/// admin_pre_login and admin_post_login): named in admin_users, or the
+/// user pgbouncer over a Unix socket from the user PgBouncer runs as (the
+/// socket's owner). Read with SHOW CONFIG, which any console user may run:
+/// a refused probe would leave an ERROR in PgBouncer's log at every move.
+fn admin(c: &mut Client, s: &Settings) -> Result<bool, String> {
+    let rows = command(c, "SHOW CONFIG")?;
+    let listed = rows
+        .iter()
+        .find(|r| field(r, "key") == Some("admin_users"))
+        .and_then(|r| field(r, "value"))
+        .is_some_and(|users| named_in(users, &s.user));
+    Ok(listed || (s.user == "pgbouncer" && same_user_as_socket(s)))
+}
+
+/// Whether `user` is one of a PgBouncer list setting's names (commas and
+/// spaces between them, as its strlist reads them).
+fn named_in(list: &str, user: &str) -> bool {
+    list.split([',', ' ', '\t'])
+        .any(|u| !u.is_empty() && u == user)
+}
+
+/// Over a Unix socket, whether this process runs as the owner of
+/// PgBouncer's socket file, which PgBouncer made as the user it runs as.
+fn same_user_as_socket(s: &Settings) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    extern "C" {
+        fn geteuid() -> u32;
+    }
+    if !s.host.starts_with('/') {
+        return false;
+    }
+    let socket = format!("{}/.s.PGSQL.{}", s.host, s.port);
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
+    std::fs::metadata(socket).is_ok_and(|m| m.uid() == unsafe { geteuid() })
+}
+
 /// How long a run waits at most for the map's lock.
 const LOCK_WITHIN: Duration = Duration::from_secs(30);
 
@@ -213,14 +251,29 @@ impl Bouncer {
     }
 
     pub fn resume_if_paused(&self) -> Result<(), String> {
+        self.resume_acked().map(|_| ())
+    }
+
+    /// As resume_if_paused: when PgBouncer acknowledged the RESUME (the end
+    /// of the clients' wait), None if the entry was not paused.
+    pub fn resume_acked(&self) -> Result<Option<Instant>, String> {
         // Without the lock (the map's directory not writable) the entry is
         // resumed all the same: its clients matter more than the set-back.
         let _lock = self.lock_map().ok();
         let mut c = console(&self.admin)?;
         if self.show(&mut c)?.3 {
-            self.resume(&mut c)?;
+            return self.resume(&mut c).map(Some);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// How long the console takes to answer a connection and a command:
+    /// what a RESUME after a try given up costs, about.
+    pub fn round_trip(&self) -> Result<Duration, String> {
+        let started = Instant::now();
+        let mut c = console(&self.admin)?;
+        command(&mut c, "SHOW VERSION")?;
+        Ok(started.elapsed())
     }
 
     /// RESUMEs the entry, with PgBouncer's retry delay after a failed
@@ -449,21 +502,13 @@ impl Bouncer {
     /// can be made beside it (what point_and_resume needs after the
     /// cutover, when a failure leaves the entry paused).
     pub fn preflight(&self) -> Result<(), String> {
-        // The console's user may PAUSE, RELOAD and RESUME only if it is
-        // one of admin_users (stats_users may only SHOW). Asked by a
-        // RESUME of no entry: refused first for want of rights, else for
-        // want of the entry; nothing changes either way.
         let mut c = console(&self.admin)?;
-        if let Err(e) = c.simple_query("RESUME insta_id_no_such_entry") {
-            if e.as_db_error()
-                .is_some_and(|d| d.message().contains("admin access needed"))
-            {
-                return Err(format!(
-                    "PgBouncer's console ({}): its user {} is not one of PgBouncer's admin_users, and a move needs PAUSE, RELOAD and RESUME: add it to admin_users, or give --pgbouncer a user that is",
-                    self.admin.label,
-                    printable(&self.admin.user)
-                ));
-            }
+        if !admin(&mut c, &self.admin)? {
+            return Err(format!(
+                "PgBouncer's console ({}): its user {} is not one of PgBouncer's admin_users, and a move needs PAUSE, RELOAD and RESUME: add it to admin_users, or give --pgbouncer a user that is",
+                self.admin.label,
+                printable(&self.admin.user)
+            ));
         }
         let said = |e| self.map_error(e);
         std::fs::read_to_string(&self.map).map_err(said)?;
@@ -574,16 +619,34 @@ impl Bouncers {
     /// Resumes the entry wherever it is paused; every PgBouncer is tried,
     /// and what failed is said for each.
     pub fn resume_if_paused(&self) -> Result<(), String> {
-        let failed: Vec<String> = self
-            .all
-            .iter()
-            .filter_map(|b| b.resume_if_paused().err())
-            .collect();
+        self.resume_acked().map(|_| ())
+    }
+
+    /// As resume_if_paused: when the last PgBouncer acknowledged its RESUME
+    /// (None if none was paused).
+    pub fn resume_acked(&self) -> Result<Option<Instant>, String> {
+        let mut failed = Vec::new();
+        let mut last = None;
+        for b in &self.all {
+            match b.resume_acked() {
+                Ok(at) => last = last.max(at),
+                Err(e) => failed.push(e),
+            }
+        }
         if failed.is_empty() {
-            Ok(())
+            Ok(last)
         } else {
             Err(failed.join("; "))
         }
+    }
+
+    /// The slowest console's round trip (Bouncer::round_trip).
+    pub fn round_trip(&self) -> Result<Duration, String> {
+        let mut slowest = Duration::ZERO;
+        for b in &self.all {
+            slowest = slowest.max(b.round_trip()?);
+        }
+        Ok(slowest)
     }
 
     /// PAUSEs the entry on every PgBouncer at once, each within `within`:
@@ -688,6 +751,16 @@ mod tests {
             ),
             "shard9 = host=b\nx = y\n"
         );
+    }
+
+    #[test]
+    fn an_admin_is_named_in_admin_users() {
+        assert!(named_in("pgbouncer, mover", "mover"));
+        assert!(named_in("mover", "mover"));
+        assert!(named_in("a,mover b", "b"));
+        assert!(!named_in("movers", "mover"));
+        assert!(!named_in("", "mover"));
+        assert!(!named_in("Mover", "mover"));
     }
 
     #[test]

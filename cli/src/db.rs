@@ -181,6 +181,24 @@ pub fn describe(e: &postgres::Error) -> String {
     terminal(&said)
 }
 
+/// Refuses a session whose role is not a superuser, before anything is
+/// made, saying what needs one (`why`); the caller names the server.
+pub fn need_superuser(c: &mut Client, why: &str) -> Result<(), String> {
+    let r = c
+        .query_one(
+            "SELECT current_user::text, coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), false)",
+            &[],
+        )
+        .described()?;
+    if r.get::<_, bool>(1) {
+        return Ok(());
+    }
+    Err(format!(
+        "role {} is not a superuser, and {why}: connect as one (the connection string's user, or PGUSER)",
+        printable(&r.get::<_, String>(0))
+    ))
+}
+
 /// A server's error as a message for the operator.
 pub trait Described<T> {
     fn described(self) -> Result<T, String>;

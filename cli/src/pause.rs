@@ -23,23 +23,61 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// One try's allowance, from its start.
+/// One try's allowance, from its start; and where its time went, step by
+/// step (`lap`), for the try's line and make bench-moves.
 pub struct Budget {
     total: Duration,
+    /// Kept back for giving up: the cancels, the ROLLBACK and the RESUME
+    /// of a try given up fit in it, so that no client waits longer than
+    /// `total` (every wait of the try ends `reserve` before it).
+    reserve: Duration,
     started: Instant,
+    laps: Mutex<Vec<(&'static str, Duration)>>,
 }
 
 impl Budget {
+    #[cfg(test)]
     pub fn start(total: Duration) -> Budget {
+        Budget::keeping(total, Duration::ZERO)
+    }
+
+    /// A budget of `total` whose waits end `reserve` before it.
+    pub fn keeping(total: Duration, reserve: Duration) -> Budget {
         Budget {
             total,
+            reserve: reserve.min(total / 2),
             started: Instant::now(),
+            laps: Mutex::new(Vec::new()),
         }
     }
 
-    /// What is left of it (zero once spent).
+    /// Marks the end of the try's step `name`: its time is from the end of
+    /// the step before (or the try's start).
+    pub fn lap(&self, name: &'static str) {
+        let mut laps = self.laps.lock().unwrap_or_else(|p| p.into_inner());
+        let so_far: Duration = laps.iter().map(|(_, d)| *d).sum();
+        let d = self.started.elapsed().saturating_sub(so_far);
+        laps.push((name, d));
+    }
+
+    /// The steps so far, as `name 12, name 3` (milliseconds).
+    pub fn laps(&self) -> String {
+        let laps = self.laps.lock().unwrap_or_else(|p| p.into_inner());
+        laps.iter()
+            .map(|(n, d)| format!("{n} {}", d.as_millis()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// What is left of it for the try's work (zero once spent): its
+    /// reserve for giving up is not.
     pub fn left(&self) -> Duration {
-        self.total.saturating_sub(self.started.elapsed())
+        (self.total - self.reserve).saturating_sub(self.started.elapsed())
+    }
+
+    /// What was kept back for giving up.
+    pub fn reserve_ms(&self) -> u128 {
+        self.reserve.as_millis()
     }
 
     pub fn spent(&self) -> bool {
@@ -305,6 +343,36 @@ pub fn listed(who: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reserve_ends_the_work_early_and_is_at_most_half() {
+        let b = Budget::keeping(Duration::from_millis(500), Duration::from_millis(50));
+        assert!(b.left() <= Duration::from_millis(450));
+        assert_eq!((b.total_ms(), b.reserve_ms()), (500, 50));
+        let b = Budget::keeping(Duration::from_millis(100), Duration::from_millis(80));
+        assert_eq!(b.reserve_ms(), 50);
+    }
+
+    #[test]
+    fn a_try_is_told_step_by_step() {
+        let b = Budget::start(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(3));
+        b.lap("pause");
+        b.lap("lock");
+        let said = b.laps();
+        let ms: Vec<u128> = said
+            .split(", ")
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            said.starts_with("pause ") && said.contains(", lock "),
+            "{said}"
+        );
+        assert!(
+            ms[0] >= 3 && ms.iter().sum::<u128>() <= b.used_ms(),
+            "{said}"
+        );
+    }
 
     #[test]
     fn a_budget_counts_down_and_never_below_a_millisecond() {

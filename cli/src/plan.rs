@@ -2,12 +2,15 @@
 //! The decision is pure (`plan`), so it is tested on fleets of any shape
 //! without servers; `run` only reads the servers and prints.
 //!
-//! The rule: while the fleet is not balanced, take the fullest and the
-//! emptiest server and move, from the first to the second, the shard whose
-//! size is nearest half their difference. A move of a shard smaller than
-//! the difference lowers the sum of the squared loads, so the loop ends; the
-//! shard nearest half the gap evens the pair best, so large shards move
-//! first and the plan is short. A shard moves at most once.
+//! The objective: the lowest peak (the fullest server's bytes) it can
+//! reach, then the fewest bytes moved, then the fewest moves. The rule:
+//! while the fleet is not balanced, take the fullest and the emptiest
+//! server and move, from the first to the second, a shard smaller than
+//! their difference: a move of one lowers the sum of the squared loads, so
+//! the loop ends. It is run twice, and the better plan kept: with the shard
+//! nearest half the difference (it evens the pair best: short plans), and
+//! with the smallest (a shard far larger than the others stays where it is,
+//! and the small ones move around it). A shard moves at most once.
 //!
 //! Balanced: every server within 5% of the mean, or, where one shard alone
 //! is larger than 5% of the mean, within that shard's size of it (no plan can
@@ -95,6 +98,9 @@ pub struct Plan {
     pub before: Vec<u64>,
     pub after: Vec<u64>,
     pub balanced: bool,
+    /// When not balanced, what keeps it from it: drained shards with
+    /// nowhere to go, the version rule, a shard larger than the bound.
+    pub why: Vec<String>,
 }
 
 fn mean(loads: &[u64]) -> f64 {
@@ -185,13 +191,108 @@ pub fn plan_for(
     }
     let evened = |loads: &[u64]| even.iter().map(|&i| loads[i]).collect::<Vec<u64>>();
     // Aim at 5%; where a shard alone is larger, it bounds what any plan can
-    // reach, and the loop stops when no move evens any pair of servers.
+    // reach, and the evening stops when no move evens any pair of servers.
     let strict = mean(&evened(&loads)) * TOLERANCE;
     let bound = strict.max(largest as f64);
-    while !within(&evened(&loads), strict) {
+    // Two ways to even out, from what the drains left: the shard nearest
+    // half the gap (few moves), or the smallest that lowers the pair (few
+    // bytes: a shard far larger than the others stays where it is). The
+    // plan is the one with the lower peak, then the fewer bytes moved,
+    // each compared to 1% of the mean (a peak or bytes nearer than that
+    // are the same: the smallest shards first would otherwise win by a few
+    // bytes with thousands of moves more), then the fewer moves.
+    let [(l1, m1), (l2, m2)] = [nearest_half as Pick, smallest_below as Pick].map(|pick| {
+        let (mut l, mut m, mut more) = (loads.clone(), movable.clone(), moves.clone());
+        even_out(&mut l, &mut m, &mut more, &even, majors, strict, pick);
+        (l, more)
+    });
+    let cost = |l: &[u64], m: &[Move]| {
+        [
+            evened(l).into_iter().max().unwrap_or(0),
+            m.iter().map(|m| m.bytes).sum::<u64>(),
+            m.len() as u64,
+        ]
+    };
+    let near = (mean(&evened(&loads)) * 0.01) as u64;
+    let (loads, moves) = if better(cost(&l1, &m1), cost(&l2, &m2), near) {
+        (l2, m2)
+    } else {
+        (l1, m1)
+    };
+    let stuck: Vec<i32> = (0..loads.len())
+        .filter(|&i| roles[i] == Role::Drain)
+        .flat_map(|i| servers[i].iter().map(|&(id, _)| id))
+        .filter(|id| !moves.iter().any(|m| m.shard == *id))
+        .collect();
+    let balanced = within(&evened(&loads), bound) && stuck.is_empty();
+    let mut why = Vec::new();
+    if !stuck.is_empty() {
+        why.push(format!(
+            "drained servers keep {} shards (being moved, or with no evened server of their major or newer to go to): {}",
+            stuck.len(),
+            stuck.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    // What the version rule costs: the same fleet planned as if every
+    // server ran one major.
+    if !balanced && majors.iter().any(|&m| m != majors[0]) {
+        let free = plan_for(servers, fixed, &vec![0; majors.len()], roles);
+        if free.balanced {
+            why.push("the version rule: a shard moves only to a server of its PostgreSQL major or a newer one, and the servers that could take the bytes run older majors (upgrade them first)".into());
+        }
+    }
+    if !balanced && largest as f64 > strict {
+        why.push(format!(
+            "the largest shard ({}) is more than 5% of the mean: no server holding it gets nearer the mean than that",
+            pretty(largest)
+        ));
+    }
+    Plan {
+        moves,
+        before,
+        after: loads,
+        balanced,
+        why,
+    }
+}
+
+/// Whether a plan of cost `b` (peak, bytes moved, moves) is better than
+/// one of cost `a`: a lower peak, else fewer bytes, each by more than
+/// `near`; else fewer moves.
+fn better(a: [u64; 3], b: [u64; 3], near: u64) -> bool {
+    for i in 0..2 {
+        if b[i].saturating_add(near) < a[i] {
+            return true;
+        }
+        if a[i].saturating_add(near) < b[i] {
+            return false;
+        }
+    }
+    b[2] < a[2]
+}
+
+/// How a plan picks the shard to move from a server to another: among
+/// the giving server's movable shards, given the gap between the two.
+type Pick = fn(&BTreeSet<(u64, i32)>, u64) -> Option<(u64, i32)>;
+
+/// Evens out the `even` servers: while they are not within `strict`, the
+/// fullest gives to the emptiest it may (its major or newer) the shard
+/// `pick` chooses. Each move of a shard smaller than the gap lowers the
+/// sum of the squared loads, and a shard moves once: it ends.
+fn even_out(
+    loads: &mut [u64],
+    movable: &mut [BTreeSet<(u64, i32)>],
+    moves: &mut Vec<Move>,
+    even: &[usize],
+    majors: &[u32],
+    strict: f64,
+    pick: Pick,
+) {
+    let evened = |loads: &[u64]| even.iter().map(|&i| loads[i]).collect::<Vec<u64>>();
+    while !within(&evened(loads), strict) {
         // The fullest server gives first, to the emptiest first; ties go to
         // the first server given: the same fleet, the same plan.
-        let mut order: Vec<usize> = even.clone();
+        let mut order: Vec<usize> = even.to_vec();
         order.sort_by_key(|&i| (std::cmp::Reverse(loads[i]), i));
         let chosen = order.iter().find_map(|&hi| {
             order
@@ -199,9 +300,7 @@ pub fn plan_for(
                 .rev()
                 .take_while(|&&lo| loads[lo] < loads[hi])
                 .filter(|&&lo| majors[lo] >= majors[hi])
-                .find_map(|&lo| {
-                    nearest_half(&movable[hi], loads[hi] - loads[lo]).map(|pick| (hi, lo, pick))
-                })
+                .find_map(|&lo| pick(&movable[hi], loads[hi] - loads[lo]).map(|p| (hi, lo, p)))
         });
         let Some((hi, lo, (bytes, shard))) = chosen else {
             break;
@@ -216,20 +315,12 @@ pub fn plan_for(
             to: lo,
         });
     }
-    let drained = (0..loads.len())
-        .filter(|&i| roles[i] == Role::Drain)
-        .all(|i| {
-            servers[i]
-                .iter()
-                .all(|(id, _)| moves.iter().any(|m| m.shard == *id))
-        });
-    let balanced = within(&evened(&loads), bound) && drained;
-    Plan {
-        moves,
-        before,
-        after: loads,
-        balanced,
-    }
+}
+
+/// The smallest shard of `shards` below `gap` (a move of it lowers the
+/// squared loads), the lowest number of those of one size.
+fn smallest_below(shards: &BTreeSet<(u64, i32)>, gap: u64) -> Option<(u64, i32)> {
+    shards.iter().next().copied().filter(|&(b, _)| b < gap)
 }
 
 /// The shard of `shards` whose size is nearest half of `gap` and below
@@ -467,9 +558,22 @@ impl Fleet {
 pub const UNBALANCED: &str =
     "no plan brings every server within 5% of the mean (or the largest shard's size) and empties every drained one";
 
+/// The exit status of a plan (and a rebalance) that cannot reach the
+/// bound: told apart from 1, a failure.
+pub const UNREACHABLE: u8 = 3;
+
+/// Says why a plan cannot reach the bound, and exits UNREACHABLE.
+pub fn unreachable(p: &Plan) -> ExitCode {
+    eprintln!("insta-id: {UNBALANCED}");
+    for w in &p.why {
+        eprintln!("  what keeps it: {w}");
+    }
+    ExitCode::from(UNREACHABLE)
+}
+
 /// Reads the servers and prints the plan. Exits 0 with a plan that
 /// balances the fleet (or with nothing to move), 1 when a server cannot be
-/// read or no plan reaches the bound.
+/// read, 3 when no plan reaches the bound (saying what keeps it).
 pub fn run(settings: &[Settings], roles: Vec<Role>) -> ExitCode {
     let labels: Vec<String> = settings.iter().map(|s| s.label.clone()).collect();
     show(Fleet::read(settings, roles).map(|f| (labels, f)))
@@ -496,8 +600,7 @@ fn show(read: Result<(Vec<String>, Fleet), String>) -> ExitCode {
     if fleet.plan.balanced {
         ExitCode::SUCCESS
     } else {
-        eprintln!("insta-id: {UNBALANCED}");
-        ExitCode::FAILURE
+        unreachable(&fleet.plan)
     }
 }
 
@@ -550,6 +653,54 @@ mod tests {
 
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_lowest_peak_with_the_fewest_bytes_moved() {
+        // 12 shards on three servers, one of 580 MB: the peak cannot go
+        // below it, and moving the small shards around it reaches that.
+        const MB: u64 = 1 << 20;
+        let servers = [
+            vec![(1, 580 * MB), (2, 8 * MB), (3, 7 * MB), (4, 9 * MB)],
+            vec![(5, 7 * MB), (6, 8 * MB), (7, 6 * MB), (8, 9 * MB)],
+            vec![(9, 7 * MB), (10, 8 * MB), (11, 6 * MB), (12, 9 * MB)],
+        ];
+        let p = plan(&servers, &BTreeSet::new(), &[16, 16, 16]);
+        let moved: u64 = p.moves.iter().map(|m| m.bytes).sum();
+        assert!(p.balanced, "{p:?}");
+        assert_eq!(p.after.iter().max(), Some(&(580 * MB)), "{p:?}");
+        assert!(p.moves.iter().all(|m| m.shard != 1), "{p:?}");
+        assert!(moved <= 24 * MB, "{p:?}");
+    }
+
+    #[test]
+    fn what_keeps_a_plan_from_balancing_is_said() {
+        // Every shard on 18, the 15 and 16 servers empty: the version rule.
+        let p = plan(
+            &[vec![(1, 100), (2, 100), (3, 100)], vec![], vec![]],
+            &BTreeSet::new(),
+            &[18, 15, 16],
+        );
+        assert!(!p.balanced && p.moves.is_empty(), "{p:?}");
+        assert!(
+            p.why.iter().any(|w| w.starts_with("the version rule")),
+            "{p:?}"
+        );
+        // The same on one major balances: nothing to say.
+        let p = plan(
+            &[vec![(1, 100), (2, 100), (3, 100)], vec![], vec![]],
+            &BTreeSet::new(),
+            &[18, 18, 18],
+        );
+        assert!(p.balanced && p.why.is_empty(), "{p:?}");
+        // A drained server's shard with nowhere to go is named.
+        let p = plan_for(
+            &[vec![(7, 10)], vec![]],
+            &BTreeSet::new(),
+            &[18, 16],
+            &[Role::Drain, Role::Even],
+        );
+        assert!(p.why.iter().any(|w| w.ends_with(": 7")), "{p:?}");
+    }
 
     #[test]
     fn a_drained_server_is_emptied_and_an_excluded_one_left_alone() {

@@ -9,7 +9,7 @@
 use crate::conninfo::{Env, Settings};
 use crate::db::{connect, describe, Described};
 use crate::mover::{self, Waits, LABEL};
-use crate::plan::{Fleet, Role, UNBALANCED};
+use crate::plan::{Fleet, Role};
 use crate::shared::{pretty, Failure};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -260,8 +260,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
     if fleet.plan.balanced {
         ExitCode::SUCCESS
     } else {
-        eprintln!("insta-id: {UNBALANCED}");
-        ExitCode::FAILURE
+        crate::plan::unreachable(&fleet.plan)
     }
 }
 

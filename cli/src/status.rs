@@ -54,6 +54,9 @@ fn idle_at(step: Option<Typed>, past: bool) -> (&'static str, &'static str) {
         Some(Typed::Leaving(Leaving::Reserved)) if past => ("cut over, copy to drop", "cut over: the old copy's window is over (none, or passed); run the move again to finish it and drop the copy (or --release)"),
         Some(Typed::Leaving(Leaving::Reserved) | Typed::Arriving(Arriving::Reserved)) => ("finished, copy kept", "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)"),
         Some(Typed::Leaving(Leaving::Returning | Leaving::Returned) | Typed::Arriving(Arriving::Returned)) => ("rollback interrupted", "a rollback, interrupted: run the move with --rollback again to finish it"),
+        // Killed in its cutover: the entry it paused holds every client
+        // of the shard until someone resumes it.
+        Some(Typed::Arriving(Arriving::Paused)) => ("interrupted, clients held", "no mover on the servers given, and the move PAUSED the shard's PgBouncer entry (shard<N>) without resuming it"),
         _ => ("interrupted", "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it"),
     }
 }
@@ -132,7 +135,21 @@ pub fn run(settings: &[Settings], as_json: bool) -> ExitCode {
                     (None, Some(l)) => format!("mover: on server {l}"),
                     (None, None) => m.idle.1.to_string(),
                 };
-                println!("  shard {}: {}; {}", m.shard, m.step, mover);
+                println!(
+                    "  shard {}: {}; {}",
+                    m.shard,
+                    m.step,
+                    mover.replace("<N>", &m.shard.to_string())
+                );
+                if m.mover.is_none()
+                    && elsewhere.is_none()
+                    && m.idle.0 == "interrupted, clients held"
+                {
+                    println!(
+                        "    WARNING: PgBouncer holds the shard's clients now; they fail after its query_wait_timeout. Resume them: run the move again with --pgbouncer, --pgbouncer-map and --pgbouncer-target (it resumes the entry first), or RESUME shard{} on each PgBouncer's console",
+                        m.shard
+                    );
+                }
                 if !m.held_by.is_empty() {
                     println!(
                         "    holding the shard longer than the default budget (a cutover waits for them):\n      {}",
@@ -195,6 +212,10 @@ pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, String> {
 /// insta_id's); an error as the operator should read it.
 fn moves(c: &mut Client, with_holders: bool) -> Result<((String, String), Vec<Move>), String> {
     let described = |e: postgres::Error| describe(&e);
+    crate::db::need_superuser(
+        c,
+        "insta-id reads the moves from insta_id's tables and the replication catalogs",
+    )?;
     let head = c
         .query_opt(
             "SELECT pg_catalog.current_setting('server_version'), e.extversion,

@@ -691,8 +691,19 @@ fn verify(a: &Args, env: &Env) -> Run<bool> {
     let from_s = conninfo::resolve(&a.from, env).map_err(usage)?;
     let to_s = conninfo::resolve(&a.to, env).map_err(usage)?;
     let shard = a.shard as i32;
-    let mut from = connect(&from_s).map_err(|e| format!("the old server (--from): {e}"))?;
-    let mut to = connect(&to_s).map_err(|e| format!("the new server (--to): {e}"))?;
+    let mut from =
+        connect(&from_s).map_err(|e| format!("the old server ({}): {e}", from_s.label))?;
+    let mut to = connect(&to_s).map_err(|e| format!("the new server ({}): {e}", to_s.label))?;
+    for (c, who) in [
+        (&mut from, format!("the old server ({})", from_s.label)),
+        (&mut to, format!("the new server ({})", to_s.label)),
+    ] {
+        crate::db::need_superuser(
+            c,
+            "insta-id verify reads insta_id's tables and each shard table through insta_id's gate",
+        )
+        .map_err(|e| format!("{who}: {e}"))?;
+    }
     let bucket_ms: i64 = from
         .query_one(
             "SELECT (pg_catalog.date_part('epoch', $1::text::interval) * 1000)::bigint",
@@ -792,6 +803,15 @@ fn verify(a: &Args, env: &Env) -> Run<bool> {
             ("old server", "new server"),
         ),
     };
+    // Said first: a copy that does not follow shows differences that are
+    // only what it has not applied.
+    let stopped = match slot {
+        Some(slot) => replication(publisher, subscriber, slot, sides)?,
+        None => None,
+    };
+    if let Some(why) = &stopped {
+        println!("WARNING: {why}");
+    }
     let by = Buckets::of(publisher, bucket_ms)?;
     let (mismatches, rows) = compare(
         (publisher, Within::Session),
@@ -809,13 +829,67 @@ fn verify(a: &Args, env: &Env) -> Run<bool> {
         printable(&schema),
         sides.0,
         started.elapsed().as_secs_f64(),
-        if mismatches.is_empty() {
-            "the same on both servers".to_string()
-        } else {
-            format!("{} buckets differ", mismatches.len())
+        match (mismatches.is_empty(), &stopped) {
+            (true, _) => "the same on both servers".to_string(),
+            (false, None) => format!("{} buckets differ", mismatches.len()),
+            (false, Some(_)) => format!(
+                "{} buckets differ, while the replication between them does not run (above)",
+                mismatches.len()
+            ),
         }
     );
     Ok(mismatches.is_empty())
+}
+
+/// Whether the replication through `slot` (the publisher's; the
+/// subscription of the same name on the subscriber) runs: None, or a
+/// sentence saying what stops it and how much WAL it has not applied. (One
+/// that runs but lags is waited for by the comparison, which says so if it
+/// does not catch up: caught_up.)
+fn replication(
+    publisher: &mut Client,
+    subscriber: &mut Client,
+    slot: &str,
+    sides: (&str, &str),
+) -> Run<Option<String>> {
+    let s = subscriber
+        .query_opt(
+            "SELECT s.subenabled, EXISTS (SELECT FROM pg_catalog.pg_stat_subscription w
+                                          WHERE w.subid = s.oid AND w.relid IS NULL AND w.pid IS NOT NULL)
+             FROM pg_catalog.pg_subscription s
+             WHERE s.subname = $1::text
+               AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())",
+            &[&slot],
+        )
+        .described()?;
+    let p = publisher
+        .query_one(
+            "SELECT s.active, pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn))
+             FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1::text",
+            &[&slot],
+        )
+        .described()?;
+    let (active, behind): (bool, Option<String>) = (p.get(0), p.get(1));
+    let behind = behind.unwrap_or_else(|| "?".into());
+    let stops = match s.map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1))) {
+        None => Some(format!("the {} has no subscription {slot}", sides.1)),
+        Some((false, _)) => Some(format!(
+            "its subscription {slot} on the {} is disabled",
+            sides.1
+        )),
+        Some((true, false)) => Some(format!(
+            "no apply worker runs for its subscription {slot} on the {} (its log says why)",
+            sides.1
+        )),
+        Some((true, true)) if !active => {
+            Some(format!("the {}'s slot {slot} has no reader", sides.0))
+        }
+        Some(_) => None,
+    };
+    Ok(stops.map(|why| format!(
+        "the replication from the {} to the {} is stopped: {why}; the {} has not applied the last {behind} of WAL, so differences below may be only that",
+        sides.0, sides.1, sides.1
+    )))
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 -- Moving a shard online: each server's half of the move, which the mover
 -- (insta-id move) only sequences over its two connections.
 --   lock_shard_for_move   the mover's session lock, which migrate respects
---   moves, move_step, move_done
---                         each server's record of how far a move got
+--   moves, move_step, move_done, move_arrived
+--                         each server's record of how far a move got, and
+--                         the registry's of where a shard came from
 --   move_fence            the new server's copy refuses clients' writes
 --   move_lock             the cutover's locks on the old server
 --   move_state, move_carry
@@ -162,6 +163,31 @@ END
 $$;
 COMMENT ON FUNCTION insta_id.move_done(int, text) IS
 'Forgets the record of one side of a shard''s move on this server, once nothing of it is left there';
+
+-- Records where a move brought a shard registered here from (the mover
+-- calls it in the adoption's transaction: on the new server for a move, on
+-- the old one for a rollback's return), so that a re-run of the move tells
+-- a move that finished from one given its servers swapped. 42704 when the
+-- shard is not registered here.
+CREATE FUNCTION insta_id.move_arrived(shard_id int, origin text, peer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF num_nulls(move_arrived.shard_id, move_arrived.origin, move_arrived.peer) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE insta_id_admin.shard_registry r
+    SET moved_from = move_arrived.origin, moved_from_label = move_arrived.peer, moved_at = clock_timestamp()
+    WHERE r.shard_id = move_arrived.shard_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % is not registered here', move_arrived.shard_id USING ERRCODE = 'undefined_object';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_arrived(int, text, text) IS
+'Records on the registry the server a move brought a shard from (the mover calls it)';
 
 -- The write fence of a shard being moved to this server, or of the copy
 -- the old server keeps for the move's rollback (move_reserve): until the

@@ -25,7 +25,15 @@ CREATE TABLE insta_id_admin.shard_registry (
     -- The template the shard was copied from (create_shards): its migrations
     -- reach the shard. NULL for a shard made otherwise (create_shard,
     -- adopt_shard, before 0.9.0): every template's migrations reach it.
-    template_schema name
+    template_schema name,
+    -- Where a move brought the shard from (insta-id move; a rollback's
+    -- return too): the old server as its system identifier and database
+    -- OID, which a re-run of the move compares, and as the mover named it
+    -- (host:port/database); when. NULL for a shard made or adopted here
+    -- otherwise, or moved before 0.11.0.
+    moved_from       text,
+    moved_from_label text,
+    moved_at         timestamptz
 );
 COMMENT ON TABLE insta_id_admin.shard_registry IS
 'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';

@@ -34,7 +34,8 @@ impl Mover<'_> {
             return Ok(p.clone());
         }
         let (from, to) = self.majors()?;
-        let p = choose_pg_dump(self.a.pg_bin.as_deref(), from, to.max(from))?;
+        let (p, why) = choose_pg_dump(self.a.pg_bin.as_deref(), from, to.max(from))?;
+        println!("   pg_dump: {} ({why})", p.display());
         self.pg_dump = Some(p.clone());
         Ok(p)
     }
@@ -140,8 +141,11 @@ impl Mover<'_> {
         }
         self.apply_checks(schema)?;
         // The schema is restored on the new server as the one owner of its
-        // objects, who must exist there (src/restore.rs).
+        // objects, who must exist there (src/restore.rs); so must every
+        // role and every object outside the schema its definitions name.
         self.owners(schema)?;
+        self.roles_named(schema)?;
+        self.objects_used(schema)?;
         let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
         let (e1, e2): (String, String) = (
             self.from.query_one(epoch, &[]).described()?.get(0),
@@ -155,6 +159,116 @@ impl Mover<'_> {
         // more telling when both apply).
         self.pg_dump()?;
         Ok(())
+    }
+
+    /// Every role the schema's definitions name, beyond its owners: the
+    /// grantees and grantors of its privileges (the schema's, its
+    /// relations', columns', functions', types'), its default privileges'
+    /// roles and its policies' roles. pg_dump writes each into a GRANT, an
+    /// ALTER DEFAULT PRIVILEGES or a CREATE POLICY, which fails on a server
+    /// without that role, after the publication was made.
+    fn roles_named(&mut self, schema: &str) -> Result<()> {
+        let names: Vec<String> = self
+            .from
+            .query(
+                "WITH n AS (SELECT oid, nspacl FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
+                 acls(acl) AS (
+                     SELECT n.nspacl FROM n
+                     UNION ALL SELECT c.relacl FROM pg_catalog.pg_class c, n WHERE c.relnamespace = n.oid
+                     UNION ALL SELECT a.attacl FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid, n
+                               WHERE c.relnamespace = n.oid AND a.attacl IS NOT NULL
+                     UNION ALL SELECT p.proacl FROM pg_catalog.pg_proc p, n WHERE p.pronamespace = n.oid
+                     UNION ALL SELECT t.typacl FROM pg_catalog.pg_type t, n WHERE t.typnamespace = n.oid
+                     UNION ALL SELECT d.defaclacl FROM pg_catalog.pg_default_acl d, n WHERE d.defaclnamespace = n.oid),
+                 roles(oid) AS (
+                     SELECT x.grantee FROM acls, pg_catalog.aclexplode(acls.acl) x
+                     UNION SELECT x.grantor FROM acls, pg_catalog.aclexplode(acls.acl) x
+                     UNION SELECT d.defaclrole FROM pg_catalog.pg_default_acl d, n WHERE d.defaclnamespace = n.oid
+                     UNION SELECT pg_catalog.unnest(p.polroles) FROM pg_catalog.pg_policy p
+                           JOIN pg_catalog.pg_class c ON c.oid = p.polrelid, n WHERE c.relnamespace = n.oid)
+                 SELECT r.rolname::text FROM roles JOIN pg_catalog.pg_roles r ON r.oid = roles.oid ORDER BY 1",
+                &[&schema],
+            )
+            .described()?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let missing: Option<String> = self
+            .to
+            .query_one(
+                "SELECT pg_catalog.string_agg(pg_catalog.quote_ident(x), ', ' ORDER BY x)
+                 FROM pg_catalog.unnest($1::text[]) x
+                 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = x)",
+                &[&names],
+            )
+            .described()?
+            .get(0);
+        match missing {
+            None => Ok(()),
+            Some(m) => fail(format!("roles that the privileges, default privileges or policies of {} name are missing on the new server ({}): {}; create them there first (pg_dumpall --roles-only); nothing was made", printable(schema), self.to_s.label, printable(&m))),
+        }
+    }
+
+    /// Every object outside the schema (and not built in) that the schema's
+    /// objects depend on: an extension's type or function, a collation, a
+    /// type, function or operator of another schema. pg_dump -n dumps the
+    /// schema only: each must be on the new server already, found there by
+    /// its address (pg_get_object_address), or the restore fails.
+    fn objects_used(&mut self, schema: &str) -> Result<()> {
+        let used = self
+            .from
+            .query(
+                "WITH n AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text),
+                 rels AS (SELECT c.oid FROM pg_catalog.pg_class c, n WHERE c.relnamespace = n.oid),
+                 objs(classid, objid) AS (
+                     SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, oid FROM rels
+                     UNION ALL SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p, n WHERE p.pronamespace = n.oid
+                     UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t, n WHERE t.typnamespace = n.oid
+                     UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid FROM pg_catalog.pg_constraint k, n WHERE k.connamespace = n.oid
+                     UNION ALL SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_operator o, n WHERE o.oprnamespace = n.oid
+                     UNION ALL SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, l.oid FROM pg_catalog.pg_collation l, n WHERE l.collnamespace = n.oid
+                     UNION ALL SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid FROM pg_catalog.pg_trigger g WHERE g.tgrelid IN (SELECT oid FROM rels)
+                     UNION ALL SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a WHERE a.adrelid IN (SELECT oid FROM rels)
+                     UNION ALL SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r WHERE r.ev_class IN (SELECT oid FROM rels)
+                     UNION ALL SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p WHERE p.polrelid IN (SELECT oid FROM rels)),
+                 used AS (
+                     SELECT DISTINCT d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+                     JOIN objs o ON o.classid = d.classid AND o.objid = d.objid
+                     -- (Below FirstNormalObjectId: made by initdb, on every server.)
+                     WHERE d.deptype IN ('n', 'a') AND d.refobjid >= 16384
+                       AND d.refclassid <> 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                       AND NOT EXISTS (SELECT FROM objs x WHERE x.classid = d.refclassid AND x.objid = d.refobjid))
+                 SELECT a.type, a.object_names, a.object_args,
+                        i.type || ' ' || i.identity || coalesce(' (extension ' || (
+                            SELECT e.extname::text FROM pg_catalog.pg_depend x JOIN pg_catalog.pg_extension e ON e.oid = x.refobjid
+                            WHERE x.classid = u.refclassid AND x.objid = u.refobjid AND x.deptype = 'e'
+                              AND x.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass) || ')', '')
+                 FROM used u,
+                      LATERAL pg_catalog.pg_identify_object_as_address(u.refclassid, u.refobjid, 0) a,
+                      LATERAL pg_catalog.pg_identify_object(u.refclassid, u.refobjid, 0) i
+                 ORDER BY 4",
+                &[&schema],
+            )
+            .described()?;
+        let mut missing = Vec::new();
+        for r in &used {
+            let (kind, names, args, said): (String, Vec<String>, Vec<String>, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            if self
+                .to
+                .query_one(
+                    "SELECT pg_catalog.pg_get_object_address($1::text, $2::text[], $3::text[])",
+                    &[&kind, &names, &args],
+                )
+                .is_err()
+            {
+                missing.push(printable(&said));
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        fail(format!("objects outside {} that its definitions use are missing on the new server ({}): {}; create them there first (CREATE EXTENSION, or their own definitions); nothing was made", printable(schema), self.to_s.label, missing.join(", ")))
     }
 
     /// The subscription's connection, made by the new server as the
@@ -312,8 +426,14 @@ pub(super) fn pg_dump_unfit(said: &str, from: u32, to: u32) -> Option<String> {
 }
 
 /// The pg_dump for a move from major `from` to major `to` (--pg-bin's, or
-/// as its help says), or a refusal saying each one tried and why not.
-pub(super) fn choose_pg_dump(pg_bin: Option<&Path>, from: u32, to: u32) -> Result<PathBuf> {
+/// as its help says) and why it was chosen (its version, where it was
+/// found, those passed over), or a refusal saying each one tried and why
+/// not.
+pub(super) fn choose_pg_dump(
+    pg_bin: Option<&Path>,
+    from: u32,
+    to: u32,
+) -> Result<(PathBuf, String)> {
     let mut tried: Vec<PathBuf> = match pg_bin {
         Some(dir) => vec![dir.join("pg_dump")],
         None => std::iter::once(PathBuf::from("pg_dump"))
@@ -335,7 +455,18 @@ pub(super) fn choose_pg_dump(pg_bin: Option<&Path>, from: u32, to: u32) -> Resul
             }
         };
         match pg_dump_unfit(&said, from, to) {
-            None => return Ok(path),
+            None => {
+                let whence = match pg_bin {
+                    Some(_) => "--pg-bin's",
+                    None if !path.is_absolute() => "the first on PATH",
+                    None => "a PostgreSQL package's",
+                };
+                let mut chosen = format!("{}, {whence}", terminal(&said));
+                if !why.is_empty() {
+                    chosen += &format!("; passed over: {}", why.join("; "));
+                }
+                return Ok((path, chosen));
+            }
             Some(w) => why.push(format!("{}: {w}", path.display())),
         }
     }

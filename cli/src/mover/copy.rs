@@ -44,7 +44,20 @@ impl Mover<'_> {
         }
 
         self.step("schema and subscription on the new server (one transaction)");
-        self.copy_schema(&schema)?;
+        if let Err(e) = self.copy_schema(&schema) {
+            // Nothing of it was made on the new server (one transaction):
+            // the publication this run made goes too, so that nothing of
+            // the move is left.
+            let none = State {
+                on_from: None,
+                on_to: None,
+                sub: None,
+            };
+            return fail(match self.drop_replication(&none, None) {
+                Ok(()) => format!("{}\nThe publication this run made on the old server was dropped: nothing of the move is left", e.message()),
+                Err(u) => format!("{}\nThe publication {} this run made on the old server could not be dropped ({}): insta-id move --undo drops it", e.message(), self.name, u.message()),
+            });
+        }
         let subid: i64 = self
             .to
             .query_one(

@@ -53,6 +53,14 @@ impl Mover<'_> {
             Duration::from_millis(w.pause_budget),
             Duration::from_secs(w.cutover_retry),
         );
+        // Kept back from each try's budget for giving up within it (the
+        // cancels, the ROLLBACK, the RESUME): at first four round trips
+        // of the console, 10 ms at least; grown by what a try given up
+        // still held its clients past the budget.
+        let mut reserve = match &self.bouncer {
+            Some(b) => (b.round_trip()? * 4).max(Duration::from_millis(10)),
+            None => Duration::from_millis(10),
+        };
         let mut why = String::new();
         for attempt in 1..=attempts {
             if attempt > 1 {
@@ -76,7 +84,8 @@ impl Mover<'_> {
                 );
                 continue;
             }
-            let b = Budget::start(budget);
+            let b = Budget::keeping(budget, reserve);
+            self.paused_at = None;
             hold.batch_execute("BEGIN").described()?;
             // Every statement of the try, on any of its three sessions, is
             // cancelled once the budget is spent.
@@ -94,6 +103,7 @@ impl Mover<'_> {
             let done = self
                 .pause_entry(schema, &b, hold.cancel_token(), back)
                 .and_then(|()| {
+                    b.lap("pause");
                     if back {
                         self.rollback_locked(hold, hold_pid, schema, &b, &dog)
                     } else {
@@ -118,8 +128,20 @@ impl Mover<'_> {
             match done {
                 Err(Failure::GaveUp(w)) => {
                     let _ = hold.batch_execute("ROLLBACK");
-                    self.resume_entry(schema)?;
+                    let resumed = self.resume_entry(schema)?;
                     why = w;
+                    // What the try held its clients for: from its PAUSE to
+                    // PgBouncer's answer to the RESUME.
+                    if let (Some(p), Some(r)) = (self.paused_at, resumed) {
+                        let held = r.saturating_duration_since(p);
+                        why += &format!(
+                            "\n   (this try held the shard's clients {} ms of its budget of {} ms, {} ms of it kept back for giving up)",
+                            held.as_millis(),
+                            budget.as_millis(),
+                            b.reserve_ms()
+                        );
+                        reserve += held.saturating_sub(budget);
+                    }
                 }
                 done => return self.settle(done, hold, hold_pid, back),
             }
@@ -222,17 +244,18 @@ impl Mover<'_> {
     /// back): its clients go on where the shard still is. Tried for a few
     /// seconds; an entry that stays paused ends the move, saying so (the
     /// next try would only stall its clients longer).
-    pub(super) fn resume_entry(&mut self, schema: &str) -> Result<()> {
+    /// Returns when PgBouncer acknowledged the RESUME (None without one).
+    pub(super) fn resume_entry(&mut self, schema: &str) -> Result<Option<Instant>> {
         let Some(b) = self.bouncer.clone() else {
-            return Ok(());
+            return Ok(None);
         };
         let mut last = String::new();
         for _ in 0..5 {
-            match b.resume_if_paused() {
-                Ok(()) => {
+            match b.resume_acked() {
+                Ok(at) => {
                     self.record_to(Arriving::Resumed, schema)?;
                     pause::released();
-                    return Ok(());
+                    return Ok(at);
                 }
                 Err(r) => last = r,
             }
@@ -317,6 +340,7 @@ impl Mover<'_> {
             (self.shard, schema),
             budget,
         )?;
+        budget.lap("lock and catch-up");
         stop_after("blocked");
         // The rows made since the last comparison, now that neither side
         // changes.
@@ -327,6 +351,7 @@ impl Mover<'_> {
                 "   the rows made since the last comparison compared with the tables locked: {} ms",
                 compared.elapsed().as_millis()
             );
+            budget.lap("compare");
             if !differ.is_empty() {
                 return fail(format!(
                     "the copy of shard {} differs from the old server's at the cutover (rolled back, nothing changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",
@@ -344,6 +369,7 @@ impl Mover<'_> {
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
+        budget.lap("move_state");
         let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema, "r")?;
         if let Some(t) = unsubscribed {
             return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
@@ -356,6 +382,7 @@ impl Mover<'_> {
             )
             .described()?
             .get(0);
+        budget.lap("move_carry");
         let r = self
             .to
             .query_one(
@@ -379,6 +406,7 @@ impl Mover<'_> {
             );
             wait_past_mark(&mut self.to, &mark, budget)?;
         }
+        budget.lap("mark");
         stop_after("sequences");
         within(budget)?;
         // The old copy is fenced and kept, not dropped: a drop's time grows
@@ -410,11 +438,14 @@ impl Mover<'_> {
             )
             .described()?;
         }
+        budget.lap("fence");
         commit_within(hold, budget, dog)?;
+        budget.lap("commit");
         println!(
-            "   committed: the try took {} ms of its budget ({} ms)",
+            "   committed: the try took {} ms of its budget ({} ms): {}",
             budget.used_ms(),
-            budget.total_ms()
+            budget.total_ms(),
+            budget.laps()
         );
         if self.keep.is_some() {
             println!(

@@ -63,7 +63,7 @@ impl Mover<'_> {
                 &self.a.waits.lock_timeout,
                 self.shard,
                 schema,
-                &self.from_label,
+                (&self.from_label, &self.from_id),
                 advance,
             )?;
         }
@@ -175,11 +175,11 @@ impl Mover<'_> {
         lock_timeout: &str,
         shard: i32,
         schema: &str,
-        from_label: &str,
+        from: (&str, &str),
         back: Option<&str>,
     ) -> Result<()> {
         let done = Self::adopt_begin(c, true, shard, schema)
-            .and_then(|now| Self::adopt_end(c, lock_timeout, now, shard, schema, from_label, back));
+            .and_then(|now| Self::adopt_end(c, lock_timeout, now, shard, schema, from, back));
         if done.is_err() {
             let _ = c.batch_execute("ROLLBACK");
         }
@@ -222,6 +222,22 @@ impl Mover<'_> {
         Ok(!registered)
     }
 
+    /// Records on `c`'s registry, in the adoption's transaction, where the
+    /// move brought the shard from (`from`: its label and identity), so
+    /// that a re-run tells a finished move from swapped servers.
+    pub(super) fn arrived(
+        c: &mut impl postgres::GenericClient,
+        shard: i32,
+        from: (&str, &str),
+    ) -> Result<()> {
+        c.execute(
+            "SELECT insta_id.move_arrived($1::int, $2::text, $3::text)",
+            &[&shard, &from.1, &from.0],
+        )
+        .described()?;
+        Ok(())
+    }
+
     /// Its second half, once the old server has let the shard go: the
     /// step recorded (when this run adopted), which opens the fence of the
     /// copy's sequences (only now: the cutover sets them through it from
@@ -232,7 +248,7 @@ impl Mover<'_> {
         adopted: bool,
         shard: i32,
         schema: &str,
-        from_label: &str,
+        from: (&str, &str),
         back: Option<&str>,
     ) -> Result<()> {
         if adopted {
@@ -244,7 +260,8 @@ impl Mover<'_> {
                 &[&lock_timeout],
             )
             .described()?;
-            Self::record(c, shard, Arriving::Adopted, schema, from_label)?;
+            Self::record(c, shard, Arriving::Adopted, schema, from.0)?;
+            Self::arrived(c, shard, from)?;
             // After the step, which may give up: the advance is not undone
             // by a rollback. (The step's writes are insta_id's own tables
             // and sequences, which the slot's publication does not carry.)

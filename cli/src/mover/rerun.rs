@@ -49,6 +49,11 @@ pub struct Seen {
     pub leftovers: bool,
     /// 0.8.0's scripts/move_shard.sh recorded its cutover.
     pub legacy_cutover: bool,
+    /// What the new server's registry records of where a move brought the
+    /// shard from: whether that is this run's --from, and the server's
+    /// name and when, as it recorded them (None: made there, or moved
+    /// before 0.11.0).
+    pub moved_from: Option<(bool, String)>,
 }
 
 /// The move's lock a run takes before it decides: the old server's while
@@ -223,8 +228,14 @@ fn not_on_from(s: &Seen, w: Want) -> Next {
         }
     }
     if s.on_to && s.arriving.is_none() && !s.sub {
-        // (A second run finishing the same move finds it finished.)
-        return Next::Nothing(format!("shard {n} is on the new server, and no move of it is recorded there: nothing to do (a move that finished; or, if it is to leave that server, --from and --to are swapped)"));
+        // (A second run finishing the same move finds it finished.) The
+        // registry tells it from a move given its servers the wrong way
+        // round, which a script must not read as success.
+        return match &s.moved_from {
+            Some((true, when)) => Next::Nothing(format!("shard {n} is on the new server, where a move from the old one brought it ({when}): nothing to do")),
+            Some((false, whence)) => refuse(format!("shard {n} is on the new server, where a move from another server brought it ({whence}), not from the old one: if it is to leave the new server, --from and --to are swapped")),
+            None => refuse(format!("shard {n} is on the new server, and no move from the old one brought it there (made there, or moved before 0.11.0): if it is to leave the new server, --from and --to are swapped")),
+        };
     }
     // (--release goes on: a release interrupted after the old server's
     // part is finished by Finish's cleanup.)
@@ -402,14 +413,22 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_move_is_nothing_to_do_or_swapped() {
-        let s = Seen {
+    fn a_finished_move_is_nothing_to_do_and_swapped_servers_refused() {
+        let on_to = |moved_from: Option<(bool, &str)>| Seen {
             on_to: true,
+            moved_from: moved_from.map(|(ours, s)| (ours, s.to_string())),
             ..seen()
         };
-        assert!(
-            matches!(decide(&s, Want::default(), Locus::New), Next::Nothing(m) if m.contains("swapped"))
-        );
+        let finished = decide(&on_to(Some((true, "a at t"))), Want::default(), Locus::New);
+        assert!(matches!(finished, Next::Nothing(m) if m.contains("(a at t): nothing to do")));
+        // Made on the new server, moved there before 0.11.0, or brought
+        // from a third server: exit 1, never success.
+        for whence in [None, Some((false, "c at t"))] {
+            assert!(is_refused(
+                &decide(&on_to(whence), Want::default(), Locus::New),
+                "--from and --to are swapped"
+            ));
+        }
         let nowhere = seen();
         assert!(is_refused(
             &decide(&nowhere, Want::default(), Locus::New),

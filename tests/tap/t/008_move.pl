@@ -276,6 +276,37 @@ is(join('|', $checked[0], last_line($checked[1]), $checked[2], last_line($checke
 	"0|== every check of a move of shard 7 passed; nothing was made|1|insta-id: unlogged tables or materialized views, which logical replication does not carry: insta10.cache|0|0",
 	'insta-id move --check: every check passes for shard 7 and refuses shard 10, and nothing is made');
 
+# What the shard's definitions name beyond the schema must be on the new
+# server, or its restore fails after the publication was made: --check
+# catches each, and so does the move before it makes anything. One row a
+# case: what is planted on the old server, what is said, what undoes it.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(26, 26, 'template')});
+for my $case (
+	[ 'a role granted a table', 'CREATE ROLE insta_id_tap_reader; GRANT SELECT ON insta26.users TO insta_id_tap_reader',
+		qr/roles that the privileges, default privileges or policies of insta26 name are missing on the new server \(\S+\): insta_id_tap_reader; create them there first/,
+		'REVOKE ALL ON insta26.users FROM insta_id_tap_reader; DROP ROLE insta_id_tap_reader' ],
+	[ "a policy's role", 'CREATE ROLE insta_id_tap_pol; CREATE POLICY p ON insta26.users TO insta_id_tap_pol USING (true)',
+		qr/roles that [^:]*: insta_id_tap_pol;/, 'DROP POLICY p ON insta26.users; DROP ROLE insta_id_tap_pol' ],
+	[ 'default privileges for a role', 'CREATE ROLE insta_id_tap_def; ALTER DEFAULT PRIVILEGES FOR ROLE insta_id_tap_def IN SCHEMA insta26 GRANT SELECT ON TABLES TO PUBLIC',
+		qr/roles that [^:]*: insta_id_tap_def;/,
+		'ALTER DEFAULT PRIVILEGES FOR ROLE insta_id_tap_def IN SCHEMA insta26 REVOKE SELECT ON TABLES FROM PUBLIC; DROP ROLE insta_id_tap_def' ],
+	[ "another schema's type and collation",
+		q{CREATE SCHEMA elsewhere; CREATE TYPE elsewhere.mood AS ENUM ('up', 'down'); CREATE COLLATION elsewhere.c (provider = libc, locale = 'C');
+		  ALTER TABLE insta26.users ADD COLUMN mood elsewhere.mood, ADD COLUMN nick text COLLATE elsewhere.c},
+		qr/objects outside insta26 that its definitions use are missing on the new server \(\S+\): collation elsewhere\.c, type elsewhere\.mood; create them there first/,
+		'ALTER TABLE insta26.users DROP COLUMN mood, DROP COLUMN nick; DROP SCHEMA elsewhere CASCADE' ])
+{
+	my ($what, $plant, $says, $undo) = @$case;
+	$old->safe_psql('app', $plant);
+	my ($crc, $cout) = move(26, $from, $to, '--check');
+	my ($mrc, $mout) = move(26, $from, $to);
+	like("$crc|" . last_line($cout) . "\n$mrc|" . last_line($mout) . "\n" . nothing_left(),
+		qr/^1\|insta-id: [^\n]*$says[^\n]*\n1\|insta-id: [^\n]*$says[^\n]*\n0\|0$/,
+		"$what missing on the new server: --check and the move refuse, naming it; nothing made") or diag "$cout\n$mout";
+	$old->safe_psql('app', $undo);
+}
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.drop_shard(26, force => true)});
+
 # The new server's clock 2 s behind the old one's, for the rest of the test.
 clock_offset($new, '-2');
 my $old_now = $old->safe_psql('app', 'SELECT clock_timestamp()');
@@ -319,7 +350,7 @@ my ($ok, $wfailed) = split ' ', $writer->{out};
 note "writer: $ok rows committed, $wfailed attempts failed on both servers";
 is($rc, 0, 'the move succeeded');
 like($out,
-	qr/^   sequences dropped on the old server: likes_id_seq, photos_id_seq, users_id_seq\n   committed: the try took \d+ ms of its budget \(500 ms\)\n   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, table photos, table users, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
+	qr/^   sequences dropped on the old server: likes_id_seq, photos_id_seq, users_id_seq\n   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, (?:compare \d+, )?move_state \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, table photos, table users, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
 	'the cutover dropped the old copy\'s sequences and fenced it; the move dropped it once it had finished, saying what it dropped');
 is($new->safe_psql('app', q{SELECT count(*) FILTER (WHERE name LIKE 'w%') || '|' || count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users}),
 	"$ok|20000", 'every committed row is on the new server, the 20,000 copied ones too');
@@ -517,6 +548,19 @@ $new->safe_psql('app', q{SET session_replication_role = replica;
 like("$rc|$out", qr/^1\|notes: the whole table \(no bigint primary key\): 2 rows on the old server, 1 row on the new server\nusers: IDs made from $day 00:00:00\+00, IDs \d+ and on: 50 rows on the old server, 50 rows on the new server, rows that differ\nshard 23 \(insta23\): 102 rows on the old server compared in \S+ s: 2 buckets differ\n\z/,
 	'insta-id verify: a changed row found in its table and day, a missing one in its table (exit 1)')
   or diag $out;
+# Its replication stopped (the subscription disabled), a row written since
+# on the old server: verify says that the copy does not follow before it
+# lists differences, which may be only that.
+$new->safe_psql('app', 'ALTER SUBSCRIPTION insta_move_23 DISABLE');
+$new->poll_query_until('app', q{SELECT NOT EXISTS (SELECT FROM pg_stat_subscription WHERE subname = 'insta_move_23' AND pid IS NOT NULL)})
+  or die 'the apply worker of insta_move_23 never stopped';
+$old->safe_psql('app', q{INSERT INTO insta23.users (name) VALUES ('unapplied')});
+($rc, $out) = (insta_id_tool('verify', 23, '--from', $from, '--to', $to))[0, 1];
+like("$rc|$out", qr/^1\|WARNING: the replication from the old server to the new server is stopped: its subscription insta_move_23 on the new server is disabled; the new server has not applied the last \d+ \w+ of WAL, so differences below may be only that\n(?:.*\n)*shard 23 \(insta23\): 103 rows on the old server compared in \S+ s: 2 buckets differ, while the replication between them does not run \(above\)\n\z/,
+	'insta-id verify: replication stopped, said before the differences and in the summary (exit 1)')
+  or diag $out;
+$old->safe_psql('app', q{DELETE FROM insta23.users WHERE name = 'unapplied'});
+$new->safe_psql('app', 'ALTER SUBSCRIPTION insta_move_23 ENABLE');
 ($rc, $out) = move(23, $from, $to);
 like("$rc|$out", qr/^1\|.*^   differs, read again at the cutover \(rows changing, or copies that differ\): notes: .*^insta-id: the copy of shard 23 differs from the old server's at the cutover \(rolled back, nothing changed; the old server holds the shard\):\n  notes: .*\n  users: .*rows that differ\nFind why with insta-id verify/ms,
 	'the move compares the copy before its cutover, reads what differs again under its lock, and refuses a copy that differs')

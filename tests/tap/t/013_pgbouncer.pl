@@ -287,6 +287,10 @@ for my $case ([ 11, 'blocked' ], [ 12, 'cutover' ])
 	move_released($_, $shard) for $old, $new;
 	my $paused = entry($shard)->{paused} ? 'paused' : 'not paused';
 	my $other = via("$through dbname=shard13", 'SELECT count(*) > 0 FROM insta13.users');
+	# insta-id status warns that the shard's clients are held now.
+	IPC::Run::run([ 'insta-id', 'status', '--server', $from, '--server', $to ], '>&', \my $held);
+	like($held, qr/^  shard $shard: arriving from [^\n]*paused[^\n]*; no mover on the servers given, and the move PAUSED the shard's PgBouncer entry \(shard$shard\) without resuming it\n    WARNING: PgBouncer holds the shard's clients now; they fail after its query_wait_timeout\. Resume them: run the move again with --pgbouncer, --pgbouncer-map and --pgbouncer-target \(it resumes the entry first\), or RESUME shard$shard on each PgBouncer's console$/m,
+		"killed after '$at': insta-id status warns that PgBouncer holds the shard's clients, and says how to resume them") or diag $held;
 	# A re-run that could not resume the entry is refused.
 	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from, '--to', $to, '--rollback-window', 0, '--routing-elsewhere' ], '>&', \$out);
 	my $refused = ($? >> 8) . '|' . last_line($out);
@@ -312,10 +316,12 @@ via($admin, 'RELOAD');
 # it with every client stalled behind. Each try pauses nothing and names it;
 # after --cutover-attempts 2 the move exits 75, pgbench going on through
 # the entry all along. Once it has ended, the re-run takes the copy up.
+# (With HOLDING, it reads the shard's table too, which its lock then holds.)
 sub open_through
 {
-	my ($shard) = @_;
-	my %h = (in => "BEGIN;\nSELECT 'open', pg_backend_pid();\n", out => '');
+	my ($shard, $holding) = @_;
+	my $read = $holding ? ", (SELECT count(*) FROM insta$shard.users)" : '';
+	my %h = (in => "BEGIN;\nSELECT 'open', pg_backend_pid()$read;\n", out => '');
 	$h{run} = IPC::Run::start([ 'psql', '-XqtA', '-d', "$through dbname=shard$shard" ], '<', \$h{in}, '>', \$h{out}, IPC::Run::timeout(120));
 	$h{run}->pump until $h{out} =~ /open\|(\d+)/;
 	$h{pid} = $1;
@@ -325,7 +331,7 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 {
 	my $b = bench_start(16, 4);
 	until_rows($old, 16, 0) or die 'pgbench on shard 16 wrote nothing';
-	my $long = open_through(16);
+	my $long = open_through(16, 'holding');
 	my ($grc, $gout) = move(16, undef, '--rollback-window', 0, '--cutover-attempts', 2, '--cutover-retry', 1);
 	my $paused = entry(16)->{paused};
 	my $meanwhile = rows_on($old, 16);
@@ -336,8 +342,11 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	my $moved = rows_on($new, 16);
 	until_rows($new, 16, $moved);
 	my ($done, $failed, $brc, $bout) = bench_stop($b);
-	like($gout, qr/^insta-id: the cutover of shard 16 was given up at each of its 2 tries, each within its budget of 500 ms \(--pause-budget, --cutover-attempts\); the last: sessions have held the shard longer than the budget \(500 ms\), so nothing was paused:\n\s+process $long->{pid} \([^\n]*idle in transaction, transaction open since [^\n]*\): SELECT 'open', pg_backend_pid\(\);?$/m,
+	like($gout, qr/^insta-id: the cutover of shard 16 was given up at each of its 2 tries, each within its budget of 500 ms \(--pause-budget, --cutover-attempts\); the last: sessions have held the shard longer than the budget \(500 ms\), so nothing was paused:\n\s+process $long->{pid} \([^\n]*idle in transaction, transaction open since [^\n]*; holds AccessShareLock on users\): SELECT 'open', pg_backend_pid\(\), \(SELECT count\(\*\) FROM insta16\.users\);?$/m,
 		'a transaction open through the entry longer than the budget: named, nothing paused');
+	my ($named) = $gout =~ /so nothing was paused:\n((?:  .*\n?)*)/;
+	is(scalar(() = ($named // '') =~ /process $long->{pid} \(/g), 1,
+		'a session open through the entry and holding the shard: listed once, with its lock');
 	is("$grc|$paused|$rc|" . ($out =~ /^== the copy of shard 16 by an interrupted move is complete and streaming/m ? 'taken up' : 'made again') . "|$brc|$failed|" . rows_on($new, 16) . '|' . rows_on($old, 16),
 		"75|0|0|taken up|0|0|$done|-1", "given up (exit 75), the entry never paused; pgbench went on; the re-run took the copy up: 0 failed, $done rows on the new server")
 	  or diag "$gout\n$out\n$bout";
@@ -682,6 +691,12 @@ my ($retry) = (via($admin, 'SHOW CONFIG', '-XtA') // '') =~ /^server_login_retry
 is(join('|', $refused_first, $mrc, $answer, via($newcomer, 'SELECT 7') // 'refused', $retry // 'none'), 'refused|0|42|7|3600',
 	"a pool PgBouncer held back after a failed login: its query queued at the cutover answered on the new server once the move resumed the entry, and the next at once; server_login_retry as it was")
   or diag slurp_file("$dir/move-newcomer.log") . "\n$qerr";
+
+# The moves' and checks' probes of the console (is its user an admin?)
+# are SHOWs: none left an ERROR in PgBouncer's log, which trips alerts.
+my @errors = grep { /\bERROR\b/ && !/\bC-/ } split /\n/, slurp_file("$dir/pgbouncer.log");
+is(join("\n", grep { /no such database|admin access needed/ } @errors), '',
+	"no move or check left an error on PgBouncer's console in its log");
 
 $bouncer->signal('INT');
 $bouncer->finish;
