@@ -940,8 +940,12 @@ $old->poll_query_until('app', q{SELECT count(*) > 0 FROM insta12.users WHERE nam
 {
 	# pg_dump of 16, for a schema 16 restores (18's sets transaction_timeout).
 	local $ENV{PATH} = $new16->config_data('--bindir') . ":$ENV{PATH}";
-	# The default budget (500 ms), one try: the clock's 2 s is not waited out.
-	($rc, $out) = move(12, $from, $to, '--subscription', $from, '--cutover-attempts', 1);    # (the subscription's own connection string)
+	# The default budget (500 ms): the clock's 2 s is never waited for. (A
+	# try may still give up for its other steps on a busy machine, and the
+	# next is tried: what proves the shared guard is that no try waited for
+	# the clock. A per-session guard would wait in every try, the writer
+	# raising the mark on the old server up to the cutover: exit 75.)
+	($rc, $out) = move(12, $from, $to, '--subscription', $from, '--cutover-retry', 1);    # (the subscription's own connection string)
 }
 append_to_file("$work/stop12", '');
 $writer->{run}->finish;
@@ -949,8 +953,9 @@ note $out =~ /(== cutover.*?)(?:\n==|\z)/s ? $1 : $out;
 my $at   = $early->query_safe(q{INSERT INTO insta12.users (name) VALUES ('early session') RETURNING insta_id.created_at(id)});
 my $last = $new16->safe_psql('app', q{SELECT max(insta_id.created_at(id)) FROM insta12.users WHERE name <> 'early session'});
 $early->quit;
-is($rc . '|' . $new16->safe_psql('app', "SELECT '$at'::timestamptz > '$last'"), '0|t',
-	"moved in one try within the default budget; that session's ID in the moved shard is later than the old server's last ($last < $at)")
+is($rc . '|' . ($out =~ /did not pass the carried high-water mark/ ? 'waited for the clock' : 'no wait for the clock') . '|'
+	  . $new16->safe_psql('app', "SELECT '$at'::timestamptz > '$last'"), '0|no wait for the clock|t',
+	"moved within the default budget, no try waiting for the clock 2 s behind; that session's ID in the moved shard is later than the old server's last ($last < $at)")
   or diag $out;
 $new16->stop;
 $old->stop;
