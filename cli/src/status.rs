@@ -47,16 +47,20 @@ struct Recorded {
 }
 
 /// A move with no mover, by its side's recorded step.
-fn idle_at(step: Option<Typed>, past: bool) -> (&'static str, &'static str) {
+/// `held`: the new server's record says the move paused the shard's
+/// PgBouncer entry and neither resumed nor re-pointed it since.
+fn idle_at(step: Option<Typed>, past: bool, held: bool) -> (&'static str, &'static str) {
+    if held {
+        // Killed in its cutover: the entry it paused holds every client of
+        // the shard until someone resumes it.
+        return ("interrupted, clients held", "no mover on the servers given, and the move PAUSED the shard's PgBouncer entry (shard<N>) without resuming it");
+    }
     match step {
         // Fenced at a cutover without a window (or its window over): the
         // move drops it as it finishes; a run interrupted before left it.
         Some(Typed::Leaving(Leaving::Reserved)) if past => ("cut over, copy to drop", "cut over: the old copy's window is over (none, or passed); run the move again to finish it and drop the copy (or --release)"),
         Some(Typed::Leaving(Leaving::Reserved) | Typed::Arriving(Arriving::Reserved)) => ("finished, copy kept", "finished: the old copy is kept for a rollback until its window ends (--rollback returns the shard, --release drops the copy now)"),
         Some(Typed::Leaving(Leaving::Returning | Leaving::Returned) | Typed::Arriving(Arriving::Returned)) => ("rollback interrupted", "a rollback, interrupted: run the move with --rollback again to finish it"),
-        // Killed in its cutover: the entry it paused holds every client
-        // of the shard until someone resumes it.
-        Some(Typed::Arriving(Arriving::Paused)) => ("interrupted, clients held", "no mover on the servers given, and the move PAUSED the shard's PgBouncer entry (shard<N>) without resuming it"),
         _ => ("interrupted", "no mover on the servers given: interrupted (or run from a server not given); run the move again to finish or undo it"),
     }
 }
@@ -316,7 +320,9 @@ fn moves_of(
                      WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
                        AND NOT pg_catalog.pg_is_in_recovery()),
                     m.schema_name::text,
-                    coalesce(m.reserve_until < pg_catalog.clock_timestamp(), false)
+                    coalesce(m.reserve_until < pg_catalog.clock_timestamp(), false),
+                    coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(m.steps) WITH ORDINALITY x(e, o)
+                              WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)
              FROM insta_id_admin.moves m",
             &[],
         )? {
@@ -330,7 +336,7 @@ fn moves_of(
             let side = if side == "leaving" { "leaving" } else { "arriving" };
             state.insert(shard, format!("{side} {toward} {peer}, step {step} since {since} (started {started})"));
             records.insert(shard, Recorded { peer: peer.clone(), step: step.clone(), since: since.clone(), started: started.clone() });
-            idle.insert(shard, idle_at(typed, r.get::<_, bool>(9)));
+            idle.insert(shard, idle_at(typed, r.get::<_, bool>(9), r.get::<_, bool>(10)));
             // The old copy of a finished move, kept for its rollback, and
             // the new server's side of it: their replication is the way back.
             let kept = match (until, step.as_str()) {
@@ -380,7 +386,10 @@ fn moves_of(
                 &[&shard],
             )?
             .map(|r| (r.get(0), r.get(1)));
-        let idle = idle.get(&shard).copied().unwrap_or(idle_at(None, false));
+        let idle = idle
+            .get(&shard)
+            .copied()
+            .unwrap_or(idle_at(None, false, false));
         // (Not a reason to fail the status: said in its place.) The move's
         // own sessions are not what a cutover waits for: its mover, and the
         // walsenders of its copy.
