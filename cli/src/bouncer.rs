@@ -267,15 +267,6 @@ impl Bouncer {
         Ok(None)
     }
 
-    /// How long the console takes to answer a connection and a command:
-    /// what a RESUME after a try given up costs, about.
-    pub fn round_trip(&self) -> Result<Duration, String> {
-        let started = Instant::now();
-        let mut c = console(&self.admin)?;
-        command(&mut c, "SHOW VERSION")?;
-        Ok(started.elapsed())
-    }
-
     /// RESUMEs the entry, with PgBouncer's retry delay after a failed
     /// login lifted (`SET server_login_retry = 0`, PgBouncer-wide) until
     /// every pool of the entry with a client waiting has a server
@@ -638,15 +629,6 @@ impl Bouncers {
         } else {
             Err(failed.join("; "))
         }
-    }
-
-    /// The slowest console's round trip (Bouncer::round_trip).
-    pub fn round_trip(&self) -> Result<Duration, String> {
-        let mut slowest = Duration::ZERO;
-        for b in &self.all {
-            slowest = slowest.max(b.round_trip()?);
-        }
-        Ok(slowest)
     }
 
     /// PAUSEs the entry on every PgBouncer at once, each within `within`:

@@ -54,13 +54,12 @@ impl Mover<'_> {
             Duration::from_secs(w.cutover_retry),
         );
         // Kept back from each try's budget for giving up within it (the
-        // cancels, the ROLLBACK, the RESUME): at first four round trips
-        // of the console, 10 ms at least; grown by what a try given up
-        // still held its clients past the budget.
-        let mut reserve = match &self.bouncer {
-            Some(b) => (b.round_trip()? * 4).max(Duration::from_millis(10)),
-            None => Duration::from_millis(10),
-        };
+        // cancels, the ROLLBACK, the RESUME): 10 ms at first, grown by
+        // what a try given up still held its clients past the budget, at
+        // most a fifth of it. (Four console round trips at first kept half
+        // the budget back on a loaded machine, and the tries that would
+        // have committed gave up instead.)
+        let mut reserve = Duration::from_millis(10);
         let mut why = String::new();
         for attempt in 1..=attempts {
             if attempt > 1 {
@@ -140,7 +139,7 @@ impl Mover<'_> {
                             budget.as_millis(),
                             b.reserve_ms()
                         );
-                        reserve += held.saturating_sub(budget);
+                        reserve = (reserve + held.saturating_sub(budget)).min(budget / 5);
                     }
                 }
                 done => return self.settle(done, hold, hold_pid, back),
