@@ -267,6 +267,23 @@ impl Bouncer {
         Ok(None)
     }
 
+    /// After a try of the cutover given up, the entry still pointing where
+    /// it did before the try: a bare RESUME, as soon as can be (the try's
+    /// budget includes it). No retry delay to lift (its pools reach the
+    /// server they reached before the PAUSE), so neither the map's lock
+    /// nor the commands around it. When PgBouncer acknowledged it, None if
+    /// the entry was not paused.
+    pub fn resume_quickly(&self) -> Result<Option<Instant>, String> {
+        let mut c = console(&self.admin)?;
+        match command(&mut c, &format!("RESUME {}", self.entry)) {
+            Ok(_) => Ok(Some(Instant::now())),
+            // Not paused (PgBouncer says "database ... is not paused"): the
+            // same as resume_acked's None, told by reading it.
+            Err(_) if !self.show(&mut c)?.3 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// RESUMEs the entry, with PgBouncer's retry delay after a failed
     /// login lifted (`SET server_login_retry = 0`, PgBouncer-wide) until
     /// every pool of the entry with a client waiting has a server
@@ -616,10 +633,23 @@ impl Bouncers {
     /// As resume_if_paused: when the last PgBouncer acknowledged its RESUME
     /// (None if none was paused).
     pub fn resume_acked(&self) -> Result<Option<Instant>, String> {
+        self.each_resumed(Bouncer::resume_acked)
+    }
+
+    /// Bouncer::resume_quickly on every PgBouncer.
+    pub fn resume_quickly(&self) -> Result<Option<Instant>, String> {
+        self.each_resumed(Bouncer::resume_quickly)
+    }
+
+    /// `resume` on every PgBouncer: when the last acknowledged it.
+    fn each_resumed(
+        &self,
+        resume: fn(&Bouncer) -> Result<Option<Instant>, String>,
+    ) -> Result<Option<Instant>, String> {
         let mut failed = Vec::new();
         let mut last = None;
         for b in &self.all {
-            match b.resume_acked() {
+            match resume(b) {
                 Ok(at) => last = last.max(at),
                 Err(e) => failed.push(e),
             }

@@ -248,9 +248,19 @@ impl Mover<'_> {
         let Some(b) = self.bouncer.clone() else {
             return Ok(None);
         };
+        // A try that paused the entry resumes it at once (the budget
+        // includes it); one that gave up before (its PAUSE not drained in
+        // time, resumed already) checks first, so that PgBouncer logs no
+        // RESUME of an entry not paused.
+        let quick = self.paused_at.is_some();
         let mut last = String::new();
         for _ in 0..5 {
-            match b.resume_acked() {
+            let resumed = if quick {
+                b.resume_quickly()
+            } else {
+                b.resume_acked()
+            };
+            match resumed {
                 Ok(at) => {
                     self.record_to(Arriving::Resumed, schema)?;
                     pause::released();
