@@ -632,9 +632,11 @@ impl<'a> Mover<'a> {
         Ok(self
             .to
             .query_opt(
-                "SELECT peer, coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(steps) WITH ORDINALITY x(e, o)
-                                        WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)
-                 FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'",
+                concat!(
+                    "SELECT peer, ",
+                    steps::entry_held!("steps"),
+                    " FROM insta_id_admin.moves WHERE shard_id = $1::int AND side = 'arriving'"
+                ),
                 &[&self.shard],
             )
             .described()?

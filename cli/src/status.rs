@@ -307,7 +307,8 @@ fn moves_of(
     let mut before_cutover = std::collections::BTreeMap::new();
     {
         for r in c.query(
-            "SELECT m.shard_id, m.side, m.peer, m.step,
+            concat!(
+                "SELECT m.shard_id, m.side, m.peer, m.step,
                     pg_catalog.to_char((m.steps -> -1 ->> 'at')::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
                     pg_catalog.to_char(m.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
                     pg_catalog.to_char(m.reserve_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
@@ -320,10 +321,10 @@ fn moves_of(
                      WHERE s.slot_name = 'insta_back_' || m.shard_id AND s.database = pg_catalog.current_database()
                        AND NOT pg_catalog.pg_is_in_recovery()),
                     m.schema_name::text,
-                    coalesce(m.reserve_until < pg_catalog.clock_timestamp(), false),
-                    coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(m.steps) WITH ORDINALITY x(e, o)
-                              WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)
-             FROM insta_id_admin.moves m",
+                    coalesce(m.reserve_until < pg_catalog.clock_timestamp(), false), ",
+                crate::mover::steps::entry_held!("m.steps"),
+                " FROM insta_id_admin.moves m"
+            ),
             &[],
         )? {
             let (shard, side, peer, step, since, started, until, back): (i32, String, String, String, String, String, Option<String>, Option<String>) =

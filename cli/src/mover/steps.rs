@@ -2,6 +2,23 @@
 //! extension's _move_steps lists them, src/sql/moves.sql): one type per
 //! side, so that a re-run reads a step, never a string it may misspell.
 
+/// SQL of a new server's insta_id_admin.moves row (its `steps` column,
+/// given as `$steps`): whether the move last paused PgBouncer's entry and
+/// has neither resumed nor re-pointed it since, so that PgBouncer holds
+/// the shard's clients. Whatever step was recorded last (a kill after the
+/// cutover's commit leaves 'sequences'). A macro, so that queries stay
+/// literals: a re-run reads it (Mover::arriving), and so does status.
+macro_rules! entry_held {
+    ($steps:literal) => {
+        concat!(
+            "coalesce((SELECT e ->> 'step' FROM pg_catalog.jsonb_array_elements(",
+            $steps,
+            ") WITH ORDINALITY x(e, o) WHERE e ->> 'step' IN ('paused', 'resumed', 'map') ORDER BY o DESC LIMIT 1) = 'paused', false)"
+        )
+    };
+}
+pub(crate) use entry_held;
+
 /// The old server's steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Leaving {
