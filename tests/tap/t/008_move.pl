@@ -750,8 +750,11 @@ for my $at (qw(slot copy blocked sequences cutover adopted unsubscribed))
 	{
 		my $steps = q{SELECT side || ': ' || string_agg(s ->> 'step', ',' ORDER BY o) FROM insta_id_admin.moves, jsonb_array_elements(steps) WITH ORDINALITY e(s, o)
 		              WHERE shard_id = %d GROUP BY side};
-		is($old->safe_psql('app', sprintf($steps, $n)) . ' | ' . $new->safe_psql('app', sprintf($steps, $n)),
-			'leaving: published,slot' . ($at eq 'cutover' ? ',reserved' : '') . ' | arriving: subscribed,copying,copied,sequences',
+		# (A try given up on a busy machine after its carry records
+		# 'sequences' again at the next: one a try.)
+		my $reserved = $at eq 'cutover' ? ',reserved' : '';
+		like($old->safe_psql('app', sprintf($steps, $n)) . ' | ' . $new->safe_psql('app', sprintf($steps, $n)),
+			qr/^leaving: published,slot$reserved \| arriving: subscribed,copying,copied(?:,sequences)+$/,
 			"killed after '$at', each server recorded its steps, in order (the old one's cutover, its copy fenced)");
 	}
 	if ($at eq 'cutover')    # the old copy fenced, not dropped: a client's write refused there
