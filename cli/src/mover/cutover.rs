@@ -56,7 +56,7 @@ impl Mover<'_> {
         // Kept back from each try's budget for giving up within it (the
         // cancels, the ROLLBACK, the RESUME): 10 ms at first, grown by
         // what a try given up still held its clients past the budget, at
-        // most a fifth of it. (Four console round trips at first kept half
+        // most a tenth of it. (Four console round trips at first kept half
         // the budget back on a loaded machine, and the tries that would
         // have committed gave up instead.)
         let mut reserve = Duration::from_millis(10);
@@ -139,7 +139,7 @@ impl Mover<'_> {
                             budget.as_millis(),
                             b.reserve_ms()
                         );
-                        reserve = (reserve + held.saturating_sub(budget)).min(budget / 5);
+                        reserve = (reserve + held.saturating_sub(budget)).min(budget / 10);
                     }
                 }
                 done => return self.settle(done, hold, hold_pid, back),
