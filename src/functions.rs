@@ -302,9 +302,14 @@ fn mint_fast(guard: &Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64) -> R
         return Err(Taken::Nothing);
     }
     let counted = settings::track_guard_stats().then_some(0);
-    let admit = guard
-        .table
-        .admit_counted(seq_key(relid), residue as u16, now, policy, counted);
+    let admit = guard.table.admit_counted(
+        seq_key(relid),
+        residue as u16,
+        now,
+        policy,
+        counted,
+        clock::now_unix_ms,
+    );
     match admit {
         Admit::Issue(ms) if guard.settled(ms) => match layout::check_ms(ms - epoch) {
             Ok(since_epoch) => Ok(layout::pack(since_epoch, shard, residue)),
@@ -362,9 +367,14 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
         // The guard works in ms since 1970; the epoch only matters for packing.
         let admit = first.take().unwrap_or_else(|| {
             let counted = track.then_some(waited_us);
-            guard
-                .table
-                .admit_counted(key, residue as u16, now, policy, counted)
+            guard.table.admit_counted(
+                key,
+                residue as u16,
+                now,
+                policy,
+                counted,
+                clock::now_unix_ms,
+            )
         });
         match admit {
             Admit::Issue(ms) => break ms,

@@ -106,8 +106,26 @@ impl SeqState {
         }
     }
 
-    /// Decides the millisecond for `residue` given the clock reading `now_ms`.
+    /// `admit_at` with a reading that cannot be stale (a test's clock).
+    #[cfg(test)]
     pub fn admit(&mut self, residue: u16, now_ms: i64, policy: Policy) -> Admit {
+        self.admit_at(residue, now_ms, policy, || now_ms)
+    }
+
+    /// Decides the millisecond for `residue` given the clock reading `now_ms`,
+    /// taken before the lock. `clock` reads the clock again, only where a
+    /// borrow is decided: `now_ms` may be far behind the last millisecond
+    /// because the clock stepped back, or only because the session stalled
+    /// between its reading and the lock while others moved on (a busy
+    /// machine deschedules a backend for 100 ms); a reading taken now tells
+    /// them apart.
+    pub fn admit_at(
+        &mut self,
+        residue: u16,
+        now_ms: i64,
+        policy: Policy,
+        clock: impl FnOnce() -> i64,
+    ) -> Admit {
         debug_assert!(residue < 1024);
         if now_ms > self.last_ms {
             self.last_ms = now_ms;
@@ -117,7 +135,7 @@ impl SeqState {
         // Otherwise the clock is in the last millisecond or behind it (stepped
         // back, or a floor ahead of it): keep issuing from the last millisecond.
         let (word, bit) = ((residue / 64) as usize, 1u64 << (residue % 64));
-        let mut ms = self.last_ms;
+        let (mut ms, mut now_ms) = (self.last_ms, now_ms);
         if self.used[word] & bit != 0 {
             // Fullness inherited from a floor is not this sequence's overflow:
             // move on as `wait` would (the lead bound below still applies).
@@ -129,10 +147,20 @@ impl SeqState {
             match overflow {
                 Overflow::Error => return Admit::Full(ms),
                 Overflow::Wait if now_ms > ms - BORROW_AFTER_MS => return Admit::WaitPast(ms),
-                // The clock is well behind a millisecond already used: waiting
-                // for it could take as long as the step, so borrow the next
-                // millisecond instead (as Sonyflake does), within the lead.
-                Overflow::Wait => ms += 1,
+                Overflow::Wait => {
+                    // Every millisecond up to `ms` came from a reading taken
+                    // before this one, so a clock that did not step back now
+                    // reads at least `ms`: then wait, never borrow ahead of it.
+                    now_ms = clock();
+                    if now_ms > ms - BORROW_AFTER_MS {
+                        return Admit::WaitPast(ms);
+                    }
+                    // The clock is well behind a millisecond already used:
+                    // waiting for it could take as long as the step, so
+                    // borrow the next millisecond instead (as Sonyflake
+                    // does), within the lead.
+                    ms += 1;
+                }
             }
         }
         if ms.saturating_sub(now_ms) > policy.max_lead_ms {
@@ -396,13 +424,16 @@ impl<'a> Table<'a> {
         &self.buckets[((h >> 32) % self.buckets.len() as u64) as usize]
     }
 
-    /// Admits `residue` for `key` at clock reading `now_ms`, under the lock.
+    /// Admits `residue` for `key` at clock reading `now_ms` (a test's clock,
+    /// never stale), under the lock.
+    #[cfg(test)]
     pub fn admit(&self, key: SeqKey, residue: u16, now_ms: i64, policy: Policy) -> Admit {
-        self.admit_counted(key, residue, now_ms, policy, None)
+        self.admit_counted(key, residue, now_ms, policy, None, || now_ms)
     }
 
-    /// `admit`, also counting the outcome in the sequence's `Stats` when
-    /// `waited_us` (the wait before this call, 0 if none) is given.
+    /// `SeqState::admit_at` under the lock, also counting the outcome in the
+    /// sequence's `Stats` when `waited_us` (the wait before this call, 0 if
+    /// none) is given.
     #[inline]
     pub fn admit_counted(
         &self,
@@ -411,11 +442,12 @@ impl<'a> Table<'a> {
         now_ms: i64,
         policy: Policy,
         waited_us: Option<u64>,
+        clock: impl FnOnce() -> i64,
     ) -> Admit {
         locked(self.bucket_of(key), |slots| {
             let i = slots.slot_for(key);
             let before = slots.states[i].last_ms;
-            let outcome = slots.states[i].admit(residue, now_ms, policy);
+            let outcome = slots.states[i].admit_at(residue, now_ms, policy, clock);
             if let Some(waited_us) = waited_us {
                 slots.stats[i].count(outcome, before, now_ms, waited_us);
             }
@@ -493,7 +525,8 @@ fn locked<R>(bucket: &Bucket, f: impl FnOnce(&mut Slots) -> R) -> R {
 }
 
 /// A test-and-test-and-set spin lock on a word that may live in shared memory.
-/// Held only for a few dozen instructions that cannot fail or call out.
+/// Held only for a few dozen instructions that cannot fail or call out but
+/// to read the clock (gettimeofday), and that only where a borrow is decided.
 struct SpinGuard<'a>(&'a AtomicU32);
 
 impl<'a> SpinGuard<'a> {
@@ -645,6 +678,33 @@ mod tests {
     }
 
     #[test]
+    fn a_reading_a_stall_made_stale_waits_instead_of_borrowing() {
+        let mut s = SeqState::full_at(i64::MIN);
+        for v in 0..1024u16 {
+            assert_eq!(s.admit(v, 100, WAIT), Admit::Issue(100));
+        }
+        // A session read ms 0, then stood descheduled while others filled ms
+        // 100: the clock read again under the lock says 100, so it waits (a
+        // borrow would issue ms 101 while the clock is still in 100).
+        let mut reread = 0;
+        let at_100 = || {
+            reread += 1;
+            100
+        };
+        assert_eq!(s.admit_at(0, 0, WAIT, at_100), Admit::WaitPast(100));
+        assert_eq!(reread, 1);
+        // Read again past 100: it would start ms 101 on its own next call.
+        assert_eq!(s.admit_at(0, 0, WAIT, || 101), Admit::WaitPast(100));
+        // The clock really stepped back: the reading under the lock agrees.
+        assert_eq!(s.admit_at(0, 0, WAIT, || 0), Admit::Issue(101));
+        // No re-read where nothing is borrowed.
+        assert_eq!(
+            s.admit_at(1, 0, WAIT, || unreachable!("not a borrow")),
+            Admit::Issue(101)
+        );
+    }
+
+    #[test]
     fn eviction_never_reissues() {
         let buckets = [Bucket::new()];
         let table = Table::new(&buckets);
@@ -742,30 +802,30 @@ mod tests {
         let buckets = [Bucket::new()];
         let table = Table::new(&buckets);
         for v in 0..1024u16 {
-            table.admit_counted(K, v, 100, WAIT, Some(0));
+            table.admit_counted(K, v, 100, WAIT, Some(0), || 100);
         }
         // The 1025th waits, then is issued after a 700 µs wait.
         assert_eq!(
-            table.admit_counted(K, 0, 100, WAIT, Some(0)),
+            table.admit_counted(K, 0, 100, WAIT, Some(0), || 100),
             Admit::WaitPast(100)
         );
         assert_eq!(
-            table.admit_counted(K, 0, 101, WAIT, Some(700)),
+            table.admit_counted(K, 0, 101, WAIT, Some(700), || 101),
             Admit::Issue(101)
         );
         // Error mode refuses and counts it.
         assert_eq!(
-            table.admit_counted(K, 0, 101, ERROR, Some(0)),
+            table.admit_counted(K, 0, 101, ERROR, Some(0), || 101),
             Admit::Full(101)
         );
         // The clock steps back 5 s: the repeated residue borrows ms 102, the
         // new one stays on 102 without borrowing again.
         assert_eq!(
-            table.admit_counted(K, 0, -4_000, WIDE, Some(0)),
+            table.admit_counted(K, 0, -4_000, WIDE, Some(0), || -4_000),
             Admit::Issue(102)
         );
         assert_eq!(
-            table.admit_counted(K, 1, -4_000, WIDE, Some(0)),
+            table.admit_counted(K, 1, -4_000, WIDE, Some(0), || -4_000),
             Admit::Issue(102)
         );
         // Uncounted admits leave the counts alone.
@@ -802,7 +862,7 @@ mod tests {
         // WAYS + 3 sequences, 2 IDs each, in one bucket: 3 evictions.
         for r in 0..WAYS as u32 + 3 {
             for v in 0..2 {
-                table.admit_counted(key(r), v, 10 + r as i64, WAIT, Some(0));
+                table.admit_counted(key(r), v, 10 + r as i64, WAIT, Some(0), || 10 + r as i64);
             }
         }
         let (totals, tracked) = table.totals();
@@ -819,7 +879,7 @@ mod tests {
         let last = key(WAYS as u32 + 2);
         let ms = 10 + WAYS as i64 + 2;
         assert_eq!(
-            table.admit_counted(last, 1, ms, ERROR, Some(0)),
+            table.admit_counted(last, 1, ms, ERROR, Some(0), || ms),
             Admit::Full(ms)
         );
     }
@@ -878,6 +938,65 @@ mod tests {
             // the floor is ahead of the clock or not, the bound tight or wide.
             let policy = Policy { overflow: Overflow::Wait, max_lead_ms: lead };
             run(ops, 1, policy, floor)?;
+        }
+    }
+
+    #[test]
+    fn no_id_ahead_of_the_real_clock_when_a_thread_stalls_after_its_reading() {
+        // Three threads fill the milliseconds of one sequence from the real
+        // (monotonic) clock; one of them now and then sleeps past
+        // BORROW_AFTER_MS between reading it and admitting, as a descheduled
+        // backend does. No ID may be ahead of the clock read after it.
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let clock = move || start.elapsed().as_millis() as i64;
+        let buckets: Arc<Vec<Bucket>> = Arc::new(vec![Bucket::new()]);
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..3)
+            .map(|t| {
+                let (buckets, next, done) = (buckets.clone(), next.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let table = Table::new(&buckets);
+                    let (mut ahead, mut calls) = (Vec::new(), 0u64);
+                    while !done.load(Ordering::Relaxed) {
+                        let v = next.fetch_add(1, Ordering::SeqCst);
+                        let mut now = clock();
+                        calls += 1;
+                        if t == 0 && calls % 20_000 == 0 {
+                            std::thread::sleep(Duration::from_millis(BORROW_AFTER_MS as u64 + 10));
+                            done.store(calls == 100_000, Ordering::Relaxed);
+                        }
+                        let ms = loop {
+                            match table.admit_counted(K, (v % 1024) as u16, now, WAIT, None, clock)
+                            {
+                                Admit::Issue(ms) => break ms,
+                                Admit::WaitPast(ms) => {
+                                    while clock() <= ms {
+                                        std::hint::spin_loop();
+                                    }
+                                    now = clock();
+                                }
+                                other => unreachable!("{other:?}"),
+                            }
+                        };
+                        let after = clock();
+                        if ms > after {
+                            ahead.push((ms, after));
+                        }
+                    }
+                    ahead
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(
+                h.join().unwrap(),
+                vec![],
+                "IDs ahead of the clock (ms, clock)"
+            );
         }
     }
 
