@@ -11,8 +11,8 @@
 //! not held.
 //!
 //! PAUSE has no limit of its own: it is sent from a thread, and given up
-//! when the cutover's budget is spent (the entry resumed, the writers go
-//! on; `pause`).
+//! when the cutover's budget is spent (the entry resumed through a console
+//! session opened before the try, `Resumer`; the writers go on).
 //!
 //! A PAUSE also closes the server connections PgBouncer is still logging in
 //! for the entry (its pool was growing), and PgBouncer takes a login closed
@@ -45,8 +45,9 @@ pub struct Bouncer {
 
 /// Why a PAUSE was given up.
 pub enum Drain {
-    /// A transaction through the entry stayed open past the wait.
-    Busy,
+    /// A transaction through the entry stayed open past the wait; the
+    /// PAUSE was sent then (the entry's clients queue from there).
+    Busy(Instant),
     Failed(String),
 }
 
@@ -212,6 +213,65 @@ pub fn rewritten(map: &str, entry: &str, target: &str) -> String {
     out.join("\n") + "\n"
 }
 
+/// A console session of one PgBouncer opened before a try of the cutover:
+/// giving the try up resumes the entry through it in one round trip, with
+/// no login in the way (a login on a loaded machine took most of a 150 ms
+/// budget).
+pub struct Resumer {
+    c: Client,
+    bouncer: Bouncer,
+}
+
+impl Resumer {
+    /// One round trip on it (what a RESUME costs now, with no login).
+    pub fn ping(&mut self) -> Result<Duration, String> {
+        let started = Instant::now();
+        command(&mut self.c, "SHOW VERSION")?;
+        Ok(started.elapsed())
+    }
+
+    /// After a try of the cutover given up, the entry still pointing where
+    /// it did before the try: a bare RESUME. No retry delay to lift (its
+    /// pools reach the server they reached before the PAUSE), so neither
+    /// the map's lock nor the commands around it. `paused`: whether the
+    /// entry is known to be paused (its PAUSE sent); else it is read first,
+    /// so that PgBouncer logs no RESUME of an entry not paused. When
+    /// PgBouncer acknowledged it, None if the entry was not paused.
+    pub fn resume(&mut self, paused: bool) -> Result<Option<Instant>, String> {
+        if !paused && !self.bouncer.show(&mut self.c)?.3 {
+            return Ok(None);
+        }
+        match command(&mut self.c, &format!("RESUME {}", self.bouncer.entry)) {
+            Ok(_) => Ok(Some(Instant::now())),
+            // Not paused (PgBouncer says "database ... is not paused"): the
+            // same as resume_acked's None, told by reading it.
+            Err(_) if !self.bouncer.show(&mut self.c)?.3 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `Resumer::resume` on each PgBouncer's: when the last acknowledged it
+/// (None if none was paused); each is tried, and what failed said.
+pub fn resume_each(resumers: &mut [Resumer], paused: bool) -> Result<Option<Instant>, String> {
+    let mut failed = Vec::new();
+    let mut last = None;
+    for r in resumers {
+        match r.resume(paused) {
+            Ok(at) => last = last.max(at),
+            Err(e) => failed.push(format!(
+                "PgBouncer's console ({}): {e}",
+                r.bouncer.admin.label
+            )),
+        }
+    }
+    if failed.is_empty() {
+        Ok(last)
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
 impl Bouncer {
     /// Checks the entry's target before anything is made: a string
     /// PgBouncer reads from a file others may read, so no password.
@@ -250,12 +310,8 @@ impl Bouncer {
         Ok(self.show(&mut c)?.3)
     }
 
-    pub fn resume_if_paused(&self) -> Result<(), String> {
-        self.resume_acked().map(|_| ())
-    }
-
-    /// As resume_if_paused: when PgBouncer acknowledged the RESUME (the end
-    /// of the clients' wait), None if the entry was not paused.
+    /// Resumes the entry if it is paused: when PgBouncer acknowledged the
+    /// RESUME (the end of the clients' wait), None if it was not paused.
     pub fn resume_acked(&self) -> Result<Option<Instant>, String> {
         // Without the lock (the map's directory not writable) the entry is
         // resumed all the same: its clients matter more than the set-back.
@@ -267,21 +323,13 @@ impl Bouncer {
         Ok(None)
     }
 
-    /// After a try of the cutover given up, the entry still pointing where
-    /// it did before the try: a bare RESUME, as soon as can be (the try's
-    /// budget includes it). No retry delay to lift (its pools reach the
-    /// server they reached before the PAUSE), so neither the map's lock
-    /// nor the commands around it. When PgBouncer acknowledged it, None if
-    /// the entry was not paused.
-    pub fn resume_quickly(&self) -> Result<Option<Instant>, String> {
-        let mut c = console(&self.admin)?;
-        match command(&mut c, &format!("RESUME {}", self.entry)) {
-            Ok(_) => Ok(Some(Instant::now())),
-            // Not paused (PgBouncer says "database ... is not paused"): the
-            // same as resume_acked's None, told by reading it.
-            Err(_) if !self.show(&mut c)?.3 => Ok(None),
-            Err(e) => Err(e),
-        }
+    /// A console session opened now, for a try of the cutover to resume
+    /// the entry through at once when it gives up (`Resumer`).
+    pub fn resumer(&self) -> Result<Resumer, String> {
+        Ok(Resumer {
+            c: console(&self.admin)?,
+            bouncer: self.clone(),
+        })
     }
 
     /// RESUMEs the entry, with PgBouncer's retry delay after a failed
@@ -460,8 +508,9 @@ impl Bouncer {
     }
 
     /// PAUSEs the entry, waiting `within` at most for the transactions
-    /// open through it to end: returns when it was sent, or, when they did
-    /// not end in time, resumes the entry and says so (`Drain::Busy`).
+    /// open through it to end: returns when it was sent, or says why not
+    /// (`Drain::Busy`: they did not end in time). Either way the entry may
+    /// be paused: the caller resumes it (the try's `Resumer`s).
     pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
         // Connected first: the time below is the PAUSE's alone.
         let mut c = console(&self.admin).map_err(Drain::Failed)?;
@@ -474,21 +523,10 @@ impl Bouncer {
         std::thread::spawn(move || {
             let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
         });
-        let given_up = match rx.recv_timeout(within) {
-            Ok(Ok(_)) => return Ok(started),
-            // It may have paused the entry before failing.
-            Ok(Err(e)) => Drain::Failed(e),
-            Err(_) => Drain::Busy,
-        };
-        match (self.resume_if_paused(), given_up) {
-            (Ok(()), g) => Err(g),
-            (Err(r), Drain::Failed(e)) => {
-                Err(Drain::Failed(format!("{e}; and resuming the entry: {r}")))
-            }
-            (Err(r), Drain::Busy) => Err(Drain::Failed(format!(
-                "PgBouncer's entry {} not drained in time; resuming it: {r}",
-                self.entry
-            ))),
+        match rx.recv_timeout(within) {
+            Ok(Ok(_)) => Ok(started),
+            Ok(Err(e)) => Err(Drain::Failed(e)),
+            Err(_) => Err(Drain::Busy(started)),
         }
     }
 
@@ -633,23 +671,10 @@ impl Bouncers {
     /// As resume_if_paused: when the last PgBouncer acknowledged its RESUME
     /// (None if none was paused).
     pub fn resume_acked(&self) -> Result<Option<Instant>, String> {
-        self.each_resumed(Bouncer::resume_acked)
-    }
-
-    /// Bouncer::resume_quickly on every PgBouncer.
-    pub fn resume_quickly(&self) -> Result<Option<Instant>, String> {
-        self.each_resumed(Bouncer::resume_quickly)
-    }
-
-    /// `resume` on every PgBouncer: when the last acknowledged it.
-    fn each_resumed(
-        &self,
-        resume: fn(&Bouncer) -> Result<Option<Instant>, String>,
-    ) -> Result<Option<Instant>, String> {
         let mut failed = Vec::new();
         let mut last = None;
         for b in &self.all {
-            match resume(b) {
+            match b.resume_acked() {
                 Ok(at) => last = last.max(at),
                 Err(e) => failed.push(e),
             }
@@ -661,10 +686,16 @@ impl Bouncers {
         }
     }
 
-    /// PAUSEs the entry on every PgBouncer at once, each within `within`:
-    /// when one is not drained in time or fails, the entry is resumed on
-    /// all (none keeps clients waiting for a cutover that will not come).
-    /// Returns when the first PAUSE was sent.
+    /// A console session of each PgBouncer, opened now (`Resumer`).
+    pub fn resumers(&self) -> Result<Vec<Resumer>, String> {
+        self.all.iter().map(Bouncer::resumer).collect()
+    }
+
+    /// PAUSEs the entry on every PgBouncer at once, each within `within`.
+    /// Returns when the first PAUSE was sent; when one was not drained in
+    /// time or failed, why (a failure before a drain that timed out): the
+    /// caller resumes the entry on all, so that none keeps clients waiting
+    /// for a cutover that will not come.
     pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
         let tries: Vec<Result<Instant, Drain>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
@@ -687,21 +718,20 @@ impl Bouncers {
                 .min()
                 .expect("at least one PgBouncer"));
         }
-        let resumed = self.resume_if_paused();
-        let mut given_up = tries
+        let sent = tries.iter().filter_map(|t| match t {
+            Ok(at) | Err(Drain::Busy(at)) => Some(*at),
+            Err(Drain::Failed(_)) => None,
+        });
+        let first = sent.min();
+        Err(tries
             .into_iter()
             .filter_map(Result::err)
+            .map(|d| match (d, first) {
+                (Drain::Busy(_), Some(at)) => Drain::Busy(at),
+                (d, _) => d,
+            })
             .max_by_key(|d| matches!(d, Drain::Failed(_)))
-            .expect("a try failed");
-        if let (Err(r), Drain::Failed(e)) = (&resumed, &mut given_up) {
-            *e = format!("{e}; and resuming the entry: {r}");
-        } else if let (Err(r), Drain::Busy) = (&resumed, &given_up) {
-            given_up = Drain::Failed(format!(
-                "PgBouncer's entry {} not drained in time; resuming it: {r}",
-                self.entry
-            ));
-        }
-        Err(given_up)
+            .expect("a try failed"))
     }
 
     /// The backend process IDs of the entry's server connections in a

@@ -4,8 +4,12 @@
 //! Each try of a cutover has a budget (--pause-budget): from the PAUSE of
 //! the shard's PgBouncer entry (or, without PgBouncer, from the lock its
 //! writers queue behind) to its COMMIT. A try that would spend more gives
-//! up: its transaction rolled back, the entry resumed, the sessions that
-//! held it up named. Before a try, sessions that have held the shard's
+//! up: at its deadline a watchdog thread ends its transaction (the try runs
+//! in a session of its own, whose backend it terminates) and resumes the
+//! entry through console sessions opened before the try, whatever the
+//! tool's own thread is doing; a reserve of the budget, kept for that and
+//! grown by what a try still overran, keeps every client's wait within
+//! the budget. Then the sessions that held it up are named. Before a try, sessions that have held the shard's
 //! tables (or kept a transaction open through the entry) longer than the
 //! budget are waited for without pausing anything: pausing behind them
 //! would only stall the clients.
@@ -15,21 +19,22 @@
 //! the cutover is committing, it waits for the run to point the entry at
 //! the shard's new home and resume it first.
 
-use crate::bouncer::Bouncers;
+use crate::bouncer::{Bouncers, Resumer};
 use crate::conninfo::Tls;
 use crate::db::{printable, Described};
 use postgres::Client;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One try's allowance, from its start; and where its time went, step by
 /// step (`lap`), for the try's line and make bench-moves.
 pub struct Budget {
     total: Duration,
-    /// Kept back for giving up: the cancels, the ROLLBACK and the RESUME
-    /// of a try given up fit in it, so that no client waits longer than
-    /// `total` (every wait of the try ends `reserve` before it).
+    /// Kept back for giving up: the watchdog's two round trips (the try's
+    /// backend terminated, the entry resumed) fit in it, so that no client
+    /// waits longer than `total` (every wait of the try, and the watchdog's
+    /// deadline, end `reserve` before it).
     reserve: Duration,
     started: Instant,
     laps: Mutex<Vec<(&'static str, Duration)>>,
@@ -75,6 +80,11 @@ impl Budget {
         (self.total - self.reserve).saturating_sub(self.started.elapsed())
     }
 
+    /// What is left of the whole budget, its reserve included.
+    pub fn left_of_total(&self) -> Duration {
+        self.total.saturating_sub(self.started.elapsed())
+    }
+
     /// What was kept back for giving up.
     pub fn reserve_ms(&self) -> u128 {
         self.reserve.as_millis()
@@ -94,52 +104,111 @@ impl Budget {
         self.total.as_millis()
     }
 
-    /// What is left as a PostgreSQL setting's milliseconds (at least 1: 0
-    /// would mean no limit).
+    /// What is left of the whole budget as a PostgreSQL setting's
+    /// milliseconds (at least 1: 0 would mean no limit).
     pub fn left_setting(&self) -> String {
-        self.left().as_millis().max(1).to_string()
+        self.left_of_total().as_millis().max(1).to_string()
     }
 }
 
-/// Cancels the statements of a try's sessions once its budget is spent,
-/// unless disarmed first (before the COMMIT: a cancel must never meet the
-/// COMMIT's wait for a synchronous standby, which would leave it committed
-/// locally only).
+/// What a try's watchdog ends at the try's deadline, first what holds
+/// the clients up.
+pub struct Deadline<'a> {
+    /// A session on the server holding the shard other than the try's (the
+    /// move's own, idle while the try runs in a session of its own), and
+    /// the try's backend: terminated there, its transaction and its locks
+    /// end at once, whatever the tool's own thread is doing or waiting for
+    /// (a cancel reaches a running statement only, and a ROLLBACK waits for
+    /// that thread).
+    pub killer: &'a mut Client,
+    pub try_pid: i32,
+    /// Console sessions opened before the try: the entry resumed through
+    /// them, one round trip each.
+    pub resumers: &'a mut [Resumer],
+    /// The statements of the move's other sessions, then cancelled (each
+    /// session's cancel token and TLS settings).
+    pub cancels: Vec<(postgres::CancelToken, Tls)>,
+}
+
+/// Ends a try at its deadline (`Deadline`), unless disarmed first: before
+/// the COMMIT, so that nothing ever meets the COMMIT's wait for a
+/// synchronous standby (cancelled, it would leave it committed locally
+/// only), and when the try gives up by itself.
 pub struct Watchdog {
-    armed: std::sync::Arc<Mutex<bool>>,
-    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    state: Arc<(Mutex<Dog>, Condvar)>,
+}
+
+#[derive(Clone)]
+enum Dog {
+    Armed,
+    Disarmed,
+    /// It ended the try: when PgBouncer acknowledged the RESUME (None
+    /// without PgBouncer, or with the entry not paused), or why not.
+    Fired(std::result::Result<Option<Instant>, String>),
 }
 
 impl Watchdog {
-    /// `sessions`: each session's cancel token and TLS settings.
-    pub fn arm(budget: &Budget, sessions: Vec<(postgres::CancelToken, Tls)>) -> Watchdog {
-        let armed = std::sync::Arc::new(Mutex::new(true));
-        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// A thread of `scope` that waits for the deadline (what is left of
+    /// `budget` for its work: its reserve is for the watchdog's round
+    /// trips) or a disarm, whichever comes first.
+    pub fn arm<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        budget: &Budget,
+        d: Deadline<'scope>,
+    ) -> Watchdog {
+        let state = Arc::new((Mutex::new(Dog::Armed), Condvar::new()));
         let deadline = Instant::now() + budget.left();
-        let (a, f) = (armed.clone(), fired.clone());
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(5));
-            let armed = a.lock().unwrap_or_else(|p| p.into_inner());
-            if !*armed {
-                return;
-            }
-            if Instant::now() >= deadline {
-                f.store(true, Ordering::SeqCst);
-                for (token, tls) in &sessions {
-                    if let Ok((tls, _)) = crate::db::tls(tls) {
-                        let _ = token.cancel_query(tls);
-                    }
+        let shared = state.clone();
+        scope.spawn(move || {
+            let (dog, wake) = &*shared;
+            let mut dog = dog.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if !matches!(*dog, Dog::Armed) {
+                    return;
                 }
-                return;
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                dog = wake
+                    .wait_timeout(dog, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
+            // (Under the lock: a disarm meanwhile waits, then sees it fired.)
+            let _ = d.killer.execute(
+                "SELECT pg_catalog.pg_terminate_backend($1::int)",
+                &[&d.try_pid],
+            );
+            let resumed = crate::bouncer::resume_each(d.resumers, true);
+            for (token, tls) in &d.cancels {
+                if let Ok((tls, _)) = crate::db::tls(tls) {
+                    let _ = token.cancel_query(tls);
+                }
+            }
+            *dog = Dog::Fired(resumed);
         });
-        Watchdog { armed, fired }
+        Watchdog { state }
     }
 
-    /// Stops it; whether it had fired (its cancels sent) by then.
+    /// Stops it (again: a no-op); whether it had fired by then.
     pub fn disarm(&self) -> bool {
-        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = false;
-        self.fired.load(Ordering::SeqCst)
+        let (dog, wake) = &*self.state;
+        let mut dog = dog.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*dog, Dog::Armed) {
+            *dog = Dog::Disarmed;
+            wake.notify_all();
+        }
+        matches!(*dog, Dog::Fired(_))
+    }
+
+    /// Once it fired: when the entry was resumed (None: nothing was
+    /// paused), or why it was not.
+    pub fn resumed(&self) -> Option<std::result::Result<Option<Instant>, String>> {
+        match &*self.state.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            Dog::Fired(r) => Some(r.clone()),
+            _ => None,
+        }
     }
 }
 

@@ -5,6 +5,8 @@
 //! point of no return.
 
 use super::*;
+use crate::bouncer::Resumer;
+use crate::pause::Deadline;
 
 impl Mover<'_> {
     /// In the held session on the old server: the cutover's locks, the new
@@ -53,12 +55,14 @@ impl Mover<'_> {
             Duration::from_millis(w.pause_budget),
             Duration::from_secs(w.cutover_retry),
         );
-        // Kept back from each try's budget for giving up within it (the
-        // cancels, the ROLLBACK, the RESUME): 10 ms at first, grown by
-        // what a try given up still held its clients past the budget, at
-        // most a tenth of it. (Four console round trips at first kept half
-        // the budget back on a loaded machine, and the tries that would
-        // have committed gave up instead.)
+        // Kept back from each try's budget for its watchdog (the try's
+        // backend terminated, then a RESUME on each PgBouncer): 10 ms, or
+        // three times what those round trips take just before the try if
+        // more (the machine's load now), grown by what a try given up
+        // still held its clients past the budget; at most a tenth of the
+        // budget. (Four console logins kept half the budget back on a
+        // loaded machine, and the tries that would have committed gave up
+        // instead: the watchdog's sessions are open before the try.)
         let mut reserve = Duration::from_millis(10);
         let mut why = String::new();
         for attempt in 1..=attempts {
@@ -83,51 +87,91 @@ impl Mover<'_> {
                 );
                 continue;
             }
-            let b = Budget::keeping(budget, reserve);
-            self.paused_at = None;
-            hold.batch_execute("BEGIN").described()?;
-            // Every statement of the try, on any of its three sessions, is
-            // cancelled once the budget is spent.
-            let holding = if back { &self.to_s } else { &self.from_s };
-            let mut sessions = vec![
-                (hold.cancel_token(), holding.tls.clone()),
+            // The try's own session (its watchdog ends the try by ending
+            // it: `hold` keeps the move's lock meanwhile), and PgBouncer's
+            // consoles to resume through, opened before its budget starts.
+            let holding_s = if back { &self.to_s } else { &self.from_s };
+            let mut t = hold_open(holding_s, &self.a.waits.lock_timeout)?;
+            let t_pid: i32 = t
+                .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+                .described()?
+                .get(0);
+            let mut resumers = match &self.bouncer {
+                Some(bs) => bs.resumers()?,
+                None => Vec::new(),
+            };
+            // Every statement of the move's other sessions is cancelled at
+            // the deadline, the comparison's own on the new server too
+            // (verify.rs).
+            let mut cancels = vec![
                 (self.from.cancel_token(), self.from_s.tls.clone()),
                 (self.to.cancel_token(), self.to_s.tls.clone()),
             ];
-            // The comparison's own session on the new server (verify.rs).
             if let Some(c) = &self.verify_to {
-                sessions.push((c.cancel_token(), self.to_s.tls.clone()));
+                cancels.push((c.cancel_token(), self.to_s.tls.clone()));
             }
-            let dog = Watchdog::arm(&b, sessions);
-            let done = self
-                .pause_entry(schema, &b, hold.cancel_token(), back)
-                .and_then(|()| {
-                    b.lap("pause");
-                    if back {
-                        self.rollback_locked(hold, hold_pid, schema, &b, &dog)
-                    } else {
-                        self.cutover_locked(hold, hold_pid, schema, &b, &dog)
-                    }
-                });
-            let fired = dog.disarm();
+            let mut trips = Instant::now();
+            hold.batch_execute("SELECT 1").described()?;
+            let mut rtt = trips.elapsed();
+            for r in &mut resumers {
+                trips = Instant::now();
+                r.ping()?;
+                rtt += trips.elapsed();
+            }
+            let b = Budget::keeping(budget, reserve.max(rtt * 3).min(budget / 10));
+            self.paused_at = None;
+            t.batch_execute("BEGIN").described()?;
+            let (done, by_dog) = std::thread::scope(|s| {
+                let dog = Watchdog::arm(
+                    s,
+                    &b,
+                    Deadline {
+                        killer: &mut *hold,
+                        try_pid: t_pid,
+                        resumers: &mut resumers,
+                        cancels,
+                    },
+                );
+                let done = self
+                    .pause_entry(schema, &b, t.cancel_token(), back)
+                    .and_then(|()| {
+                        b.lap("pause");
+                        if back {
+                            self.rollback_locked(&mut t, t_pid, schema, &b, &dog)
+                        } else {
+                            self.cutover_locked(&mut t, t_pid, schema, &b, &dog)
+                        }
+                    });
+                dog.disarm();
+                (done, dog.resumed())
+            });
             let done = match done {
-                // A statement the watchdog cancelled.
-                Err(e) if fired && !matches!(e, Failure::GaveUp(_)) => {
-                    for c in [&mut *hold, &mut self.from, &mut self.to] {
+                // Its statements failed when the watchdog ended the try.
+                Err(e) if by_dog.is_some() => {
+                    // (A cancel that reached an idle session is dropped; one
+                    // still on its way would end the next statement.)
+                    for c in [&mut self.from, &mut self.to] {
                         quiet(c);
                     }
-                    Err(Failure::GaveUp(format!(
-                        "the cutover's steps took the budget ({} ms) up: {}",
-                        b.total_ms(),
-                        e.message()
-                    )))
+                    Err(match e {
+                        Failure::GaveUp(w) => Failure::GaveUp(w),
+                        e => Failure::GaveUp(format!(
+                            "the cutover's steps took the budget ({} ms) up: {}",
+                            b.total_ms(),
+                            e.message()
+                        )),
+                    })
                 }
                 done => done,
             };
             match done {
                 Err(Failure::GaveUp(w)) => {
-                    let _ = hold.batch_execute("ROLLBACK");
-                    let resumed = self.resume_entry(schema)?;
+                    // The try's transaction ended (its backend terminated if
+                    // the watchdog fired), the entry resumed (by the
+                    // watchdog at the deadline, else now).
+                    let _ = t.batch_execute("ROLLBACK");
+                    drop(t);
+                    let resumed = self.resume_entry(schema, &mut resumers, by_dog)?;
                     why = w;
                     // What the try held its clients for: from its PAUSE to
                     // PgBouncer's answer to the RESUME.
@@ -139,10 +183,21 @@ impl Mover<'_> {
                             budget.as_millis(),
                             b.reserve_ms()
                         );
-                        reserve = (reserve + held.saturating_sub(budget)).min(budget / 10);
+                        reserve = (Duration::from_millis(b.reserve_ms() as u64)
+                            + held.saturating_sub(budget))
+                        .min(budget / 10);
                     }
                 }
-                done => return self.settle(done, hold, hold_pid, back),
+                // Failed before its COMMIT: nothing changed, the clients
+                // go on where the shard is.
+                Err(e) if !pause::committing_now() => {
+                    let _ = t.batch_execute("ROLLBACK");
+                    return match self.resume_entry(schema, &mut resumers, by_dog) {
+                        Ok(_) => Err(e),
+                        Err(r) => fail(format!("{}\n{}", e.message(), r.message())),
+                    };
+                }
+                done => return self.settle(done, &mut t, t_pid, back),
             }
         }
         Err(Failure::GaveUp(format!(
@@ -213,19 +268,24 @@ impl Mover<'_> {
             &self.from_s.tls
         };
         pause::pausing(&b, cancel, tls);
-        match b.pause(budget.left()) {
+        // Up to the whole budget: when the entry does not drain, the try's
+        // watchdog resumes it first, at its deadline (the caller resumes
+        // it after any other failure).
+        match b.pause(budget.left_of_total()) {
             Ok(at) => {
                 self.paused_at = Some(at);
                 println!("   PgBouncer's entry {} paused", b.entry);
                 Ok(())
             }
             Err(drain) => {
-                let _ = self.record_to(Arriving::Resumed, schema);
-                pause::released();
                 match drain {
                     Drain::Failed(e) => fail(e),
-                    Drain::Busy => {
+                    Drain::Busy(sent) => {
+                        // Paused from there, until resumed.
+                        self.paused_at = Some(sent);
                         let servers = b.busy_servers().unwrap_or_default();
+                        // (The watchdog's cancel may still be on its way.)
+                        quiet(self.holding(back));
                         let who = pause::sessions(self.holding(back), &servers, None)?;
                         Err(Failure::GaveUp(format!(
                             "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
@@ -239,37 +299,45 @@ impl Mover<'_> {
         }
     }
 
-    /// Resumes the entry after a try given up (its transaction rolled
-    /// back): its clients go on where the shard still is. Tried for a few
-    /// seconds; an entry that stays paused ends the move, saying so (the
-    /// next try would only stall its clients longer).
+    /// Resumes the entry after a try that ended before its COMMIT (its
+    /// transaction ended): its clients go on where the shard still is.
+    /// `by_dog`: what the try's watchdog did, if it fired; else (or if it
+    /// could not) through the try's `resumers`, opened before it; failing
+    /// that, through new console sessions for a few seconds. An entry that
+    /// stays paused ends the move, saying so (the next try would only
+    /// stall its clients longer).
     /// Returns when PgBouncer acknowledged the RESUME (None without one).
-    pub(super) fn resume_entry(&mut self, schema: &str) -> Result<Option<Instant>> {
+    pub(super) fn resume_entry(
+        &mut self,
+        schema: &str,
+        resumers: &mut [Resumer],
+        by_dog: Option<std::result::Result<Option<Instant>, String>>,
+    ) -> Result<Option<Instant>> {
         let Some(b) = self.bouncer.clone() else {
             return Ok(None);
         };
-        // A try that paused the entry resumes it at once (the budget
-        // includes it); one that gave up before (its PAUSE not drained in
-        // time, resumed already) checks first, so that PgBouncer logs no
-        // RESUME of an entry not paused.
-        let quick = self.paused_at.is_some();
-        let mut last = String::new();
+        // A try whose PAUSE was answered resumes at once; one that gave up
+        // before reads the entry first, so that PgBouncer logs no RESUME of
+        // an entry not paused.
+        let paused = self.paused_at.is_some();
+        let mut resumed = match by_dog {
+            Some(Ok(Some(at))) => Ok(Some(at)),
+            _ => crate::bouncer::resume_each(resumers, paused),
+        };
         for _ in 0..5 {
-            let resumed = if quick {
-                b.resume_quickly()
-            } else {
-                b.resume_acked()
-            };
             match resumed {
                 Ok(at) => {
                     self.record_to(Arriving::Resumed, schema)?;
                     pause::released();
                     return Ok(at);
                 }
-                Err(r) => last = r,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(500));
+                    resumed = b.resume_acked();
+                }
             }
-            std::thread::sleep(Duration::from_millis(500));
         }
+        let last = resumed.err().unwrap_or_default();
         fail(format!("PgBouncer's entry {} may still be paused after a try of the cutover was given up (the shard is still on the server it was on): {last}; resume it (RESUME {}) or run the move again, which resumes it", b.entry, b.entry))
     }
 
@@ -348,6 +416,7 @@ impl Mover<'_> {
             &self.name,
             (self.shard, schema),
             budget,
+            dog,
         )?;
         budget.lap("lock and catch-up");
         stop_after("blocked");
@@ -485,11 +554,14 @@ pub(super) fn lock_caught_up(
     slot: &str,
     (shard, schema): (i32, &str),
     budget: &Budget,
+    dog: &Watchdog,
 ) -> Result<String> {
     // A statement timeout: the tables are locked one by one, and each
     // lock_timeout would start anew (the session's, --lock-timeout, set as
     // long, so that it does not end the wait first). Both stay to the end
-    // of the try: nothing after the lock waits longer either.
+    // of the try: nothing after the lock waits longer either. To the end of
+    // the whole budget: at the deadline before it, the watchdog ends the
+    // wait (and the try), and resumes the entry first.
     hold.execute(
         "SELECT pg_catalog.set_config('statement_timeout', $1, true),
                 pg_catalog.set_config('lock_timeout', $1, true)",
@@ -501,13 +573,15 @@ pub(super) fn lock_caught_up(
     {
         Ok(r) => r.get(0),
         Err(e)
-            if matches!(
-                e.code(),
-                Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
-            ) =>
+            if dog.disarm()
+                || matches!(
+                    e.code(),
+                    Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
+                ) =>
         {
-            // Named now, while the entry is paused: what still holds the
-            // shard is what held it up.
+            // Named now: what still holds the shard is what held it up.
+            // (Once the watchdog is done: its cancel may be on its way.)
+            quiet(publisher);
             let who = pause::holders(publisher, schema, &[hold_pid], None)?;
             return Err(Failure::GaveUp(format!(
                 "the shard's tables were not locked within the budget ({} ms), held by:{}",

@@ -114,6 +114,7 @@ impl Mover<'_> {
             &self.back,
             (self.shard, schema),
             budget,
+            dog,
         )?;
         stop_after("back-blocked");
         let state: String = hold

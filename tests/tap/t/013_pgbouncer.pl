@@ -26,7 +26,9 @@
 #   follows through the slot's advance, from 16 through origin = none;
 # - the cutover's budget: a transaction open through the entry, and a
 #   pg_dump of the old server, holding the shard longer than the budget:
-#   named, nothing paused (exit 75); SIGTERM during a PAUSE;
+#   named, nothing paused (exit 75); SIGTERM during a PAUSE; back-to-back
+#   readers: each try that paused held its clients at most the budget, and
+#   no pgbench client waited longer (its latency log);
 # - insta-id rebalance through PgBouncer, killed in its first move and run
 #   again: it finishes that move, plans again and goes on;
 # - PgBouncer's delay after a failed login (what a PAUSE that cuts a login
@@ -423,6 +425,64 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	move_released($_, 17) for $old, $new;
 	($rc, $out) = move(17);
 	is("$rc|" . join('|', @{ entry(17) }{qw(port paused)}), '0|' . $new->port . '|0', 'run again, the move finished') or diag $out;
+}
+
+# The budget is a cap, for a try given up too: back-to-back readers of a
+# second on the old server, each holding shard 20's table (ACCESS SHARE,
+# which the cutover's lock waits for), and a budget of 500 ms. A try that
+# finds a reader younger than the budget pauses the entry, and its lock
+# waits for that reader past the budget: the try's watchdog ends it at its
+# deadline and resumes the entry; the other tries pause nothing. Every try
+# that paused says what it held its clients for, never more than the
+# budget, and no pgbench client (its latency log: a transaction's time less
+# its schedule lag) waited longer than the longest such hold plus the
+# longest transaction of the same run before the move began.
+{
+	$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(20, 20, 'template')});
+	append_to_file($map, 'shard20 = host=' . $old->host . ' port=' . $old->port . " dbname=app\n");
+	via($admin, 'RELOAD');
+	my $bench = bench_start(20, 4);
+	until_rows($old, 20, 400) or die 'pgbench on shard 20 wrote too little';
+	my $began = Time::HiRes::time();
+	my $readers = IPC::Run::start([ 'psql', '-XqtA', '-d', $from ],
+		'<', \("SELECT count(*), pg_sleep(1) FROM insta20.users;\n" x 120), '>', \my $read_out, '2>', \my $read_err,
+		IPC::Run::timeout(180));
+	$old->poll_query_until('app', q{SELECT EXISTS (SELECT FROM pg_locks l WHERE l.relation = 'insta20.users'::regclass AND l.granted
+		AND l.pid <> pg_backend_pid())}) or die 'the readers did not hold shard 20';
+	my (@held, $said);
+	for my $run (1 .. 3)
+	{
+		my ($grc, $gout) = move(20, undef, '--rollback-window', 0, '--pause-budget', 500, '--cutover-attempts', 8, '--cutover-retry', 1);
+		$said .= $gout;
+		push @held, $gout =~ /this try held the shard's clients (\d+) ms of its budget of 500 ms/g;
+		last if @held || $grc == 0;
+		move_released($_, 20) for $old, $new;
+	}
+	$readers->kill_kill;
+	move_released($_, 20) for $old, $new;
+	($rc, $out) = move(20);
+	my ($done, $failed, $brc, $bout) = bench_stop($bench);
+	my ($before, $worst) = (0, 0);
+	for my $log (glob "$dir/pgbench20.*")
+	{
+		for (split /\n/, slurp_file($log))
+		{
+			# client, transaction, time (µs), script, end (s, µs), schedule lag (µs)
+			my (undef, undef, $time, undef, $end_s, $end_us, $lag) = split / /;
+			my $wait = ($time - ($lag // 0)) / 1000;
+			$worst = $wait if $wait > $worst;
+			$before = $wait if $wait > $before && $end_s + $end_us / 1e6 < $began;
+		}
+	}
+	my $cap = 0;
+	$cap = $_ > $cap ? $_ : $cap for @held;
+	note "shard 20: tries that paused held their clients @held ms; the longest client wait $worst ms, before the move $before ms";
+	ok(@held && !grep({ $_ > 500 } @held), "back-to-back readers: every try that paused held its clients at most the budget (500 ms): @held")
+	  or diag $said;
+	cmp_ok($worst, '<=', $cap + $before,
+		'... and no client waited longer than the longest hold plus the longest transaction before the move (pgbench latency log)');
+	is("$rc|$brc|$failed|" . rows_on($new, 20), "0|0|0|$done", "the readers gone, the move finished: 0 failed, $done rows on the new server")
+	  or diag "$out\n$bout";
 }
 
 # Two PgBouncers in front of the fleet (for capacity, or a pair for
