@@ -2209,3 +2209,97 @@ $$;
 COMMENT ON FUNCTION insta_id.move_arrived(int, text, text) IS
 'Records on the registry the server a move brought a shard from (the mover calls it)';
 REVOKE ALL ON FUNCTION insta_id.move_arrived(int, text, text) FROM PUBLIC;
+
+-- The cutover on the new server of a move's rollback, in move_lock's
+-- transaction in place of drop_shard: the shard is no longer registered
+-- here, its schema stays, fenced (move_fence: clients' writes refused, its
+-- sequences mint nothing), and the step 'returned' is recorded. The
+-- rollback drops the copy (move_release) once the clients are on the old
+-- server: a drop's time grows with what the schema holds, and in the
+-- cutover all of it is spent with clients paused. Returns the schema.
+-- 55000 unless the shard is locked for its cutover (move_lock) and its
+-- move here is recorded; 42704 for a shard not registered here; 22004 for
+-- NULL.
+CREATE FUNCTION insta_id.move_return(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    recorded insta_id_admin.moves;
+BEGIN
+    IF move_return.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    nsp := insta_id._shard_schema(move_return.shard_id);
+    PERFORM insta_id._check_move_locked(move_return.shard_id, nsp);
+    SELECT * INTO recorded FROM insta_id_admin.moves m
+    WHERE m.shard_id = move_return.shard_id AND m.side = 'arriving' AND m.schema_name = nsp FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no move of shard % to this server is recorded', move_return.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_return.shard_id;
+    PERFORM insta_id.move_fence(nsp, move_return.shard_id);
+    PERFORM insta_id.move_step(move_return.shard_id, 'arriving', 'returned', nsp, recorded.peer);
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_return(int) IS
+'The cutover of a rollback on the server the shard had moved to: the shard unregistered here, its schema fenced until the rollback drops it (move_release)';
+REVOKE ALL ON FUNCTION insta_id.move_return(int) FROM PUBLIC;
+
+-- Drops the copy this server keeps for a move's rollback (move_reserve),
+-- once its window has passed or the rollback is not wanted, or the copy a
+-- rollback left here, fenced (move_return), once its clients are on the
+-- old server: its schema, as drop_shard drops a shard's (under its locks,
+-- never another schema's objects: 2BP01), its migration history and, of
+-- a kept copy, the move's record (a rollback's is the mover's to end, with
+-- the replication back: move_done). The mover drops the replication back
+-- into a kept copy first. Returns the schema. 42704 when no such copy of
+-- the shard is here; 55000 when the shard or the schema is registered here
+-- (the copy is a shard again) or a subscription still applies into it;
+-- 22004 for NULL.
+CREATE OR REPLACE FUNCTION insta_id.move_release(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    recorded insta_id_admin.moves;
+BEGIN
+    IF move_release.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO recorded FROM insta_id_admin.moves m
+    WHERE m.shard_id = move_release.shard_id
+      AND (m.side = 'leaving' AND m.step IN ('reserved', 'returning') OR m.side = 'arriving' AND m.step = 'returned')
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no copy of shard % is kept on this server for a rollback', move_release.shard_id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF EXISTS (SELECT FROM insta_id_admin.shard_registry r
+               WHERE r.shard_id = move_release.shard_id OR r.schema_name = recorded.schema_name) THEN
+        RAISE EXCEPTION 'shard % or schema % is registered on this server: not a copy kept for a rollback',
+                        move_release.shard_id, quote_ident(recorded.schema_name)
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF EXISTS (SELECT FROM pg_subscription_rel s JOIN pg_class c ON c.oid = s.srrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = recorded.schema_name) THEN
+        RAISE EXCEPTION 'a subscription still applies changes into schema %', quote_ident(recorded.schema_name)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Drop the move''s subscription back (insta_back_<shard>) first: insta-id move --release does.';
+    END IF;
+    -- Registered for this transaction only, so that drop_shard's checks and
+    -- locks decide what goes.
+    INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
+    PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
+    DELETE FROM insta_id_admin.sequence_fences s WHERE s.schema_name = recorded.schema_name;
+    DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
+    RETURN recorded.schema_name;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_release(int) IS
+'Drops the copy of a shard this server kept for a move''s rollback (and the move''s record), or the copy a rollback left here';

@@ -876,7 +876,7 @@ impl<'a> Mover<'a> {
         if matches!(kept, Kept::Untrusted(_)) {
             self.copy(schema)?;
         }
-        self.verify_copy(schema)?;
+        self.verify_copy(schema, false)?;
         stop_after("verified");
         self.cutover_and_finish(hold, schema)
     }

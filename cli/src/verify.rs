@@ -452,13 +452,15 @@ pub fn compare(
 /// read, or copies that differ: the cutover reads them again, under its
 /// lock), each with its line, and the first ID the cutover compares.
 /// From `since` (an earlier call's), only the IDs made since: between two
-/// tries of a cutover.
+/// tries of a cutover. `sides`: what the lines call the publisher and the
+/// subscriber (a move's old and new servers; a rollback's the other way).
 pub fn before_cutover(
     publisher: &mut Client,
     subscriber: &mut Client,
     slot: &str,
     schema: &str,
     since: Option<i64>,
+    sides: (&str, &str),
 ) -> Result<(Vec<(Mismatch, String)>, i64), String> {
     let by = Buckets::of(publisher, DAY_MS)?;
     let mut lo = since;
@@ -499,7 +501,7 @@ pub fn before_cutover(
             }
         );
         for m in found {
-            let line = described(publisher, &m, by, ("old server", "new server"))?;
+            let line = described(publisher, &m, by, sides)?;
             differ.push((m, line));
         }
         lo = Some(hi);
@@ -515,13 +517,15 @@ pub fn before_cutover(
 /// (`subscriber`, a session of the comparison's own) has applied
 /// everything committed before. Compared: the rows made since the last
 /// pass before began (`lo`), and the buckets that differed then
-/// (`again`). Returns each difference as a line.
+/// (`again`). Returns each difference as a line, with `sides` as
+/// before_cutover's.
 pub fn at_cutover(
     locked: &mut Client,
     subscriber: &mut Client,
     schema: &str,
     lo: i64,
     again: &[Mismatch],
+    sides: (&str, &str),
 ) -> Result<Vec<String>, String> {
     // The owner's code may take a session's advisory lock, which no
     // rollback releases: the try is given up rather than go on with it.
@@ -585,7 +589,7 @@ pub fn at_cutover(
     }
     let mut said = Vec::new();
     for m in &found {
-        said.push(described(locked, m, by, ("old server", "new server"))?);
+        said.push(described(locked, m, by, sides)?);
     }
     Ok(said)
 }

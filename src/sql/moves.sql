@@ -10,9 +10,10 @@
 --                         what the rows do not carry: sequences, the
 --                         high-water mark (raise_high_water_mark, in
 --                         guard.sql), the migration history
---   move_reserve, move_release
+--   move_reserve, move_return, move_release
 --                         the old server's copy kept, fenced, for the
---                         move's rollback, and dropped once it is not wanted
+--                         move's rollback (and the new server's, after
+--                         one), and dropped once it is not wanted
 -- adopt_shard and drop_shard (registry.sql) end the move on each side.
 -- search_path and privileges: as registry.sql says; none is PUBLIC's.
 
@@ -767,14 +768,56 @@ $$;
 COMMENT ON FUNCTION insta_id.move_reserve(int, interval) IS
 'The cutover of a move that keeps the old copy for its rollback: the shard unregistered here, its schema fenced and kept until now + keep';
 
+-- The cutover on the new server of a move's rollback, in move_lock's
+-- transaction in place of drop_shard: the shard is no longer registered
+-- here, its schema stays, fenced (move_fence: clients' writes refused, its
+-- sequences mint nothing), and the step 'returned' is recorded. The
+-- rollback drops the copy (move_release) once the clients are on the old
+-- server: a drop's time grows with what the schema holds, and in the
+-- cutover all of it is spent with clients paused. Returns the schema.
+-- 55000 unless the shard is locked for its cutover (move_lock) and its
+-- move here is recorded; 42704 for a shard not registered here; 22004 for
+-- NULL.
+CREATE FUNCTION insta_id.move_return(shard_id int)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    recorded insta_id_admin.moves;
+BEGIN
+    IF move_return.shard_id IS NULL THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    nsp := insta_id._shard_schema(move_return.shard_id);
+    PERFORM insta_id._check_move_locked(move_return.shard_id, nsp);
+    SELECT * INTO recorded FROM insta_id_admin.moves m
+    WHERE m.shard_id = move_return.shard_id AND m.side = 'arriving' AND m.schema_name = nsp FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no move of shard % to this server is recorded', move_return.shard_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    DELETE FROM insta_id_admin.shard_registry r WHERE r.shard_id = move_return.shard_id;
+    PERFORM insta_id.move_fence(nsp, move_return.shard_id);
+    PERFORM insta_id.move_step(move_return.shard_id, 'arriving', 'returned', nsp, recorded.peer);
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.move_return(int) IS
+'The cutover of a rollback on the server the shard had moved to: the shard unregistered here, its schema fenced until the rollback drops it (move_release)';
+
 -- Drops the copy this server keeps for a move's rollback (move_reserve),
--- once its window has passed or the rollback is not wanted: its schema,
--- as drop_shard drops a shard's (under its locks, never another schema's
--- objects: 2BP01), its migration history and the move's record. The
--- mover drops the replication back into it first. Returns the schema.
--- 42704 when no copy of the shard is kept here; 55000 when the shard or
--- the schema is registered here (the copy is a shard again) or a
--- subscription still applies into it; 22004 for NULL.
+-- once its window has passed or the rollback is not wanted, or the copy a
+-- rollback left here, fenced (move_return), once its clients are on the
+-- old server: its schema, as drop_shard drops a shard's (under its locks,
+-- never another schema's objects: 2BP01), its migration history and, of
+-- a kept copy, the move's record (a rollback's is the mover's to end, with
+-- the replication back: move_done). The mover drops the replication back
+-- into a kept copy first. Returns the schema. 42704 when no such copy of
+-- the shard is here; 55000 when the shard or the schema is registered here
+-- (the copy is a shard again) or a subscription still applies into it;
+-- 22004 for NULL.
 CREATE FUNCTION insta_id.move_release(shard_id int)
 RETURNS name
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -787,7 +830,9 @@ BEGIN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO recorded FROM insta_id_admin.moves m
-    WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving' AND m.step IN ('reserved', 'returning') FOR UPDATE;
+    WHERE m.shard_id = move_release.shard_id
+      AND (m.side = 'leaving' AND m.step IN ('reserved', 'returning') OR m.side = 'arriving' AND m.step = 'returned')
+    FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no copy of shard % is kept on this server for a rollback', move_release.shard_id
             USING ERRCODE = 'undefined_object';
@@ -814,4 +859,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION insta_id.move_release(int) IS
-'Drops the copy of a shard this server kept for a move''s rollback, and the move''s record';
+'Drops the copy of a shard this server kept for a move''s rollback (and the move''s record), or the copy a rollback left here';

@@ -102,18 +102,32 @@ impl Mover<'_> {
         Ok(())
     }
 
-    /// The copy compared with the old server's before the cutover
-    /// (verify.rs); the rows made since, and the buckets that differed,
+    /// The copy compared with the server it copies before the cutover
+    /// (verify.rs): a move's, the new server's copy with the old server's
+    /// shard; a rollback's (`back`), the old server's copy with the new
+    /// server's shard. The rows made since, and the buckets that differed,
     /// are compared at the cutover, which copies that differ stop.
-    pub(super) fn verify_copy(&mut self, schema: &str) -> Result<()> {
+    pub(super) fn verify_copy(&mut self, schema: &str, back: bool) -> Result<()> {
         if self.a.no_verify {
             return Ok(());
         }
-        self.step("compare the copy with the old server's");
-        let mut publisher = connect(&self.from_s)?;
-        let mut subscriber = connect(&self.to_s)?;
-        let (differ, until) =
-            verify::before_cutover(&mut publisher, &mut subscriber, &self.name, schema, None)?;
+        let (holding, copy) = if back {
+            self.step("compare the old server's copy with the new server's shard");
+            (&self.to_s, &self.from_s)
+        } else {
+            self.step("compare the copy with the old server's");
+            (&self.from_s, &self.to_s)
+        };
+        let mut publisher = connect(holding)?;
+        let mut subscriber = connect(copy)?;
+        let (differ, until) = verify::before_cutover(
+            &mut publisher,
+            &mut subscriber,
+            self.slot(back),
+            schema,
+            None,
+            sides(back),
+        )?;
         for (_, line) in &differ {
             println!("   differs, read again at the cutover (rows changing, or copies that differ): {line}");
         }
@@ -124,10 +138,21 @@ impl Mover<'_> {
         Ok(())
     }
 
+    /// The replication slot that feeds the copy: the move's, or for a
+    /// rollback (`back`) the one back.
+    pub(super) fn slot(&self, back: bool) -> &str {
+        if back {
+            &self.back
+        } else {
+            &self.name
+        }
+    }
+
     /// Between two tries of the cutover: the rows made since the last
     /// comparison compared now, so that the next try's, under its lock,
     /// stays as short as the first's.
-    pub(super) fn verify_since(&mut self, schema: &str) -> Result<()> {
+    pub(super) fn verify_since(&mut self, schema: &str, back: bool) -> Result<()> {
+        let slot = self.slot(back).to_string();
         let (Some(lo), Some(publisher), Some(subscriber)) = (
             self.verified_until,
             self.verify_from.as_mut(),
@@ -136,7 +161,7 @@ impl Mover<'_> {
             return Ok(());
         };
         let (differ, until) =
-            verify::before_cutover(publisher, subscriber, &self.name, schema, Some(lo))?;
+            verify::before_cutover(publisher, subscriber, &slot, schema, Some(lo), sides(back))?;
         for (m, line) in differ {
             println!("   differs, read again at the cutover (rows changing, or copies that differ): {line}");
             self.verify_again.push(m);
@@ -487,6 +512,17 @@ fn left(elapsed: Duration, copied: i64, total: i64) -> String {
     }
     let secs = elapsed.as_secs_f64() * (total - copied) as f64 / copied as f64;
     format!(", about {} s left", secs.round() as u64)
+}
+
+/// What a comparison's lines call the server holding the shard and the one
+/// with the copy: a move's old and new servers, a rollback's (`back`) the
+/// other way.
+pub(super) fn sides(back: bool) -> (&'static str, &'static str) {
+    if back {
+        ("new server", "old server")
+    } else {
+        ("old server", "new server")
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! what replication does not, drops (or fences) the shard and COMMITs: the
 //! point of no return.
 
+use super::copy::sides;
 use super::*;
 use crate::bouncer::Resumer;
 use crate::pause::Deadline;
@@ -74,9 +75,7 @@ impl Mover<'_> {
                     retry.as_secs()
                 );
                 std::thread::sleep(retry);
-                if !back {
-                    self.verify_since(schema)?;
-                }
+                self.verify_since(schema, back)?;
             }
             let long = self.long_holders(schema, hold_pid, back, budget)?;
             if !long.is_empty() {
@@ -108,7 +107,8 @@ impl Mover<'_> {
                 (self.to.cancel_token(), self.to_s.tls.clone()),
             ];
             if let Some(c) = &self.verify_to {
-                cancels.push((c.cancel_token(), self.to_s.tls.clone()));
+                let copy = if back { &self.from_s } else { &self.to_s };
+                cancels.push((c.cancel_token(), copy.tls.clone()));
             }
             let mut trips = Instant::now();
             hold.batch_execute("SELECT 1").described()?;
@@ -424,7 +424,8 @@ impl Mover<'_> {
         // changes.
         if let (Some(lo), Some(to)) = (self.verified_until, self.verify_to.as_mut()) {
             let compared = Instant::now();
-            let differ = verify::at_cutover(hold, to, schema, lo, &self.verify_again)?;
+            let differ =
+                verify::at_cutover(hold, to, schema, lo, &self.verify_again, sides(false))?;
             println!(
                 "   the rows made since the last comparison compared with the tables locked: {} ms",
                 compared.elapsed().as_millis()

@@ -114,7 +114,7 @@ pub fn decide(s: &Seen, w: Want, locus: Locus) -> Next {
     // PgBouncer target is the old server's, not the move's.
     if s.arriving == Some(Arriving::Returned) {
         if !w.rollback {
-            return refuse(format!("a rollback of shard {n} committed (the shard was dropped on the new server): finish it with --rollback, and with --pgbouncer-target naming the old server"));
+            return refuse(format!("a rollback of shard {n} committed (the shard left the new server): finish it with --rollback, and with --pgbouncer-target naming the old server"));
         }
         if let Some(m) = paused_without_bouncer(s, w) {
             return refuse(m);

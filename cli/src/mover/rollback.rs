@@ -1,6 +1,7 @@
 //! A moved shard's kept copy on the old server: the rollback that returns
 //! the shard to it, and the release that drops it.
 
+use super::copy::sides;
 use super::cutover::{commit_within, lock_caught_up, wait_past_mark};
 use super::finish::drop_fence;
 use super::*;
@@ -54,6 +55,10 @@ impl Mover<'_> {
             Ok(worker && slot)
         })
         .map_err(|_| format!("the subscription back ({}) is not streaming (no apply worker on the old server, or its slot idle on the new one: the old server's log says why); nothing was changed", self.back))?;
+        // The old server's copy compared with the shard before it is
+        // returned, as a move compares its copy (the rows made since, at
+        // the cutover, under its lock).
+        self.verify_copy(schema, true)?;
         // As the move's cutover does on the new server: the old server's
         // adoption is begun, and its registry row held, before this
         // cutover's COMMIT on the new server, the point of no return.
@@ -116,11 +121,27 @@ impl Mover<'_> {
             budget,
             dog,
         )?;
+        budget.lap("lock and catch-up");
         stop_after("back-blocked");
+        // The rows made since the last comparison, now that neither side
+        // changes.
+        if let (Some(lo), Some(old)) = (self.verified_until, self.verify_to.as_mut()) {
+            let differ =
+                verify::at_cutover(hold, old, schema, lo, &self.verify_again, sides(true))?;
+            budget.lap("compare");
+            if !differ.is_empty() {
+                return fail(format!(
+                    "the old server's copy of shard {} differs from the new server's at the rollback's cutover (rolled back, nothing changed; the new server holds the shard):\n  {}\nFind why with insta-id verify; the shard stays on the new server",
+                    self.shard,
+                    differ.join("\n  ")
+                ));
+            }
+        }
         let state: String = hold
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
             .get(0);
+        budget.lap("move_state");
         // As at the move's cutover: a table made on both servers in the
         // window exists on the old copy, but the rows written to it on the
         // new server never came back.
@@ -133,6 +154,7 @@ impl Mover<'_> {
                 &[&self.shard, &state],
             )
             .described()?;
+        budget.lap("move_carry");
         let mark: Option<String> = self
             .from
             .query_one(
@@ -145,20 +167,25 @@ impl Mover<'_> {
             println!("   sequences and the high-water mark ({mark}) carried back");
             wait_past_mark(&mut self.from, &mark, budget)?;
         }
-        hold.execute(
-            "SELECT insta_id.drop_shard($1::int, force => true)",
-            &[&self.shard],
-        )
-        .described()?;
-        Self::record(
-            hold,
-            self.shard,
-            Arriving::Returned,
-            schema,
-            &self.from_label,
-        )?;
+        budget.lap("mark");
+        // Fenced and kept, not dropped: a drop's time grows with what the
+        // schema holds, all of it spent with clients paused. The rollback
+        // drops it once they are on the old server (finish_rollback).
+        hold.execute("SELECT insta_id.move_return($1::int)", &[&self.shard])
+            .described()?;
+        budget.lap("fence");
         commit_within(hold, budget, dog)?;
-        println!("   schema {} dropped on the new server", printable(schema));
+        budget.lap("commit");
+        println!(
+            "   committed: the try took {} ms of its budget ({} ms): {}",
+            budget.used_ms(),
+            budget.total_ms(),
+            budget.laps()
+        );
+        println!(
+            "   schema {} fenced on the new server, to be dropped once its clients are on the old one",
+            printable(schema)
+        );
         Ok(())
     }
 
@@ -219,7 +246,7 @@ impl Mover<'_> {
         }
         // (Without PgBouncer too: a signal from here on exits at once.)
         pause::released();
-        self.step("cleanup: the replication back, the fence");
+        self.step("cleanup: the replication back, the fence, the new server's copy");
         {
             let mut tx = self.from.transaction().described()?;
             Self::unsubscribe_back(&mut tx, &self.back)?;
@@ -227,6 +254,29 @@ impl Mover<'_> {
         }
         drop_fence(&mut self.from, schema)?;
         Self::done(&mut self.from, self.shard, "leaving")?;
+        // The copy the cutover fenced on the new server, now that the
+        // clients are on the old one (a rollback before 0.11.0 dropped it
+        // in its cutover: nothing left).
+        let kept: bool = self
+            .to
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+                        AND EXISTS (SELECT FROM insta_id_admin.moves
+                                    WHERE shard_id = $2::int AND side = 'arriving' AND step = 'returned')",
+                &[&schema, &self.shard],
+            )
+            .described()?
+            .get(0);
+        if kept {
+            release_copy(&mut self.to, |_| Ok(()), self.shard, schema, &self.a.waits.lock_timeout)
+                .map_err(|e| {
+                    Failure::Failed(format!(
+                        "on the new server: {}\nThe shard is the old server's again; run the rollback again (--rollback) to drop the new server's copy",
+                        e.message()
+                    ))
+                })?;
+        }
+        stop_after("released-new");
         self.drop_back()?;
         drop(hold);
         self.step(&format!(
@@ -247,53 +297,20 @@ impl Mover<'_> {
         // replication: its subscription, slots and publication.)
         let st = self.read_state()?;
         self.drop_replication(&st, None)?;
-        {
-            let mut tx = self.from.transaction().described()?;
-            Self::unsubscribe_back(&mut tx, &self.back)?;
-            // What it drops, said before it does.
-            let dropped: String = tx
-                .query_one(
-                    "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
-                     SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
-                                CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
-                                     WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
-                              ', ' ORDER BY c.relname), 'nothing')
-                         || pg_catalog.format(', %s functions, %s types',
-                              (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
-                              (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
-                               WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
-                     FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
-                    &[&schema],
-                )
-                .described()?
-                .get(0);
-            println!(
-                "   dropping schema {} on the old server: {} (never another schema's objects: drop_shard refuses those)",
-                printable(schema),
-                printable(&dropped)
-            );
-            // Bounded: a session on the old copy (a reader, a backup) holds
-            // the drop up, named; a re-run (or --release) drops it later.
-            tx.execute(
-                "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
-                &[&self.a.waits.lock_timeout],
-            )
-            .described()?;
-            if let Err(e) = tx.execute("SELECT insta_id.move_release($1::int)", &[&self.shard]) {
-                if e.code() != Some(&SqlState::LOCK_NOT_AVAILABLE) {
-                    return fail(crate::db::describe(&e));
-                }
-                drop(tx);
-                let who = pause::holders(&mut self.from, schema, &[], None)?;
-                return fail(format!(
-                    "the old server's copy of shard {} was not dropped within --lock-timeout ({}), held by:{}\nThe shard is the new server's; run the move again (or --release) to drop the copy",
-                    self.shard,
-                    self.a.waits.lock_timeout,
-                    if who.is_empty() { "\n  (no one any more)".to_string() } else { pause::listed(&who) }
-                ));
-            }
-            tx.commit().described()?;
-        }
+        let back = self.back.clone();
+        release_copy(
+            &mut self.from,
+            |tx| Self::unsubscribe_back(tx, &back),
+            self.shard,
+            schema,
+            &self.a.waits.lock_timeout,
+        )
+        .map_err(|e| {
+            Failure::Failed(format!(
+                "on the old server: {}\nThe shard is the new server's; run the move again (or --release) to drop the copy",
+                e.message()
+            ))
+        })?;
         stop_after("released-old");
         // (A finish killed before it dropped the fence on the new server.)
         drop_fence(&mut self.to, schema)?;
@@ -306,4 +323,68 @@ impl Mover<'_> {
         ));
         Ok(())
     }
+}
+
+/// Drops, in `tx` on `c`'s server, the copy of `shard` it keeps fenced
+/// (move_release: one kept for a rollback, or one a rollback left), saying
+/// first what it drops, and commits. Bounded by `lock_timeout`: a session
+/// on the copy (a reader, a backup) holds the drop up, and is named.
+/// `first` runs in the same transaction before it.
+fn release_copy(
+    c: &mut Client,
+    first: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<()>,
+    shard: i32,
+    schema: &str,
+    lock_timeout: &str,
+) -> Result<()> {
+    let mut tx = c.transaction().described()?;
+    first(&mut tx)?;
+    // What it drops, said before it does.
+    let dropped: String = tx
+            .query_one(
+                "WITH nsp AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text)
+                 SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %I',
+                            CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+                                 WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'relation' END, c.relname),
+                          ', ' ORDER BY c.relname), 'nothing')
+                     || pg_catalog.format(', %s functions, %s types',
+                          (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM nsp)),
+                          (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type y LEFT JOIN pg_catalog.pg_class t ON t.oid = y.typrelid
+                           WHERE y.typnamespace = (SELECT oid FROM nsp) AND (y.typtype IN ('e', 'd') OR t.relkind = 'c')))
+                 FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM nsp) AND c.relkind IN ('r', 'p', 'S', 'v')",
+                &[&schema],
+            )
+            .described()?
+            .get(0);
+    println!(
+        "   dropping schema {}: {} (never another schema's objects: drop_shard refuses those)",
+        printable(schema),
+        printable(&dropped)
+    );
+    // Bounded: a session on the copy holds the drop up, named; a
+    // re-run drops it later.
+    tx.execute(
+        "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+        &[&lock_timeout],
+    )
+    .described()?;
+    if let Err(e) = tx.execute("SELECT insta_id.move_release($1::int)", &[&shard]) {
+        if e.code() != Some(&SqlState::LOCK_NOT_AVAILABLE) {
+            return fail(crate::db::describe(&e));
+        }
+        drop(tx);
+        let who = pause::holders(c, schema, &[], None)?;
+        return fail(format!(
+            "the copy of shard {} was not dropped within --lock-timeout ({}), held by:{}",
+            shard,
+            lock_timeout,
+            if who.is_empty() {
+                "\n  (no one any more)".to_string()
+            } else {
+                pause::listed(&who)
+            }
+        ));
+    }
+    tx.commit().described()?;
+    Ok(())
 }

@@ -402,6 +402,52 @@ SELECT count(*) AS fences_left FROM insta_id_admin.sequence_fences;
 SELECT insta_id.move_release(40);
 \echo :LAST_ERROR_SQLSTATE
 
+-- A rollback's cutover on the server the shard had moved to (move_return,
+-- in place of drop_shard): the shard unregistered, its schema kept and
+-- fenced, the step 'returned'; move_release drops the copy once the
+-- clients are on the old server, and leaves the move's record to the
+-- mover. Refused: not under move_lock (55000), no move here recorded
+-- (55000), a shard not here (42704), NULL (22004), not PUBLIC's.
+SELECT insta_id.create_shard(42);
+CREATE TABLE insta42.t (id bigserial PRIMARY KEY, v int);
+INSERT INTO insta42.t (v) VALUES (1);
+SELECT insta_id.move_return(42);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT insta_id.move_lock(42, 5) IS NOT NULL AS locked;
+SELECT insta_id.move_return(42);
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_return(43);
+\echo :LAST_ERROR_SQLSTATE
+SELECT insta_id.move_return(NULL);
+\echo :LAST_ERROR_SQLSTATE
+CREATE ROLE insta_id_regress_returner_nobody;
+SET ROLE insta_id_regress_returner_nobody;
+SELECT insta_id.move_return(42);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE insta_id_regress_returner_nobody;
+SELECT insta_id.move_step(42, 'arriving', 'adopted', 'insta42', '/tmp:5433/app');
+BEGIN;
+SELECT insta_id.move_lock(42, 5) IS NOT NULL AS locked;
+SELECT insta_id.move_return(42) AS returned;
+COMMIT;
+SELECT count(*) AS registered FROM insta_id_admin.shard_registry WHERE shard_id = 42;
+SELECT side, step FROM insta_id_admin.moves WHERE shard_id = 42;
+INSERT INTO insta42.t (v) VALUES (2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT nextval('insta42.t_id_seq');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows_kept FROM insta42.t;
+SELECT insta_id.move_release(42);
+SELECT count(*) AS schema_left FROM pg_namespace WHERE nspname = 'insta42';
+SELECT count(*) AS fences_left FROM insta_id_admin.sequence_fences WHERE schema_name = 'insta42';
+SELECT side, step FROM insta_id_admin.moves WHERE shard_id = 42;
+SELECT insta_id.move_done(42, 'arriving');
+SELECT insta_id.move_release(42);
+\echo :LAST_ERROR_SQLSTATE
+
 -- insta_id.migrate skips a shard moved here whose record of the move is
 -- still here (its old copy may follow it for a rollback; DDL is not
 -- replicated): 55006 at the end, naming it; the template and the other

@@ -537,7 +537,7 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 # server once, nothing of either direction's replication left. Once as is,
 # once killed in the rollback's cutover (its locks held on the new server,
 # the entry paused: the re-run resumes it, then rolls back), once killed
-# after it committed (the shard dropped on the new server, the entry
+# after it committed (the shard fenced on the new server, the entry
 # paused: the re-run finishes), each run again.
 my $old_target = 'host=' . $old->host . ' port=' . $old->port . ' dbname=app';
 # What the moves of shard 13 leave on a server: publications, subscriptions,
@@ -586,7 +586,7 @@ for my $kill (undef, 'back-blocked', 'rolled-back')
 			# would point the entry at the server that dropped the shard.
 			my ($prc, $pout) = move(13, undef, '--rollback-window', '15 min');
 			is("$prc|" . last_line($pout),
-				"1|insta-id: a rollback of shard 13 committed (the shard was dropped on the new server): finish it with --rollback, and with --pgbouncer-target naming the old server",
+				"1|insta-id: a rollback of shard 13 committed (the shard left the new server): finish it with --rollback, and with --pgbouncer-target naming the old server",
 				'a rollback past its commit is not finished by a run of the move');
 		}
 	}
