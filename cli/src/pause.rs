@@ -122,6 +122,9 @@ pub struct Deadline<'a> {
     /// that thread).
     pub killer: &'a mut Client,
     pub try_pid: i32,
+    /// When that backend started: a process ID is terminated only while
+    /// it is still that backend's, never another's that reused it.
+    pub try_started: String,
     /// Console sessions opened before the try: the entry resumed through
     /// them, one round trip each.
     pub resumers: &'a mut [Resumer],
@@ -177,8 +180,9 @@ impl Watchdog {
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
             let _ = d.killer.execute(
-                "SELECT pg_catalog.pg_terminate_backend($1::int)",
-                &[&d.try_pid],
+                "SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = $1::int AND a.backend_start::text = $2::text",
+                &[&d.try_pid, &d.try_started],
             );
             let resumed = crate::bouncer::resume_each(d.resumers, true);
             for (token, tls) in &d.cancels {

@@ -91,10 +91,15 @@ impl Mover<'_> {
             // consoles to resume through, opened before its budget starts.
             let holding_s = if back { &self.to_s } else { &self.from_s };
             let mut t = hold_open(holding_s, &self.a.waits.lock_timeout)?;
-            let t_pid: i32 = t
-                .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
-                .described()?
-                .get(0);
+            let r = t
+                .query_one(
+                    "SELECT pg_catalog.pg_backend_pid(),
+                            (SELECT a.backend_start::text FROM pg_catalog.pg_stat_activity a
+                             WHERE a.pid = pg_catalog.pg_backend_pid())",
+                    &[],
+                )
+                .described()?;
+            let (t_pid, t_started): (i32, Option<String>) = (r.get(0), r.get(1));
             let mut resumers = match &self.bouncer {
                 Some(bs) => bs.resumers()?,
                 None => Vec::new(),
@@ -128,6 +133,7 @@ impl Mover<'_> {
                     Deadline {
                         killer: &mut *hold,
                         try_pid: t_pid,
+                        try_started: t_started.unwrap_or_default(),
                         resumers: &mut resumers,
                         cancels,
                     },
