@@ -407,6 +407,52 @@ impl Mover<'_> {
         ))
     }
 
+    /// Under the cutover's lock (`hold`'s transaction, a move's or for a
+    /// rollback, `back`, its way back), the rows made since the last
+    /// comparison and the buckets that differed then, compared with the
+    /// copy, which has applied everything committed before the lock. A
+    /// copy that differs stops the cutover, nothing changed.
+    pub(super) fn compare_locked(
+        &mut self,
+        hold: &mut Client,
+        schema: &str,
+        budget: &Budget,
+        back: bool,
+    ) -> Result<()> {
+        let (Some(lo), Some(copy)) = (self.verified_until, self.verify_to.as_mut()) else {
+            return Ok(());
+        };
+        let compared = Instant::now();
+        let differ = verify::at_cutover(hold, copy, schema, lo, &self.verify_again, sides(back))?;
+        println!(
+            "   the rows made since the last comparison compared with the tables locked: {} ms",
+            compared.elapsed().as_millis()
+        );
+        budget.lap("compare");
+        if differ.is_empty() {
+            return Ok(());
+        }
+        let (copy, holder, then) = if back {
+            (
+                "the old server's copy",
+                "the new server's",
+                "the shard stays on the new server",
+            )
+        } else {
+            (
+                "the copy",
+                "the old server's",
+                "then --undo drops the copy, and a move copies afresh",
+            )
+        };
+        fail(format!(
+            "{copy} of shard {} differs from {holder} at the cutover (rolled back, nothing changed; the {} server holds the shard):\n  {}\nFind why with insta-id verify; {then}",
+            self.shard,
+            if back { "new" } else { "old" },
+            differ.join("\n  ")
+        ))
+    }
+
     pub(super) fn cutover_locked(
         &mut self,
         hold: &mut Client,
@@ -426,25 +472,7 @@ impl Mover<'_> {
         )?;
         budget.lap("lock and catch-up");
         stop_after("blocked");
-        // The rows made since the last comparison, now that neither side
-        // changes.
-        if let (Some(lo), Some(to)) = (self.verified_until, self.verify_to.as_mut()) {
-            let compared = Instant::now();
-            let differ =
-                verify::at_cutover(hold, to, schema, lo, &self.verify_again, sides(false))?;
-            println!(
-                "   the rows made since the last comparison compared with the tables locked: {} ms",
-                compared.elapsed().as_millis()
-            );
-            budget.lap("compare");
-            if !differ.is_empty() {
-                return fail(format!(
-                    "the copy of shard {} differs from the old server's at the cutover (rolled back, nothing changed; the old server holds the shard):\n  {}\nFind why with insta-id verify; then --undo drops the copy, and a move copies afresh",
-                    self.shard,
-                    differ.join("\n  ")
-                ));
-            }
-        }
+        self.compare_locked(hold, schema, budget, false)?;
         // Logical replication carries neither sequences nor the time of the
         // last ID (nor insta_id's history of the shard): move_state reads
         // them under the lock, move_carry sets them on the new server in

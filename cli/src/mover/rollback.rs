@@ -1,7 +1,6 @@
 //! A moved shard's kept copy on the old server: the rollback that returns
 //! the shard to it, and the release that drops it.
 
-use super::copy::sides;
 use super::cutover::{commit_within, lock_caught_up, wait_past_mark};
 use super::finish::drop_fence;
 use super::*;
@@ -123,20 +122,7 @@ impl Mover<'_> {
         )?;
         budget.lap("lock and catch-up");
         stop_after("back-blocked");
-        // The rows made since the last comparison, now that neither side
-        // changes.
-        if let (Some(lo), Some(old)) = (self.verified_until, self.verify_to.as_mut()) {
-            let differ =
-                verify::at_cutover(hold, old, schema, lo, &self.verify_again, sides(true))?;
-            budget.lap("compare");
-            if !differ.is_empty() {
-                return fail(format!(
-                    "the old server's copy of shard {} differs from the new server's at the rollback's cutover (rolled back, nothing changed; the new server holds the shard):\n  {}\nFind why with insta-id verify; the shard stays on the new server",
-                    self.shard,
-                    differ.join("\n  ")
-                ));
-            }
-        }
+        self.compare_locked(hold, schema, budget, true)?;
         let state: String = hold
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
