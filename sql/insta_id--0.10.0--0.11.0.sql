@@ -2295,7 +2295,11 @@ BEGIN
     -- Registered for this transaction only, so that drop_shard's checks and
     -- locks decide what goes.
     INSERT INTO insta_id_admin.shard_registry (shard_id, schema_name) VALUES (move_release.shard_id, recorded.schema_name);
-    PERFORM insta_id.drop_shard(move_release.shard_id, force => true);
+    -- Each lock waited for as long as the caller's lock_timeout says
+    -- (drop_shard's 2 s when it is 0, as drop_shard's own default).
+    PERFORM insta_id.drop_shard(move_release.shard_id, force => true,
+                                lock_timeout => CASE current_setting('lock_timeout') WHEN '0' THEN '2s'
+                                                ELSE current_setting('lock_timeout') END);
     DELETE FROM insta_id_admin.sequence_fences s WHERE s.schema_name = recorded.schema_name;
     DELETE FROM insta_id_admin.moves m WHERE m.shard_id = move_release.shard_id AND m.side = 'leaving';
     RETURN recorded.schema_name;

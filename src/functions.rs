@@ -394,7 +394,7 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
                 format!(
                     "sequence \"{}\" would issue an ID {} ms ahead of the clock",
                     relation_name(relid),
-                    ms - now
+                    ms - clock::now_unix_ms()
                 ),
                 format!(
                     "Its next free millisecond is {ms} since 1970-01-01 UTC; insta_id.max_lead allows {} ms. insta_id.on_overflow = 'error'; 'wait' would wait for the clock.",

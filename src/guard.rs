@@ -113,12 +113,12 @@ impl SeqState {
     }
 
     /// Decides the millisecond for `residue` given the clock reading `now_ms`,
-    /// taken before the lock. `clock` reads the clock again, only where a
-    /// borrow is decided: `now_ms` may be far behind the last millisecond
-    /// because the clock stepped back, or only because the session stalled
-    /// between its reading and the lock while others moved on (a busy
-    /// machine deschedules a backend for 100 ms); a reading taken now tells
-    /// them apart.
+    /// taken before the lock. `clock` reads the clock again, at most once,
+    /// only where a borrow or the lead's bound is decided: `now_ms` may be
+    /// far behind the last millisecond because the clock stepped back, or
+    /// only because the session stalled between its reading and the lock
+    /// while others moved on (a busy machine deschedules a backend for
+    /// 100 ms); a reading taken now tells them apart.
     pub fn admit_at(
         &mut self,
         residue: u16,
@@ -127,6 +127,9 @@ impl SeqState {
         clock: impl FnOnce() -> i64,
     ) -> Admit {
         debug_assert!(residue < 1024);
+        // The clock read again at most once, and only where `now_ms` decides.
+        let mut clock = Some(clock);
+        let mut fresh = |stale: i64| clock.take().map_or(stale, |read| read());
         if now_ms > self.last_ms {
             self.last_ms = now_ms;
             self.used = [0; RESIDUE_WORDS];
@@ -151,7 +154,7 @@ impl SeqState {
                     // Every millisecond up to `ms` came from a reading taken
                     // before this one, so a clock that did not step back now
                     // reads at least `ms`: then wait, never borrow ahead of it.
-                    now_ms = clock();
+                    now_ms = fresh(now_ms);
                     if now_ms > ms - BORROW_AFTER_MS {
                         return Admit::WaitPast(ms);
                     }
@@ -162,6 +165,10 @@ impl SeqState {
                     ms += 1;
                 }
             }
+        }
+        if ms.saturating_sub(now_ms) > policy.max_lead_ms {
+            // (A stale reading is not a lead: read again.)
+            now_ms = fresh(now_ms);
         }
         if ms.saturating_sub(now_ms) > policy.max_lead_ms {
             // Nothing changes: the call comes back once the clock allows it.
@@ -697,6 +704,18 @@ mod tests {
         assert_eq!(s.admit_at(0, 0, WAIT, || 101), Admit::WaitPast(100));
         // The clock really stepped back: the reading under the lock agrees.
         assert_eq!(s.admit_at(0, 0, WAIT, || 0), Admit::Issue(101));
+        // A reading a stall made older than the lead's bound is read again
+        // before the bound refuses (error mode) or waits.
+        let mut far = SeqState::full_at(i64::MIN);
+        assert_eq!(far.admit(7, 5_000, WAIT), Admit::Issue(5_000));
+        assert_eq!(
+            far.admit_at(8, 5_000 - LEAD - 500, ERROR, || 5_000),
+            Admit::Issue(5_000)
+        );
+        assert_eq!(
+            far.admit_at(9, 5_000 - LEAD - 500, ERROR, || 5_000 - LEAD - 500),
+            Admit::Ahead(5_000)
+        );
         // No re-read where nothing is borrowed.
         assert_eq!(
             s.admit_at(1, 0, WAIT, || unreachable!("not a borrow")),

@@ -48,6 +48,8 @@ pub enum Drain {
     /// A transaction through the entry stayed open past the wait; the
     /// PAUSE was sent then (the entry's clients queue from there).
     Busy(Instant),
+    /// The try's deadline passed before the PAUSE was sent: not sent.
+    Late,
     Failed(String),
 }
 
@@ -211,6 +213,42 @@ pub fn rewritten(map: &str, entry: &str, target: &str) -> String {
         out.push(line);
     }
     out.join("\n") + "\n"
+}
+
+/// A console session of one PgBouncer opened before a try of the cutover,
+/// to PAUSE the entry through.
+pub struct Pauser {
+    c: Client,
+    entry: String,
+}
+
+impl Pauser {
+    /// PAUSEs the entry, unless `send_by` (the try's deadline) has passed:
+    /// the try's watchdog may have resumed the entry already, and a PAUSE
+    /// after that would hold the clients again (`Drain::Late`). Waits
+    /// until `until` at most for the transactions open through it to end:
+    /// returns when it was sent, or says why not (`Drain::Busy`: they did
+    /// not end in time). Either way the entry may be paused: the caller
+    /// resumes it (the try's `Resumer`s).
+    pub fn pause(self, send_by: Instant, until: Instant) -> Result<Instant, Drain> {
+        let Pauser { mut c, entry } = self;
+        let started = Instant::now();
+        if started >= send_by {
+            return Err(Drain::Late);
+        }
+        let (tx, rx) = mpsc::channel();
+        // A try given up leaves this thread waiting on its console session:
+        // PgBouncer answers it when a later PAUSE is done, or it ends with
+        // the process.
+        std::thread::spawn(move || {
+            let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
+        });
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(Ok(_)) => Ok(started),
+            Ok(Err(e)) => Err(Drain::Failed(e)),
+            Err(_) => Err(Drain::Busy(started)),
+        }
+    }
 }
 
 /// A console session of one PgBouncer opened before a try of the cutover:
@@ -507,27 +545,13 @@ impl Bouncer {
         }
     }
 
-    /// PAUSEs the entry, waiting `within` at most for the transactions
-    /// open through it to end: returns when it was sent, or says why not
-    /// (`Drain::Busy`: they did not end in time). Either way the entry may
-    /// be paused: the caller resumes it (the try's `Resumer`s).
-    pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
-        // Connected first: the time below is the PAUSE's alone.
-        let mut c = console(&self.admin).map_err(Drain::Failed)?;
-        let started = Instant::now();
-        let (tx, rx) = mpsc::channel();
-        let entry = self.entry.clone();
-        // A try given up leaves this thread waiting on its console session:
-        // PgBouncer answers it when a later PAUSE is done, or it ends with
-        // the process.
-        std::thread::spawn(move || {
-            let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
-        });
-        match rx.recv_timeout(within) {
-            Ok(Ok(_)) => Ok(started),
-            Ok(Err(e)) => Err(Drain::Failed(e)),
-            Err(_) => Err(Drain::Busy(started)),
-        }
+    /// A console session opened now, for a try of the cutover to PAUSE the
+    /// entry through (`Pauser`): no login inside the try's budget.
+    pub fn pauser(&self) -> Result<Pauser, String> {
+        Ok(Pauser {
+            c: console(&self.admin)?,
+            entry: self.entry.clone(),
+        })
     }
 
     /// The backend process IDs of the entry's server connections that are
@@ -691,17 +715,21 @@ impl Bouncers {
         self.all.iter().map(Bouncer::resumer).collect()
     }
 
-    /// PAUSEs the entry on every PgBouncer at once, each within `within`.
-    /// Returns when the first PAUSE was sent; when one was not drained in
-    /// time or failed, why (a failure before a drain that timed out): the
-    /// caller resumes the entry on all, so that none keeps clients waiting
-    /// for a cutover that will not come.
-    pub fn pause(&self, within: Duration) -> Result<Instant, Drain> {
+    /// A console session of each PgBouncer, opened now (`Pauser`).
+    pub fn pausers(&self) -> Result<Vec<Pauser>, String> {
+        self.all.iter().map(Bouncer::pauser).collect()
+    }
+
+    /// PAUSEs the entry on every PgBouncer at once, through `pausers`, as
+    /// `Pauser::pause` does. Returns when the first PAUSE was sent; when
+    /// one was not drained in time, came too late or failed, why (a
+    /// failure first): the caller resumes the entry on all, so that none
+    /// keeps clients waiting for a cutover that will not come.
+    pub fn pause(pausers: Vec<Pauser>, send_by: Instant, until: Instant) -> Result<Instant, Drain> {
         let tries: Vec<Result<Instant, Drain>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .all
-                .iter()
-                .map(|b| s.spawn(move || b.pause(within)))
+            let handles: Vec<_> = pausers
+                .into_iter()
+                .map(|p| s.spawn(move || p.pause(send_by, until)))
                 .collect();
             handles
                 .into_iter()
@@ -720,7 +748,7 @@ impl Bouncers {
         }
         let sent = tries.iter().filter_map(|t| match t {
             Ok(at) | Err(Drain::Busy(at)) => Some(*at),
-            Err(Drain::Failed(_)) => None,
+            Err(Drain::Failed(_) | Drain::Late) => None,
         });
         let first = sent.min();
         Err(tries

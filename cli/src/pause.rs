@@ -124,7 +124,11 @@ pub struct Deadline<'a> {
     pub try_pid: i32,
     /// When that backend started: a process ID is terminated only while
     /// it is still that backend's, never another's that reused it.
-    pub try_started: String,
+    pub try_started: Option<String>,
+    /// The try's statement, cancelled when the backend could not be
+    /// terminated (the killer's session broken): a cancelled statement
+    /// aborts its transaction, which releases its locks too.
+    pub try_cancel: (postgres::CancelToken, Tls),
     /// Console sessions opened before the try: the entry resumed through
     /// them, one round trip each.
     pub resumers: &'a mut [Resumer],
@@ -179,11 +183,18 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
-            let _ = d.killer.execute(
-                "SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
-                 WHERE a.pid = $1::int AND a.backend_start::text = $2::text",
+            let ended = d.killer.query_one(
+                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
+                 FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = $1::int AND a.backend_start = $2::text::timestamptz",
                 &[&d.try_pid, &d.try_started],
             );
+            if !ended.is_ok_and(|r| r.get::<_, bool>(0)) {
+                let (token, tls) = &d.try_cancel;
+                if let Ok((tls, _)) = crate::db::tls(tls) {
+                    let _ = token.cancel_query(tls);
+                }
+            }
             let resumed = crate::bouncer::resume_each(d.resumers, true);
             for (token, tls) in &d.cancels {
                 if let Ok((tls, _)) = crate::db::tls(tls) {

@@ -6,7 +6,7 @@
 
 use super::copy::sides;
 use super::*;
-use crate::bouncer::Resumer;
+use crate::bouncer::{Pauser, Resumer};
 use crate::pause::Deadline;
 
 impl Mover<'_> {
@@ -100,9 +100,9 @@ impl Mover<'_> {
                 )
                 .described()?;
             let (t_pid, t_started): (i32, Option<String>) = (r.get(0), r.get(1));
-            let mut resumers = match &self.bouncer {
-                Some(bs) => bs.resumers()?,
-                None => Vec::new(),
+            let (pausers, mut resumers) = match &self.bouncer {
+                Some(bs) => (bs.pausers()?, bs.resumers()?),
+                None => (Vec::new(), Vec::new()),
             };
             // Every statement of the move's other sessions is cancelled at
             // the deadline, the comparison's own on the new server too
@@ -123,6 +123,7 @@ impl Mover<'_> {
                 r.ping()?;
                 rtt += trips.elapsed();
             }
+            let try_cancel = (t.cancel_token(), holding_s.tls.clone());
             let b = Budget::keeping(budget, reserve.max(rtt * 3).min(budget / 10));
             self.paused_at = None;
             t.batch_execute("BEGIN").described()?;
@@ -133,13 +134,14 @@ impl Mover<'_> {
                     Deadline {
                         killer: &mut *hold,
                         try_pid: t_pid,
-                        try_started: t_started.unwrap_or_default(),
+                        try_started: t_started,
+                        try_cancel,
                         resumers: &mut resumers,
                         cancels,
                     },
                 );
                 let done = self
-                    .pause_entry(schema, &b, t.cancel_token(), back)
+                    .pause_entry(schema, (&b, &dog), t.cancel_token(), pausers, back)
                     .and_then(|()| {
                         b.lap("pause");
                         if back {
@@ -151,23 +153,24 @@ impl Mover<'_> {
                 dog.disarm();
                 (done, dog.resumed())
             });
-            let done = match done {
-                // Its statements failed when the watchdog ended the try.
-                Err(e) if by_dog.is_some() => {
-                    // (A cancel that reached an idle session is dropped; one
-                    // still on its way would end the next statement.)
-                    for c in [&mut self.from, &mut self.to] {
-                        quiet(c);
-                    }
-                    Err(match e {
-                        Failure::GaveUp(w) => Failure::GaveUp(w),
-                        e => Failure::GaveUp(format!(
-                            "the cutover's steps took the budget ({} ms) up: {}",
-                            b.total_ms(),
-                            e.message()
-                        )),
-                    })
+            if by_dog.is_some() {
+                // (A cancel that reached an idle session is dropped; one
+                // still on its way would end the next statement.)
+                for c in [&mut self.from, &mut self.to] {
+                    quiet(c);
                 }
+            }
+            let done = match done {
+                // A statement the watchdog ended (an error of the try's own,
+                // such as copies that differ, stays what it is).
+                Err(e) if by_dog.is_some() && ended_by_watchdog(&e) => Err(match e {
+                    Failure::GaveUp(w) => Failure::GaveUp(w),
+                    e => Failure::GaveUp(format!(
+                        "the cutover's steps took the budget ({} ms) up: {}",
+                        b.total_ms(),
+                        e.message()
+                    )),
+                }),
                 done => done,
             };
             match done {
@@ -258,8 +261,9 @@ impl Mover<'_> {
     pub(super) fn pause_entry(
         &mut self,
         schema: &str,
-        budget: &Budget,
+        (budget, dog): (&Budget, &Watchdog),
         cancel: postgres::CancelToken,
+        pausers: Vec<Pauser>,
         back: bool,
     ) -> Result<()> {
         let Some(b) = self.bouncer.clone() else {
@@ -274,33 +278,38 @@ impl Mover<'_> {
             &self.from_s.tls
         };
         pause::pausing(&b, cancel, tls);
-        // Up to the whole budget: when the entry does not drain, the try's
-        // watchdog resumes it first, at its deadline (the caller resumes
-        // it after any other failure).
-        match b.pause(budget.left_of_total()) {
+        // Sent before the try's deadline only, and waited for up to the
+        // whole budget: when the entry does not drain, the try's watchdog
+        // resumes it first, at its deadline (the caller resumes it after
+        // any other failure).
+        let now = Instant::now();
+        match Bouncers::pause(pausers, now + budget.left(), now + budget.left_of_total()) {
             Ok(at) => {
                 self.paused_at = Some(at);
                 println!("   PgBouncer's entry {} paused", b.entry);
                 Ok(())
             }
-            Err(drain) => {
-                match drain {
-                    Drain::Failed(e) => fail(e),
-                    Drain::Busy(sent) => {
-                        // Paused from there, until resumed.
-                        self.paused_at = Some(sent);
-                        let servers = b.busy_servers().unwrap_or_default();
-                        // (The watchdog's cancel may still be on its way.)
-                        quiet(self.holding(back));
-                        let who = pause::sessions(self.holding(back), &servers, None)?;
-                        Err(Failure::GaveUp(format!(
-                            "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
-                            b.entry,
-                            budget.total_ms(),
-                            if who.is_empty() { "\n  (ended since)".to_string() } else { pause::listed(&who) }
-                        )))
-                    }
+            Err(Drain::Failed(e)) => fail(e),
+            Err(Drain::Late) => Err(Failure::GaveUp(format!(
+                "the try's deadline passed before PgBouncer's entry {} was paused (the machine is slow; nothing was paused)",
+                b.entry
+            ))),
+            Err(Drain::Busy(sent)) => {
+                // Paused from there, until resumed.
+                self.paused_at = Some(sent);
+                // Named once the watchdog is done (its cancel may still be
+                // on its way).
+                if dog.disarm() {
+                    quiet(self.holding(back));
                 }
+                let servers = b.busy_servers().unwrap_or_default();
+                let who = pause::sessions(self.holding(back), &servers, None)?;
+                Err(Failure::GaveUp(format!(
+                    "PgBouncer's entry {} was not drained within the budget ({} ms), transactions open through it:{}",
+                    b.entry,
+                    budget.total_ms(),
+                    if who.is_empty() { "\n  (ended since)".to_string() } else { pause::listed(&who) }
+                )))
             }
         }
     }
@@ -329,11 +338,19 @@ impl Mover<'_> {
         let mut resumed = match by_dog {
             Some(Ok(Some(at))) => Ok(Some(at)),
             _ => crate::bouncer::resume_each(resumers, paused),
-        };
+        }
+        // Then each PgBouncer read again: one whose PAUSE reached it after
+        // the RESUME (several PgBouncers, or a PAUSE on its way) is resumed
+        // too, and the clients' wait ends with the last.
+        .and_then(|at| Ok(at.max(crate::bouncer::resume_each(resumers, false)?)));
         for _ in 0..5 {
             match resumed {
                 Ok(at) => {
-                    self.record_to(Arriving::Resumed, schema)?;
+                    // (Again once: a cancel of the watchdog's arriving late
+                    // ends the first.)
+                    if self.record_to(Arriving::Resumed, schema).is_err() {
+                        self.record_to(Arriving::Resumed, schema)?;
+                    }
                     pause::released();
                     return Ok(at);
                 }
@@ -663,11 +680,23 @@ pub(super) fn commit_within(hold: &mut Client, budget: &Budget, dog: &Watchdog) 
         )));
     }
     within(budget)?;
-    hold.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
-        .described()?;
     pause::committing();
-    hold.batch_execute("COMMIT").described()?;
+    // (One round trip: nothing between the check and the COMMIT.)
+    hold.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; COMMIT")
+        .described()?;
     Ok(())
+}
+
+/// Whether a try's failure is what its watchdog does to it: a try given up,
+/// or a statement cancelled (57014) or a session terminated (57P01, or its
+/// connection closed). Any other error is the try's own.
+fn ended_by_watchdog(e: &Failure) -> bool {
+    match e {
+        Failure::GaveUp(_) => true,
+        e => ["(57014)", "(57P01)", "connection closed"]
+            .iter()
+            .any(|said| e.message().contains(said)),
+    }
 }
 
 /// After the watchdog cancelled a session's statement: a cancel that

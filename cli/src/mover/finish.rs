@@ -152,7 +152,7 @@ impl Mover<'_> {
         // No copy kept (any more): the slot and publication back, if a
         // window or an interrupted release left them, go with the record.
         if !kept {
-            self.drop_back()?;
+            self.drop_back(true)?;
         }
         drop(hold);
         if let Some((_, until, _)) = self.kept()? {
@@ -339,9 +339,9 @@ impl Mover<'_> {
         Ok(())
     }
 
-    /// On the new server: the slot and the publication back, then its
-    /// record of the move.
-    pub(super) fn drop_back(&mut self) -> Result<()> {
+    /// On the new server: the slot and the publication back, then (`done`)
+    /// its record of the move.
+    pub(super) fn drop_back(&mut self, done: bool) -> Result<()> {
         let (to, back) = (&mut self.to, &self.back);
         let free = "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1::text AND active)";
         // Its subscriber is gone (dropped on the old server, or the old
@@ -375,7 +375,9 @@ impl Mover<'_> {
             ident(&self.back)
         ))
         .described()?;
-        Self::done(&mut tx, self.shard, "arriving")?;
+        if done {
+            Self::done(&mut tx, self.shard, "arriving")?;
+        }
         tx.commit().described()?;
         Ok(())
     }
@@ -447,7 +449,7 @@ impl Mover<'_> {
         .described()?;
         tx.commit().described()?;
         if undo.is_some() {
-            self.drop_back()?;
+            self.drop_back(true)?;
         }
         Ok(())
     }

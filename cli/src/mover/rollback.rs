@@ -240,6 +240,9 @@ impl Mover<'_> {
         }
         drop_fence(&mut self.from, schema)?;
         Self::done(&mut self.from, self.shard, "leaving")?;
+        // The slot back first: a copy that cannot be dropped yet must not
+        // keep WAL on the new server meanwhile.
+        self.drop_back(false)?;
         // The copy the cutover fenced on the new server, now that the
         // clients are on the old one (a rollback before 0.11.0 dropped it
         // in its cutover: nothing left).
@@ -263,7 +266,7 @@ impl Mover<'_> {
                 })?;
         }
         stop_after("released-new");
-        self.drop_back()?;
+        Self::done(&mut self.to, self.shard, "arriving")?;
         drop(hold);
         self.step(&format!(
             "rolled back shard {} ({}) to the old server",
@@ -300,7 +303,7 @@ impl Mover<'_> {
         stop_after("released-old");
         // (A finish killed before it dropped the fence on the new server.)
         drop_fence(&mut self.to, schema)?;
-        self.drop_back()?;
+        self.drop_back(true)?;
         drop(hold);
         self.step(&format!(
             "shard {} ({}) is the new server's alone",
