@@ -122,7 +122,6 @@ impl Mover<'_> {
         )?;
         budget.lap("lock and catch-up");
         stop_after("back-blocked");
-        self.compare_locked(hold, schema, budget, true)?;
         let state: String = hold
             .query_one("SELECT insta_id.move_state($1::int)::text", &[&self.shard])
             .described()?
@@ -134,6 +133,8 @@ impl Mover<'_> {
         if let Some(t) = unsubscribed(&mut self.from, &state, &self.back, schema, "r")? {
             return fail(format!("tables of shard {} that the subscription back does not carry (made after the move): {}; nothing was changed, the shard stays on the new server", self.shard, printable(&t)));
         }
+        // (After that check: such a table differs too, and is better said.)
+        self.compare_locked(hold, schema, budget, true)?;
         self.from
             .execute(
                 "SELECT insta_id.move_carry($1::int, $2::text::jsonb)",
@@ -257,10 +258,10 @@ impl Mover<'_> {
             .described()?
             .get(0);
         if kept {
-            release_copy(&mut self.to, |_| Ok(()), self.shard, schema, &self.a.waits.lock_timeout)
+            release_copy((&mut self.to, "new"), |_| Ok(()), self.shard, schema, &self.a.waits.lock_timeout)
                 .map_err(|e| {
                     Failure::Failed(format!(
-                        "on the new server: {}\nThe shard is the old server's again; run the rollback again (--rollback) to drop the new server's copy",
+                        "{}\nThe shard is the old server's again; run the rollback again (--rollback) to drop the new server's copy",
                         e.message()
                     ))
                 })?;
@@ -288,7 +289,7 @@ impl Mover<'_> {
         self.drop_replication(&st, None)?;
         let back = self.back.clone();
         release_copy(
-            &mut self.from,
+            (&mut self.from, "old"),
             |tx| Self::unsubscribe_back(tx, &back),
             self.shard,
             schema,
@@ -296,7 +297,7 @@ impl Mover<'_> {
         )
         .map_err(|e| {
             Failure::Failed(format!(
-                "on the old server: {}\nThe shard is the new server's; run the move again (or --release) to drop the copy",
+                "{}\nThe shard is the new server's; run the move again (or --release) to drop the copy",
                 e.message()
             ))
         })?;
@@ -320,7 +321,7 @@ impl Mover<'_> {
 /// on the copy (a reader, a backup) holds the drop up, and is named.
 /// `first` runs in the same transaction before it.
 fn release_copy(
-    c: &mut Client,
+    (c, server): (&mut Client, &str),
     first: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<()>,
     shard: i32,
     schema: &str,
@@ -346,7 +347,7 @@ fn release_copy(
             .described()?
             .get(0);
     println!(
-        "   dropping schema {}: {} (never another schema's objects: drop_shard refuses those)",
+        "   dropping schema {} on the {server} server: {} (never another schema's objects: drop_shard refuses those)",
         printable(schema),
         printable(&dropped)
     );
@@ -364,7 +365,7 @@ fn release_copy(
         drop(tx);
         let who = pause::holders(c, schema, &[], None)?;
         return fail(format!(
-            "the copy of shard {} was not dropped within --lock-timeout ({}), held by:{}",
+            "the {server} server's copy of shard {} was not dropped within --lock-timeout ({}), held by:{}",
             shard,
             lock_timeout,
             if who.is_empty() {

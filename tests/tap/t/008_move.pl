@@ -870,7 +870,7 @@ move_released($_, 16) for $new, $third;
 like("$rc|" . $third->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace) > 3000,
 	  (SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16), (SELECT side || ' ' || step FROM insta_id_admin.moves WHERE shard_id = 16)})
 	  . '|' . error_of($third, 'app', 'INSERT INTO insta16.s_row VALUES (3)') . "\n$out",
-	qr/^137\|t\|0\|arriving returned\|ERROR:  55006: shard 16 is not registered on this server.*^   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, compare \d+, move_state \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta16 fenced on the new server, to be dropped once its clients are on the old one$/ms,
+	qr/^137\|t\|0\|arriving returned\|ERROR:  55006: shard 16 is not registered on this server.*^   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, move_state \d+, compare \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta16 fenced on the new server, to be dropped once its clients are on the old one$/ms,
 	"a rollback's cutover within the default budget fences the new server's copy of a schema of 3,500 functions, and keeps it")
   or diag $out;
 note 'rollback of shard 16: ' . ($out =~ /^   (committed: .*)$/m ? $1 : 'not committed');
