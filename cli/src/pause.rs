@@ -165,6 +165,7 @@ impl Watchdog {
     ) -> Watchdog {
         let state = Arc::new((Mutex::new(Dog::Armed), Condvar::new()));
         let deadline = Instant::now() + budget.left();
+        let reserve_ms = budget.reserve_ms().max(10) as i64;
         let shared = state.clone();
         scope.spawn(move || {
             let (dog, wake) = &*shared;
@@ -183,11 +184,14 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
+            // Until the backend has exited (its locks released), the
+            // reserve at most: clients resumed before would only wait on
+            // its locks instead.
             let ended = d.killer.query_one(
-                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
+                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid, $3::bigint)) > 0
                  FROM pg_catalog.pg_stat_activity a
                  WHERE a.pid = $1::int AND a.backend_start = $2::text::timestamptz",
-                &[&d.try_pid, &d.try_started],
+                &[&d.try_pid, &d.try_started, &reserve_ms],
             );
             if !ended.is_ok_and(|r| r.get::<_, bool>(0)) {
                 let (token, tls) = &d.try_cancel;
