@@ -165,7 +165,7 @@ impl Watchdog {
     ) -> Watchdog {
         let state = Arc::new((Mutex::new(Dog::Armed), Condvar::new()));
         let deadline = Instant::now() + budget.left();
-        let reserve_ms = budget.reserve_ms().max(10) as i64;
+        let reserve = Duration::from_millis(budget.reserve_ms().max(10) as u64);
         let shared = state.clone();
         scope.spawn(move || {
             let (dog, wake) = &*shared;
@@ -184,16 +184,30 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
-            // Until the backend has exited (its locks released), the
-            // reserve at most: clients resumed before would only wait on
-            // its locks instead.
             let ended = d.killer.query_one(
-                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid, $3::bigint)) > 0
+                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
                  FROM pg_catalog.pg_stat_activity a
                  WHERE a.pid = $1::int AND a.backend_start = $2::text::timestamptz",
-                &[&d.try_pid, &d.try_started, &reserve_ms],
+                &[&d.try_pid, &d.try_started],
             );
-            if !ended.is_ok_and(|r| r.get::<_, bool>(0)) {
+            if ended.is_ok_and(|r| r.get::<_, bool>(0)) {
+                // Until its locks are released (it aborts its transaction as
+                // it exits), the reserve at most: clients resumed before
+                // would only wait on them. (pg_terminate_backend's own wait
+                // sleeps 100 ms, or all of a shorter timeout, between looks.)
+                let until = Instant::now() + reserve;
+                while Instant::now() < until {
+                    let gone = d.killer.query_one(
+                        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_locks
+                                            WHERE pid = $1::int AND locktype = 'relation')",
+                        &[&d.try_pid],
+                    );
+                    if gone.map_or(true, |r| r.get::<_, bool>(0)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+            } else {
                 let (token, tls) = &d.try_cancel;
                 if let Ok((tls, _)) = crate::db::tls(tls) {
                     let _ = token.cancel_query(tls);
