@@ -289,6 +289,48 @@ impl Resumer {
     }
 }
 
+impl Resumer {
+    /// After a RESUME: when no client of the entry waits in PgBouncer (SHOW
+    /// POOLS' cl_waiting). A PAUSE closes the entry's server connections,
+    /// so the clients queued behind it wait for new ones after the RESUME,
+    /// and then for their turn on them: the end of their wait. Polled every
+    /// millisecond, SERVED_WITHIN at most.
+    pub fn served(&mut self) -> Result<Instant, String> {
+        let started = Instant::now();
+        loop {
+            let waiting: u64 = command(&mut self.c, "SHOW POOLS")?
+                .iter()
+                .filter(|r| field(r, "database") == Some(self.bouncer.entry.as_str()))
+                .map(|r| {
+                    field(r, "cl_waiting")
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                })
+                .sum();
+            if waiting == 0 || started.elapsed() >= SERVED_WITHIN {
+                return Ok(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// After RESUMEs acknowledged at `resumed` (None: none was paused):
+/// `Resumer::served` on each PgBouncer's, when the last one's clients had a
+/// server again.
+pub fn served_after(
+    resumers: &mut [Resumer],
+    resumed: Option<Instant>,
+) -> Result<Option<Instant>, String> {
+    let Some(mut last) = resumed else {
+        return Ok(None);
+    };
+    for r in resumers {
+        last = last.max(r.served()?);
+    }
+    Ok(Some(last))
+}
+
 /// `Resumer::resume` on each PgBouncer's: when the last acknowledged it
 /// (None if none was paused); each is tried, and what failed said.
 pub fn resume_each(resumers: &mut [Resumer], paused: bool) -> Result<Option<Instant>, String> {

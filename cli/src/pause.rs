@@ -213,7 +213,10 @@ impl Watchdog {
                     let _ = token.cancel_query(tls);
                 }
             }
-            let resumed = crate::bouncer::resume_each(d.resumers, true);
+            // When its clients have a server again (PgBouncer logs in anew
+            // after a RESUME), looked at at once: the end of their wait.
+            let resumed = crate::bouncer::resume_each(d.resumers, true)
+                .and_then(|at| crate::bouncer::served_after(d.resumers, at));
             for (token, tls) in &d.cancels {
                 if let Ok((tls, _)) = crate::db::tls(tls) {
                     let _ = token.cancel_query(tls);

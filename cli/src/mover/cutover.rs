@@ -57,11 +57,12 @@ impl Mover<'_> {
             Duration::from_secs(w.cutover_retry),
         );
         // Kept back from each try's budget for its watchdog (the try's
-        // backend terminated, then a RESUME on each PgBouncer): 10 ms, or
-        // three times what those round trips take just before the try if
-        // more (the machine's load now), grown by what a try given up
-        // still held its clients past the budget; at most a tenth of the
-        // budget. (Four console logins kept half the budget back on a
+        // backend terminated, then a RESUME on each PgBouncer) and for the
+        // queued clients' new server connections after it: 10 ms, or three
+        // times those round trips and a login as they take just before the
+        // try if more (the machine's load now), grown by what a try given
+        // up still held its clients past the budget; at most a tenth of
+        // the budget. (Four console logins kept half the budget back on a
         // loaded machine, and the tries that would have committed gave up
         // instead: the watchdog's sessions are open before the try.)
         let mut reserve = Duration::from_millis(10);
@@ -90,7 +91,11 @@ impl Mover<'_> {
             // it: `hold` keeps the move's lock meanwhile), and PgBouncer's
             // consoles to resume through, opened before its budget starts.
             let holding_s = if back { &self.to_s } else { &self.from_s };
+            let opened = Instant::now();
             let mut t = hold_open(holding_s, &self.a.waits.lock_timeout)?;
+            // (What PgBouncer's new server connections take after a
+            // RESUME, about: its PAUSE closed the entry's.)
+            let login = opened.elapsed();
             let r = t
                 .query_one(
                     "SELECT pg_catalog.pg_backend_pid(),
@@ -124,7 +129,7 @@ impl Mover<'_> {
                 rtt += trips.elapsed();
             }
             let try_cancel = (t.cancel_token(), holding_s.tls.clone());
-            let b = Budget::keeping(budget, reserve.max(rtt * 3).min(budget / 10));
+            let b = Budget::keeping(budget, reserve.max(rtt * 3 + login).min(budget / 10));
             self.paused_at = None;
             t.batch_execute("BEGIN").described()?;
             let (done, by_dog) = std::thread::scope(|s| {
@@ -183,7 +188,8 @@ impl Mover<'_> {
                     let resumed = self.resume_entry(schema, &mut resumers, by_dog)?;
                     why = w;
                     // What the try held its clients for: from its PAUSE to
-                    // PgBouncer's answer to the RESUME.
+                    // their server connection again after the RESUME (the
+                    // PAUSE closed the entry's).
                     if let (Some(p), Some(r)) = (self.paused_at, resumed) {
                         let held = r.saturating_duration_since(p);
                         why += &format!(
@@ -321,7 +327,8 @@ impl Mover<'_> {
     /// that, through new console sessions for a few seconds. An entry that
     /// stays paused ends the move, saying so (the next try would only
     /// stall its clients longer).
-    /// Returns when PgBouncer acknowledged the RESUME (None without one).
+    /// Returns when the clients had a server connection again after the
+    /// RESUME (None without one).
     pub(super) fn resume_entry(
         &mut self,
         schema: &str,
@@ -337,7 +344,8 @@ impl Mover<'_> {
         let paused = self.paused_at.is_some();
         let mut resumed = match by_dog {
             Some(Ok(Some(at))) => Ok(Some(at)),
-            _ => crate::bouncer::resume_each(resumers, paused),
+            _ => crate::bouncer::resume_each(resumers, paused)
+                .and_then(|at| crate::bouncer::served_after(resumers, at)),
         }
         // Then each PgBouncer read again: one whose PAUSE reached it after
         // the RESUME (several PgBouncers, or a PAUSE on its way) is resumed
