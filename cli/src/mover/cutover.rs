@@ -58,14 +58,15 @@ impl Mover<'_> {
         );
         // Kept back from each try's budget for its watchdog (the try's
         // backend terminated, then a RESUME on each PgBouncer) and for the
-        // queued clients' new server connections after it: 10 ms, or three
-        // times those round trips and a login as they take just before the
-        // try if more (the machine's load now), grown by what a try given
-        // up still held its clients past the budget; at most a tenth of
-        // the budget. (Four console logins kept half the budget back on a
+        // queued clients' new server connections after it: a twentieth of
+        // the budget (10 ms at least), or three times those round trips and
+        // a login as they take just before the try if more (the machine's
+        // load now), grown by what a try given up still held its clients
+        // past the budget; at most a tenth of the budget. (t/013 saw giving
+        // up take 20-27 ms on a quiet machine.) (Four console logins kept half the budget back on a
         // loaded machine, and the tries that would have committed gave up
         // instead: the watchdog's sessions are open before the try.)
-        let mut reserve = Duration::from_millis(10);
+        let mut reserve = (budget / 20).max(Duration::from_millis(10));
         let mut why = String::new();
         for attempt in 1..=attempts {
             if attempt > 1 {
