@@ -261,11 +261,21 @@ pub struct Resumer {
 }
 
 impl Resumer {
-    /// One round trip on it (what a RESUME costs now, with no login).
-    pub fn ping(&mut self) -> Result<Duration, String> {
+    /// One round trip on it (what a RESUME costs now, with no login), and
+    /// how many server connections the entry has now (SHOW POOLS): a
+    /// PAUSE closes them, and after the RESUME PgBouncer logs in anew for
+    /// its queued clients.
+    pub fn ping(&mut self) -> Result<(Duration, u32), String> {
         let started = Instant::now();
-        command(&mut self.c, "SHOW VERSION")?;
-        Ok(started.elapsed())
+        let servers: u32 = command(&mut self.c, "SHOW POOLS")?
+            .iter()
+            .filter(|r| field(r, "database") == Some(self.bouncer.entry.as_str()))
+            .flat_map(|r| {
+                ["sv_active", "sv_idle", "sv_used", "sv_tested", "sv_login"]
+                    .map(|n| field(r, n).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0))
+            })
+            .sum();
+        Ok((started.elapsed(), servers))
     }
 
     /// After a try of the cutover given up, the entry still pointing where

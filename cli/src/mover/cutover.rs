@@ -60,8 +60,8 @@ impl Mover<'_> {
         // backend terminated, then a RESUME on each PgBouncer) and for the
         // queued clients' new server connections after it: a twentieth of
         // the budget (10 ms at least), or three times those round trips and
-        // a login as they take just before the try if more (the machine's
-        // load now), grown by what a try given up still held its clients
+        // a login for each of the entry's server connections as they take
+        // just before the try if more (the machine's load now), grown by what a try given up still held its clients
         // past the budget; at most a tenth of the budget. (t/013 saw giving
         // up take 20-27 ms on a quiet machine.) (Four console logins kept half the budget back on a
         // loaded machine, and the tries that would have committed gave up
@@ -121,16 +121,19 @@ impl Mover<'_> {
                 let copy = if back { &self.from_s } else { &self.to_s };
                 cancels.push((c.cancel_token(), copy.tls.clone()));
             }
-            let mut trips = Instant::now();
+            let trips = Instant::now();
             hold.batch_execute("SELECT 1").described()?;
-            let mut rtt = trips.elapsed();
+            let (mut rtt, mut logins) = (trips.elapsed(), 1);
             for r in &mut resumers {
-                trips = Instant::now();
-                r.ping()?;
-                rtt += trips.elapsed();
+                let (trip, servers) = r.ping()?;
+                rtt += trip;
+                logins = logins.max(servers);
             }
             let try_cancel = (t.cancel_token(), holding_s.tls.clone());
-            let b = Budget::keeping(budget, reserve.max(rtt * 3 + login).min(budget / 10));
+            let b = Budget::keeping(
+                budget,
+                reserve.max(rtt * 3 + login * logins).min(budget / 10),
+            );
             self.paused_at = None;
             t.batch_execute("BEGIN").described()?;
             let (done, by_dog) = std::thread::scope(|s| {

@@ -480,7 +480,7 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	note "shard 20: tries that paused held their clients @held ms; the longest client wait $worst ms, before the move $before ms";
 	# (How the holds compare with the budget is timing, for make
 	# bench-moves; that the tool says what its clients waited is not.)
-	like($said, qr/^   \(this try held the shard's clients \d+ ms of its budget of 500 ms, \d+ ms of it kept back for giving up\)$/m,
+	like($said, qr/^\s+\(this try held the shard's clients \d+ ms of its budget of 500 ms, \d+ ms of it kept back for giving up\)$/m,
 		"back-to-back readers: tries paused and were given up, each saying what it held its clients for: @held ms") or diag $said;
 	cmp_ok($worst, '<=', $cap + $before,
 		'... and no client waited longer than the longest hold said plus the longest transaction before the move (pgbench latency log)');
