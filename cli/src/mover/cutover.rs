@@ -582,13 +582,7 @@ impl Mover<'_> {
         }
         budget.lap("fence");
         commit_within(hold, budget, dog)?;
-        budget.lap("commit");
-        println!(
-            "   committed: the try took {} ms of its budget ({} ms): {}",
-            budget.used_ms(),
-            budget.total_ms(),
-            budget.laps()
-        );
+        committed(budget);
         if self.keep.is_some() {
             println!(
                 "   schema {} stays on the old server, fenced, for a rollback until {until}",
@@ -709,6 +703,18 @@ fn ended_by_watchdog(e: &Failure) -> bool {
             .iter()
             .any(|said| e.message().contains(said)),
     }
+}
+
+/// Says the try committed, and where its time went (make bench-moves reads
+/// the line).
+pub(super) fn committed(budget: &Budget) {
+    budget.lap("commit");
+    println!(
+        "   committed: the try took {} ms of its budget ({} ms): {}",
+        budget.used_ms(),
+        budget.total_ms(),
+        budget.laps()
+    );
 }
 
 /// After the watchdog cancelled a session's statement: a cancel that

@@ -1,7 +1,7 @@
 //! A moved shard's kept copy on the old server: the rollback that returns
 //! the shard to it, and the release that drops it.
 
-use super::cutover::{commit_within, lock_caught_up, wait_past_mark};
+use super::cutover::{commit_within, committed, lock_caught_up, wait_past_mark};
 use super::finish::drop_fence;
 use super::*;
 
@@ -162,13 +162,7 @@ impl Mover<'_> {
             .described()?;
         budget.lap("fence");
         commit_within(hold, budget, dog)?;
-        budget.lap("commit");
-        println!(
-            "   committed: the try took {} ms of its budget ({} ms): {}",
-            budget.used_ms(),
-            budget.total_ms(),
-            budget.laps()
-        );
+        committed(budget);
         println!(
             "   schema {} fenced on the new server, to be dropped once its clients are on the old one",
             printable(schema)
