@@ -220,18 +220,52 @@ pub fn rewritten(map: &str, entry: &str, target: &str) -> String {
 pub struct Pauser {
     c: Client,
     entry: String,
+    gate: Gate,
+}
+
+/// Whether a try's PAUSE may still be sent: the thread that sends it and
+/// the try's watchdog each take it once, whoever first; so no PAUSE leaves
+/// after the watchdog has resumed the entry (a thread starved past the
+/// deadline would otherwise pause it again).
+#[derive(Clone, Default)]
+pub struct Gate(std::sync::Arc<std::sync::atomic::AtomicU8>);
+
+impl Gate {
+    const OPEN: u8 = 0;
+    const SENDING: u8 = 1;
+    const SHUT: u8 = 2;
+
+    /// The sender's turn: true if it may send.
+    fn send(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0
+            .compare_exchange(Self::OPEN, Self::SENDING, SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    /// The watchdog's turn: true if a PAUSE was sent (or is on its way),
+    /// and so may reach PgBouncer after the RESUME; none is sent after it.
+    pub fn shut(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0.swap(Self::SHUT, SeqCst) == Self::SENDING
+    }
 }
 
 impl Pauser {
-    /// PAUSEs the entry, unless `send_by` (the try's deadline) has passed:
-    /// the try's watchdog may have resumed the entry already, and a PAUSE
-    /// after that would hold the clients again (`Drain::Late`). Waits
-    /// until `until` at most for the transactions open through it to end:
-    /// returns when it was sent, or says why not (`Drain::Busy`: they did
-    /// not end in time). Either way the entry may be paused: the caller
-    /// resumes it (the try's `Resumer`s).
+    /// What shuts its PAUSE out (the try's watchdog holds it).
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
+    }
+
+    /// PAUSEs the entry, unless `send_by` (the try's deadline) has passed
+    /// or the try's watchdog has shut its gate: it may have resumed the
+    /// entry already, and a PAUSE after that would hold the clients again
+    /// (`Drain::Late`). Waits until `until` at most for the transactions
+    /// open through it to end: returns when it was sent, or says why not
+    /// (`Drain::Busy`: they did not end in time). Either way the entry may
+    /// be paused: the caller resumes it (the try's `Resumer`s).
     pub fn pause(self, send_by: Instant, until: Instant) -> Result<Instant, Drain> {
-        let Pauser { mut c, entry } = self;
+        let Pauser { mut c, entry, gate } = self;
         let started = Instant::now();
         if started >= send_by {
             return Err(Drain::Late);
@@ -241,10 +275,16 @@ impl Pauser {
         // PgBouncer answers it when a later PAUSE is done, or it ends with
         // the process.
         std::thread::spawn(move || {
-            let _ = tx.send(command(&mut c, &format!("PAUSE {entry}")));
+            let sent = if gate.send() {
+                command(&mut c, &format!("PAUSE {entry}")).map(Some)
+            } else {
+                Ok(None)
+            };
+            let _ = tx.send(sent);
         });
         match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok(Ok(_)) => Ok(started),
+            Ok(Ok(Some(_))) => Ok(started),
+            Ok(Ok(None)) => Err(Drain::Late),
             Ok(Err(e)) => Err(Drain::Failed(e)),
             Err(_) => Err(Drain::Busy(started)),
         }
@@ -300,30 +340,41 @@ impl Resumer {
 }
 
 impl Resumer {
-    /// After a RESUME: when no client of the entry waits in PgBouncer (SHOW
-    /// POOLS' cl_waiting). A PAUSE closes the entry's server connections,
-    /// so the clients queued behind it wait for new ones after the RESUME,
-    /// and then for their turn on them: the end of their wait. Polled every
-    /// millisecond, SERVED_WITHIN at most.
-    pub fn served(&mut self) -> Result<Instant, String> {
-        let started = Instant::now();
+    /// After a RESUME acknowledged at `resumed`: when every client of the
+    /// entry that waited through the PAUSE has a server connection, that
+    /// is when the oldest client still waiting (SHOW POOLS' maxwait) came
+    /// after the RESUME, or none waits. A PAUSE closes the entry's server
+    /// connections: the clients queued behind it wait for new ones after
+    /// the RESUME too, which is the end of their wait. (Not cl_waiting
+    /// alone: with more clients than servers some always wait.) Polled
+    /// every 2 ms, SERVED_LOOK at most; then the time said is that bound.
+    pub fn served(&mut self, resumed: Instant) -> Result<Instant, String> {
         loop {
-            let waiting: u64 = command(&mut self.c, "SHOW POOLS")?
+            let now = Instant::now();
+            let since = now.saturating_duration_since(resumed);
+            let oldest = command(&mut self.c, "SHOW POOLS")?
                 .iter()
                 .filter(|r| field(r, "database") == Some(self.bouncer.entry.as_str()))
                 .map(|r| {
-                    field(r, "cl_waiting")
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .unwrap_or(0)
+                    let n = |c: &str| field(r, c).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                    if n("cl_waiting") == 0 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs(n("maxwait")) + Duration::from_micros(n("maxwait_us"))
+                    }
                 })
-                .sum();
-            if waiting == 0 || started.elapsed() >= SERVED_WITHIN {
-                return Ok(Instant::now());
+                .max()
+                .unwrap_or(Duration::ZERO);
+            if oldest < since || since >= SERVED_LOOK {
+                return Ok(now);
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
+
+/// How long after a RESUME `Resumer::served` looks at the queue at most.
+const SERVED_LOOK: Duration = Duration::from_millis(500);
 
 /// After RESUMEs acknowledged at `resumed` (None: none was paused):
 /// `Resumer::served` on each PgBouncer's, when the last one's clients had a
@@ -332,11 +383,12 @@ pub fn served_after(
     resumers: &mut [Resumer],
     resumed: Option<Instant>,
 ) -> Result<Option<Instant>, String> {
-    let Some(mut last) = resumed else {
+    let Some(at) = resumed else {
         return Ok(None);
     };
+    let mut last = at;
     for r in resumers {
-        last = last.max(r.served()?);
+        last = last.max(r.served(at)?);
     }
     Ok(Some(last))
 }
@@ -603,6 +655,7 @@ impl Bouncer {
         Ok(Pauser {
             c: console(&self.admin)?,
             entry: self.entry.clone(),
+            gate: Gate::default(),
         })
     }
 

@@ -8,8 +8,9 @@
 //! in a session of its own, whose backend it terminates) and resumes the
 //! entry through console sessions opened before the try, whatever the
 //! tool's own thread is doing; a reserve of the budget, kept for that and
-//! grown by what a try still overran, keeps every client's wait within
-//! the budget. Then the sessions that held it up are named. Before a try, sessions that have held the shard's
+//! grown by what a try still overran, aims to keep every client's wait
+//! within the budget (a bound it reports, not a guarantee: docs/fleet.md).
+//! Then the sessions that held it up are named. Before a try, sessions that have held the shard's
 //! tables (or kept a transaction open through the entry) longer than the
 //! budget are waited for without pausing anything: pausing behind them
 //! would only stall the clients.
@@ -31,10 +32,10 @@ use std::time::{Duration, Instant};
 /// step (`lap`), for the try's line and make bench-moves.
 pub struct Budget {
     total: Duration,
-    /// Kept back for giving up: the watchdog's two round trips (the try's
-    /// backend terminated, the entry resumed) fit in it, so that no client
-    /// waits longer than `total` (every wait of the try, and the watchdog's
-    /// deadline, end `reserve` before it).
+    /// Kept back for giving up: what the watchdog does (the try's backend
+    /// terminated, the entry resumed) and PgBouncer's new logins after it,
+    /// so that clients wait no longer than `total` (every wait of the try,
+    /// and the watchdog's deadline, end `reserve` before it).
     reserve: Duration,
     started: Instant,
     laps: Mutex<Vec<(&'static str, Duration)>>,
@@ -132,6 +133,9 @@ pub struct Deadline<'a> {
     /// Console sessions opened before the try: the entry resumed through
     /// them, one round trip each.
     pub resumers: &'a mut [Resumer],
+    /// The gates of the try's PAUSEs: shut first, so that none is sent
+    /// after the RESUME.
+    pub gates: Vec<crate::bouncer::Gate>,
     /// The statements of the move's other sessions, then cancelled (each
     /// session's cancel token and TLS settings).
     pub cancels: Vec<(postgres::CancelToken, Tls)>,
@@ -184,10 +188,15 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
+            let mut in_flight = false;
+            for gate in &d.gates {
+                in_flight |= gate.shut();
+            }
+            // (The backend's start as an epoch, whatever the DateStyle.)
             let ended = d.killer.query_one(
                 "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
                  FROM pg_catalog.pg_stat_activity a
-                 WHERE a.pid = $1::int AND a.backend_start = $2::text::timestamptz",
+                 WHERE a.pid = $1::int AND extract(epoch FROM a.backend_start)::text = $2::text",
                 &[&d.try_pid, &d.try_started],
             );
             if ended.is_ok_and(|r| r.get::<_, bool>(0)) {
@@ -195,7 +204,7 @@ impl Watchdog {
                 // it exits), the reserve at most: clients resumed before
                 // would only wait on them. (pg_terminate_backend's own wait
                 // sleeps 100 ms, or all of a shorter timeout, between looks.)
-                let until = Instant::now() + reserve;
+                let until = Instant::now() + reserve / 2;
                 while Instant::now() < until {
                     let gone = d.killer.query_one(
                         "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_locks
@@ -213,15 +222,22 @@ impl Watchdog {
                     let _ = token.cancel_query(tls);
                 }
             }
-            // When its clients have a server again (PgBouncer logs in anew
-            // after a RESUME), looked at at once: the end of their wait.
-            let resumed = crate::bouncer::resume_each(d.resumers, true)
-                .and_then(|at| crate::bouncer::served_after(d.resumers, at));
+            let resumed = crate::bouncer::resume_each(d.resumers, true);
             for (token, tls) in &d.cancels {
                 if let Ok((tls, _)) = crate::db::tls(tls) {
                     let _ = token.cancel_query(tls);
                 }
             }
+            // When its clients had a server again (PgBouncer logs in anew
+            // after a RESUME): the end of their wait. Then each PgBouncer
+            // read again when a PAUSE was on its way: one that reached it
+            // after the RESUME is resumed too.
+            let resumed = resumed
+                .and_then(|at| crate::bouncer::served_after(d.resumers, at))
+                .and_then(|at| match in_flight {
+                    true => Ok(at.max(crate::bouncer::resume_each(d.resumers, false)?)),
+                    false => Ok(at),
+                });
             *dog = Dog::Fired(resumed);
         });
         Watchdog { state }

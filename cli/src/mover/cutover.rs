@@ -100,7 +100,7 @@ impl Mover<'_> {
             let r = t
                 .query_one(
                     "SELECT pg_catalog.pg_backend_pid(),
-                            (SELECT a.backend_start::text FROM pg_catalog.pg_stat_activity a
+                            (SELECT extract(epoch FROM a.backend_start)::text FROM pg_catalog.pg_stat_activity a
                              WHERE a.pid = pg_catalog.pg_backend_pid())",
                     &[],
                 )
@@ -110,6 +110,7 @@ impl Mover<'_> {
                 Some(bs) => (bs.pausers()?, bs.resumers()?),
                 None => (Vec::new(), Vec::new()),
             };
+            let gates = pausers.iter().map(Pauser::gate).collect();
             // Every statement of the move's other sessions is cancelled at
             // the deadline, the comparison's own on the new server too
             // (verify.rs).
@@ -146,6 +147,7 @@ impl Mover<'_> {
                         try_started: t_started,
                         try_cancel,
                         resumers: &mut resumers,
+                        gates,
                         cancels,
                     },
                 );
@@ -166,6 +168,9 @@ impl Mover<'_> {
                 // (A cancel that reached an idle session is dropped; one
                 // still on its way would end the next statement.)
                 for c in [&mut self.from, &mut self.to] {
+                    quiet(c);
+                }
+                if let Some(c) = self.verify_to.as_mut() {
                     quiet(c);
                 }
             }
@@ -622,7 +627,8 @@ pub(super) fn lock_caught_up(
     // wait (and the try), and resumes the entry first.
     hold.execute(
         "SELECT pg_catalog.set_config('statement_timeout', $1, true),
-                pg_catalog.set_config('lock_timeout', $1, true)",
+                pg_catalog.set_config('lock_timeout', $1, true),
+                pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)",
         &[&budget.left_setting()],
     )
     .described()?;
@@ -688,18 +694,22 @@ pub(super) fn commit_within(hold: &mut Client, budget: &Budget, dog: &Watchdog) 
     within(budget)?;
     pause::committing();
     // (One round trip: nothing between the check and the COMMIT.)
-    hold.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; COMMIT")
-        .described()?;
+    hold.batch_execute(
+        "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0;
+         SET LOCAL idle_in_transaction_session_timeout = 0; COMMIT",
+    )
+    .described()?;
     Ok(())
 }
 
 /// Whether a try's failure is what its watchdog does to it: a try given up,
-/// or a statement cancelled (57014) or a session terminated (57P01, or its
-/// connection closed). Any other error is the try's own.
+/// or a statement cancelled (57014) or a session terminated (57P01; 25P03,
+/// the server's own deadline for an idle try; or its connection closed).
+/// Any other error is the try's own.
 fn ended_by_watchdog(e: &Failure) -> bool {
     match e {
         Failure::GaveUp(_) => true,
-        e => ["(57014)", "(57P01)", "connection closed"]
+        e => ["(57014)", "(57P01)", "(25P03)", "connection closed"]
             .iter()
             .any(|said| e.message().contains(said)),
     }
