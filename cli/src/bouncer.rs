@@ -319,9 +319,9 @@ impl Resumer {
     }
 
     /// After a try of the cutover given up, the entry still pointing where
-    /// it did before the try: a bare RESUME. No retry delay to lift (its
-    /// pools reach the server they reached before the PAUSE), so neither
-    /// the map's lock nor the commands around it. `paused`: whether the
+    /// it did before the try: a bare RESUME, at once (neither the map's
+    /// lock nor the commands around it; the retry delay a PAUSE may have
+    /// left is lifted after, `Bouncers::unstick`). `paused`: whether the
     /// entry is known to be paused (its PAUSE sent); else it is read first,
     /// so that PgBouncer logs no RESUME of an entry not paused. When
     /// PgBouncer acknowledged it, None if the entry was not paused.
@@ -525,6 +525,42 @@ impl Bouncer {
             (Ok(true), Ok(_)) => {}
         }
         Ok(at)
+    }
+
+    /// After a bare RESUME (a try given up): when the entry still has
+    /// clients waiting and no server connection logged in, a PAUSE cut a
+    /// login short and PgBouncer waits server_login_retry before the next
+    /// (`resume`): the delay is lifted, as `resume` lifts it, until they
+    /// are served, and set back. Under the map's lock, which `resume`
+    /// takes too.
+    pub fn unstick(&self) -> Result<(), String> {
+        let _lock = self.lock_map().ok();
+        let mut c = console(&self.admin)?;
+        let waiting: u64 = command(&mut c, "SHOW POOLS")?
+            .iter()
+            .filter(|r| field(r, "database") == Some(self.entry.as_str()))
+            .map(|r| {
+                field(r, "cl_waiting")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum();
+        if waiting == 0 || !self.servers(&mut c)?.is_empty() {
+            return Ok(());
+        }
+        let retry = login_retry(&mut c)?;
+        command(&mut c, "SET server_login_retry = 0")?;
+        let served = self.until_served(&mut c, &[]);
+        command(&mut c, &format!("SET server_login_retry = '{retry}'"))
+            .map_err(|e| format!("setting server_login_retry back to {retry}: {e}"))?;
+        match served? {
+            true => Ok(()),
+            false => Err(format!(
+                "PgBouncer's entry {} still has clients waiting and no server connection, {} s after its RESUME",
+                self.entry,
+                SERVED_WITHIN.as_secs()
+            )),
+        }
     }
 
     /// The entry's server connections that are logged in: in SHOW
@@ -818,6 +854,15 @@ impl Bouncers {
     /// A console session of each PgBouncer, opened now (`Resumer`).
     pub fn resumers(&self) -> Result<Vec<Resumer>, String> {
         self.all.iter().map(Bouncer::resumer).collect()
+    }
+
+    /// Bouncer::unstick on every PgBouncer; what failed is said, for each.
+    pub fn unstick(&self) -> Result<(), String> {
+        let failed: Vec<String> = self.all.iter().filter_map(|b| b.unstick().err()).collect();
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(failed.join("; ")),
+        }
     }
 
     /// A console session of each PgBouncer, opened now (`Pauser`).

@@ -195,6 +195,11 @@ impl Mover<'_> {
                     let _ = t.batch_execute("ROLLBACK");
                     drop(t);
                     let resumed = self.resume_entry(schema, &mut resumers, by_dog)?;
+                    // (A PAUSE that cut a login short leaves PgBouncer's
+                    // retry delay on the entry: lifted.)
+                    if let Some(Err(e)) = self.bouncer.as_ref().map(Bouncers::unstick) {
+                        println!("   WARNING:  {e}");
+                    }
                     why = w;
                     // What the try held its clients for: from its PAUSE to
                     // their server connection again after the RESUME (the
