@@ -222,22 +222,22 @@ impl Watchdog {
                     let _ = token.cancel_query(tls);
                 }
             }
-            let resumed = crate::bouncer::resume_each(d.resumers, true);
-            for (token, tls) in &d.cancels {
-                if let Ok((tls, _)) = crate::db::tls(tls) {
-                    let _ = token.cancel_query(tls);
-                }
-            }
             // When its clients had a server again (PgBouncer logs in anew
-            // after a RESUME): the end of their wait. Then each PgBouncer
-            // read again when a PAUSE was on its way: one that reached it
-            // after the RESUME is resumed too.
-            let resumed = resumed
+            // after a RESUME), looked at at once: the end of their wait.
+            // Then each PgBouncer read again when a PAUSE was on its way:
+            // one that reached it after the RESUME is resumed too.
+            let resumed = crate::bouncer::resume_each(d.resumers, true)
                 .and_then(|at| crate::bouncer::served_after(d.resumers, at))
                 .and_then(|at| match in_flight {
                     true => Ok(at.max(crate::bouncer::resume_each(d.resumers, false)?)),
                     false => Ok(at),
                 });
+            // (Each cancel is a connection of its own: after the clients.)
+            for (token, tls) in &d.cancels {
+                if let Ok((tls, _)) = crate::db::tls(tls) {
+                    let _ = token.cancel_query(tls);
+                }
+            }
             *dog = Dog::Fired(resumed);
         });
         Watchdog { state }
