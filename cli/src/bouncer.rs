@@ -143,6 +143,12 @@ const LOCK_WITHIN: Duration = Duration::from_secs(30);
 /// server connection, with PgBouncer's retry delay lifted.
 const SERVED_WITHIN: Duration = Duration::from_secs(5);
 
+/// Sets PgBouncer's `server_login_retry` (PgBouncer-wide) to `value`, as
+/// login_retry read it: a number of seconds, checked there.
+fn set_login_retry(c: &mut Client, value: &str) -> Result<Vec<postgres::SimpleQueryRow>, String> {
+    command(c, &format!("SET server_login_retry = '{value}'"))
+}
+
 /// PgBouncer's `server_login_retry` as SHOW CONFIG prints it (seconds,
 /// `%g`), checked to be a number: it goes back quoted into a SET, which
 /// PgBouncer's console takes unquoted only for `[0-9a-z_]+` (not `0.5`).
@@ -489,7 +495,7 @@ impl Bouncer {
         // resumed all the same, as before.
         let lifted = login_retry(c).ok().and_then(|retry| {
             let before = self.servers(c).ok()?;
-            command(c, "SET server_login_retry = 0").ok()?;
+            set_login_retry(c, "0").ok()?;
             Some((retry, before))
         });
         let resumed = command(c, &format!("RESUME {}", self.entry));
@@ -501,7 +507,7 @@ impl Bouncer {
             Ok(_) => self.until_served(c, &before),
             Err(_) => Ok(true),
         };
-        let restored = command(c, &format!("SET server_login_retry = '{retry}'"));
+        let restored = set_login_retry(c, &retry);
         if let Err(e) = resumed {
             return Err(match restored {
                 Ok(_) => e,
@@ -549,9 +555,9 @@ impl Bouncer {
             return Ok(());
         }
         let retry = login_retry(&mut c)?;
-        command(&mut c, "SET server_login_retry = 0")?;
+        set_login_retry(&mut c, "0")?;
         let served = self.until_served(&mut c, &[]);
-        command(&mut c, &format!("SET server_login_retry = '{retry}'"))
+        set_login_retry(&mut c, &retry)
             .map_err(|e| format!("setting server_login_retry back to {retry}: {e}"))?;
         match served? {
             true => Ok(()),
