@@ -25,7 +25,7 @@
 
 use crate::conninfo::{self, Settings};
 use crate::db::printable;
-use postgres::{Client, SimpleQueryMessage};
+use crate::pq::{Client, Row};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -58,44 +58,15 @@ pub fn entry_of(shard: u32) -> String {
     format!("shard{shard}")
 }
 
-/// The admin console takes no `options` (PgBouncer refuses startup
-/// parameters it does not track) and only the simple query protocol.
+/// The admin console's session (db::connect_console): only the simple
+/// query protocol, which `command` speaks.
 fn console(s: &Settings) -> Result<Client, String> {
-    let mut c = postgres::Config::new();
-    c.host(&s.host)
-        .port(s.port)
-        .dbname(&s.dbname)
-        .user(&s.user)
-        .application_name("insta-id");
-    if let Some(p) = &s.password {
-        if !s.clear_password && !s.host.starts_with('/') {
-            crate::db::refuse_clear_password(s).map_err(|e| format!("PgBouncer's console: {e}"))?;
-        }
-        c.password(p);
-    }
-    // (A console that does not answer must not hold a cutover up.)
-    c.connect_timeout(Duration::from_secs(s.connect_timeout.unwrap_or(10)));
-    let (tls, mode) =
-        crate::db::tls(&s.tls).map_err(|e| format!("PgBouncer's console ({}): {e}", s.label))?;
-    c.ssl_mode(mode);
-    c.connect(tls).map_err(|e| {
-        format!(
-            "PgBouncer's console ({}): {}",
-            s.label,
-            crate::db::describe(&e)
-        )
-    })
+    crate::db::connect_console(s).map_err(|e| format!("PgBouncer's console ({}): {e}", s.label))
 }
 
-fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, String> {
-    Ok(c.simple_query(sql)
-        .map_err(|e| format!("PgBouncer: {sql}: {}", crate::db::describe(&e)))?
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        })
-        .collect())
+fn command(c: &mut Client, sql: &str) -> Result<Vec<Row>, String> {
+    c.simple_query(sql)
+        .map_err(|e| format!("PgBouncer: {sql}: {}", crate::db::describe(&e)))
 }
 
 /// Whether the console's user may PAUSE, RELOAD and RESUME (stats_users
@@ -104,14 +75,15 @@ fn command(c: &mut Client, sql: &str) -> Result<Vec<postgres::SimpleQueryRow>, S
 /// user pgbouncer over a Unix socket from the user PgBouncer runs as (the
 /// socket's owner). Read with SHOW CONFIG, which any console user may run:
 /// a refused probe would leave an ERROR in PgBouncer's log at every move.
-fn admin(c: &mut Client, s: &Settings) -> Result<bool, String> {
+fn admin(c: &mut Client) -> Result<bool, String> {
     let rows = command(c, "SHOW CONFIG")?;
+    let user = c.user();
     let listed = rows
         .iter()
-        .find(|r| field(r, "key") == Some("admin_users"))
-        .and_then(|r| field(r, "value"))
-        .is_some_and(|users| named_in(users, &s.user));
-    Ok(listed || (s.user == "pgbouncer" && same_user_as_socket(s)))
+        .find(|r| r.named("key") == Some("admin_users"))
+        .and_then(|r| r.named("value"))
+        .is_some_and(|users| named_in(users, &user));
+    Ok(listed || (user == "pgbouncer" && same_user_as_socket(c)))
 }
 
 /// Whether `user` is one of a PgBouncer list setting's names (commas and
@@ -123,15 +95,16 @@ fn named_in(list: &str, user: &str) -> bool {
 
 /// Over a Unix socket, whether this process runs as the owner of
 /// PgBouncer's socket file, which PgBouncer made as the user it runs as.
-fn same_user_as_socket(s: &Settings) -> bool {
+fn same_user_as_socket(c: &Client) -> bool {
     use std::os::unix::fs::MetadataExt;
     extern "C" {
         fn geteuid() -> u32;
     }
-    if !s.host.starts_with('/') {
+    let host = c.host();
+    if !host.starts_with('/') {
         return false;
     }
-    let socket = format!("{}/.s.PGSQL.{}", s.host, s.port);
+    let socket = format!("{host}/.s.PGSQL.{}", c.port());
     // SAFETY: geteuid(2) takes nothing and cannot fail.
     std::fs::metadata(socket).is_ok_and(|m| m.uid() == unsafe { geteuid() })
 }
@@ -145,7 +118,7 @@ const SERVED_WITHIN: Duration = Duration::from_secs(5);
 
 /// Sets PgBouncer's `server_login_retry` (PgBouncer-wide) to `value`, as
 /// login_retry read it: a number of seconds, checked there.
-fn set_login_retry(c: &mut Client, value: &str) -> Result<Vec<postgres::SimpleQueryRow>, String> {
+fn set_login_retry(c: &mut Client, value: &str) -> Result<Vec<Row>, String> {
     command(c, &format!("SET server_login_retry = '{value}'"))
 }
 
@@ -156,8 +129,8 @@ fn login_retry(c: &mut Client) -> Result<String, String> {
     let rows = command(c, "SHOW CONFIG")?;
     let value = rows
         .iter()
-        .find(|r| field(r, "key") == Some("server_login_retry"))
-        .and_then(|r| field(r, "value"))
+        .find(|r| r.named("key") == Some("server_login_retry"))
+        .and_then(|r| r.named("value"))
         .ok_or_else(|| "PgBouncer's SHOW CONFIG has no server_login_retry".to_string())?;
     match value.parse::<f64>() {
         Ok(v)
@@ -177,16 +150,9 @@ fn login_retry(c: &mut Client) -> Result<String, String> {
 /// A pool of PgBouncer: (database, user).
 type Pool = (String, String);
 
-/// A column of a console row, `None` when this PgBouncer has no such
-/// column (`SimpleQueryRow::get` by name would panic).
-fn field<'r>(r: &'r postgres::SimpleQueryRow, name: &str) -> Option<&'r str> {
-    let i = r.columns().iter().position(|c| c.name() == name)?;
-    r.get(i)
-}
-
 /// The pool of a SHOW POOLS or SHOW SERVERS row.
-fn pool_of(r: &postgres::SimpleQueryRow) -> Pool {
-    let col = |n: &str| field(r, n).unwrap_or("").to_string();
+fn pool_of(r: &Row) -> Pool {
+    let col = |n: &str| r.named(n).unwrap_or("").to_string();
     (col("database"), col("user"))
 }
 
@@ -315,10 +281,10 @@ impl Resumer {
         let started = Instant::now();
         let servers: u32 = command(&mut self.c, "SHOW POOLS")?
             .iter()
-            .filter(|r| field(r, "database") == Some(self.bouncer.entry.as_str()))
+            .filter(|r| r.named("database") == Some(self.bouncer.entry.as_str()))
             .flat_map(|r| {
                 ["sv_active", "sv_idle", "sv_used", "sv_tested", "sv_login"]
-                    .map(|n| field(r, n).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0))
+                    .map(|n| r.named(n).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0))
             })
             .sum();
         Ok((started.elapsed(), servers))
@@ -360,9 +326,9 @@ impl Resumer {
             let since = now.saturating_duration_since(resumed);
             let oldest = command(&mut self.c, "SHOW POOLS")?
                 .iter()
-                .filter(|r| field(r, "database") == Some(self.bouncer.entry.as_str()))
+                .filter(|r| r.named("database") == Some(self.bouncer.entry.as_str()))
                 .map(|r| {
-                    let n = |c: &str| field(r, c).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                    let n = |c: &str| r.named(c).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                     if n("cl_waiting") == 0 {
                         Duration::ZERO
                     } else {
@@ -436,8 +402,8 @@ impl Bouncer {
     /// is paused.
     fn show(&self, c: &mut Client) -> Result<(String, String, String, bool), String> {
         for r in command(c, "SHOW DATABASES")? {
-            if r.get("name") == Some(&self.entry) {
-                let col = |n: &str| r.get(n).unwrap_or("").to_string();
+            if r.named("name") == Some(&self.entry) {
+                let col = |n: &str| r.named(n).unwrap_or("").to_string();
                 return Ok((
                     col("host"),
                     col("port"),
@@ -544,9 +510,9 @@ impl Bouncer {
         let mut c = console(&self.admin)?;
         let waiting: u64 = command(&mut c, "SHOW POOLS")?
             .iter()
-            .filter(|r| field(r, "database") == Some(self.entry.as_str()))
+            .filter(|r| r.named("database") == Some(self.entry.as_str()))
             .map(|r| {
-                field(r, "cl_waiting")
+                r.named("cl_waiting")
                     .and_then(|v| v.parse::<u64>().ok())
                     .unwrap_or(0)
             })
@@ -575,15 +541,15 @@ impl Bouncer {
     fn servers(&self, c: &mut Client) -> Result<Vec<Server>, String> {
         Ok(command(c, "SHOW SERVERS")?
             .iter()
-            .filter(|r| field(r, "database") == Some(self.entry.as_str()))
+            .filter(|r| r.named("database") == Some(self.entry.as_str()))
             .filter(|r| {
                 matches!(
-                    field(r, "state"),
+                    r.named("state"),
                     Some("idle" | "used" | "tested" | "active")
                 )
             })
             .map(|r| {
-                let id = ["ptr", "remote_pid"].map(|n| field(r, n).unwrap_or(""));
+                let id = ["ptr", "remote_pid"].map(|n| r.named(n).unwrap_or(""));
                 (pool_of(r), id.join(" "))
             })
             .collect())
@@ -600,9 +566,9 @@ impl Bouncer {
         loop {
             let waiting: Vec<Pool> = command(c, "SHOW POOLS")?
                 .iter()
-                .filter(|r| field(r, "database") == Some(self.entry.as_str()))
+                .filter(|r| r.named("database") == Some(self.entry.as_str()))
                 .filter(|r| {
-                    field(r, "cl_waiting")
+                    r.named("cl_waiting")
                         .and_then(|v| v.parse::<u64>().ok())
                         .unwrap_or(0)
                         > 0
@@ -709,9 +675,9 @@ impl Bouncer {
         Ok(command(&mut c, "SHOW SERVERS")?
             .iter()
             .filter(|r| {
-                field(r, "database") == Some(&self.entry) && field(r, "state") == Some("active")
+                r.named("database") == Some(&self.entry) && r.named("state") == Some("active")
             })
-            .filter_map(|r| field(r, "remote_pid")?.parse().ok())
+            .filter_map(|r| r.named("remote_pid")?.parse().ok())
             .collect())
     }
 
@@ -720,11 +686,11 @@ impl Bouncer {
     /// cutover, when a failure leaves the entry paused).
     pub fn preflight(&self) -> Result<(), String> {
         let mut c = console(&self.admin)?;
-        if !admin(&mut c, &self.admin)? {
+        if !admin(&mut c)? {
             return Err(format!(
                 "PgBouncer's console ({}): its user {} is not one of PgBouncer's admin_users, and a move needs PAUSE, RELOAD and RESUME: add it to admin_users, or give --pgbouncer a user that is",
                 self.admin.label,
-                printable(&self.admin.user)
+                printable(&c.user())
             ));
         }
         let said = |e| self.map_error(e);

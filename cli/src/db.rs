@@ -2,154 +2,216 @@
 //! and the two quotings it needs for the few statements that cannot take
 //! parameters (DDL).
 
-use crate::conninfo::{Settings, SslMode, Tls};
-use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
-use openssl::x509::{store::X509StoreBuilder, X509};
-use postgres::config::SslMode as Mode;
-use postgres::Client;
-use postgres_openssl::MakeTlsConnector;
+use crate::conninfo::Settings;
+use crate::pq::{Client, GenericClient};
 use std::time::Duration;
 
-/// The TLS of a connection as `t` says (OpenSSL, as libpq's): the server's
-/// certificate checked against the root certificates for verify-ca, and
-/// issued to the host too for verify-full; nothing checked for prefer and
-/// require; the client's certificate when there is one.
-pub fn tls(t: &Tls) -> Result<(MakeTlsConnector, Mode), String> {
-    let said = |what: &str, e: openssl::error::ErrorStack| format!("TLS: {what}: {e}");
-    let mut b = SslConnector::builder(SslMethod::tls()).map_err(|e| said("OpenSSL", e))?;
-    match &t.rootcert {
-        // The file's certificates only, as libpq: the builder's store has
-        // the system's authorities too, which would let any certificate a
-        // public authority signed pass verify-ca (no host checked).
-        Some(ca) => {
-            let file = |e: openssl::error::ErrorStack| {
-                said(&format!("root certificate file \"{}\"", ca.display()), e)
-            };
-            let pem = std::fs::read(ca)
-                .map_err(|e| format!("TLS: root certificate file \"{}\": {e}", ca.display()))?;
-            let mut store = X509StoreBuilder::new().map_err(file)?;
-            for cert in X509::stack_from_pem(&pem).map_err(file)? {
-                store.add_cert(cert).map_err(file)?;
-            }
-            b.set_cert_store(store.build());
-        }
-        None => b.set_verify(SslVerifyMode::NONE),
-    }
-    if let Some((cert, key)) = &t.cert {
-        b.set_certificate_chain_file(cert)
-            .map_err(|e| said(&format!("certificate file \"{}\"", cert.display()), e))?;
-        b.set_private_key_file(key, SslFiletype::PEM)
-            .map_err(|e| said(&format!("private key file \"{}\"", key.display()), e))?;
-    }
-    let mut c = MakeTlsConnector::new(b.build());
-    if t.mode != SslMode::VerifyFull {
-        c.set_callback(|config, _| {
-            config.set_verify_hostname(false);
-            Ok(())
-        });
-    }
-    let mode = match t.mode {
-        SslMode::Disable => Mode::Disable,
-        SslMode::Prefer => Mode::Prefer,
-        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Mode::Require,
-    };
-    Ok((c, mode))
+/// PGOPTIONS as the process got it, taken out of its environment at start
+/// (`keep_pgoptions`): libpq would send it to PgBouncer's console too,
+/// which refuses `options`. The tool's sessions and pg_dump get it.
+static PGOPTIONS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Takes PGOPTIONS out of the environment: first thing in main, before any
+/// thread starts.
+pub fn keep_pgoptions() {
+    let o = std::env::var("PGOPTIONS").unwrap_or_default();
+    std::env::remove_var("PGOPTIONS");
+    let _ = PGOPTIONS.set(o);
 }
 
-/// Connects as `s` says (TLS as its sslmode asks: `tls`). A server's
-/// WARNINGs are printed as they arrive; NOTICEs are not. TCP keepalives end
-/// the session on the server, and its locks with it, when this end is gone.
-/// An error is said as `describe` says it.
+pub fn pgoptions() -> &'static str {
+    PGOPTIONS.get().map_or("", String::as_str)
+}
+
+/// What every session of the tool gets from libpq: the operator's
+/// keywords between the tool's fallback name and what the tool needs
+/// (`last`, which wins). Text as UTF-8 whatever the server's encoding: the
+/// tool's names and statements are Rust strings.
+fn params<'a>(s: &'a Settings, last: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut p = vec![("fallback_application_name", "insta-id")];
+    p.extend(s.params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    p.push(("client_encoding", "UTF8"));
+    p.extend_from_slice(last);
+    p
+}
+
+/// Connects as `s` says, through libpq. A server's WARNINGs are printed as
+/// they arrive; NOTICEs are not. TCP keepalives end the session on the
+/// server, and its locks with it, when this end is gone. An error is said
+/// as `describe` says it.
 pub fn connect(s: &Settings) -> Result<Client, String> {
-    let mut c = postgres::Config::new();
-    c.host(&s.host)
-        .port(s.port)
-        .dbname(&s.dbname)
-        .user(&s.user)
-        .application_name(s.application_name.as_deref().unwrap_or("insta-id"))
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(10))
-        .notice_callback(|n| {
-            if n.severity() == "WARNING" {
-                println!("   WARNING:  {}", printable(n.message()));
-            }
-        });
-    if let Some(p) = &s.password {
-        c.password(p);
-    }
-    if let Some(t) = s.connect_timeout {
-        c.connect_timeout(Duration::from_secs(t));
-    }
     // Nothing the tool runs resolves through a schema a database owner
-    // controls, whatever the database's or role's settings: options the
-    // client gives come last and win.
-    c.options(&match &s.options {
-        Some(o) => format!("{o} {SESSION_OPTIONS}"),
-        None => SESSION_OPTIONS.to_string(),
-    });
-    if s.password.is_some() && !s.clear_password && !s.host.starts_with('/') {
+    // controls, whatever the database's or role's settings: the operator's
+    // options (the string's or a service's, else PGOPTIONS) then the
+    // tool's, which come last and win.
+    let theirs = match s.get("options") {
+        "" => pgoptions(),
+        o => o,
+    };
+    let options = format!("{theirs} {SESSION_OPTIONS}");
+    open(
+        s,
+        &[
+            ("keepalives", "1"),
+            ("keepalives_idle", "10"),
+            ("options", options.trim_start()),
+        ],
+        true,
+    )
+}
+
+/// A PgBouncer admin console's session: no `options` (PgBouncer refuses
+/// startup parameters it does not track), no check of the session's
+/// read-only state (the console has none, whatever PGTARGETSESSIONATTRS
+/// says), and a connect timeout of 10 s when the operator set none (a
+/// console that does not answer must not hold a cutover up).
+pub fn connect_console(s: &Settings) -> Result<Client, String> {
+    let mut last = vec![("target_session_attrs", "any")];
+    if s.get("connect_timeout").is_empty() {
+        last.push(("connect_timeout", "10"));
+    }
+    open(s, &last, false)
+}
+
+/// Connects, never sending a password in clear over a connection that is
+/// not encrypted unless require_auth allows it (libpq would send it to a
+/// server whose pg_hba.conf method is `password`). With a password at hand
+/// over TCP: for sslmode prefer, TLS first, on any host (libpq's prefer
+/// would retry without TLS after an error over TLS, where the server may
+/// ask for the password in clear); then, or for disable and allow, each
+/// server is asked which method it wants before libpq connects without TLS
+/// (`refuse_clear_password`).
+fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Result<Client, String> {
+    let mut p = params(s, last);
+    let mode = s.get("sslmode");
+    let guarded = s.password_at_hand
+        && !s.clear_password
+        && matches!(mode, "disable" | "allow" | "prefer")
+        && !tcp_targets(s).is_empty();
+    if guarded {
+        if mode == "prefer" {
+            p.push(("sslmode", "require"));
+            if let Ok(c) = Client::connect(&p, warnings) {
+                return Ok(c);
+            }
+            p.pop();
+            p.push(("sslmode", "disable"));
+        }
         refuse_clear_password(s)?;
     }
-    let (connector, mode) = tls(&s.tls)?;
-    c.ssl_mode(mode);
-    c.connect(connector).map_err(|e| describe(&e))
+    Client::connect(&p, warnings).map_err(|e| describe(&e))
+}
+
+/// The TCP servers a connection may try, as libpq lists them: each host
+/// (or its hostaddr when given) with its port (the last port given when
+/// there are fewer); Unix sockets left out.
+fn tcp_targets(s: &Settings) -> Vec<(String, u16)> {
+    let hosts: Vec<&str> = s.get("host").split(',').collect();
+    let addrs: Vec<&str> = s.get("hostaddr").split(',').collect();
+    let ports: Vec<&str> = s.get("port").split(',').collect();
+    let n = hosts.len().max(addrs.len());
+    (0..n)
+        .filter_map(|i| {
+            let target = match addrs.get(i).copied().unwrap_or("") {
+                "" => hosts.get(i).copied().unwrap_or(""),
+                a => a,
+            };
+            if target.is_empty() || target.starts_with('/') || target.starts_with('@') {
+                return None;
+            }
+            let port = ports.get(i).or(ports.last()).copied().unwrap_or("");
+            Some((target.to_string(), port.parse().unwrap_or(5432)))
+        })
+        .collect()
 }
 
 /// AuthenticationCleartextPassword: the server's `password` method.
 const CLEARTEXT: i32 = 3;
 
-/// Refuses a connection on which the password would cross the network in
-/// clear: not encrypted (sslmode disable, or prefer with a server that
-/// offers no TLS), and the server asking for it with its `password` method
-/// (md5 and SCRAM never send it). libpq would send it; its `require_auth`
-/// says which methods it may answer, and `password` in it allows this.
-/// The server is asked first, as the connection would ask it, and left
-/// before anything is sent (PostgreSQL logs nothing for that).
+/// Refuses a connection without TLS on which the server would ask for the
+/// password in clear (its pg_hba.conf method `password`; md5 and SCRAM
+/// never send it): every address of every TCP server the connection may
+/// try is asked first, as the connection would ask it, and left before
+/// anything is sent. A server that cannot be reached is libpq's to report;
+/// one that is reached and does not say which method it wants within the
+/// connect timeout is refused.
 pub fn refuse_clear_password(s: &Settings) -> Result<(), String> {
-    use crate::conninfo::SslMode;
-    use std::io::{Read, Write};
-    if !matches!(s.tls.mode, SslMode::Disable | SslMode::Prefer) {
-        return Ok(());
-    }
-    let asked = || -> std::io::Result<Option<i32>> {
-        let timeout = Duration::from_secs(s.connect_timeout.unwrap_or(10).max(1));
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))?
-            .next()
-            .ok_or_else(|| std::io::Error::other("no address"))?;
-        let mut tcp = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-        tcp.set_read_timeout(Some(timeout))?;
-        if s.tls.mode == SslMode::Prefer {
-            // SSLRequest: a server that offers TLS gets the password in it.
-            tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])?;
-            let mut answer = [0u8; 1];
-            tcp.read_exact(&mut answer)?;
-            if answer[0] == b'S' {
-                return Ok(None);
+    let timeout = Duration::from_secs(
+        s.get("connect_timeout")
+            .parse::<u64>()
+            .ok()
+            .filter(|t| *t > 0)
+            .unwrap_or(10)
+            .max(2),
+    );
+    for (host, port) in tcp_targets(s) {
+        let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)) else {
+            continue;
+        };
+        for addr in addrs {
+            let Ok(tcp) = std::net::TcpStream::connect_timeout(&addr, timeout) else {
+                continue;
+            };
+            match asked(tcp, s, timeout) {
+                Ok(Some(CLEARTEXT)) => return Err(format!(
+                    "server {}: it asks for the password in clear (its pg_hba.conf method is password) over a connection that is not encrypted: insta-id does not send it. Use TLS (sslmode=require, or verify-full), or scram-sha-256 on the server; or allow it with require_auth=password in the connection string",
+                    s.label
+                )),
+                Ok(_) => {}
+                Err(e) => return Err(format!(
+                    "server {} ({addr}): it did not say which authentication it wants ({e}), which insta-id asks before it sends a password without TLS",
+                    s.label
+                )),
             }
         }
-        let mut startup = 196_608i32.to_be_bytes().to_vec(); // protocol 3.0
-        for (k, v) in [("user", &s.user), ("database", &s.dbname)] {
-            startup.extend_from_slice(k.as_bytes());
-            startup.push(0);
-            startup.extend_from_slice(v.as_bytes());
-            startup.push(0);
-        }
-        startup.push(0);
-        tcp.write_all(&((startup.len() + 4) as i32).to_be_bytes())?;
-        tcp.write_all(&startup)?;
-        let mut head = [0u8; 9];
-        tcp.read_exact(&mut head)?;
-        Ok((head[0] == b'R').then(|| i32::from_be_bytes([head[5], head[6], head[7], head[8]])))
-    };
-    match asked() {
-        Ok(Some(CLEARTEXT)) => Err(format!(
-            "server {}: it asks for the password in clear (its pg_hba.conf method is password) over a connection that is not encrypted: insta-id does not send it. Use TLS (sslmode=require, or verify-full), or scram-sha-256 on the server; or allow it with require_auth=password in the connection string",
-            s.label
-        )),
-        // Anything else (another method, an error, no answer): the
-        // connection itself says it.
-        _ => Ok(()),
     }
+    Ok(())
+}
+
+/// What the server at the end of `tcp` asks of a connection without TLS:
+/// the authentication request's code (None: an error, not a request). A
+/// server that let the session in (trust) is read up to ReadyForQuery and
+/// left with a Terminate, as psql leaves it: nothing in its log.
+fn asked(
+    mut tcp: std::net::TcpStream,
+    s: &Settings,
+    timeout: Duration,
+) -> std::io::Result<Option<i32>> {
+    use std::io::{Read, Write};
+    tcp.set_read_timeout(Some(timeout))?;
+    let mut startup = 196_608i32.to_be_bytes().to_vec(); // protocol 3.0
+    for (k, v) in [("user", s.get("user")), ("database", s.get("dbname"))] {
+        startup.extend_from_slice(k.as_bytes());
+        startup.push(0);
+        startup.extend_from_slice(v.as_bytes());
+        startup.push(0);
+    }
+    startup.push(0);
+    tcp.write_all(&((startup.len() + 4) as i32).to_be_bytes())?;
+    tcp.write_all(&startup)?;
+    let mut head = [0u8; 9];
+    tcp.read_exact(&mut head)?;
+    if head[0] != b'R' {
+        return Ok(None);
+    }
+    let code = i32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+    if code == 0 {
+        // AuthenticationOk: the session starts; read to ReadyForQuery.
+        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]).max(8) as usize;
+        let mut rest = vec![0u8; len - 8];
+        tcp.read_exact(&mut rest)?;
+        loop {
+            let mut m = [0u8; 5];
+            tcp.read_exact(&mut m)?;
+            let len = i32::from_be_bytes([m[1], m[2], m[3], m[4]]).max(4) as usize - 4;
+            std::io::copy(&mut (&mut tcp).take(len as u64), &mut std::io::sink())?;
+            if m[0] == b'Z' {
+                break;
+            }
+        }
+        tcp.write_all(&[b'X', 0, 0, 0, 4])?;
+    }
+    Ok(Some(code))
 }
 
 /// The settings every session of the tool has, its own and those of the
@@ -159,19 +221,13 @@ pub const SESSION_OPTIONS: &str =
 
 /// An error as psql shows it, with its SQLSTATE when the server sent one,
 /// and its detail and hint on lines of their own.
-pub fn describe(e: &postgres::Error) -> String {
+pub fn describe(e: &crate::pq::Error) -> String {
     let Some(db) = e.as_db_error() else {
-        // The kind ("error connecting to server") and each cause under it
-        // (the refused connection, the missing socket, the password).
-        let mut said = e.to_string();
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            said += &format!(": {c}");
-            cause = c.source();
-        }
-        return terminal(&said);
+        // libpq's own words: the refused connection, the missing socket,
+        // the password, the certificate.
+        return terminal(&e.to_string());
     };
-    let mut said = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
+    let mut said = format!("{}: {} ({})", db.severity(), db.message(), db.code());
     if let Some(d) = db.detail() {
         said += &format!("\nDETAIL: {d}");
     }
@@ -204,7 +260,7 @@ pub trait Described<T> {
     fn described(self) -> Result<T, String>;
 }
 
-impl<T> Described<T> for Result<T, postgres::Error> {
+impl<T> Described<T> for Result<T, crate::pq::Error> {
     fn described(self) -> Result<T, String> {
         self.map_err(|e| describe(&e))
     }

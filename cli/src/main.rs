@@ -19,6 +19,7 @@ mod db;
 mod mover;
 mod pause;
 mod plan;
+mod pq;
 mod rebalance;
 mod restore;
 mod shared;
@@ -139,16 +140,20 @@ const MORE: &str = concat!(
     "
 
 Environment:
-  PGHOST, PGPORT, PGDATABASE, PGUSER, PGAPPNAME, PGSERVICE, PGREQUIREAUTH
-       Complete each connection string, as libpq's do.
-  PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY
-       TLS, as libpq's do.
+  PGHOST, PGPORT, PGDATABASE, PGUSER, PGSERVICE, PGSSLMODE, ... (libpq's)
+       Complete each connection string: the tool connects through libpq,
+       so every keyword and variable psql takes works the same, TLS
+       (sslrootcert, sslcrl, client certificates) and several hosts too.
   PGPASSFILE
        The password file (default ~/.pgpass). PGPASSWORD is refused.
-  PGSERVICEFILE, PGSYSCONFDIR
-       Where the service files are.
+  PGREQUIREAUTH
+       As require_auth: which methods may answer the server. With `password`
+       in it, a password may go in clear over a connection that is not
+       encrypted, which the tool otherwise refuses (with a libpq older than
+       16, the tool reads require_auth itself).
   PGOPTIONS
-       Passed on to a move's pg_dump.
+       As options: the tool's sessions and a move's pg_dump get it, the
+       tool's own settings after it (search_path).
   PATH
        Where a move looks for pg_dump first (move --pg-bin).
 
@@ -184,6 +189,7 @@ const MOVE_EXAMPLES: &str = "Examples:
       --from 'host=db1 dbname=app' --to 'host=db4 dbname=app'";
 
 fn main() -> ExitCode {
+    db::keep_pgoptions();
     let cli = Cli::parse();
     let env = conninfo::Env::of_process();
     let servers = match cli.command {

@@ -52,12 +52,12 @@ use crate::db::{
     connect, ident, literal, need_superuser, printable, terminal, Described, SESSION_OPTIONS,
 };
 use crate::pause::{self, Budget, Watchdog};
+use crate::pq::sqlstate;
+use crate::pq::{Client, GenericClient};
 use crate::shared::{pretty, shard_number, DEFAULT_PAUSE_BUDGET_MS};
 use crate::shared::{Failure, Result};
 use crate::verify;
 use copy::Kept;
-use postgres::error::SqlState;
-use postgres::Client;
 use rerun::{Locus, Next, Seen, Want};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -596,7 +596,7 @@ impl<'a> Mover<'a> {
 
     /// The call that records a step of one side, on that side's server.
     fn record<S: Step>(
-        c: &mut impl postgres::GenericClient,
+        c: &mut impl crate::pq::GenericClient,
         shard: i32,
         step: S,
         schema: &str,
@@ -610,7 +610,7 @@ impl<'a> Mover<'a> {
         Ok(())
     }
     /// This server's side of the move is over: its row forgotten.
-    fn done(c: &mut impl postgres::GenericClient, shard: i32, side: &str) -> Result<()> {
+    fn done(c: &mut impl crate::pq::GenericClient, shard: i32, side: &str) -> Result<()> {
         c.execute(
             "SELECT insta_id.move_done($1::int, $2::text)",
             &[&shard, &side],

@@ -21,9 +21,8 @@
 //! the shard's new home and resume it first.
 
 use crate::bouncer::{Bouncers, Resumer};
-use crate::conninfo::Tls;
 use crate::db::{printable, Described};
-use postgres::Client;
+use crate::pq::{CancelToken, Client, GenericClient};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -129,16 +128,15 @@ pub struct Deadline<'a> {
     /// The try's statement, cancelled when the backend could not be
     /// terminated (the killer's session broken): a cancelled statement
     /// aborts its transaction, which releases its locks too.
-    pub try_cancel: (postgres::CancelToken, Tls),
+    pub try_cancel: CancelToken,
     /// Console sessions opened before the try: the entry resumed through
     /// them, one round trip each.
     pub resumers: &'a mut [Resumer],
     /// The gates of the try's PAUSEs: shut first, so that none is sent
     /// after the RESUME.
     pub gates: Vec<crate::bouncer::Gate>,
-    /// The statements of the move's other sessions, then cancelled (each
-    /// session's cancel token and TLS settings).
-    pub cancels: Vec<(postgres::CancelToken, Tls)>,
+    /// The statements of the move's other sessions, then cancelled.
+    pub cancels: Vec<CancelToken>,
 }
 
 /// Ends a try at its deadline (`Deadline`), unless disarmed first: before
@@ -217,10 +215,7 @@ impl Watchdog {
                     std::thread::sleep(Duration::from_micros(500));
                 }
             } else {
-                let (token, tls) = &d.try_cancel;
-                if let Ok((tls, _)) = crate::db::tls(tls) {
-                    let _ = token.cancel_query(tls);
-                }
+                let _ = d.try_cancel.cancel_within(reserve / 2);
             }
             // When its clients had a server again (PgBouncer logs in anew
             // after a RESUME), looked at at once: the end of their wait.
@@ -233,10 +228,8 @@ impl Watchdog {
                     false => Ok(at),
                 });
             // (Each cancel is a connection of its own: after the clients.)
-            for (token, tls) in &d.cancels {
-                if let Ok((tls, _)) = crate::db::tls(tls) {
-                    let _ = token.cancel_query(tls);
-                }
+            for token in &d.cancels {
+                let _ = token.cancel_within(CANCEL_WITHIN);
             }
             *dog = Dog::Fired(resumed);
         });
@@ -269,13 +262,18 @@ enum Held {
     /// Nothing paused: exit.
     Nothing,
     /// The entry is (being) paused; the try's session to cancel.
-    Entry(Box<(Bouncers, postgres::CancelToken, Tls)>),
+    Entry(Box<(Bouncers, CancelToken)>),
     /// The cutover is committing or committed: the run points the entry
     /// at the shard's new home and resumes it; the watcher waits for that.
     Committing,
 }
 
 static HELD: Mutex<Held> = Mutex::new(Held::Nothing);
+
+/// How long a cancel may take once the clients are resumed (or, on a
+/// signal, before they are): a server that does not answer the cancel's
+/// connection must not keep the tool from going on.
+const CANCEL_WITHIN: Duration = Duration::from_secs(2);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: i32) {
@@ -309,10 +307,8 @@ pub fn catch_signals() {
                 continue;
             }
             Held::Entry(held) => {
-                let (b, cancel, tls) = &**held;
-                if let Ok((tls, _)) = crate::db::tls(tls) {
-                    let _ = cancel.cancel_query(tls);
-                }
+                let (b, cancel) = &**held;
+                let _ = cancel.cancel_within(CANCEL_WITHIN);
                 match b.resume_if_paused() {
                     Ok(()) => eprintln!("insta-id: {name}: PgBouncer's entry {} resumed; the shard is where it was: run the move again to go on", b.entry),
                     Err(e) => eprintln!("insta-id: {name}: resuming PgBouncer's entry {}: {e}; run the move again, which resumes it", b.entry),
@@ -330,8 +326,8 @@ fn lock() -> std::sync::MutexGuard<'static, Held> {
 
 /// The entry is about to be paused (set before the PAUSE: one sent is
 /// resumed by a signal even before PgBouncer answers it).
-pub fn pausing(b: &Bouncers, cancel: postgres::CancelToken, tls: &Tls) {
-    *lock() = Held::Entry(Box::new((b.clone(), cancel, tls.clone())));
+pub fn pausing(b: &Bouncers, cancel: CancelToken) {
+    *lock() = Held::Entry(Box::new((b.clone(), cancel)));
 }
 
 /// The cutover commits: from here a signal waits for the entry to be

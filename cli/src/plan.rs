@@ -18,6 +18,7 @@
 
 use crate::conninfo::Settings;
 use crate::db::{connect, describe};
+use crate::pq::GenericClient;
 use crate::shared::pretty;
 use crate::status;
 use std::collections::BTreeSet;
@@ -606,7 +607,7 @@ fn show(read: Result<(Vec<String>, Fleet), String>) -> ExitCode {
 
 /// A server's shards: number, schema and bytes on disk (tables, their
 /// indexes and TOAST, materialized views).
-fn shard_sizes(c: &mut postgres::Client) -> Result<Vec<(i32, String, u64)>, postgres::Error> {
+fn shard_sizes(c: &mut crate::pq::Client) -> Result<Vec<(i32, String, u64)>, crate::pq::Error> {
     let rows = c.query(
         "SELECT r.shard_id, r.schema_name::text,
                 coalesce(sum(pg_catalog.pg_total_relation_size(k.oid)), 0)::bigint

@@ -10,6 +10,7 @@ use crate::conninfo::{Env, Settings};
 use crate::db::{connect, describe, Described};
 use crate::mover::{self, Waits, LABEL};
 use crate::plan::{Fleet, Role};
+use crate::pq::GenericClient;
 use crate::shared::{pretty, Failure};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -48,11 +49,22 @@ pub struct Args {
     pub waits: Waits,
 }
 
-/// A PgBouncer entry's connection string for a server: its host, port and
-/// database (names PgBouncer's syntax can carry unquoted; Bouncer::check
-/// refuses others).
-pub fn target_of(s: &Settings) -> String {
-    format!("host={} port={} dbname={}", s.host, s.port, s.dbname)
+/// A PgBouncer entry's connection string for each server: the host (or
+/// socket directory), port and database libpq connected to (names
+/// PgBouncer's syntax can carry unquoted; Bouncer::check refuses others).
+fn targets(settings: &[Settings]) -> Result<Vec<String>, String> {
+    settings
+        .iter()
+        .map(|s| {
+            let c = connect(s).map_err(|e| format!("server {}: {e}", s.label))?;
+            Ok(format!(
+                "host={} port={} dbname={}",
+                c.host(),
+                c.port(),
+                c.db()
+            ))
+        })
+        .collect()
 }
 
 /// What a rebalance finishes first, of what the servers record; a shard's
@@ -156,6 +168,16 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         );
         return ExitCode::from(2);
     }
+    let targets = match a.pgbouncer.is_empty() {
+        true => Vec::new(),
+        false => match targets(settings) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("insta-id: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let one = |shard: i32, from: usize, to: usize| mover::Args {
         shard: shard as u32,
         from: a.servers[from].clone(),
@@ -171,7 +193,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         rollback_window: a.rollback_window.clone(),
         pgbouncer: a.pgbouncer.clone(),
         pgbouncer_map: a.pgbouncer_map.clone(),
-        pgbouncer_target: (!a.pgbouncer.is_empty()).then(|| target_of(&settings[to])),
+        pgbouncer_target: targets.get(to).cloned(),
         pg_bin: None,
         no_verify: false,
         routing_elsewhere: a.routing_elsewhere,
@@ -205,7 +227,7 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         let mut args = one(shard, from, to);
         if what == Pending::Rollback {
             args.rollback = true;
-            args.pgbouncer_target = (!a.pgbouncer.is_empty()).then(|| target_of(&settings[from]));
+            args.pgbouncer_target = targets.get(from).cloned();
         }
         if let Err(e) = mover::move_shard(&args, env) {
             return stopped(shard, e);
@@ -261,31 +283,5 @@ pub fn run(a: &Args, settings: &[Settings], roles: Vec<Role>, env: &Env) -> Exit
         ExitCode::SUCCESS
     } else {
         crate::plan::unreachable(&fleet.plan)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_entry_target_is_the_servers_host_port_and_database() {
-        let s = crate::conninfo::Settings {
-            host: "/var/run/postgresql".into(),
-            port: 5432,
-            dbname: "app".into(),
-            user: "u".into(),
-            password: None,
-            application_name: None,
-            connect_timeout: None,
-            options: None,
-            label: String::new(),
-            tls: Default::default(),
-            clear_password: false,
-        };
-        assert_eq!(
-            target_of(&s),
-            "host=/var/run/postgresql port=5432 dbname=app"
-        );
     }
 }

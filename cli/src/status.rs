@@ -12,7 +12,7 @@
 use crate::conninfo::Settings;
 use crate::db::{connect, describe};
 use crate::mover::steps::{Arriving, Leaving, Step};
-use postgres::Client;
+use crate::pq::{Client, GenericClient};
 use std::process::ExitCode;
 
 /// One move as one server sees it.
@@ -215,7 +215,7 @@ pub fn moving_shards(c: &mut Client) -> Result<Vec<i32>, String> {
 /// What one server holds of moves, and its versions (PostgreSQL's and
 /// insta_id's); an error as the operator should read it.
 fn moves(c: &mut Client, with_holders: bool) -> Result<((String, String), Vec<Move>), String> {
-    let described = |e: postgres::Error| describe(&e);
+    let described = |e: crate::pq::Error| describe(&e);
     crate::db::need_superuser(
         c,
         "insta-id reads the moves from insta_id's tables and the replication catalogs",
@@ -245,7 +245,7 @@ fn moves_of(
     c: &mut Client,
     head: Head,
     with_holders: bool,
-) -> Result<(Head, Vec<Move>), postgres::Error> {
+) -> Result<(Head, Vec<Move>), crate::pq::Error> {
     // shard -> (side, what the catalogs say of it)
     let mut found: std::collections::BTreeMap<i32, (&'static str, Option<String>)> =
         Default::default();

@@ -20,8 +20,8 @@
 
 use crate::conninfo::{self, Env};
 use crate::db::{connect, ident, literal, printable, Described};
+use crate::pq::{Client, GenericClient};
 use crate::shared::{shard_number, Failure, Result as Run};
-use postgres::{Client, GenericClient};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

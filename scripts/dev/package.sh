@@ -70,18 +70,18 @@ chmod 0644 "$root/usr/share/man/man1/insta-id.1.gz"
 install -m 0644 docs/fleet.md "$root/usr/share/doc/insta-id/"
 install -m 0644 LICENSE "$root/usr/share/doc/insta-id/copyright"
 glibc=$(objdump -T "$root/usr/bin/insta-id" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
-# OpenSSL (its TLS): the package of the libssl it links, as this system
-# names it (libssl3 on Debian 12, libssl3t64 on 13).
-libssl=$(ldd "$root/usr/bin/insta-id" | awk '/libssl\.so/ {print $3}')
-libssl_pkg=$(dpkg -S "$(readlink -f "$libssl")" 2>/dev/null | head -n1 | cut -d: -f1 || true)
-[ -n "$libssl_pkg" ] || libssl_pkg=$(dpkg -S "$libssl" 2>/dev/null | head -n1 | cut -d: -f1 || true)
-[ -n "$libssl_pkg" ] || { echo "package.sh: no Debian package owns $libssl, which insta-id links" >&2; exit 1; }
+# libpq (its connections, and TLS with them): the package of the libpq it
+# links, as this system names it (libpq5).
+libpq=$(ldd "$root/usr/bin/insta-id" | awk '/libpq\.so/ {print $3}')
+libpq_pkg=$(dpkg -S "$(readlink -f "$libpq")" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+[ -n "$libpq_pkg" ] || libpq_pkg=$(dpkg -S "$libpq" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+[ -n "$libpq_pkg" ] || { echo "package.sh: no Debian package owns $libpq, which insta-id links" >&2; exit 1; }
 cat >"$root/DEBIAN/control" <<CONTROL
 Package: insta-id
 Version: $version
 Architecture: $arch
 Maintainer: insta_id maintainers <maintainers@users.noreply.a-seed-43a3dcc4.example>
-Depends: libc6 (>= $glibc), $libssl_pkg
+Depends: libc6 (>= $glibc), $libpq_pkg
 Recommends: postgresql-client
 Section: database
 Priority: optional

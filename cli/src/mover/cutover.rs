@@ -114,13 +114,9 @@ impl Mover<'_> {
             // Every statement of the move's other sessions is cancelled at
             // the deadline, the comparison's own on the new server too
             // (verify.rs).
-            let mut cancels = vec![
-                (self.from.cancel_token(), self.from_s.tls.clone()),
-                (self.to.cancel_token(), self.to_s.tls.clone()),
-            ];
+            let mut cancels = vec![self.from.cancel_token(), self.to.cancel_token()];
             if let Some(c) = &self.verify_to {
-                let copy = if back { &self.from_s } else { &self.to_s };
-                cancels.push((c.cancel_token(), copy.tls.clone()));
+                cancels.push(c.cancel_token());
             }
             let trips = Instant::now();
             hold.batch_execute("SELECT 1").described()?;
@@ -130,7 +126,7 @@ impl Mover<'_> {
                 rtt += trip;
                 logins = logins.max(servers);
             }
-            let try_cancel = (t.cancel_token(), holding_s.tls.clone());
+            let try_cancel = t.cancel_token();
             let b = Budget::keeping(
                 budget,
                 reserve.max(rtt * 3 + login * logins).min(budget / 10),
@@ -282,7 +278,7 @@ impl Mover<'_> {
         &mut self,
         schema: &str,
         (budget, dog): (&Budget, &Watchdog),
-        cancel: postgres::CancelToken,
+        cancel: crate::pq::CancelToken,
         pausers: Vec<Pauser>,
         back: bool,
     ) -> Result<()> {
@@ -292,12 +288,7 @@ impl Mover<'_> {
         // Recorded first: a run that finishes or undoes this move must be
         // able to resume the entry.
         self.record_to(Arriving::Paused, schema)?;
-        let tls = if back {
-            &self.to_s.tls
-        } else {
-            &self.from_s.tls
-        };
-        pause::pausing(&b, cancel, tls);
+        pause::pausing(&b, cancel);
         // Sent before the try's deadline only, and waited for up to the
         // whole budget: when the entry does not drain, the try's watchdog
         // resumes it first, at its deadline (the caller resumes it after
@@ -645,7 +636,7 @@ pub(super) fn lock_caught_up(
             if dog.disarm()
                 || matches!(
                     e.code(),
-                    Some(&SqlState::QUERY_CANCELED | &SqlState::LOCK_NOT_AVAILABLE)
+                    Some(sqlstate::QUERY_CANCELED | sqlstate::LOCK_NOT_AVAILABLE)
                 ) =>
         {
             // Named now: what still holds the shard is what held it up.

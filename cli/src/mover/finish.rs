@@ -226,7 +226,7 @@ impl Mover<'_> {
     /// move brought the shard from (`from`: its label and identity), so
     /// that a re-run tells a finished move from swapped servers.
     pub(super) fn arrived(
-        c: &mut impl postgres::GenericClient,
+        c: &mut impl crate::pq::GenericClient,
         shard: i32,
         from: (&str, &str),
     ) -> Result<()> {
@@ -321,7 +321,7 @@ impl Mover<'_> {
 
     /// In a transaction on the old server: the subscription back, detached
     /// from its slot (the new server's, dropped there), if it is there.
-    pub(super) fn unsubscribe_back(tx: &mut postgres::Transaction, back: &str) -> Result<()> {
+    pub(super) fn unsubscribe_back(tx: &mut crate::pq::Transaction, back: &str) -> Result<()> {
         let exists: bool = tx
             .query_one(&subscribed_sql(), &[&back])
             .described()?

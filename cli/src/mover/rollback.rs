@@ -316,7 +316,7 @@ impl Mover<'_> {
 /// `first` runs in the same transaction before it.
 fn release_copy(
     (c, server): (&mut Client, &str),
-    first: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<()>,
+    first: impl FnOnce(&mut crate::pq::Transaction<'_>) -> Result<()>,
     shard: i32,
     schema: &str,
     lock_timeout: &str,
@@ -353,7 +353,7 @@ fn release_copy(
     )
     .described()?;
     if let Err(e) = tx.execute("SELECT insta_id.move_release($1::int)", &[&shard]) {
-        if e.code() != Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        if e.code() != Some(sqlstate::LOCK_NOT_AVAILABLE) {
             return fail(crate::db::describe(&e));
         }
         drop(tx);

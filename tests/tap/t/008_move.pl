@@ -190,8 +190,24 @@ is("$rc|" . ($out =~ /^insta-id: a move re-points what sends the shard's clients
 is("$rc|" . last_line($out), '2|insta-id: --rollback-window: ERROR: invalid input syntax for type interval: "banana" (22007)',
 	'refused: a rollback window that is no interval (exit 2, a bad argument)');
 ($rc, $out) = move(7, 'host=/nonexistent port=1 dbname=app', $to);
-like("$rc|" . last_line($out), qr{^1\|insta-id: the old server \(/nonexistent:1/app\): error connecting to server: .*No such file or directory}m,
-	'a server that cannot be reached: the cause said, not only "error connecting to server"');
+like("$rc|$out", qr{^1\|insta-id: the old server \(/nonexistent:1/app\): connection to server on socket "/nonexistent/\.s\.PGSQL\.1" failed: No such file or directory$}m,
+	'a server that cannot be reached: libpq\'s words, the server named');
+# Several hosts and target_session_attrs, as libpq takes them: the first
+# host down, the second taken; a read-only session asked of a primary is
+# refused by libpq, naming why.
+my ($host, $port) = ($old->host, $old->port);
+my @hosts = (
+	[ "host=/nonexistent,$host port=1,$port dbname=app",                             '0 connected' ],
+	[ "host=$host,/nonexistent port=$port,1 dbname=app target_session_attrs=read-write", '0 connected' ],
+	[ "host=$host port=$port dbname=app target_session_attrs=read-only",               '1 refused: read-write' ],
+	[ "postgresql:///app?host=/nonexistent,$host&port=1,$port",                       '0 connected' ],);
+for my $h (@hosts)
+{
+	my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', $h->[0]);
+	is("$mrc " . ($mrc ? ($merr =~ /session is not read-only/ ? 'refused: read-write' : $merr)
+			: ($mout =~ /no move/ ? 'connected' : $mout)),
+		$h->[1], "libpq's hosts: $h->[0]: $h->[1]");
+}
 # What a server lacks is said with the server named, before anything is
 # made: a role that is not a superuser (each command), a database without
 # insta_id. One row a case: command, arguments, the message.
@@ -981,36 +997,73 @@ is($rc . '|' . ($out =~ /did not pass the carried high-water mark/ ? 'waited for
 $new16->stop;
 $old->stop;
 
-# TLS, as libpq's sslmode: a server that takes connections over TCP with TLS
-# only (hostnossl rejected), its certificate for localhost signed by a CA of
-# this test's. verify-full checks the chain and the host, verify-ca the
-# chain only; another CA, another host or no TLS is refused, and says why.
+# TLS, as libpq's (the tool connects through libpq): a server that takes
+# connections over TCP with TLS only (hostnossl rejected), its certificate
+# for localhost signed by a CA of this test's. verify-full checks the chain
+# and the host, verify-ca the chain only; another CA, another host, a
+# revoked certificate (sslcrl) or no TLS is refused, and says why. A client
+# certificate of the CA's authenticates (the cert method), and its key
+# readable by the group is refused, as psql refuses it.
 my $certs = PostgreSQL::Test::Utils::tempdir_short();
+append_to_file("$certs/san.ext", "subjectAltName=DNS:localhost\n");
+append_to_file("$certs/ca.cnf", "[ca]\ndefault_ca = it\n[it]\ndatabase = index.txt\ncrlnumber = crlnumber\n"
+	  . "certificate = ca.crt\nprivate_key = ca.key\ndefault_md = sha256\ndefault_crl_days = 2\n");
+append_to_file("$certs/index.txt", '');
+append_to_file("$certs/crlnumber", "01\n");
 for my $cmd ([qw(req -new -x509 -days 2 -nodes -subj /CN=insta-id-test-ca -keyout ca.key -out ca.crt)],
 	[qw(req -new -x509 -days 2 -nodes -subj /CN=insta-id-other-ca -keyout other.key -out other.crt)],
 	[qw(req -new -nodes -subj /CN=localhost -keyout server.key -out server.csr)],
-	[qw(x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt)])
+	[qw(x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt)],
+	[qw(req -new -nodes -subj /CN=certuser -keyout client.key -out client.csr)],
+	[qw(x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt)],
+	[qw(ca -config ca.cnf -gencrl -out empty.crl)],
+	[qw(ca -config ca.cnf -revoke server.crt)],
+	[qw(ca -config ca.cnf -gencrl -out revoked.crl)])
 {
-	append_to_file("$certs/san.ext", "subjectAltName=DNS:localhost\n") unless -e "$certs/san.ext";
 	my $oerr = '';
 	IPC::Run::run([ 'openssl', @$cmd ], '>', '/dev/null', '2>', \$oerr, init => sub { chdir $certs }) or die "openssl @$cmd: $oerr";
 }
-chmod 0600, "$certs/server.key";
-my $tls = insta_node('tls', conf => "ssl = on\nssl_cert_file = '$certs/server.crt'\nssl_key_file = '$certs/server.key'\nlisten_addresses = '127.0.0.1'\n");
+chmod 0600, "$certs/server.key", "$certs/client.key";
+PostgreSQL::Test::Utils::system_or_bail('cp', "$certs/client.key", "$certs/shared.key");
+chmod 0640, "$certs/shared.key";
+my $tls = insta_node('tls', conf => "ssl = on\nssl_cert_file = '$certs/server.crt'\nssl_key_file = '$certs/server.key'\nssl_ca_file = '$certs/ca.crt'\nlisten_addresses = '127.0.0.1'\n");
 open my $hba, '>', $tls->data_dir . '/pg_hba.conf' or die $!;
-print $hba "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n";
+print $hba "local all all trust\nhostssl all certuser 127.0.0.1/32 cert\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n";
 close $hba;
 $tls->reload;
-$tls->safe_psql('postgres', 'CREATE DATABASE app');
+$tls->safe_psql('postgres', 'CREATE DATABASE app; CREATE ROLE certuser LOGIN SUPERUSER');
 $tls->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
 my $sport = $tls->port;
-my @tls = map {
-	my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=$_->[0] port=$sport dbname=app sslmode=$_->[1]" . ($_->[2] ? " sslrootcert=$certs/$_->[2]" : ''));
-	"$mrc " . ($mrc ? ($merr =~ /(certificate verify failed|no encryption|hostname mismatch)/ ? $1 : $merr) : ($mout =~ /no move/ ? 'connected' : $mout))
-} ([ 'localhost', 'verify-full', 'ca.crt' ], [ '127.0.0.1', 'verify-ca', 'ca.crt' ], [ 'localhost', 'require' ], [ 'localhost', 'prefer' ],
-	[ '127.0.0.1', 'verify-full', 'ca.crt' ], [ 'localhost', 'verify-full', 'other.crt' ], [ 'localhost', 'disable' ]);
-is(join('|', @tls), '0 connected|0 connected|0 connected|0 connected|1 certificate verify failed|1 certificate verify failed|1 no encryption',
-	'TLS: verify-full, verify-ca, require and prefer connect; another host, another CA or no TLS refused, saying why');
+# Each row: host, sslmode, the rest of the connection string, what happens.
+my @tls_cases = (
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt",                          '0 connected' ],
+	[ '127.0.0.1', 'verify-ca',   "sslrootcert=$certs/ca.crt",                          '0 connected' ],
+	[ 'localhost', 'require',     '',                                                   '0 connected' ],
+	[ 'localhost', 'prefer',      '',                                                   '0 connected' ],
+	[ '127.0.0.1', 'verify-full', "sslrootcert=$certs/ca.crt",                          '1 refused: the host' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/other.crt",                       '1 refused: not verified' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt sslcrl=$certs/empty.crl",   '0 connected' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt sslcrl=$certs/revoked.crl", '1 refused: not verified' ],
+	[ 'localhost', 'disable',     '',                                                   '1 refused: no TLS' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt user=certuser sslcert=$certs/client.crt sslkey=$certs/client.key", '0 connected' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt user=certuser", '1 refused: no client certificate' ],
+	[ 'localhost', 'verify-full', "sslrootcert=$certs/ca.crt user=certuser sslcert=$certs/client.crt sslkey=$certs/shared.key", '1 refused: the key readable by others' ],
+);
+# How libpq says each refusal, the first that matches (a revoked
+# certificate, as one of another CA: "certificate verify failed").
+my @why = (
+	[ qr/does not match host name/                                               => 'the host' ],
+	[ qr/certificate verify failed/                                              => 'not verified' ],
+	[ qr/no encryption/                                                          => 'no TLS' ],
+	[ qr/certificate authentication failed|requires a valid client certificate/ => 'no client certificate' ],
+	[ qr/has group or world access/                                              => 'the key readable by others' ],);
+for my $c (@tls_cases)
+{
+	my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=$c->[0] port=$sport dbname=app sslmode=$c->[1] $c->[2]");
+	my ($said) = map { $_->[1] } grep { $merr =~ $_->[0] } @why;
+	is("$mrc " . ($mrc ? 'refused: ' . ($said // $merr) : ($mout =~ /no move/ ? 'connected' : $mout)),
+		$c->[3], "TLS: host=$c->[0] sslmode=$c->[1] $c->[2]: $c->[3]");
+}
 
 # A password is never sent in clear over a connection that is not
 # encrypted unless the operator allows it (libpq's require_auth): the
@@ -1018,9 +1071,12 @@ is(join('|', @tls), '0 connected|0 connected|0 connected|0 connected|1 certifica
 # password leaves; SCRAM (which never sends it), TLS, or require_auth=password
 # connect. Each row: user, sslmode, more of the connection string, what
 # happens.
-$tls->safe_psql('postgres', q{CREATE ROLE clear LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE scram LOGIN SUPERUSER PASSWORD 'secret'});
+# The role nossl is refused over TLS and asked for its password in clear
+# without: libpq's prefer would retry without TLS and send it.
+$tls->safe_psql('postgres', q{CREATE ROLE clear LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE scram LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE nossl LOGIN SUPERUSER PASSWORD 'secret'});
 open $hba, '>', $tls->data_dir . '/pg_hba.conf' or die $!;
-print $hba "local all all trust\nhostssl all all 127.0.0.1/32 password\nhostnossl all clear 127.0.0.1/32 password\nhostnossl all scram 127.0.0.1/32 scram-sha-256\n";
+print $hba "local all all trust\nhostssl all nossl 127.0.0.1/32 reject\nhostssl all all 127.0.0.1/32 password\n"
+  . "hostnossl all clear 127.0.0.1/32 password\nhostnossl all nossl 127.0.0.1/32 password\nhostnossl all scram 127.0.0.1/32 scram-sha-256\n";
 close $hba;
 $tls->reload;
 my $passfile = "$certs/pgpass";
@@ -1034,15 +1090,26 @@ my @clear = (
 	[ 'clear', 'prefer',  '',                           '0 connected' ],
 	[ 'clear', 'require', '',                           '0 connected' ],
 	[ 'scram', 'disable', '',                           '0 connected' ],
+	[ 'nossl', 'prefer',  '',                           '1 refused in clear' ],
+	[ 'nossl', 'prefer',  ' require_auth=password',     '0 connected' ],
 );
+# With the libpq the tool links (Debian's 15, which has no require_auth:
+# the tool reads it) and, when the version under test has its own (16 and
+# later: libpq checks require_auth too), with that one.
+my $libdir = `$ENV{PG_CONFIG} --libdir`;
+chomp $libdir;
+my @libpqs = ([ 'linked libpq', undef ]);
+push @libpqs, [ "libpq of $libdir", $libdir ] if -e "$libdir/libpq.so.5";
+for my $libpq (@libpqs)
 {
 	local $ENV{PGPASSFILE} = $passfile;
+	local $ENV{LD_LIBRARY_PATH} = $libpq->[1] if defined $libpq->[1];
 	for my $c (@clear)
 	{
 		my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=127.0.0.1 port=$sport dbname=app user=$c->[0] sslmode=$c->[1]$c->[2]");
 		is("$mrc " . ($mrc ? ($merr =~ /it asks for the password in clear \(its pg_hba.conf method is password\) over a connection that is not encrypted: insta-id does not send it/ ? 'refused in clear' : $merr)
 				: ($mout =~ /no move/ ? 'connected' : $mout)),
-			$c->[3], "a password over TCP: user $c->[0], sslmode=$c->[1]$c->[2]: $c->[3]");
+			$c->[3], "a password over TCP, $libpq->[0]: user $c->[0], sslmode=$c->[1]$c->[2]: $c->[3]");
 	}
 }
 $tls->stop;

@@ -526,7 +526,7 @@ sub close_through { my ($h) = @_; $h->{in} .= "COMMIT;\n"; $h->{run}->finish; re
 	# One of the two stopped: the next move stops before anything is made,
 	# the entry on the other neither paused nor repointed.
 	($rc, $out) = move(13, undef, '--rollback-window', 0, '--pgbouncer', $admin2);
-	is(join('|', $rc, last_line($out) =~ /^insta-id: PgBouncer's console \(\Q$dir2\E:$port2\/pgbouncer\): error connecting to server/ ? 'console named' : last_line($out),
+	is(join('|', $rc, $out =~ /^insta-id: PgBouncer's console \(\Q$dir2\E:$port2\/pgbouncer\): connection to server on socket "\Q$dir2\E\/\.s\.PGSQL\.$port2" failed: /m ? 'console named' : $out,
 			$old->safe_psql('app', 'SELECT count(*) FROM pg_publication'), @{ entry(13) }{qw(port paused)}),
 		join('|', 1, 'console named', 0, $old->port, 0),
 		'two PgBouncers, one stopped before the move: refused before anything is made, the other entry untouched');
