@@ -58,10 +58,10 @@ for c in bench-move-a bench-move-b; do
 done
 conn() { echo "host=$(cluster_dir "$1") port=$(cluster_port "$1") dbname=app user=postgres"; }
 from=$(conn bench-move-a) to=$(conn bench-move-b)
-steady=$((MOVES + 1)) large=$((MOVES + 2))
+steady=$((MOVES + 1)) large=$((MOVES + 2)) readers=$((MOVES + 3))
 q -d "$from" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, $large, 'template')" >/dev/null
-for ((s = 1; s <= steady; s++)); do
+  -c "SELECT insta_id.create_shards(1, $readers, 'template')" >/dev/null
+for s in $(seq 1 "$steady") "$readers"; do
   q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
 done
 # About LARGE_MB of users (a row of ~250 bytes with its index entries).
@@ -70,7 +70,7 @@ q -d "$from" -c "INSERT INTO insta$large.users (name) SELECT repeat('x', 180) ||
 
 # PgBouncer, one entry per shard.
 bouncer=$(bouncer_init bench-bouncer)
-for ((s = 1; s <= large; s++)); do
+for ((s = 1; s <= readers; s++)); do
   echo "shard$s = host=$(cluster_dir bench-move-a) port=$(cluster_port bench-move-a) dbname=app"
 done | as_pg tee "$bouncer/shards.ini" >/dev/null
 bouncer_start bench-bouncer 4
@@ -90,14 +90,23 @@ latencies() {
   cat "$out/log$1".* | awk '{print $3}' | sort -n |
     awk '{v[NR] = $1} END {printf "%.2f %.2f %.2f %d\n", v[int(NR * 0.50) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000, v[NR] / 1000, NR}'
 }
+# The longest wait of a shard's clients (ms): pgbench -l's time less its
+# schedule lag (the 7th field, with -R).
+longest_wait() {
+  cat "$out/log$1".* | awk '{w = ($3 - $7) / 1000; if (w > m) m = w} END {printf "%.1f\n", m}'
+}
+# `insta-id move SHARD ...` through PgBouncer, with what follows SHARD.
+move() {  # SHARD [OPTION...]
+  insta-id move "$1" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" "${@:2}"
+}
 # A shard moved under pgbench (4 clients on its entry, from 1 s before to
 # 1 s after), its output in $out/move<SHARD>.log; its pause and pgbench's
 # failed transactions recorded under KEY.
 move_under_load() {  # SHARD KEY
   bench_start "$1" 4; pid=$started
   sleep 1
-  insta-id move "$1" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
-    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" >"$out/move$1.log" 2>&1 ||
+  move "$1" >"$out/move$1.log" 2>&1 ||
     { cat "$out/move$1.log" >&2; exit 1; }
   sleep 1
   bench_stop "$pid"
@@ -126,13 +135,36 @@ move_under_load "$large" large
 record large copy_seconds "$(step_seconds "$out/move$large.log" "waiting for the copy")"
 record large compare_seconds "$(step_seconds "$out/move$large.log" "compare the copy")"
 record large budget_ms 500
+# Giving up within the budget: back-to-back readers of a second on the old
+# server hold the shard's table, so a try that pauses the entry waits for
+# one past its budget and its watchdog gives it up. Recorded: what each
+# such try said it held its clients for, and the longest wait of the
+# shard's pgbench clients over the whole run, against the budget (500 ms).
+bench_start "$readers" 4; pid=$started
+sleep 1
+for _ in $(seq 60); do echo "SELECT count(*), pg_sleep(1) FROM insta$readers.users;"; done >"$out/readers.sql"
+psql -XqtA -d "$from" -f "$out/readers.sql" >/dev/null 2>&1 &
+readers_pid=$!
+until [ "$(q -d "$from" -c "SELECT count(*) FROM pg_locks WHERE relation = 'insta$readers.users'::regclass AND granted")" != 0 ]; do
+  sleep 0.1
+done
+move "$readers" --pause-budget 500 --cutover-attempts 8 --cutover-retry 1 >"$out/readers.log" 2>&1 || true
+kill "$readers_pid"; wait "$readers_pid" 2>/dev/null || true
+move "$readers" >>"$out/readers.log" 2>&1 || { cat "$out/readers.log" >&2; exit 1; }
+sleep 1
+bench_stop "$pid"
+sed -nE "s/^ +\(this try held the shard's clients ([0-9]+) ms of its budget of 500 ms.*/\1/p" "$out/readers.log" |
+  awk '{print NR, $1}' | while read -r try held; do record readers "try_held_ms_$try" "$held"; done
+record readers client_wait_ms "$(longest_wait "$readers")"
+record readers failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$readers.out")"
+record readers budget_ms 500
 bench_stop "$steady_pid"
 read -r p50 p99 max n <<<"$(latencies "$steady")"
 record steady failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$steady.out")"
 record steady transactions "$n"
 record steady p50_ms "$p50"; record steady p99_ms "$p99"; record steady max_ms "$max"
 check "every shard moved, each on the new server once" \
-  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$((MOVES + 1))|1"
+  "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$((MOVES + 2))|1"
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d "$from" -c 'SELECT version()')"

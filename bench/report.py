@@ -161,6 +161,17 @@ def moves_section():
                      f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
                      for k in moves)
     st = v["steady"]
+    rd = v.get("readers")
+    held = [] if not rd else [rd[k] for k in sorted((k for k in rd if k.startswith("try_held_ms_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
+    readers = "" if not rd else (
+        f"\nGiving up within the budget: a shard whose table back-to-back readers of a second hold on the old "
+        f"server, moved with `--pause-budget {rd['budget_ms']:.0f} --cutover-attempts 8`: "
+        + (f"{len(held)} tries paused the entry and were given up at their deadline, holding its clients "
+           f"{', '.join(f'{h:.0f}' for h in held)} ms (what each said)" if held else "no try paused the entry")
+        + f"; the longest wait of any of its clients over the run (pgbench's log, less the schedule lag) "
+        f"{rd['client_wait_ms']:.0f} ms; {rd['failed']:.0f} failed transactions. The budget is a bound the "
+        f"tool aims at and reports: a client's wait also holds its own transaction, on a server connection "
+        f"PgBouncer opens anew after the RESUME.\n")
     # The committed try of each move, step by step (bench/moves.sh's try_*).
     steps = [k[4:] for k in (v[moves[0]] if moves else {}) if k.startswith("try_")]
     breakdown = "" if not steps else (
@@ -186,7 +197,7 @@ measured from its scheduled start (`-R`):
 | move | pause | cutover | transactions | failed | p50 | p99 | max |
 |---|---|---|---|---|---|---|---|
 {rows}
-{breakdown}{large}
+{breakdown}{large}{readers}
 Planning, offline (`insta-id plan --sizes`): 8192 shards on 3 servers, their sizes
 log-normal (a fixed seed), a 4th server new and empty: {plan_s * 1000:.0f} ms (median of 5 runs),
 {plan["plan_moves"]:.0f} moves, {"every server within 5% of the mean" if plan["plan_balanced"] else "no plan within the bound"}.
