@@ -772,6 +772,80 @@ COMMENT ON FUNCTION insta_id.adopt_shard(text, int) IS
 'Registers an existing schema (for example restored from another server) as a logical shard';
 
 
+-- What of another schema (or of none) DROP SCHEMA ... CASCADE of shard
+-- schema `nsp` would drop with it, described, NULL when nothing: drop_shard
+-- refuses those (2BP01), and the fleet tool asks before a move or a
+-- rollback whose end drops a copy (a refusal after the cutover committed
+-- would leave the copy behind).
+CREATE FUNCTION insta_id._shard_dependents_outside(nsp oid)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- What DROP SCHEMA ... CASCADE would drop, found as PostgreSQL finds
+-- it: every object that depends on the schema, and on those, by any
+-- kind of dependency (normal, automatic as a partition's or a
+-- column's, internal), a column taking only what depends on that
+-- column; and the whole that an internal part or an extension's
+-- member belongs to (a view for its rule). Any of it outside the
+-- shard is refused: views, foreign keys, partitions, columns of its
+-- types or collations, functions taking them, operators on its
+-- functions, and schemaless objects (casts, transforms, extensions).
+WITH RECURSIVE doomed(classid, objid, objsubid) AS (
+    SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = _shard_dependents_outside.nsp AND d.refobjsubid = 0
+    UNION
+    SELECT y.classid, y.objid, y.objsubid FROM doomed x, LATERAL (
+        SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
+        WHERE d.refclassid = x.classid AND d.refobjid = x.objid AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
+        UNION ALL
+        SELECT d.refclassid, d.refobjid, 0 FROM pg_depend d
+        WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype IN ('i', 'e')) y)
+SELECT string_agg(DISTINCT pg_describe_object(x.classid, x.objid, x.objsubid), ', '
+                  ORDER BY pg_describe_object(x.classid, x.objid, x.objsubid))
+FROM doomed x
+-- (a part listed with its whole: a row type, an array type, a TOAST table)
+WHERE NOT EXISTS (SELECT FROM pg_depend p WHERE p.classid = x.classid AND p.objid = x.objid AND p.deptype = 'i')
+  AND coalesce(CASE x.classid
+          -- (a TOAST table and its index: their table's schema)
+          WHEN 'pg_class'::regclass THEN (SELECT CASE WHEN c.relnamespace = 'pg_toast'::regnamespace
+                                                      THEN (SELECT t.relnamespace FROM pg_class t
+                                                            WHERE t.reltoastrelid = coalesce((SELECT i.indrelid FROM pg_index i
+                                                                                              WHERE i.indexrelid = c.oid), c.oid))
+                                                      ELSE c.relnamespace END
+                                          FROM pg_class c WHERE c.oid = x.objid)
+          WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
+          WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
+          WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                                            WHERE r.oid = x.objid)
+          WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
+                                            WHERE a.oid = x.objid)
+          WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
+                                               LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
+          WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                                            WHERE t.oid = x.objid)
+          WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+                                           WHERE p.oid = x.objid)
+          WHEN 'pg_amop'::regclass THEN (SELECT f.opfnamespace FROM pg_amop a JOIN pg_opfamily f ON f.oid = a.amopfamily
+                                         WHERE a.oid = x.objid)
+          WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
+                                           WHERE a.oid = x.objid)
+          -- (default privileges in the schema: anyone may set theirs)
+          WHEN 'pg_default_acl'::regclass THEN (SELECT a.defaclnamespace FROM pg_default_acl a WHERE a.oid = x.objid)
+          -- (a publication loses the shard's tables or the schema, and stays)
+          WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
+                                                    JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
+          WHEN 'pg_publication_namespace'::regclass THEN (SELECT r.pnnspid FROM pg_publication_namespace r
+                                                          WHERE r.oid = x.objid)
+          -- (operators, operator classes, collations, statistics,
+          -- text search objects, ...: the schema PostgreSQL names;
+          -- none for casts and other schemaless objects)
+          ELSE (SELECT n.oid FROM pg_namespace n
+                WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
+          END, 0) <> _shard_dependents_outside.nsp;
+$$;
+REVOKE ALL ON FUNCTION insta_id._shard_dependents_outside(oid) FROM PUBLIC;
+
 DROP FUNCTION insta_id.drop_shard(int, boolean);
 -- Longer than a screen: every refusal (rows, dependents outside the shard,
 -- a move in progress) is decided under the locks the drop then uses.
@@ -834,67 +908,7 @@ BEGIN
         END IF;
     END IF;
     IF nsp_oid IS NOT NULL THEN
-        -- What DROP SCHEMA ... CASCADE would drop, found as PostgreSQL finds
-        -- it: every object that depends on the schema, and on those, by any
-        -- kind of dependency (normal, automatic as a partition's or a
-        -- column's, internal), a column taking only what depends on that
-        -- column; and the whole that an internal part or an extension's
-        -- member belongs to (a view for its rule). Any of it outside the
-        -- shard is refused: views, foreign keys, partitions, columns of its
-        -- types or collations, functions taking them, operators on its
-        -- functions, and schemaless objects (casts, transforms, extensions).
-        WITH RECURSIVE doomed(classid, objid, objsubid) AS (
-            SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
-            WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
-            UNION
-            SELECT y.classid, y.objid, y.objsubid FROM doomed x, LATERAL (
-                SELECT d.classid, d.objid, d.objsubid FROM pg_depend d
-                WHERE d.refclassid = x.classid AND d.refobjid = x.objid AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
-                UNION ALL
-                SELECT d.refclassid, d.refobjid, 0 FROM pg_depend d
-                WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype IN ('i', 'e')) y)
-        SELECT string_agg(DISTINCT pg_describe_object(x.classid, x.objid, x.objsubid), ', '
-                          ORDER BY pg_describe_object(x.classid, x.objid, x.objsubid)) INTO outside
-        FROM doomed x
-        -- (a part listed with its whole: a row type, an array type, a TOAST table)
-        WHERE NOT EXISTS (SELECT FROM pg_depend p WHERE p.classid = x.classid AND p.objid = x.objid AND p.deptype = 'i')
-          AND coalesce(CASE x.classid
-                  -- (a TOAST table and its index: their table's schema)
-                  WHEN 'pg_class'::regclass THEN (SELECT CASE WHEN c.relnamespace = 'pg_toast'::regnamespace
-                                                              THEN (SELECT t.relnamespace FROM pg_class t
-                                                                    WHERE t.reltoastrelid = coalesce((SELECT i.indrelid FROM pg_index i
-                                                                                                      WHERE i.indexrelid = c.oid), c.oid))
-                                                              ELSE c.relnamespace END
-                                                  FROM pg_class c WHERE c.oid = x.objid)
-                  WHEN 'pg_type'::regclass THEN (SELECT y.typnamespace FROM pg_type y WHERE y.oid = x.objid)
-                  WHEN 'pg_proc'::regclass THEN (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = x.objid)
-                  WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
-                                                    WHERE r.oid = x.objid)
-                  WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a JOIN pg_class c ON c.oid = a.adrelid
-                                                    WHERE a.oid = x.objid)
-                  WHEN 'pg_constraint'::regclass THEN (SELECT coalesce(c.relnamespace, k.connamespace) FROM pg_constraint k
-                                                       LEFT JOIN pg_class c ON c.oid = k.conrelid WHERE k.oid = x.objid)
-                  WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-                                                    WHERE t.oid = x.objid)
-                  WHEN 'pg_policy'::regclass THEN (SELECT c.relnamespace FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
-                                                   WHERE p.oid = x.objid)
-                  WHEN 'pg_amop'::regclass THEN (SELECT f.opfnamespace FROM pg_amop a JOIN pg_opfamily f ON f.oid = a.amopfamily
-                                                 WHERE a.oid = x.objid)
-                  WHEN 'pg_amproc'::regclass THEN (SELECT f.opfnamespace FROM pg_amproc a JOIN pg_opfamily f ON f.oid = a.amprocfamily
-                                                   WHERE a.oid = x.objid)
-                  -- (default privileges in the schema: anyone may set theirs)
-                  WHEN 'pg_default_acl'::regclass THEN (SELECT a.defaclnamespace FROM pg_default_acl a WHERE a.oid = x.objid)
-                  -- (a publication loses the shard's tables or the schema, and stays)
-                  WHEN 'pg_publication_rel'::regclass THEN (SELECT c.relnamespace FROM pg_publication_rel r
-                                                            JOIN pg_class c ON c.oid = r.prrelid WHERE r.oid = x.objid)
-                  WHEN 'pg_publication_namespace'::regclass THEN (SELECT r.pnnspid FROM pg_publication_namespace r
-                                                                  WHERE r.oid = x.objid)
-                  -- (operators, operator classes, collations, statistics,
-                  -- text search objects, ...: the schema PostgreSQL names;
-                  -- none for casts and other schemaless objects)
-                  ELSE (SELECT n.oid FROM pg_namespace n
-                        WHERE n.nspname = (pg_identify_object(x.classid, x.objid, x.objsubid)).schema)
-                  END, 0) <> nsp_oid;
+        outside := insta_id._shard_dependents_outside(nsp_oid);
         IF outside IS NOT NULL THEN
             RAISE EXCEPTION 'objects outside shard % depend on it', drop_shard.shard_id
                 USING ERRCODE = 'dependent_objects_still_exist',
@@ -2125,6 +2139,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._restore_session(text[], name)'),
         ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._session_state()'),
+        ('EXECUTE', 'FUNCTION insta_id._shard_dependents_outside(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._table_shard(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
         ('EXECUTE', 'FUNCTION insta_id._time_partitioned(regclass)'),

@@ -50,7 +50,45 @@ pub enum Drain {
     Busy(Instant),
     /// The try's deadline passed before the PAUSE was sent: not sent.
     Late,
+    /// With several PgBouncers: sent to some (from then on), too late for
+    /// the others.
+    Partly(Instant),
     Failed(String),
+}
+
+/// What PAUSEs sent to several PgBouncers come to, as one: the first sent
+/// when all were drained; else why not, a failure first, then transactions
+/// that kept one from draining, then a PAUSE too late for some only (the
+/// entry paused on the others: its clients held from the first sent),
+/// then one too late for all.
+fn combined(tries: Vec<Result<Instant, Drain>>) -> Result<Instant, Drain> {
+    if tries.iter().all(Result::is_ok) {
+        return Ok(tries
+            .into_iter()
+            .filter_map(Result::ok)
+            .min()
+            .expect("at least one PgBouncer"));
+    }
+    let sent = tries.iter().filter_map(|t| match t {
+        Ok(at) | Err(Drain::Busy(at) | Drain::Partly(at)) => Some(*at),
+        Err(Drain::Failed(_) | Drain::Late) => None,
+    });
+    let first = sent.min();
+    Err(tries
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|d| match (d, first) {
+            (Drain::Busy(_), Some(at)) => Drain::Busy(at),
+            (Drain::Late | Drain::Partly(_), Some(at)) => Drain::Partly(at),
+            (d, _) => d,
+        })
+        .max_by_key(|d| match d {
+            Drain::Failed(_) => 3,
+            Drain::Busy(_) => 2,
+            Drain::Partly(_) => 1,
+            Drain::Late => 0,
+        })
+        .expect("a try failed"))
 }
 
 /// The entry of a logical shard.
@@ -861,27 +899,7 @@ impl Bouncers {
                 })
                 .collect()
         });
-        if tries.iter().all(Result::is_ok) {
-            return Ok(tries
-                .into_iter()
-                .filter_map(Result::ok)
-                .min()
-                .expect("at least one PgBouncer"));
-        }
-        let sent = tries.iter().filter_map(|t| match t {
-            Ok(at) | Err(Drain::Busy(at)) => Some(*at),
-            Err(Drain::Failed(_) | Drain::Late) => None,
-        });
-        let first = sent.min();
-        Err(tries
-            .into_iter()
-            .filter_map(Result::err)
-            .map(|d| match (d, first) {
-                (Drain::Busy(_), Some(at)) => Drain::Busy(at),
-                (d, _) => d,
-            })
-            .max_by_key(|d| matches!(d, Drain::Failed(_)))
-            .expect("a try failed"))
+        combined(tries)
     }
 
     /// The backend process IDs of the entry's server connections in a
@@ -922,6 +940,42 @@ impl Bouncers {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pauses_on_several_pgbouncers_come_to_one() {
+        use super::{combined, Drain};
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_millis(1), t0 + Duration::from_millis(2));
+        let said = |r: Result<Instant, Drain>| match r {
+            Ok(at) => format!("ok {:?}", at - t0),
+            Err(Drain::Busy(at)) => format!("busy {:?}", at - t0),
+            Err(Drain::Partly(at)) => format!("partly {:?}", at - t0),
+            Err(Drain::Late) => "late".into(),
+            Err(Drain::Failed(e)) => format!("failed {e}"),
+        };
+        assert_eq!(said(combined(vec![Ok(t2), Ok(t1)])), "ok 1ms");
+        // Sent to one, too late for the other: paused, from the first.
+        assert_eq!(said(combined(vec![Ok(t2), Err(Drain::Late)])), "partly 2ms");
+        assert_eq!(
+            said(combined(vec![Err(Drain::Late), Err(Drain::Late)])),
+            "late"
+        );
+        assert_eq!(
+            said(combined(vec![
+                Err(Drain::Busy(t2)),
+                Ok(t1),
+                Err(Drain::Late)
+            ])),
+            "busy 1ms"
+        );
+        assert_eq!(
+            said(combined(vec![
+                Err(Drain::Busy(t1)),
+                Err(Drain::Failed("x".into()))
+            ])),
+            "failed x"
+        );
+    }
+
     use super::*;
 
     #[test]

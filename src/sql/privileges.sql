@@ -83,6 +83,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._restore_session(text[], name)'),
         ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._session_state()'),
+        ('EXECUTE', 'FUNCTION insta_id._shard_dependents_outside(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._table_shard(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._template_objects(name)'),
         ('EXECUTE', 'FUNCTION insta_id._time_partitioned(regclass)'),

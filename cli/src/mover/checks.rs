@@ -146,6 +146,7 @@ impl Mover<'_> {
         self.owners(schema)?;
         self.roles_named(schema)?;
         self.objects_used(schema)?;
+        self.no_dependents_outside(schema, true, "nothing was made")?;
         let epoch = "SELECT EXTRACT(epoch FROM insta_id.epoch())::text";
         let (e1, e2): (String, String) = (
             self.from.query_one(epoch, &[]).described()?.get(0),
@@ -269,6 +270,42 @@ impl Mover<'_> {
             return Ok(());
         }
         fail(format!("objects outside {} that its definitions use are missing on the new server ({}): {}; create them there first (CREATE EXTENSION, or their own definitions); nothing was made", printable(schema), self.to_s.label, missing.join(", ")))
+    }
+
+    /// Objects of another schema (or of none) that depend on the shard's
+    /// schema on the server a copy is dropped from once the shard has left
+    /// it (`old`: the move's old server; else the new one, for a
+    /// rollback). drop_shard refuses them (2BP01), which after the cutover
+    /// committed would leave that copy behind: refused before anything,
+    /// `nothing` saying what was not done.
+    pub(super) fn no_dependents_outside(
+        &mut self,
+        schema: &str,
+        old: bool,
+        nothing: &str,
+    ) -> Result<()> {
+        let (c, label, which, when) = if old {
+            (&mut self.from, &self.from_s.label, "old", "a move drops the old server's copy after its cutover, or when its rollback window ends")
+        } else {
+            (
+                &mut self.to,
+                &self.to_s.label,
+                "new",
+                "the rollback drops the new server's copy once the shard is back",
+            )
+        };
+        if let Some(outside) = one(
+            c,
+            "SELECT insta_id._shard_dependents_outside((SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1::text))",
+            schema,
+        )? {
+            return fail(format!(
+                "objects outside {} on the {which} server ({label}) depend on it: {}; drop or change them first ({when}); {nothing}",
+                printable(schema),
+                printable(&outside)
+            ));
+        }
+        Ok(())
     }
 
     /// The subscription's connection, made by the new server as the

@@ -305,6 +305,14 @@ impl Mover<'_> {
                 "the try's deadline passed before PgBouncer's entry {} was paused (the machine is slow; nothing was paused)",
                 b.entry
             ))),
+            Err(Drain::Partly(sent)) => {
+                // Paused on some PgBouncers from there, until resumed.
+                self.paused_at = Some(sent);
+                Err(Failure::GaveUp(format!(
+                    "the try's deadline passed before PgBouncer's entry {} was paused on every PgBouncer (the machine is slow; it was paused on some)",
+                    b.entry
+                )))
+            }
             Err(Drain::Busy(sent)) => {
                 // Paused from there, until resumed.
                 self.paused_at = Some(sent);

@@ -16,6 +16,7 @@ impl Mover<'_> {
             "roll back shard {} to the old server: checks",
             self.shard
         ));
+        self.no_dependents_outside(schema, false, "nothing was changed")?;
         let (from, back) = (&mut self.from, &self.back);
         let ready: Option<(i64, i64)> = from
             .query_opt(

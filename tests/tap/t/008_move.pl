@@ -311,7 +311,12 @@ for my $case (
 		q{CREATE SCHEMA elsewhere; CREATE TYPE elsewhere.mood AS ENUM ('up', 'down'); CREATE COLLATION elsewhere.c (provider = libc, locale = 'C');
 		  ALTER TABLE insta26.users ADD COLUMN mood elsewhere.mood, ADD COLUMN nick text COLLATE elsewhere.c},
 		qr/objects outside insta26 that its definitions use are missing on the new server \(\S+\): collation elsewhere\.c, type elsewhere\.mood; create them there first/,
-		'ALTER TABLE insta26.users DROP COLUMN mood, DROP COLUMN nick; DROP SCHEMA elsewhere CASCADE' ])
+		'ALTER TABLE insta26.users DROP COLUMN mood, DROP COLUMN nick; DROP SCHEMA elsewhere CASCADE' ],
+	# (Not a name the restore needs: what would stop the old copy's drop
+	# after the cutover.)
+	[ 'a view of another schema on the shard', 'CREATE SCHEMA onlooker; CREATE VIEW onlooker.users AS SELECT * FROM insta26.users',
+		qr/objects outside insta26 on the old server \(\S+\) depend on it: view onlooker\.users; drop or change them first/,
+		'DROP SCHEMA onlooker CASCADE' ])
 {
 	my ($what, $plant, $says, $undo) = @$case;
 	$old->safe_psql('app', $plant);
@@ -873,6 +878,16 @@ $new->safe_psql('app', 'TRUNCATE evaluation_sites.seen');    # (the copy follows
 $third->safe_psql('app', q{SET ROLE app_owner;
 	INSERT INTO insta16.s_check VALUES (2); INSERT INTO insta16.s_generated (v) VALUES (2);
 	INSERT INTO insta16.s_domain VALUES (2); INSERT INTO insta16.s_row VALUES (2)});
+# An object of another schema on the new server that depends on the shard
+# would stop the drop of that copy once the rollback committed: refused
+# before anything changes, named.
+$third->safe_psql('app', 'CREATE SCHEMA onlooker; CREATE VIEW onlooker.rows AS SELECT * FROM insta16.s_row');
+($rc, $out) = move(16, $via, $onward, '--rollback');
+like("$rc|" . last_line($out) . '|' . $third->safe_psql('app', 'SELECT count(*) FROM insta_id.shards() WHERE shard_id = 16'),
+	qr/^1\|insta-id: [^\n]*objects outside insta16 on the new server \(\S+\) depend on it: view onlooker\.rows; drop or change them first \(the rollback drops the new server's copy once the shard is back\); nothing was changed\|1$/,
+	'a rollback with a view of another schema on the shard on the new server: refused before anything changed, naming it')
+  or diag $out;
+$third->safe_psql('app', 'DROP SCHEMA onlooker CASCADE');
 # The rollback killed once its cutover committed: the third server's copy
 # is fenced there, not dropped (a drop of 3,500 functions in the cutover
 # took the whole default budget), no longer registered, its record
