@@ -4,6 +4,7 @@
 
 use crate::conninfo::Settings;
 use crate::pq::{Client, GenericClient};
+pub use crate::shared::{printable, terminal};
 use std::time::Duration;
 
 /// PGOPTIONS as the process got it, taken out of its environment at start
@@ -275,20 +276,6 @@ pub fn ident(name: &str) -> String {
 /// (SESSION_OPTIONS), where a backslash is an ordinary character.
 pub fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
-}
-
-/// Text a shard's owner may have chosen (names), as the operator's terminal
-/// and logs should get it: without control characters.
-pub fn printable(text: &str) -> String {
-    text.chars().filter(|c| !c.is_control()).collect()
-}
-
-/// A message of several lines that may quote such names (a server's error,
-/// pg_dump's): its lines kept, every other control character dropped.
-pub fn terminal(text: &str) -> String {
-    text.chars()
-        .filter(|c| *c == '\n' || !c.is_control())
-        .collect()
 }
 
 #[cfg(test)]

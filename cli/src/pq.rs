@@ -221,7 +221,7 @@ unsafe extern "C" fn notice(arg: *mut c_void, res: *const ffi::PGresult) {
         let _ = writeln!(
             std::io::stdout(),
             "   WARNING:  {}",
-            crate::db::printable(&msg)
+            crate::shared::printable(&msg)
         );
     }
 }

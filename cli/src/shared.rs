@@ -85,6 +85,20 @@ pub fn pretty(bytes: u64) -> String {
     format!("{} {}", v.round() as u64, UNITS[u])
 }
 
+/// Text a shard's owner may have chosen (names), as the operator's terminal
+/// and logs should get it: without control characters.
+pub fn printable(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).collect()
+}
+
+/// A message of several lines that may quote such names (a server's error,
+/// pg_dump's): its lines kept, every other control character dropped.
+pub fn terminal(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c == '\n' || !c.is_control())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
