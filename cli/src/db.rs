@@ -15,9 +15,9 @@ static PGOPTIONS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// Takes PGOPTIONS out of the environment: first thing in main, before any
 /// thread starts.
 pub fn keep_pgoptions() {
-    let o = std::env::var("PGOPTIONS").unwrap_or_default();
+    let o = std::env::var_os("PGOPTIONS").unwrap_or_default();
     std::env::remove_var("PGOPTIONS");
-    let _ = PGOPTIONS.set(o);
+    let _ = PGOPTIONS.set(o.to_string_lossy().into_owned());
 }
 
 pub fn pgoptions() -> &'static str {
@@ -77,11 +77,11 @@ pub fn connect_console(s: &Settings) -> Result<Client, String> {
 /// Connects, never sending a password in clear over a connection that is
 /// not encrypted unless require_auth allows it (libpq would send it to a
 /// server whose pg_hba.conf method is `password`). With a password at hand
-/// over TCP: for sslmode prefer, TLS first, on any host (libpq's prefer
-/// would retry without TLS after an error over TLS, where the server may
-/// ask for the password in clear); then, or for disable and allow, each
-/// server is asked which method it wants before libpq connects without TLS
-/// (`refuse_clear_password`).
+/// over TCP: for sslmode prefer, TLS first, on any host; without TLS only
+/// when the server refused TLS (libpq's prefer also retries without TLS
+/// after an error over TLS, where the server may ask for the password in
+/// clear: here that error is the answer). Before a connection without TLS,
+/// each server is asked which method it wants (`refuse_clear_password`).
 fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Result<Client, String> {
     let mut p = params(s, last);
     let mode = s.get("sslmode");
@@ -92,15 +92,51 @@ fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Result<Client, S
     if guarded {
         if mode == "prefer" {
             p.push(("sslmode", "require"));
-            if let Ok(c) = Client::connect(&p, warnings) {
-                return Ok(c);
+            match Client::connect(&p, warnings) {
+                Ok(c) => return Ok(c),
+                Err(e) if !e.to_string().contains("server does not support SSL") => {
+                    return Err(describe(&e))
+                }
+                Err(_) => {}
             }
             p.pop();
             p.push(("sslmode", "disable"));
         }
         refuse_clear_password(s)?;
+        // And libpq 16 or later enforces it within the connection too,
+        // whatever changed since the look (an operator's require_auth, which
+        // already leaves `password` out, stays as given).
+        if crate::pq::lib_version() >= 160_000 && s.get("require_auth").is_empty() {
+            p.push(("require_auth", "!password"));
+        }
     }
     Client::connect(&p, warnings).map_err(|e| describe(&e))
+}
+
+/// `s` as a connection string for a client the tool runs (pg_dump), with
+/// the TLS its own session `c` to that server got: with sslmode prefer or
+/// allow, pinned to require when `c` has TLS, else disable (which the tool
+/// checked, `open`), so that the client's libpq takes no other way (its
+/// prefer retries without TLS after an error over TLS). Each value quoted
+/// as libpq reads it.
+pub fn conninfo_for_client(s: &Settings, c: &Client) -> String {
+    pinned_conninfo(&s.params, s.get("sslmode"), c.ssl_in_use())
+}
+
+fn pinned_conninfo(params: &[(String, String)], sslmode: &str, tls: bool) -> String {
+    let pinned = match (sslmode, tls) {
+        ("prefer" | "allow", true) => Some("require"),
+        ("prefer" | "allow", false) => Some("disable"),
+        _ => None,
+    };
+    let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+    params
+        .iter()
+        .filter(|(k, _)| !(pinned.is_some() && k == "sslmode"))
+        .map(|(k, v)| format!("{k}={}", quote(v)))
+        .chain(pinned.map(|m| format!("sslmode={m}")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The TCP servers a connection may try, as libpq lists them: each host
@@ -197,17 +233,23 @@ fn asked(
     }
     let code = i32::from_be_bytes([head[5], head[6], head[7], head[8]]);
     if code == 0 {
-        // AuthenticationOk: the session starts; read to ReadyForQuery.
-        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]).max(8) as usize;
-        let mut rest = vec![0u8; len - 8];
-        tcp.read_exact(&mut rest)?;
+        // AuthenticationOk: the session starts; read to ReadyForQuery (or
+        // an error: a database or a role refused, which libpq will say).
+        let skip = |tcp: &mut std::net::TcpStream, len: i32| {
+            std::io::copy(&mut tcp.take(len.max(0) as u64), &mut std::io::sink()).map(|_| ())
+        };
+        skip(
+            &mut tcp,
+            i32::from_be_bytes([head[1], head[2], head[3], head[4]]) - 8,
+        )?;
         loop {
             let mut m = [0u8; 5];
             tcp.read_exact(&mut m)?;
-            let len = i32::from_be_bytes([m[1], m[2], m[3], m[4]]).max(4) as usize - 4;
-            std::io::copy(&mut (&mut tcp).take(len as u64), &mut std::io::sink())?;
-            if m[0] == b'Z' {
-                break;
+            skip(&mut tcp, i32::from_be_bytes([m[1], m[2], m[3], m[4]]) - 4)?;
+            match m[0] {
+                b'Z' => break,
+                b'E' => return Ok(Some(code)),
+                _ => {}
             }
         }
         tcp.write_all(&[b'X', 0, 0, 0, 4])?;
@@ -281,6 +323,37 @@ pub fn literal(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clients_connection_string_keeps_the_tls_the_tool_got() {
+        let p = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let given = p(&[("dbname", "it's \\ db"), ("host", "h")]);
+        assert_eq!(
+            pinned_conninfo(&given, "prefer", true),
+            r"dbname='it\'s \\ db' host='h' sslmode=require"
+        );
+        assert_eq!(
+            pinned_conninfo(&given, "allow", false),
+            r"dbname='it\'s \\ db' host='h' sslmode=disable"
+        );
+        let full = p(&[("host", "h"), ("sslmode", "verify-full")]);
+        assert_eq!(
+            pinned_conninfo(&full, "verify-full", true),
+            "host='h' sslmode='verify-full'"
+        );
+        let prefer = p(&[("host", "h"), ("sslmode", "prefer")]);
+        assert_eq!(
+            pinned_conninfo(&prefer, "prefer", true),
+            "host='h' sslmode=require"
+        );
+        // (libpq reads it back as given.)
+        let back = crate::pq::conninfo_parse(&pinned_conninfo(&given, "prefer", true)).unwrap();
+        assert_eq!(back["dbname"], "it's \\ db");
+    }
 
     #[test]
     fn quoting() {

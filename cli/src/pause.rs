@@ -228,8 +228,11 @@ impl Watchdog {
                     false => Ok(at),
                 });
             // (Each cancel is a connection of its own: after the clients.)
+            // Each waited for: these sessions are used again, and a cancel
+            // left on its way would end a later statement of theirs. (The
+            // clients were resumed above: this wait holds none of them.)
             for token in &d.cancels {
-                let _ = token.cancel_within(CANCEL_WITHIN);
+                let _ = token.cancel_query();
             }
             *dog = Dog::Fired(resumed);
         });
@@ -270,9 +273,8 @@ enum Held {
 
 static HELD: Mutex<Held> = Mutex::new(Held::Nothing);
 
-/// How long a cancel may take once the clients are resumed (or, on a
-/// signal, before they are): a server that does not answer the cancel's
-/// connection must not keep the tool from going on.
+/// How long a signal's cancel may take before the entry is resumed (the
+/// process exits after: a cancel still on its way ends nothing of it).
 const CANCEL_WITHIN: Duration = Duration::from_secs(2);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 

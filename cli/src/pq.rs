@@ -297,6 +297,11 @@ impl Client {
     pub fn user(&self) -> String {
         self.field(ffi::PQuser)
     }
+    /// Whether the session is encrypted (TLS).
+    pub fn ssl_in_use(&self) -> bool {
+        // SAFETY: the connection is live.
+        unsafe { ffi::PQsslInUse(self.conn) == 1 }
+    }
 
     /// The results of what was sent, read to the end (PQgetResult until
     /// NULL): the last's rows, or the first error. A server that ends the
@@ -316,7 +321,8 @@ impl Client {
                 if res.is_null() {
                     break;
                 }
-                match ffi::PQresultStatus(res) {
+                let status = ffi::PQresultStatus(res);
+                match status {
                     PGRES_COMMAND_OK | PGRES_TUPLES_OK | PGRES_EMPTY_QUERY => {
                         rows = Some(Rows::of(res))
                     }
@@ -324,6 +330,12 @@ impl Client {
                     _ => {}
                 }
                 ffi::PQclear(res);
+                // (The tool runs no COPY: a statement that starts one would
+                // keep PQgetResult answering COPY forever. Said, and the
+                // session is not reused.)
+                if matches!(status, PGRES_COPY_IN | PGRES_COPY_OUT | PGRES_COPY_BOTH) {
+                    break;
+                }
             }
         }
         match (error, rows) {
@@ -531,7 +543,8 @@ impl Drop for Cancel {
 }
 
 impl CancelToken {
-    fn cancel_query(&self) -> Result<(), String> {
+    /// Sends the cancel and waits for the server to take it.
+    pub fn cancel_query(&self) -> Result<(), String> {
         if self.0 .0.is_null() {
             return Err("no connection to cancel".into());
         }
@@ -546,14 +559,18 @@ impl CancelToken {
 
     /// Sends the cancel, waiting `within` at most: PQcancel's connect has
     /// no timeout of its own, and a server that does not answer must not
-    /// hold the caller (a watchdog, a signal's handler) past its bound. A
-    /// cancel still on its way after that is left to finish alone.
+    /// hold the caller past its bound while clients wait. A cancel still on
+    /// its way after that is left to finish alone, and may end a later
+    /// statement of that session: only for a session that is not used
+    /// again (a try's own, or the process about to exit).
     pub fn cancel_within(&self, within: std::time::Duration) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::channel();
         let token = self.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send(token.cancel_query());
-        });
+        std::thread::Builder::new()
+            .spawn(move || {
+                let _ = tx.send(token.cancel_query());
+            })
+            .map_err(|e| format!("no thread for the cancel: {e}"))?;
         rx.recv_timeout(within)
             .unwrap_or_else(|_| Err(format!("no answer within {} ms", within.as_millis())))
     }

@@ -280,7 +280,13 @@ impl Mover<'_> {
         // The schema's name quoted: a name, not a pattern. The DDL stays in
         // memory, never in a file a killed move would leave.
         let dump = Command::new(&pg_dump)
-            .args(["-s", "-n", &ident(schema), "-d", &self.a.from])
+            .args([
+                "-s",
+                "-n",
+                &ident(schema),
+                "-d",
+                &crate::db::conninfo_for_client(&self.from_s, &self.from),
+            ])
             .env("PGOPTIONS", options)
             .stdin(Stdio::null())
             .output()

@@ -1087,7 +1087,8 @@ for my $c (@tls_cases)
 # connect. Each row: user, sslmode, more of the connection string, what
 # happens.
 # The role nossl is refused over TLS and asked for its password in clear
-# without: libpq's prefer would retry without TLS and send it.
+# without: libpq's prefer would retry without TLS and send it; the tool
+# takes the refusal over TLS as the answer (unless require_auth allows it).
 $tls->safe_psql('postgres', q{CREATE ROLE clear LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE scram LOGIN SUPERUSER PASSWORD 'secret'; CREATE ROLE nossl LOGIN SUPERUSER PASSWORD 'secret'});
 open $hba, '>', $tls->data_dir . '/pg_hba.conf' or die $!;
 print $hba "local all all trust\nhostssl all nossl 127.0.0.1/32 reject\nhostssl all all 127.0.0.1/32 password\n"
@@ -1105,7 +1106,7 @@ my @clear = (
 	[ 'clear', 'prefer',  '',                           '0 connected' ],
 	[ 'clear', 'require', '',                           '0 connected' ],
 	[ 'scram', 'disable', '',                           '0 connected' ],
-	[ 'nossl', 'prefer',  '',                           '1 refused in clear' ],
+	[ 'nossl', 'prefer',  '',                           '1 refused over TLS' ],
 	[ 'nossl', 'prefer',  ' require_auth=password',     '0 connected' ],
 );
 # With the libpq the tool links (Debian's 15, which has no require_auth:
@@ -1122,7 +1123,8 @@ for my $libpq (@libpqs)
 	for my $c (@clear)
 	{
 		my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=127.0.0.1 port=$sport dbname=app user=$c->[0] sslmode=$c->[1]$c->[2]");
-		is("$mrc " . ($mrc ? ($merr =~ /it asks for the password in clear \(its pg_hba.conf method is password\) over a connection that is not encrypted: insta-id does not send it/ ? 'refused in clear' : $merr)
+		is("$mrc " . ($mrc ? ($merr =~ /it asks for the password in clear \(its pg_hba.conf method is password\) over a connection that is not encrypted: insta-id does not send it/ ? 'refused in clear'
+					: $merr =~ /pg_hba\.conf rejects connection for host "127\.0\.0\.1", user "nossl", database "app", SSL encryption/ ? 'refused over TLS' : $merr)
 				: ($mout =~ /no move/ ? 'connected' : $mout)),
 			$c->[3], "a password over TCP, $libpq->[0]: user $c->[0], sslmode=$c->[1]$c->[2]: $c->[3]");
 	}
