@@ -274,6 +274,45 @@ fn wait_past(ms: i64) -> (i64, u64) {
     }
 }
 
+/// A wait for the clock this long or longer is logged at its start and end
+/// (every writer of the database waits with it: the DBA looks for why).
+const LOG_WAIT_MS: i64 = 1_000;
+
+/// `wait_past(ms)` for sequence `relid` at clock reading `now`, after
+/// `waited_us` of this call's waits: refused (55000) past
+/// insta_id.max_clock_wait, logged when long.
+#[cold]
+fn wait_for_clock(relid: pg_sys::Oid, ms: i64, now: i64, waited_us: u64) -> (i64, u64) {
+    let left = ms - now;
+    let bound = settings::max_clock_wait_ms();
+    if (waited_us / 1000) as i64 + left > bound {
+        raise!(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "next_id would wait {left} ms for the clock, longer than insta_id.max_clock_wait ({bound} ms)"
+            ),
+            format!(
+                "Sequence \"{}\" needs millisecond {ms} since 1970-01-01 UTC: this server's clock is behind IDs this database already issued, by more than insta_id.max_lead.",
+                relation_name(relid)
+            ),
+            "A failover or switchover to a server whose clock is behind, or a clock stepped back: keep the servers' clocks disciplined (chrony or ntpd; docs/ha.md), or raise insta_id.max_clock_wait to wait for it.",
+        );
+    }
+    // (The name looked up once, before the wait.)
+    let logged = (left >= LOG_WAIT_MS).then(|| relation_name(relid));
+    if let Some(name) = &logged {
+        pgrx::log!(
+            "insta_id: next_id of sequence \"{name}\" waits {left} ms for the clock to pass IDs already issued (millisecond {ms} since 1970-01-01 UTC)"
+        );
+    }
+    let (now, waited) = wait_past(ms);
+    if let Some(name) = &logged {
+        let waited_ms = waited / 1000;
+        pgrx::log!("insta_id: next_id of sequence \"{name}\" waited {waited_ms} ms for the clock");
+    }
+    (now, waited)
+}
+
 /// Where the usual path of a call left off when it could not finish: the
 /// slow path (`mint`) takes over from there.
 #[derive(Clone, Copy)]
@@ -363,6 +402,7 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
     ok_or_raise(layout::check_ms(now - epoch), epoch);
     let track = settings::track_guard_stats();
     let mut waited_us = 0;
+    let mut waited_in_all_us = 0;
     let ms = loop {
         // The guard works in ms since 1970; the epoch only matters for packing.
         let admit = first.take().unwrap_or_else(|| {
@@ -378,7 +418,10 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
         });
         match admit {
             Admit::Issue(ms) => break ms,
-            Admit::WaitPast(ms) => (now, waited_us) = wait_past(ms),
+            Admit::WaitPast(ms) => {
+                (now, waited_us) = wait_for_clock(relid, ms, now, waited_in_all_us);
+                waited_in_all_us += waited_us;
+            }
             Admit::Full(ms) => raise!(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!(

@@ -12,6 +12,9 @@
 //! - `insta_id.max_lead` (superuser): how far ahead of the clock an ID's
 //!   millisecond may be (after a step back, a restart, a raised mark); past
 //!   it next_id waits for the clock (or raises, in error mode).
+//! - `insta_id.max_clock_wait` (any role, for its own sessions): how long
+//!   one next_id may wait for the clock to pass IDs already issued (a
+//!   failover to a server whose clock is behind); past it, 55000.
 //! - `insta_id.max_sequences` (server start): slots of the preloaded guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
@@ -60,6 +63,20 @@ static MAX_LEAD: GucSetting<i32> = GucSetting::<i32>::new(MAX_LEAD_DEFAULT_MS);
 pub fn max_lead_ms() -> i64 {
     // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
     unsafe { *MAX_LEAD.as_ptr() as i64 }
+}
+
+/// insta_id.max_clock_wait's default, in ms: ten times the default lead.
+/// A wait that long means the clock is seconds behind the server that
+/// issued the IDs (clocks kept by chrony or ntpd differ by milliseconds),
+/// and every writer of the database waits with it: an error that names
+/// the cause serves better than a stall past clients' own timeouts.
+pub const MAX_CLOCK_WAIT_DEFAULT_MS: i32 = 10_000;
+static MAX_CLOCK_WAIT: GucSetting<i32> = GucSetting::<i32>::new(MAX_CLOCK_WAIT_DEFAULT_MS);
+
+/// How long one next_id may wait for the clock, in ms (its slow path).
+pub fn max_clock_wait_ms() -> i64 {
+    // SAFETY: the GUC's storage, read without pgrx's per-read thread check.
+    unsafe { *MAX_CLOCK_WAIT.as_ptr() as i64 }
 }
 
 pub static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(16_384);
@@ -177,6 +194,16 @@ pub fn define(at_server_start: bool) {
         0,
         MAX_LEAD_CEILING_MS,
         GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"insta_id.max_clock_wait",
+        c"How long one next_id may wait for the clock to pass IDs already issued.",
+        c"next_id waits while the clock is more than insta_id.max_lead behind IDs this database issued: after a failover or switchover to a server whose clock is behind, or a clock stepped back. Every writer of the database waits with it; past this bound next_id raises 55000 naming the wait instead. Waits of a second or more are logged at their start and end.",
+        &MAX_CLOCK_WAIT,
+        1,
+        i32::MAX,
+        GucContext::Userset,
         GucFlags::UNIT_MS,
     );
     if !at_server_start {

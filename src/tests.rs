@@ -562,6 +562,32 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_wait_for_the_clock_past_max_clock_wait_is_refused() {
+        setup();
+        assert_eq!(one::<String>("SHOW insta_id.max_clock_wait"), "10s");
+        test_clock::set(T0, 0);
+        one::<i64>("SELECT insta_id.next_id(1, 's')");
+        // As after a failover to a server 5 s behind: past the lead (1 s by
+        // default) next_id would wait about 4 s for its clock.
+        test_clock::set(T0 - 5000, 0);
+        run("SET insta_id.max_clock_wait = 100");
+        assert_error(
+            "SELECT insta_id.next_id(1, 's')",
+            "55000",
+            "ms for the clock, longer than insta_id.max_clock_wait (100 ms)",
+        );
+        // Within the bound it would wait (a frozen test clock says so
+        // instead of waiting for ever).
+        run("SET insta_id.max_clock_wait = '10s'");
+        assert_error(
+            "SELECT insta_id.next_id(1, 's')",
+            "XX000",
+            "a test froze the scripted clock where next_id has to wait for it",
+        );
+        test_clock::clear();
+    }
+
+    #[pg_test]
     fn clock_stepping_back_never_moves_ids_back_in_time() {
         setup();
         // A bound on the lead wider than the step (the default 1 s: below).

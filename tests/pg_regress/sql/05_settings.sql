@@ -49,3 +49,17 @@ SET insta_id.max_lead = '1h';
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DROP ROLE insta_id_regress_lead;
+-- insta_id.max_clock_wait: milliseconds, any role (a bound on its own
+-- sessions' waits), 1 ms up; 10 s by default.
+SHOW insta_id.max_clock_wait;
+CREATE ROLE insta_id_regress_wait;
+SET ROLE insta_id_regress_wait;
+SET insta_id.max_clock_wait = '2s';
+SHOW insta_id.max_clock_wait;
+RESET ROLE;
+DROP ROLE insta_id_regress_wait;
+\set VERBOSITY sqlstate
+SET insta_id.max_clock_wait = 0;
+SET insta_id.max_clock_wait = 'forever';
+\set VERBOSITY default
+RESET insta_id.max_clock_wait;
