@@ -19,6 +19,9 @@
 #    no new ID repeats or falls below an ID committed before the target.
 # 3. pg_dump and pg_restore into a new server whose clock is 60 s behind: the
 #    same (18).
+# 4. A cascaded standby (two hops) promoted: the same (18).
+# 5. A quorum of synchronous standbys: the mark's wait returns on any
+#    member's acknowledgement and holds while none is up (18).
 use strict;
 use warnings;
 use FindBin;
@@ -239,6 +242,72 @@ sub cancelled_wait
 	$primary->stop('immediate');
 }
 
+# Cascaded standbys: A streams to B, B to C, C's clock 60 s behind. A
+# stops in the middle of a burst; C, two hops from it, is promoted: no new
+# ID repeats one C received, and every new ID is above them all.
+sub cascade
+{
+	my $name = "PostgreSQL $major, a cascaded standby promoted";
+	my $a = insta_node('cascade_a', preload => 1, streaming => 1);
+	setup_db($a);
+	$a->backup('b');
+	my $b = insta_standby($a, 'cascade_b', 'b');
+	insta_start($b);
+	$b->backup('bc');
+	my $c = insta_standby($b, 'cascade_c', 'bc', faketime => '-60');
+	insta_start($c);
+	my $load = burst($a, $sql, 'old', 30);
+	rows_at_least($a, $load, 40000);
+	$a->stop('immediate');
+	pgbench_wait($load);
+	is($c->safe_psql('f', q{SELECT insta_id.high_water_mark() >= max(insta_id.created_at(id)) FROM ids}), 't',
+		"$name: two hops from the primary, it shows a mark above every ID it received");
+	$c->promote;
+	$c->safe_psql('f', q{CREATE TABLE replicated AS SELECT id FROM ids});
+	clock_behind($c, 'replicated', $name);
+	pgbench_wait(burst($c, $sql, 'new', 3), "$name: a burst on it");
+	no_repeat($c, 'replicated', $name);
+	$c->stop;
+	$b->stop;
+}
+
+# A quorum of synchronous standbys (synchronous_standby_names = 'ANY 1
+# (q1, q2)'): the mark's wait for them returns when any member
+# acknowledges, and holds while none can: with both stopped a next_id
+# waits (SyncRep in pg_stat_activity), and the first member started again
+# releases it with its ID.
+sub quorum
+{
+	my $name = "PostgreSQL $major, a quorum of synchronous standbys";
+	my $primary = insta_node('quorum', preload => 1, streaming => 1);
+	setup_db($primary);
+	$primary->backup('b');
+	my @members = map { my $m = insta_standby($primary, $_, 'b'); insta_start($m); $m } qw(q1 q2);
+	$primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (q1, q2)'; SELECT pg_reload_conf()");
+	$primary->poll_query_until('postgres', q{SELECT count(*) = 2 FROM pg_stat_replication WHERE sync_state = 'quorum'})
+	  or die 'the standbys never became quorum members';
+	$primary->safe_psql('f', q{SELECT insta_id.next_id(1, 's')});
+	$members[0]->stop;
+	# The mark is reserved 200 ms ahead: past that, the next ID needs a new one.
+	select undef, undef, undef, 0.5;
+	is($primary->safe_psql('f', q{SELECT insta_id.next_id(1, 's') > 0}), 't', "$name: one member stopped, the other acknowledges the mark");
+	$members[1]->stop;
+	select undef, undef, undef, 0.5;
+	my ($out, $err) = ('', '');
+	my $mint = do {
+		local %ENV = $primary->_get_env(PGAPPNAME => 'quorum_minter');
+		IPC::Run::start([ 'psql', '-XAtq', '-d', $primary->connstr('f'), '-c', q{SELECT insta_id.next_id(1, 's') > 0} ],
+			'>', \$out, '2>', \$err, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	};
+	ok($primary->poll_query_until('postgres', q{SELECT wait_event FROM pg_stat_activity WHERE application_name = 'quorum_minter'}, 'SyncRep'),
+		"$name: no member up, next_id waits for one (SyncRep)");
+	insta_start($members[0]);
+	$mint->finish;
+	is("$out|$err", "t\n|", "$name: the first member back acknowledges the mark, and the ID comes");
+	$_->stop for @members;
+	$primary->stop;
+}
+
 cancelled_wait() if $major == 15 || $major == 18;
 if ($major == 15 || $major == 18)
 {
@@ -252,6 +321,8 @@ if ($major == 18)
 	ok($repeats > 0, "0.8.0 (the mark in the data directory): the promoted standby repeats IDs ($repeats)");
 	pitr(preload => 1);
 	restore();
+	cascade();
+	quorum();
 }
 pitr(preload => 0) if $major == 15;
 
