@@ -278,18 +278,22 @@ fn wait_past(ms: i64) -> (i64, u64) {
 /// (every writer of the database waits with it: the DBA looks for why).
 const LOG_WAIT_MS: i64 = 1_000;
 
-/// `wait_past(ms)` for sequence `relid` at clock reading `now`, after
-/// `waited_us` of this call's waits: refused (55000) past
-/// insta_id.max_clock_wait, logged when long.
+/// `wait_past(ms)` for sequence `relid`, after `waited_us` of this call's
+/// waits: refused (55000) past insta_id.max_clock_wait (its minimum, 100
+/// ms, far above the waits of a millisecond full of IDs), logged when long
+/// (its end only when it completes: a cancel ends it first).
 #[cold]
-fn wait_for_clock(relid: pg_sys::Oid, ms: i64, now: i64, waited_us: u64) -> (i64, u64) {
-    let left = ms - now;
+fn wait_for_clock(relid: pg_sys::Oid, ms: i64, waited_us: u64) -> (i64, u64) {
+    // (Read again: the caller's reading was taken before the guard's lock,
+    // and a stall since would make the wait look longer than it is.)
+    let left = ms - clock::now_unix_ms();
+    let total = (waited_us / 1000) as i64 + left;
     let bound = settings::max_clock_wait_ms();
-    if (waited_us / 1000) as i64 + left > bound {
+    if total > bound {
         raise!(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
-                "next_id would wait {left} ms for the clock, longer than insta_id.max_clock_wait ({bound} ms)"
+                "next_id would wait {total} ms for the clock, longer than insta_id.max_clock_wait ({bound} ms)"
             ),
             format!(
                 "Sequence \"{}\" needs millisecond {ms} since 1970-01-01 UTC: this server's clock is behind IDs this database already issued, by more than insta_id.max_lead.",
@@ -419,7 +423,7 @@ fn mint(guard: Guard, shard: i32, relid: pg_sys::Oid, seq_value: i64, taken: Tak
         match admit {
             Admit::Issue(ms) => break ms,
             Admit::WaitPast(ms) => {
-                (now, waited_us) = wait_for_clock(relid, ms, now, waited_in_all_us);
+                (now, waited_us) = wait_for_clock(relid, ms, waited_in_all_us);
                 waited_in_all_us += waited_us;
             }
             Admit::Full(ms) => raise!(

@@ -14,7 +14,8 @@
 //!   it next_id waits for the clock (or raises, in error mode).
 //! - `insta_id.max_clock_wait` (any role, for its own sessions): how long
 //!   one next_id may wait for the clock to pass IDs already issued (a
-//!   failover to a server whose clock is behind); past it, 55000.
+//!   failover to a server whose clock is behind); past it, 55000. At least
+//!   100 ms: waits for a millisecond full of IDs never come near it.
 //! - `insta_id.max_sequences` (server start): slots of the preloaded guard.
 
 use crate::layout::{self, INSTAGRAM_EPOCH_MS};
@@ -201,7 +202,7 @@ pub fn define(at_server_start: bool) {
         c"How long one next_id may wait for the clock to pass IDs already issued.",
         c"next_id waits while the clock is more than insta_id.max_lead behind IDs this database issued: after a failover or switchover to a server whose clock is behind, or a clock stepped back. Every writer of the database waits with it; past this bound next_id raises 55000 naming the wait instead. Waits of a second or more are logged at their start and end.",
         &MAX_CLOCK_WAIT,
-        1,
+        100,
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_MS,

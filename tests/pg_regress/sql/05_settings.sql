@@ -50,7 +50,7 @@ SET insta_id.max_lead = '1h';
 RESET ROLE;
 DROP ROLE insta_id_regress_lead;
 -- insta_id.max_clock_wait: milliseconds, any role (a bound on its own
--- sessions' waits), 1 ms up; 10 s by default.
+-- sessions' waits), 100 ms up; 10 s by default.
 SHOW insta_id.max_clock_wait;
 CREATE ROLE insta_id_regress_wait;
 SET ROLE insta_id_regress_wait;
@@ -59,7 +59,7 @@ SHOW insta_id.max_clock_wait;
 RESET ROLE;
 DROP ROLE insta_id_regress_wait;
 \set VERBOSITY sqlstate
-SET insta_id.max_clock_wait = 0;
+SET insta_id.max_clock_wait = 99;
 SET insta_id.max_clock_wait = 'forever';
 \set VERBOSITY default
 RESET insta_id.max_clock_wait;
