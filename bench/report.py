@@ -166,8 +166,10 @@ def moves_section():
     readers = "" if not rd else (
         f"\nGiving up within the budget: a shard whose table back-to-back readers of a second hold on the old "
         f"server, moved with `--pause-budget {rd['budget_ms']:.0f} --cutover-attempts 8`: "
-        + (f"{len(held)} tries paused the entry and were given up at their deadline, holding its clients "
-           f"{', '.join(f'{h:.0f}' for h in held)} ms (what each said)" if held else "no try paused the entry")
+        + ((f"1 try paused the entry and was given up at its deadline, holding its clients {held[0]:.0f} ms (what it said)"
+            if len(held) == 1 else
+            f"{len(held)} tries paused the entry and were given up at their deadline, holding its clients "
+            f"{', '.join(f'{h:.0f}' for h in held)} ms (what each said)") if held else "no try paused the entry")
         + f"; the longest wait of any of its clients over the run (pgbench's log, less the schedule lag) "
         f"{rd['client_wait_ms']:.0f} ms; {rd['failed']:.0f} failed transactions. The budget is a bound the "
         f"tool aims at and reports: a client's wait also holds its own transaction, on a server connection "
