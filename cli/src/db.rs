@@ -94,7 +94,13 @@ fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Result<Client, S
             p.push(("sslmode", "require"));
             match Client::connect(&p, warnings) {
                 Ok(c) => return Ok(c),
-                Err(e) if !e.to_string().contains("server does not support SSL") => {
+                // (Asked of the servers, not read in libpq's message, which
+                // its translations word differently.)
+                Err(e)
+                    if !tcp_targets(s)
+                        .iter()
+                        .all(|(h, port)| refuses_tls(s, h, *port)) =>
+                {
                     return Err(describe(&e))
                 }
                 Err(_) => {}
@@ -162,6 +168,38 @@ fn tcp_targets(s: &Settings) -> Vec<(String, u16)> {
         .collect()
 }
 
+/// How long a look at a server may take: the connect timeout given (as
+/// libpq reads it, at least 2 s), else 10 s.
+fn look_timeout(s: &Settings) -> Duration {
+    Duration::from_secs(
+        s.get("connect_timeout")
+            .parse::<u64>()
+            .ok()
+            .filter(|t| *t > 0)
+            .unwrap_or(10)
+            .max(2),
+    )
+}
+
+/// Whether the server at `host`:`port` answers an SSLRequest with `N`
+/// (it offers no TLS); anything else, an error included, is not that.
+fn refuses_tls(s: &Settings, host: &str, port: u16) -> bool {
+    use std::io::{Read, Write};
+    let timeout = look_timeout(s);
+    let asked = || -> std::io::Result<bool> {
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let mut tcp = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        tcp.set_read_timeout(Some(timeout))?;
+        tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])?;
+        let mut answer = [0u8; 1];
+        tcp.read_exact(&mut answer)?;
+        Ok(answer[0] == b'N')
+    };
+    asked().unwrap_or(false)
+}
+
 /// AuthenticationCleartextPassword: the server's `password` method.
 const CLEARTEXT: i32 = 3;
 
@@ -173,14 +211,7 @@ const CLEARTEXT: i32 = 3;
 /// one that is reached and does not say which method it wants within the
 /// connect timeout is refused.
 pub fn refuse_clear_password(s: &Settings) -> Result<(), String> {
-    let timeout = Duration::from_secs(
-        s.get("connect_timeout")
-            .parse::<u64>()
-            .ok()
-            .filter(|t| *t > 0)
-            .unwrap_or(10)
-            .max(2),
-    );
+    let timeout = look_timeout(s);
     for (host, port) in tcp_targets(s) {
         let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)) else {
             continue;

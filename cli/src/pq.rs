@@ -615,7 +615,7 @@ pub struct Row {
 }
 
 impl Row {
-    /// The value of column `idx` (a position, or a name) as `T`; panics
+    /// The value of column `idx` (a position) as `T`; panics
     /// when there is no such column or the text is not a `T`, as the
     /// statement and the type are the caller's to match.
     pub fn get<'a, I: RowIndex + fmt::Display, T: FromText<'a>>(&'a self, idx: I) -> T {
@@ -633,7 +633,7 @@ impl Row {
     }
 }
 
-/// A column by position or by name.
+/// A column by position.
 pub trait RowIndex {
     fn index(&self, names: &[String]) -> Option<usize>;
 }
@@ -641,12 +641,6 @@ pub trait RowIndex {
 impl RowIndex for usize {
     fn index(&self, names: &[String]) -> Option<usize> {
         (*self < names.len()).then_some(*self)
-    }
-}
-
-impl RowIndex for &str {
-    fn index(&self, names: &[String]) -> Option<usize> {
-        names.iter().position(|n| n == self)
     }
 }
 
