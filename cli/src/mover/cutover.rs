@@ -97,6 +97,9 @@ impl Mover<'_> {
             // (What PgBouncer's new server connections take after a
             // RESUME, about: its PAUSE closed the entry's.)
             let login = opened.elapsed();
+            if self.verify_to.is_some() {
+                verify::warm(&mut t, schema);
+            }
             let r = t
                 .query_one(
                     "SELECT pg_catalog.pg_backend_pid(),
@@ -521,75 +524,32 @@ impl Mover<'_> {
             .described()?
             .get(0);
         budget.lap("move_state");
-        let unsubscribed = unsubscribed(&mut self.to, &state, &self.name, schema, "r")?;
-        if let Some(t) = unsubscribed {
-            return fail(format!("tables of shard {} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", self.shard, printable(&t)));
+        // The new server's part (move_carry, the mark) and the old one's
+        // (the fence) at once, on their two sessions: neither reads what
+        // the other writes, and neither is visible before the COMMIT below
+        // (a try given up rolls the fence back; move_carry takes a re-run).
+        let (shard, keep) = (self.shard, self.keep.as_deref());
+        let (to, name) = (&mut self.to, self.name.as_str());
+        let (carried, fenced) = std::thread::scope(|s| {
+            let carried = s.spawn(|| carry(to, name, (shard, schema), &state, budget));
+            let fenced = fence(hold, (shard, schema), keep, budget);
+            let carried = carried
+                .join()
+                .unwrap_or_else(|_| fail("carrying the sequences panicked"));
+            (carried, fenced)
+        });
+        let ((carry_said, carry_ms, mark_ms), (fence_said, fence_ms, until)) =
+            (carried?, fenced?);
+        budget.lap("carry beside fence");
+        // (said in one order, whichever finished first)
+        for line in carry_said.iter().chain(&fence_said) {
+            println!("{line}");
         }
-        let raised: Option<String> = self
-            .to
-            .query_one(
-                "SELECT insta_id.move_carry($1::int, $2::text::jsonb)::text",
-                &[&self.shard, &state],
-            )
-            .described()?
-            .get(0);
-        budget.lap("move_carry");
-        let r = self
-            .to
-            .query_one(
-                "SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %s', pg_catalog.quote_ident(key),
-                                   CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END),
-                                 ', ' ORDER BY key), 'none'),
-                        ($1::text::jsonb ->> 'mark')::timestamptz::text
-                 FROM pg_catalog.jsonb_each($1::text::jsonb -> 'sequences')",
-                &[&state],
-            )
-            .described()?;
-        let (sequences, mark): (String, Option<String>) = (r.get(0), r.get(1));
         println!(
-            "   sequences continue after the old server's: {}",
-            printable(&sequences)
+            "   at once: move_carry {carry_ms} ms and the mark {mark_ms} ms on the new server, the fence {fence_ms} ms on the old"
         );
-        if let Some(mark) = mark {
-            println!(
-                "   high-water mark carried over: {mark} (new server's: {})",
-                raised.as_deref().unwrap_or("none")
-            );
-            wait_past_mark(&mut self.to, &mark, budget)?;
-        }
-        budget.lap("mark");
         stop_after("sequences");
         within(budget)?;
-        // The old copy is fenced and kept, not dropped: a drop's time grows
-        // with what the schema holds (0.4 s for 3,500 functions on 2 cores),
-        // all of it spent with clients paused. Without a rollback window
-        // its window ends now, and the move drops it (release) once its
-        // clients are on the new server; a run killed before that drops it
-        // on its re-run, as any copy whose window has passed.
-        let keep = self.keep.as_deref().unwrap_or("1 second");
-        if self.keep.is_none() {
-            // First, so that move_reserve's fence (0.10.0) narrows only the
-            // sequences kept: one rewrite less each, with clients paused.
-            drop_sequences(hold, schema)?;
-        }
-        let until: String = hold
-            .query_one(
-                "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
-                                           'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
-                &[&self.shard, &keep],
-            )
-            .described()?
-            .get(0);
-        if self.keep.is_none() {
-            // (move_reserve's shortest window is a second: this ends it.)
-            hold.execute(
-                "UPDATE insta_id_admin.moves SET reserve_until = pg_catalog.clock_timestamp()
-                 WHERE shard_id = $1::int AND side = 'leaving'",
-                &[&self.shard],
-            )
-            .described()?;
-        }
-        budget.lap("fence");
         commit_within(hold, budget, dog)?;
         committed(budget);
         if self.keep.is_some() {
@@ -605,6 +565,98 @@ impl Mover<'_> {
         }
         Ok(())
     }
+}
+
+/// The new server's part of a cutover (`to`, the move's session there,
+/// subscription `name`): the tables the old server has checked against
+/// what the subscription carries, move_carry of its move_state `state`,
+/// then until the new server's clock has passed the carried mark. Returns
+/// what it has to say, and how long the carry and the mark took (ms).
+fn carry(
+    to: &mut Client,
+    name: &str,
+    (shard, schema): (i32, &str),
+    state: &str,
+    budget: &Budget,
+) -> Result<(Vec<String>, u128, u128)> {
+    let started = Instant::now();
+    if let Some(t) = unsubscribed(to, state, name, schema, "r")? {
+        return fail(format!("tables of shard {shard} that the move's subscription does not carry (made after it began): {}; run the move again, which undoes it and moves the shard afresh", printable(&t)));
+    }
+    let raised: Option<String> = to
+        .query_one(
+            "SELECT insta_id.move_carry($1::int, $2::text::jsonb)::text",
+            &[&shard, &state],
+        )
+        .described()?
+        .get(0);
+    let r = to
+        .query_one(
+            "SELECT coalesce(pg_catalog.string_agg(pg_catalog.format('%s %s', pg_catalog.quote_ident(key),
+                               CASE WHEN (value ->> 1)::boolean THEN value ->> 0 ELSE '(next ' || (value ->> 0) || ')' END),
+                             ', ' ORDER BY key), 'none'),
+                    ($1::text::jsonb ->> 'mark')::timestamptz::text
+             FROM pg_catalog.jsonb_each($1::text::jsonb -> 'sequences')",
+            &[&state],
+        )
+        .described()?;
+    let (sequences, mark): (String, Option<String>) = (r.get(0), r.get(1));
+    let carried = started.elapsed().as_millis();
+    let mut said = vec![format!(
+        "   sequences continue after the old server's: {}",
+        printable(&sequences)
+    )];
+    let waited = Instant::now();
+    if let Some(mark) = mark {
+        said.push(format!(
+            "   high-water mark carried over: {mark} (new server's: {})",
+            raised.as_deref().unwrap_or("none")
+        ));
+        wait_past_mark(to, &mark, budget)?;
+    }
+    Ok((said, carried, waited.elapsed().as_millis()))
+}
+
+/// The old server's part of a cutover, in `hold`'s transaction: the old
+/// copy fenced and kept, not dropped (a drop's time grows with what the
+/// schema holds: 0.4 s for 3,500 functions on 2 cores, all of it spent
+/// with clients paused). Without a rollback window (`keep`) its window
+/// ends now, and the move drops it (release) once its clients are on the
+/// new server; a run killed before that drops it on its re-run, as any
+/// copy whose window has passed. Returns what it has to say, how long it
+/// took (ms) and the end of the window.
+fn fence(
+    hold: &mut Client,
+    (shard, schema): (i32, &str),
+    keep: Option<&str>,
+    budget: &Budget,
+) -> Result<(Vec<String>, u128, String)> {
+    let started = Instant::now();
+    within(budget)?;
+    let mut said = Vec::new();
+    if keep.is_none() {
+        // First, so that move_reserve's fence (0.10.0) narrows only the
+        // sequences kept: one rewrite less each, with clients paused.
+        said = drop_sequences(hold, schema)?;
+    }
+    let until: String = hold
+        .query_one(
+            "SELECT pg_catalog.to_char(insta_id.move_reserve($1::int, $2::text::interval) AT TIME ZONE 'UTC',
+                                       'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
+            &[&shard, &keep.unwrap_or("1 second")],
+        )
+        .described()?
+        .get(0);
+    if keep.is_none() {
+        // (move_reserve's shortest window is a second: this ends it.)
+        hold.execute(
+            "UPDATE insta_id_admin.moves SET reserve_until = pg_catalog.clock_timestamp()
+             WHERE shard_id = $1::int AND side = 'leaving'",
+            &[&shard],
+        )
+        .described()?;
+    }
+    Ok((said, started.elapsed().as_millis(), until))
 }
 
 /// The first half of a cutover, in `hold`'s transaction on the server
@@ -798,7 +850,7 @@ pub(super) fn wait_past_mark(c: &mut Client, mark: &str, budget: &Budget) -> Res
 /// the defaults dropped first, then each sequence RESTRICT: never another
 /// object. Any other is kept (an identity column's, one a view or function
 /// uses), and said.
-fn drop_sequences(c: &mut Client, schema: &str) -> Result<()> {
+fn drop_sequences(c: &mut Client, schema: &str) -> Result<Vec<String>> {
     let r = c
         .query_one(
             "WITH seq AS (
@@ -829,18 +881,19 @@ fn drop_sequences(c: &mut Client, schema: &str) -> Result<()> {
         .described()?;
     let (defaults, drop, dropped, kept): (String, String, String, String) =
         (r.get(0), r.get(1), r.get(2), r.get(3));
+    let mut said = Vec::new();
     if !drop.is_empty() {
         c.batch_execute(&format!("{defaults} {drop}")).described()?;
-        println!(
+        said.push(format!(
             "   sequences dropped on the old server: {}",
             printable(&dropped)
-        );
+        ));
     }
     if !kept.is_empty() {
-        println!(
+        said.push(format!(
             "   sequences kept on the old server until its copy is dropped (an identity column's, or used by another object): {}",
             printable(&kept)
-        );
+        ));
     }
-    Ok(())
+    Ok(said)
 }

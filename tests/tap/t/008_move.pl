@@ -372,7 +372,7 @@ my ($ok, $wfailed) = split ' ', $writer->{out};
 note "writer: $ok rows committed, $wfailed attempts failed on both servers";
 is($rc, 0, 'the move succeeded');
 like($out,
-	qr/^   sequences dropped on the old server: likes_id_seq, photos_id_seq, users_id_seq\n   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, (?:compare \d+, )?move_state \d+, move_carry \d+, mark \d+, fence \d+, commit \d+\n   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, table photos, table users, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
+	qr/^   sequences dropped on the old server: likes_id_seq, photos_id_seq, users_id_seq\n   at once: move_carry \d+ ms and the mark \d+ ms on the new server, the fence \d+ ms on the old\n   committed: the try took \d+ ms of its budget \(500 ms\): pause \d+, lock and catch-up \d+, (?:compare \d+, )?move_state \d+, carry beside fence \d+, commit \d+\n   schema insta7 fenced on the old server, to be dropped once its clients are on the new one\n.*^== moved shard 7 \(insta7\)\n.*^   dropping schema insta7 on the old server: table likes, table photos, table users, 0 functions, 0 types \(never another schema's objects: drop_shard refuses those\)$/ms,
 	'the cutover dropped the old copy\'s sequences and fenced it; the move dropped it once it had finished, saying what it dropped');
 is($new->safe_psql('app', q{SELECT count(*) FILTER (WHERE name LIKE 'w%') || '|' || count(*) FILTER (WHERE name LIKE 'u%') FROM insta7.users}),
 	"$ok|20000", 'every committed row is on the new server, the 20,000 copied ones too');
