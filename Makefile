@@ -22,6 +22,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-builds test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
+        test-patroni test-auto-failover \
         bench-quick bench-moves bench-adopt
 
 ## help: this list
@@ -51,9 +52,9 @@ test:
 	@# (the source of pg_upgrade and of the move) on the right.
 	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
 	  --lane "check $(OLDEST)" "check 16" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
-	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" test-packages \
+	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" "test-auto-failover $(OLDEST)" test-packages \
 	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
-	         "test-library-upgrade $(NEWEST)" test-pg-upgrade test-move; \
+	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" test-move; \
 	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
@@ -199,6 +200,16 @@ test-lead test-concurrency test-faults test-failover test-fsync: test-%:
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh $*
 
+## test-patroni: three nodes under Patroni and etcd (make test: the newest version),
+##        insta_id preloaded, synchronous_mode: kill -9 of the leader and a switchover
+##        under writers, the new leaders' clocks behind; no ID twice, none lost
+## test-auto-failover: the same under pg_auto_failover, a monitor and two nodes,
+##        insta_id not preloaded (Debian's 15, the only version it is packaged for)
+test-patroni test-auto-failover:
+	@scripts/dev/setup.sh faults tap failover
+	@scripts/dev/build.sh install ci
+	@tests/tap.sh $(subst -,_,$(subst test-,,$@))
+
 ## test-mark-wait: a wait for the mark's lock ends by a cancel, a timeout, a terminate
 test-mark-wait:
 	@scripts/dev/setup.sh tap
@@ -222,7 +233,7 @@ test-fleet:
 
 ## test-tap: every TAP test (tests/tap/t), PostgreSQL's TAP framework
 test-tap:
-	@scripts/dev/setup.sh faults tap pgbouncer
+	@scripts/dev/setup.sh faults tap pgbouncer failover
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh
 

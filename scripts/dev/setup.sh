@@ -16,6 +16,10 @@
 #                                   test upgrades from (see scripts/dev/harness.sh)
 #   scripts/dev/setup.sh tap            PostgreSQL's TAP framework (tests/tap.sh): its
 #                                   modules from postgresql-server-dev-15, IPC::Run
+#   scripts/dev/setup.sh failover       the failover managers of tests/tap/t/016_patroni.pl and
+#                                   017_auto_failover.pl: Debian's Patroni (3.0.2) with etcd
+#                                   (3.4), pg_auto_failover (2.0, for Debian's 15); none
+#                                   runs as a service (each test starts its own)
 #   scripts/dev/setup.sh pgbouncer      Debian's PgBouncer (1.18), which routes a fleet's
 #                                   shards in tests/tap/t/013_pgbouncer.pl (which runs
 #                                   its own, on a socket of its own)
@@ -38,14 +42,15 @@ source "$(dirname "$0")/harness.sh"
 PGRX_VERSION=0.18.0
 if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
-build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0; pgbouncer=0; bench=0; man=0
+build_only=0; majors=(); upgrade_source=0; faults=0; clients=0; tap=0; pgbouncer=0; bench=0; man=0; failover=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
-    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1; pgbouncer=1; man=1 ;;
+    all) read -ra majors <<<"$PG_SUPPORTED"; upgrade_source=1; faults=1; clients=1; tap=1; pgbouncer=1; man=1; failover=1 ;;
     faults) faults=1 ;;
     tap) tap=1 ;;
     pgbouncer) pgbouncer=1 ;;
+    failover) failover=1 ;;
     bench) bench=1 ;;
     man) man=1 ;;
     clients) clients=1 ;;
@@ -67,6 +72,7 @@ if [ $build_only = 0 ]; then
   done
   [ $faults = 1 ] && pkgs+=(libfaketime faketime sqlsmith)
   [ $pgbouncer = 1 ] && pkgs+=(pgbouncer)
+  [ $failover = 1 ] && pkgs+=(patroni etcd-server python3-etcd "postgresql-$PG_DEBIAN-auto-failover")
   [ $bench = 1 ] && pkgs+=(valgrind)
   [ $man = 1 ] && pkgs+=(man-db groff-base)
   # PostgreSQL's TAP framework: its modules ship with Debian's 15 server-dev.
@@ -82,6 +88,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   "${SUDO[@]}" apt-get update -qq
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The failover managers' packages start their services where systemd
+  # runs; the tests start their own, on ports of their own: the ones
+  # installed just now are stopped and disabled (never one that was here).
+  for svc in etcd patroni; do
+    case " ${missing[*]} " in *" $svc "*|*" $svc-server "*) ;; *) continue ;; esac
+    if command -v systemctl >/dev/null && systemctl is-enabled --quiet "$svc" 2>/dev/null; then
+      "${SUDO[@]}" systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 # As root the clusters run as postgres (initdb refuses root); Debian's server

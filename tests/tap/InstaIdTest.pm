@@ -16,7 +16,8 @@ use IPC::Run;
 use Time::HiRes qw(sleep);
 
 use Exporter 'import';
-our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released);
+our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released
+  faketime_lib write_clock daemon_start daemons_stop failover_table failover_insert writer_start writer_rows writer_stop acked_from psql_at acked_checks);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -83,9 +84,7 @@ sub insta_start
 	my @preload;
 	if (my $clock = $node->{insta_clock})
 	{
-		my ($lib) = grep { -e } map { glob } '/usr/lib/*/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1';
-		BAIL_OUT('libfaketime is missing: scripts/dev/setup.sh faults') unless $lib;
-		push @preload, $lib;
+		push @preload, faketime_lib();
 		$ENV{FAKETIME_TIMESTAMP_FILE}  = $clock;
 		$ENV{FAKETIME_CACHE_DURATION}  = 0;
 		$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
@@ -101,10 +100,27 @@ sub insta_start
 	($how // 'start') eq 'restart' ? $node->restart : $node->start;
 }
 
+# The path of libfaketime (Debian's package).
+sub faketime_lib
+{
+	my ($lib) = grep { -e } map { glob } '/usr/lib/*/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1';
+	BAIL_OUT('libfaketime is missing: scripts/dev/setup.sh faults') unless $lib;
+	return $lib;
+}
+
 sub _write_clock
 {
 	my ($node, $offset) = @_;
-	my $f = $node->{insta_clock};
+	write_clock($node->{insta_clock}, $offset);
+}
+
+# write_clock(FILE, OFFSET): libfaketime's clock file (an offset in seconds,
+# +0 or -3), for a server the framework did not start (a failover
+# manager's); its processes read it again at most once a real second.
+sub write_clock
+{
+	my ($f, $offset) = @_;
+	$offset = sprintf('%+d', $offset) unless $offset =~ /^[-+]/;
 	open my $fh, '>', "$f.new" or die $!;
 	print $fh "$offset\n";
 	close $fh;
@@ -164,6 +180,198 @@ sub pgbench_stop
 	my ($b) = @_;
 	$b->{run}->signal('TERM');
 	$b->{run}->finish;
+}
+
+# daemon_start(LOG, {ENV}, COMMAND...): a server of another project (etcd, a
+# failover manager) in the background, its output appended to LOG; for
+# daemons_stop.
+sub daemon_start
+{
+	my ($log, $env, @cmd) = @_;
+	local %ENV = (%ENV, %$env);
+	return IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>&1');
+}
+
+# daemons_stop(PG_CTL, [DAEMON...], [DATA_DIR...]): ends every daemon however
+# the test went: SIGTERM to all (a failover manager stops its PostgreSQL),
+# up to 30 s for them to end, then SIGKILL; then any server still running
+# in the DATA_DIRs (its manager killed) is stopped at once. For an END block.
+sub daemons_stop
+{
+	my ($pg_ctl, $daemons, $data_dirs) = @_;
+	my @running = grep { $_->pumpable } @$daemons;
+	$_->signal('TERM') for @running;
+	my $t = IPC::Run::timer(30);
+	$t->start;
+	while ((@running = grep { $_->pumpable } @running) && !$t->is_expired)
+	{
+		eval { $_->pump_nb } for @running;
+		sleep 0.2;
+	}
+	for my $d (@$daemons)
+	{
+		$d->kill_kill if $d->pumpable;
+		eval { $d->finish };
+	}
+	for my $dir (grep { -e "$_/postmaster.pid" } @$data_dirs)
+	{
+		IPC::Run::run([ $pg_ctl, '-D', $dir, '-m', 'immediate', 'stop' ], '>', \my $out, '2>&1');
+	}
+	return;
+}
+
+# The table of the failover tests and their writers' INSERT: each ID with
+# the port and timeline of the server that made it (a node that leads
+# twice, on two timelines, is two leaders) and that server's clock. A new
+# primary's clock there is far behind (more than any failover takes, on a
+# busy machine too): its writers may wait for it up to a minute.
+sub failover_table
+{
+	return q{CREATE EXTENSION insta_id;
+		DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET insta_id.max_clock_wait = %L', current_database(), '60s'); END$$;
+		CREATE SEQUENCE s;
+		CREATE TABLE ids (id bigint NOT NULL, port int NOT NULL, timeline int NOT NULL,
+		                  at timestamptz NOT NULL DEFAULT clock_timestamp())};
+}
+
+sub failover_insert
+{
+	# (the timeline the server writes WAL on: the first 8 hex digits of
+	# its current WAL file's name)
+	return q{INSERT INTO ids (id, port, timeline)
+		SELECT insta_id.next_id(1, 's'), inet_server_port(),
+		       ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int
+		FROM generate_series(1, 100) RETURNING id, port};
+}
+
+# writer_start(CONNINFO, SQL, FILE): a client in the background that
+# follows the primary through a failover, as applications do: psql runs SQL
+# (an INSERT ... RETURNING) on CONNINFO (several hosts,
+# target_session_attrs=read-write) again and again, a new connection each
+# time, until writer_stop. What a run returned, once psql exited 0 (its
+# COMMIT acknowledged: psql prints a result only once the server said the
+# command completed, which is after the commit), goes to FILE with the
+# client's time at the end of each line; a run that failed (no primary,
+# the connection lost) is tried again 50 ms later, its errors in FILE.err.
+sub writer_start
+{
+	my ($conninfo, $sql, $file) = @_;
+	my $loop = q{
+		while [ ! -e "$4" ]; do
+		  if rows=$(psql "$1" -qAtX -v ON_ERROR_STOP=1 -c "$2" 2>>"$3.err"); then
+		    [ -z "$rows" ] || printf '%s\n' "$rows" | sed "s/\$/|$(date +%s.%N)/" >>"$3"
+		  else
+		    sleep 0.05
+		  fi
+		done};
+	my %w = (file => $file, stop => "$file.stop");
+	$w{run} = IPC::Run::start([ 'bash', '-c', $loop, 'writer', $conninfo, $sql, $file, $w{stop} ]);
+	return \%w;
+}
+
+# writer_rows(WRITER): the lines the writer has written so far, split on |.
+sub writer_rows
+{
+	my ($w) = @_;
+	open my $fh, '<', $w->{file} or return ();
+	my @rows = map { chomp; [ split /\|/ ] } <$fh>;
+	return @rows;
+}
+
+# acked_from([WRITER...], PORT, N, WHAT[, SINCE]): waits until the writers
+# have N IDs acknowledged from the server on PORT (WHAT names it), since
+# the time SINCE if given, at most 2 minutes; returns the client's time of
+# the first.
+sub acked_from
+{
+	my ($writers, $port, $n, $what, $since) = @_;
+	my $t = IPC::Run::timer(120);
+	$t->start;
+	while (1)
+	{
+		my @rows = grep { $_->[1] == $port && $_->[2] >= ($since // 0) } map { writer_rows($_) } @$writers;
+		if (@rows >= $n)
+		{
+			my ($first) = sort { $a <=> $b } map { $_->[2] } @rows;
+			return $first;
+		}
+		BAIL_OUT("never $n IDs acknowledged from $what") if $t->is_expired;
+		$_->{run}->pump_nb for @$writers;
+		sleep 0.1;
+	}
+}
+
+# writer_stop(WRITER): ends the writer after its current run; one whose run
+# does not end within the framework's timeout (a commit waiting for a
+# synchronous standby that never comes) is killed.
+sub writer_stop
+{
+	my ($w) = @_;
+	PostgreSQL::Test::Utils::append_to_file($w->{stop}, '');
+	my $t = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);
+	$t->start;
+	while ($w->{run}->pumpable && !$t->is_expired) { $w->{run}->pump_nb; sleep 0.1; }
+	$w->{run}->kill_kill if $w->{run}->pumpable;
+	$w->{run}->finish;
+	return;
+}
+
+# psql_at(CONNINFO, SQL...): psql's output (unaligned, tuples only), for a
+# server the framework did not make (a failover manager's), each SQL a
+# transaction of its own; dies on error.
+sub psql_at
+{
+	my ($conninfo, @sql) = @_;
+	my ($out, $err);
+	IPC::Run::run([ 'psql', '-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo, map { ('-c', $_) } @sql ],
+		'>', \$out, '2>', \$err)
+	  or die "psql on $conninfo: $err";
+	chomp $out;
+	return $out;
+}
+
+# acked_checks(CONNINFO, NAME, sync => 0|1, leaders => [PORT...], files =>
+# [FILE...]): after failovers, on the primary (CONNINFO), whose table ids
+# (failover_table) the writers' FILEs acknowledged (lines id|port|...):
+# - no ID twice in the table, nor among the acknowledged;
+# - with synchronous replication (sync), every acknowledged ID still there;
+# - each leader's IDs (by the port and timeline that made them, LEADERS
+#   the ports in the order they led) all above the one's before it, and made by a clock behind
+#   them (the first ID of each new leader made when its clock was behind
+#   the last of the leader before: else the test could not fail);
+# - no ID more than a second (max_lead) ahead of its server's own clock.
+sub acked_checks
+{
+	my ($conninfo, $name, %o) = @_;
+	my $acked = PostgreSQL::Test::Utils::tempdir() . '/acked';
+	PostgreSQL::Test::Utils::append_to_file($acked, join '', map { PostgreSQL::Test::Utils::slurp_file($_) } @{ $o{files} });
+	my ($n_acked, $n_rows, $twice, $twice_acked, $lost, $order, $ahead, $behind) = split /\|/, psql_at($conninfo, qq{
+		CREATE TEMP TABLE acked (id bigint, port int, at numeric);
+		COPY acked FROM '$acked' WITH (DELIMITER '|');
+		CREATE TEMP VIEW leaders AS
+		  SELECT port, timeline, min(id) lo, max(id) hi, min(at) first_at, max(insta_id.created_at(id)) last
+		  FROM ids GROUP BY port, timeline;
+		SELECT (SELECT count(*) FROM acked), (SELECT count(*) FROM ids),
+		       (SELECT count(*) - count(DISTINCT id) FROM ids),
+		       (SELECT count(*) - count(DISTINCT id) FROM acked),
+		       (SELECT count(*) FROM acked a WHERE NOT EXISTS (SELECT FROM ids i WHERE i.id = a.id)),
+		       (SELECT string_agg(port::text, ' ' ORDER BY lo) FROM leaders)
+		         || CASE WHEN EXISTS (SELECT FROM leaders a JOIN leaders b
+		                                ON (a.port, a.timeline) <> (b.port, b.timeline) AND a.lo <= b.hi AND b.lo <= a.hi)
+		                 THEN ' (overlapping)' ELSE '' END,
+		       (SELECT count(*) FROM ids WHERE insta_id.created_at(id) > at + interval '1 s'),
+		       (SELECT string_agg(CASE WHEN first_at < prev_last THEN 'behind' ELSE 'ahead' END, ' ' ORDER BY lo)
+		        FROM (SELECT lo, first_at, lag(last) OVER (ORDER BY lo) prev_last FROM leaders) l
+		        WHERE prev_last IS NOT NULL)});
+	ok($n_acked > 1000 && $n_rows >= $n_acked * ($o{sync} ? 1 : 0.9), "$name: $n_acked IDs acknowledged, $n_rows in the table");
+	is($twice, 0, "$name: no ID twice in the table");
+	is($twice_acked, 0, "$name: no ID acknowledged twice");
+	is($lost, 0, "$name: every acknowledged ID is there (synchronous replication)") if $o{sync};
+	is($order, join(' ', @{ $o{leaders} }), "$name: each leader's IDs above the one's before it (ports by their lowest ID)");
+	is($ahead, 0, "$name: no ID more than max_lead ahead of its server's clock");
+	is($behind, join(' ', ('behind') x (@{ $o{leaders} } - 1)),
+		"$name: each new leader's clock was behind the IDs of the leader before when it made its first ID");
+	return;
 }
 
 # move_released(NODE, SHARD...): until no session holds those shards' move
