@@ -22,7 +22,7 @@ PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
         test-builds test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
-        test-patroni test-auto-failover \
+        test-patroni test-auto-failover test-move-failover \
         bench-quick bench-moves bench-adopt
 
 ## help: this list
@@ -52,9 +52,10 @@ test:
 	@# (the source of pg_upgrade and of the move) on the right.
 	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
 	  --lane "check $(OLDEST)" "check 16" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
-	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" "test-auto-failover $(OLDEST)" test-packages \
+	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" "test-auto-failover $(OLDEST)" \
+	         "test-move-failover $(OLDEST)" test-packages \
 	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
-	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" test-move; \
+	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" "test-move-failover $(NEWEST)" test-move; \
 	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
@@ -209,6 +210,14 @@ test-patroni test-auto-failover:
 	@scripts/dev/setup.sh faults tap failover
 	@scripts/dev/build.sh install ci
 	@tests/tap.sh $(subst -,_,$(subst test-,,$@))
+
+## test-move-failover: a move across a failover (PG=NN; make test: the oldest and the
+##        newest): of its old server before the cutover, of its new server before it
+##        and within the rollback window; on 17+ the move's slots follow
+test-move-failover:
+	@scripts/dev/setup.sh tap
+	@scripts/dev/build.sh install ci
+	@tests/tap.sh move_failover
 
 ## test-mark-wait: a wait for the mark's lock ends by a cancel, a timeout, a terminate
 test-mark-wait:

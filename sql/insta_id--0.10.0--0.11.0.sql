@@ -2322,3 +2322,69 @@ END
 $$;
 COMMENT ON FUNCTION insta_id.move_release(int) IS
 'Drops the copy of a shard this server kept for a move''s rollback (and the move''s record), or the copy a rollback left here';
+
+-- (0.10.0's recorded no timeline)
+-- Records that this server's side of a shard's move reached a step (the
+-- first step makes the row; _move_steps lists each side's), with when and
+-- the timeline the server was on: a later timeline at a re-run says the
+-- server failed over since (a promoted standby), which the mover reads
+-- (a logical slot made before may be gone, rows a subscription applied
+-- may be missing: issue 57). 55006 when the
+-- row is another move's (the other side, or another schema). At the
+-- adoption's step, opens the fence of the shard's sequences (move_open:
+-- 42704 if the shard is not registered here).
+CREATE OR REPLACE FUNCTION insta_id.move_step(shard_id int, side text, step text, schema_name name, peer text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+    found_row insta_id_admin.moves;
+    -- (the timeline of the WAL written now: the first 8 hex digits of its
+    -- file's name)
+    entry jsonb := jsonb_build_object('step', move_step.step, 'at', t, 'timeline',
+                                      ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int);
+BEGIN
+    IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
+        RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM insta_id._check_shard_id(move_step.shard_id);
+    IF move_step.side NOT IN ('leaving', 'arriving') THEN
+        RAISE EXCEPTION 'a move''s side is ''leaving'' or ''arriving'', not %', quote_literal(move_step.side)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT move_step.step = ANY (insta_id._move_steps(move_step.side)) THEN
+        RAISE EXCEPTION '% is not a step of the % side of a move', quote_literal(move_step.step), move_step.side
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its steps: %s.', array_to_string(insta_id._move_steps(move_step.side), ', '));
+    END IF;
+    SELECT * INTO found_row FROM insta_id_admin.moves m WHERE m.shard_id = move_step.shard_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
+        VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
+                jsonb_build_array(entry));
+        RETURN;
+    END IF;
+    -- The peer is how the mover reached the other server, which a re-run
+    -- may spell otherwise (a socket, an address): the latest is kept.
+    IF (found_row.side, found_row.schema_name) IS DISTINCT FROM (move_step.side, move_step.schema_name) THEN
+        RAISE EXCEPTION 'shard % has another move recorded here', move_step.shard_id
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('Schema %s, %s %s since %s.', found_row.schema_name,
+                                  CASE found_row.side WHEN 'leaving' THEN 'leaving for' ELSE 'arriving from' END,
+                                  found_row.peer, found_row.started_at),
+                  HINT = 'Finish or undo that move first (insta-id move).';
+    END IF;
+    UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
+           steps = m.steps || jsonb_build_array(entry)
+    WHERE m.shard_id = move_step.shard_id;
+    -- The adoption (a move's on the new server, a rollback's on the old
+    -- one) records its step in its own transaction, after the cutover:
+    -- the fence of the copy's sequences opens with it, whichever release
+    -- of insta-id records it.
+    IF (move_step.side, move_step.step) IN (('arriving', 'adopted'), ('leaving', 'returned')) THEN
+        PERFORM insta_id.move_open(move_step.shard_id);
+    END IF;
+END
+$$;

@@ -368,6 +368,50 @@ pub const LABEL: &str = "SELECT pg_catalog.format('%s:%s/%s',
         coalesce(pg_catalog.host(pg_catalog.inet_server_addr()),
                  pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1)),
         pg_catalog.current_setting('port'), pg_catalog.current_database())";
+/// The timeline a server writes WAL on (the first 8 hex digits of the
+/// name of its current WAL file), as move_step records it.
+const TIMELINE: &str = "('x' OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 8))
+                        ::pg_catalog.bit(32)::pg_catalog.int4";
+
+/// Whether `c`'s server failed over (a standby promoted) since its side
+/// of the move of `shard` began there: the earliest timeline its record's
+/// steps hold, and the one it is on now, when they differ (0.11.0 records
+/// the timeline; an earlier record says nothing).
+fn failed_over(c: &mut Client, shard: i32, side: &str) -> Result<Option<(i32, i32)>> {
+    let r = c
+        .query_one(
+            &format!(
+                "SELECT (SELECT pg_catalog.min((e.value ->> 'timeline')::pg_catalog.int4)
+                         FROM insta_id_admin.moves m, pg_catalog.jsonb_array_elements(m.steps) e
+                         WHERE m.shard_id = $1::int AND m.side = $2::text),
+                        {TIMELINE}"
+            ),
+            &[&shard, &side],
+        )
+        .described()?;
+    Ok(match (r.get::<_, Option<i32>>(0), r.get::<_, i32>(1)) {
+        (Some(was), now) if was != now => Some((was, now)),
+        _ => None,
+    })
+}
+
+/// A logical slot named `name` on `c`'s server, made to follow a failover
+/// to its standbys where the server can (`follows`: PostgreSQL 17 and
+/// later, whose standbys running sync_replication_slots keep a copy of
+/// it); else one that stays on this primary.
+fn make_slot(c: &mut Client, name: &str, follows: bool) -> Result<()> {
+    c.execute(
+        if follows {
+            "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput', false, false, true)"
+        } else {
+            "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')"
+        },
+        &[&name],
+    )
+    .described()?;
+    Ok(())
+}
+
 const THIS_DB: &str =
     "(SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())";
 

@@ -71,7 +71,8 @@ CREATE TABLE insta_id_admin.moves (
     peer        text NOT NULL,
     step        text NOT NULL,
     started_at  timestamptz NOT NULL,
-    -- Every step reached, in order: [{"step": ..., "at": ...}, ...].
+    -- Every step reached, in order: [{"step": ..., "at": ...,
+    -- "timeline": ...}, ...] (0.11.0 added the timeline).
     steps       jsonb NOT NULL,
     -- Until when the old server keeps its copy, fenced, for the move's
     -- rollback (move_reserve); after it the mover drops the copy
@@ -83,7 +84,11 @@ COMMENT ON TABLE insta_id_admin.moves IS
 'Shard moves this server takes part in, with the step each has reached (insta-id move, insta-id status); not dumped';
 
 -- Records that this server's side of a shard's move reached a step (the
--- first step makes the row; _move_steps lists each side's). 55006 when the
+-- first step makes the row; _move_steps lists each side's), with when and
+-- the timeline the server was on: a later timeline at a re-run says the
+-- server failed over since (a promoted standby), which the mover reads
+-- (a logical slot made before may be gone, rows a subscription applied
+-- may be missing: issue 57). 55006 when the
 -- row is another move's (the other side, or another schema). At the
 -- adoption's step, opens the fence of the shard's sequences (move_open:
 -- 42704 if the shard is not registered here).
@@ -95,6 +100,10 @@ AS $$
 DECLARE
     t timestamptz := clock_timestamp();
     found_row insta_id_admin.moves;
+    -- (the timeline of the WAL written now: the first 8 hex digits of its
+    -- file's name)
+    entry jsonb := jsonb_build_object('step', move_step.step, 'at', t, 'timeline',
+                                      ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int);
 BEGIN
     IF num_nulls(move_step.shard_id, move_step.side, move_step.step, move_step.schema_name, move_step.peer) > 0 THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -113,7 +122,7 @@ BEGIN
     IF NOT FOUND THEN
         INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
         VALUES (move_step.shard_id, move_step.side, move_step.schema_name, move_step.peer, move_step.step, t,
-                jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t)));
+                jsonb_build_array(entry));
         RETURN;
     END IF;
     -- The peer is how the mover reached the other server, which a re-run
@@ -127,7 +136,7 @@ BEGIN
                   HINT = 'Finish or undo that move first (insta-id move).';
     END IF;
     UPDATE insta_id_admin.moves m SET step = move_step.step, peer = move_step.peer,
-           steps = m.steps || jsonb_build_array(jsonb_build_object('step', move_step.step, 'at', t))
+           steps = m.steps || jsonb_build_array(entry)
     WHERE m.shard_id = move_step.shard_id;
     -- The adoption (a move's on the new server, a rollback's on the old
     -- one) records its step in its own transaction, after the cutover:

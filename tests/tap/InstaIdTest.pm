@@ -17,7 +17,7 @@ use Time::HiRes qw(sleep);
 
 use Exporter 'import';
 our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released
-  faketime_lib write_clock daemon_start daemons_stop failover_table failover_insert writer_start writer_rows writer_stop acked_from psql_at acked_checks);
+  faketime_lib write_clock daemon_start daemons_stop failover_table failover_insert failover_writer_start failover_writer_rows failover_writer_stop acked_from psql_at acked_checks);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -244,16 +244,16 @@ sub failover_insert
 		FROM generate_series(1, 100) RETURNING id, port};
 }
 
-# writer_start(CONNINFO, SQL, FILE): a client in the background that
+# failover_writer_start(CONNINFO, SQL, FILE): a client in the background that
 # follows the primary through a failover, as applications do: psql runs SQL
 # (an INSERT ... RETURNING) on CONNINFO (several hosts,
 # target_session_attrs=read-write) again and again, a new connection each
-# time, until writer_stop. What a run returned, once psql exited 0 (its
+# time, until failover_writer_stop. What a run returned, once psql exited 0 (its
 # COMMIT acknowledged: psql prints a result only once the server said the
 # command completed, which is after the commit), goes to FILE with the
 # client's time at the end of each line; a run that failed (no primary,
 # the connection lost) is tried again 50 ms later, its errors in FILE.err.
-sub writer_start
+sub failover_writer_start
 {
 	my ($conninfo, $sql, $file) = @_;
 	my $loop = q{
@@ -269,8 +269,8 @@ sub writer_start
 	return \%w;
 }
 
-# writer_rows(WRITER): the lines the writer has written so far, split on |.
-sub writer_rows
+# failover_writer_rows(WRITER): the lines the writer has written so far, split on |.
+sub failover_writer_rows
 {
 	my ($w) = @_;
 	open my $fh, '<', $w->{file} or return ();
@@ -289,7 +289,7 @@ sub acked_from
 	$t->start;
 	while (1)
 	{
-		my @rows = grep { $_->[1] == $port && $_->[2] >= ($since // 0) } map { writer_rows($_) } @$writers;
+		my @rows = grep { $_->[1] == $port && $_->[2] >= ($since // 0) } map { failover_writer_rows($_) } @$writers;
 		if (@rows >= $n)
 		{
 			my ($first) = sort { $a <=> $b } map { $_->[2] } @rows;
@@ -301,10 +301,10 @@ sub acked_from
 	}
 }
 
-# writer_stop(WRITER): ends the writer after its current run; one whose run
+# failover_writer_stop(WRITER): ends the writer after its current run; one whose run
 # does not end within the framework's timeout (a commit waiting for a
 # synchronous standby that never comes) is killed.
-sub writer_stop
+sub failover_writer_stop
 {
 	my ($w) = @_;
 	PostgreSQL::Test::Utils::append_to_file($w->{stop}, '');

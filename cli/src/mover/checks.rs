@@ -156,9 +156,62 @@ impl Mover<'_> {
             return fail("the servers' insta_id.epoch differ: IDs of the new server could repeat the old one's");
         }
         self.subscription_reaches()?;
+        self.slots_across_failover()?;
         // Last: the pg_dump for these two majors (the refusals above are
         // more telling when both apply).
         self.pg_dump()?;
+        Ok(())
+    }
+
+    /// Whether the move's slots follow a failover (said, never refused):
+    /// the old server's, before the cutover, and with a rollback window
+    /// the new server's slot back, until the window closes. PostgreSQL 17
+    /// and later carry a slot made for it (the tool makes its slots so) to
+    /// a standby running sync_replication_slots, when the primary's
+    /// synchronized_standby_slots names that standby's slot; 15 and 16
+    /// never do.
+    fn slots_across_failover(&mut self) -> Result<()> {
+        let (from_major, to_major) = self.majors()?;
+        let mut sides = vec![(
+            true,
+            from_major,
+            "the move's slot on the old server",
+            "a failover of the old server before the cutover makes a re-run copy the shard afresh",
+        )];
+        if self.keep.is_some() {
+            sides.push((
+                false,
+                to_major,
+                "the slot back on the new server",
+                "a failover of the new server in the rollback window leaves the old copy behind, and a rollback is refused",
+            ));
+        }
+        for (old, major, slot, lost) in sides {
+            let c = if old { &mut self.from } else { &mut self.to };
+            let said = if major < 17 {
+                format!("{slot} does not follow a failover (PostgreSQL {major}): {lost}")
+            } else {
+                let r = c
+                    .query_one(
+                        "WITH s AS (SELECT coalesce(pg_catalog.current_setting('synchronized_standby_slots', true), '') AS names)
+                         SELECT s.names,
+                                (SELECT pg_catalog.string_agg(r.slot_name::text, ', ' ORDER BY r.slot_name)
+                                 FROM pg_catalog.pg_replication_slots r
+                                 WHERE r.slot_type = 'physical' AND r.active
+                                   AND r.slot_name::text = ANY (pg_catalog.string_to_array(pg_catalog.replace(s.names, ' ', ''), ',')))
+                         FROM s",
+                        &[],
+                    )
+                    .described()?;
+                let (names, streaming): (String, Option<String>) = (r.get(0), r.get(1));
+                match (names.is_empty(), streaming) {
+                    (true, _) => format!("{slot} does not follow a failover (synchronized_standby_slots is not set): {lost}"),
+                    (false, Some(on)) => format!("{slot} follows a failover to the standbys streaming on slots {on} (synchronized_standby_slots), if they run sync_replication_slots = on with hot_standby_feedback and a dbname in primary_conninfo"),
+                    (false, None) => format!("{slot} follows a failover to no standby now: synchronized_standby_slots names slots no standby streams on ({}): {lost}", printable(&names)),
+                }
+            };
+            println!("   {said}");
+        }
         Ok(())
     }
 

@@ -68,12 +68,8 @@ impl Mover<'_> {
             .get(0);
 
         self.step("slot on the old server; copy");
-        self.from
-            .execute(
-                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
-                &[&self.name],
-            )
-            .described()?;
+        let follows = self.majors()?.0 >= 17;
+        make_slot(&mut self.from, &self.name, follows)?;
         self.record_from(Leaving::Slot, &schema)?;
         {
             let mut tx = self.to.transaction().described()?;
@@ -211,6 +207,14 @@ impl Mover<'_> {
         if self.keep.is_none() && self.back_left()? {
             return untrusted("replication back to the old server is left, and this move keeps no rollback window");
         }
+        // A failover of the new server: what its earlier primary applied,
+        // and confirmed to the old server's slot, which goes on from there,
+        // may not have reached the standby promoted (the subscription's
+        // commits wait for no standby before the cutover).
+        if let Some((was, now)) = failed_over(&mut self.to, self.shard, "arriving")? {
+            return Ok(Kept::Untrusted(format!("the new server failed over since its copy began (timeline {was}, now {now}): rows its earlier primary applied may be missing from the copy, and the old server's slot has gone past them")));
+        }
+        let old_failover = failed_over(&mut self.from, self.shard, "leaving")?;
         let (tables, published): (String, bool) = {
             let r = self
                 .from
@@ -226,8 +230,12 @@ impl Mover<'_> {
                 .described()?;
             (r.get(0), r.get(1))
         };
-        if !published {
-            return untrusted("its publication or slot on the old server is gone");
+        match (published, old_failover) {
+            (false, Some((was, now))) => return Ok(Kept::Untrusted(format!("the old server failed over since the move's slot was made (timeline {was}, now {now}), and the slot did not follow it (PostgreSQL 15 and 16 keep a logical slot on its primary; 17 and later carry it to a standby that runs sync_replication_slots, when the primary's synchronized_standby_slots names the standby's slot)"))),
+            (false, None) => return untrusted("its publication or slot on the old server is gone"),
+            // (The table copies' own slots never follow a failover.)
+            (true, Some((was, now))) if copying => return Ok(Kept::Untrusted(format!("the old server failed over during the copy (timeline {was}, now {now}): the copies of its tables lost their slots"))),
+            _ => {}
         }
         let enabled: bool = self
             .to
@@ -258,6 +266,19 @@ impl Mover<'_> {
             return untrusted(
                 "the shard's definitions changed on the old server since its copy was made",
             );
+        }
+        if let Some((was, now)) = old_failover {
+            // The slot followed: the subscription reads from the server
+            // that holds it now (this run's --from, or --subscription).
+            let conn = self.a.subscription.as_deref().unwrap_or(&self.a.from);
+            self.to
+                .batch_execute(&format!(
+                    "ALTER SUBSCRIPTION {} CONNECTION {}",
+                    ident(&self.name),
+                    literal(conn)
+                ))
+                .described()?;
+            println!("   the old server failed over since the move's slot was made (timeline {was}, now {now}); the slot followed it, and the subscription reads from it now");
         }
         Ok(
             if copying && unsubscribed(&mut self.to, &tables, &self.name, schema, "r")?.is_some() {
@@ -467,12 +488,8 @@ impl Mover<'_> {
                 schema = ident(schema)
             ))
             .described()?;
-        self.to
-            .execute(
-                "SELECT pg_catalog.pg_create_logical_replication_slot($1::text, 'pgoutput')",
-                &[&self.back],
-            )
-            .described()?;
+        let follows = self.majors()?.1 >= 17;
+        make_slot(&mut self.to, &self.back, follows)?;
         Ok(())
     }
 }

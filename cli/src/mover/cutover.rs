@@ -18,12 +18,16 @@ impl Mover<'_> {
         // From here the subscription flushes what it applies at once, and
         // so confirms it at once: its default (off) leaves that to the new
         // server's WAL writer, up to 200 ms more of the cutover, with
-        // clients waiting. (Not from the start: during the copy and the
-        // stream a flush per applied transaction would slow the apply.
-        // Local: the new server's synchronous standbys have no part in it.)
+        // clients waiting. And it waits for the new server's synchronous
+        // standbys, if it has any, before it confirms: the rows the old
+        // server committed before the cutover must survive a failover of
+        // the new server after it (issue 57). (Not from the start: during
+        // the copy and the stream a flush per applied transaction would
+        // slow the apply; a failover of the new server before the cutover
+        // makes a re-run copy afresh.)
         self.to
             .batch_execute(&format!(
-                "ALTER SUBSCRIPTION {} SET (synchronous_commit = local)",
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = on)",
                 ident(&self.name)
             ))
             .described()?;

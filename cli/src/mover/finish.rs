@@ -281,9 +281,11 @@ impl Mover<'_> {
     /// On the old server, once the forward stream is gone: the subscription
     /// that keeps its copy following the new server, from the slot back
     /// (nothing copied: the copy has every row up to the slot's start). It
-    /// flushes what it applies at once (synchronous_commit = local), so a
-    /// rollback's cutover waits for no WAL writer; set now, since changing
-    /// it at the rollback would restart its worker while clients wait.
+    /// flushes what it applies at once (synchronous_commit = on), so a
+    /// rollback's cutover waits for no WAL writer, and for the old
+    /// server's synchronous standbys if it has any (rows returned to it
+    /// survive its failover); set now, since changing it at the rollback
+    /// would restart its worker while clients wait.
     pub(super) fn subscribe_back(&mut self) -> Result<()> {
         if self.subscribed_back()? {
             return Ok(());
@@ -296,7 +298,7 @@ impl Mover<'_> {
         self.from
             .batch_execute(&format!(
                 "CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
-                   WITH (create_slot = false, slot_name = {slot}, copy_data = false, synchronous_commit = local{origin})",
+                   WITH (create_slot = false, slot_name = {slot}, copy_data = false, synchronous_commit = on{origin})",
                 name = ident(&self.back),
                 slot = literal(&self.back),
                 conn = literal(conn),

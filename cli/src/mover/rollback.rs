@@ -6,6 +6,45 @@ use super::finish::drop_fence;
 use super::*;
 
 impl Mover<'_> {
+    /// After a failover of the new server since the move (issue 57): the
+    /// slot back followed it (PostgreSQL 17 and later, to a standby that
+    /// runs sync_replication_slots), and the old server's subscription back
+    /// is pointed at the server that holds it now (--rollback-subscription,
+    /// else --to); else the old copy stopped following the shard at the
+    /// failover, and a rollback, which would lose what was written since,
+    /// is refused.
+    fn back_after_failover(&mut self) -> Result<()> {
+        let Some((was, now)) = failed_over(&mut self.to, self.shard, "arriving")? else {
+            return Ok(());
+        };
+        let followed: bool = self
+            .to
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_replication_slots
+                                WHERE slot_name = $1::text AND database = pg_catalog.current_database())",
+                &[&self.back],
+            )
+            .described()?
+            .get(0);
+        if !followed {
+            return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) did not follow it: the old server's copy stopped following shard {} then, and a rollback would lose what was written since; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
+        }
+        let conn = self
+            .a
+            .rollback_subscription
+            .as_deref()
+            .unwrap_or(&self.a.to);
+        self.from
+            .batch_execute(&format!(
+                "ALTER SUBSCRIPTION {} CONNECTION {}",
+                ident(&self.back),
+                literal(conn)
+            ))
+            .described()?;
+        println!("   the new server failed over since the move (timeline {was}, now {now}); the slot back followed it, and the old server's subscription back reads from it now");
+        Ok(())
+    }
+
     /// Returns the shard to the old server, whose copy the subscription back
     /// kept up to date: the cutover the other way (the new server's locks,
     /// the copy caught up, sequences, mark and history carried back, the
@@ -17,6 +56,7 @@ impl Mover<'_> {
             self.shard
         ));
         self.no_dependents_outside(schema, false, "nothing was changed")?;
+        self.back_after_failover()?;
         let (from, back) = (&mut self.from, &self.back);
         let ready: Option<(i64, i64)> = from
             .query_opt(

@@ -166,7 +166,7 @@ psql_at(at($nodes[0]), failover_table());
 
 my $conninfo = 'host=' . join(',', ('127.0.0.1') x 3) . ' port=' . join(',', map { $_->{port} } @nodes)
   . " user=$user dbname=postgres target_session_attrs=read-write connect_timeout=2";
-my @writers = map { writer_start($conninfo, failover_insert(), "$dir/acked$_") } 1 .. 2;
+my @writers = map { failover_writer_start($conninfo, failover_insert(), "$dir/acked$_") } 1 .. 2;
 
 my %by_name = map { $_->{name} => $_ } @nodes;
 my @led = ($nodes[0]{port});
@@ -202,7 +202,7 @@ push @led, $by_name{$to}{port};
 diag(sprintf('switchover from %s to %s (clock %+d s): its first ID acknowledged %.1f s after it was asked',
 	$new, $to, $clocks[ substr($to, 1) - 1 ], $first));
 
-writer_stop($_) for @writers;
+failover_writer_stop($_) for @writers;
 # What the new leaders' logs say of their waits (issue 57's note).
 for my $n (grep { $_->{port} != $nodes[0]{port} } map { $by_name{$_} } $new, $to)
 {

@@ -155,7 +155,7 @@ sub at { "host=$dir port=$_[0]{port} user=$user dbname=postgres" }
 psql_at(at($nodes[0]), failover_table());
 my $conninfo = "host=127.0.0.1,127.0.0.1 port=$nodes[0]{port},$nodes[1]{port} user=$user dbname=postgres"
   . ' target_session_attrs=read-write connect_timeout=2';
-my @writers = map { writer_start($conninfo, failover_insert(), "$dir/acked$_") } 1 .. 2;
+my @writers = map { failover_writer_start($conninfo, failover_insert(), "$dir/acked$_") } 1 .. 2;
 my @led = ($nodes[0]{port});
 acked_from(\@writers, $nodes[0]{port}, 20000, 'n1');
 
@@ -190,7 +190,7 @@ $first = acked_from(\@writers, $nodes[0]{port}, 20000, 'n1 again', $asked) - $as
 push @led, $nodes[0]{port};
 diag(sprintf('switchover to n1 (clock %+d s): its first ID acknowledged %.1f s after it was asked', $clocks[0], $first));
 
-writer_stop($_) for @writers;
+failover_writer_stop($_) for @writers;
 for my $n (@nodes)
 {
 	my @waits = join('', map { PostgreSQL::Test::Utils::slurp_file($_) } glob "$dir/$n->{name}/log/*") =~ /(waited \d+ ms for the clock)/g;
