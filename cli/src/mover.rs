@@ -597,6 +597,18 @@ impl<'a> Mover<'a> {
         })
     }
 
+    /// The connection string the new server's subscription reaches the old
+    /// server with (--subscription, else --from).
+    fn conninfo_for_subscription(&self) -> &str {
+        self.a.subscription.as_deref().unwrap_or(&self.a.from)
+    }
+
+    /// The one the old server's subscription back reaches the new server
+    /// with (--rollback-subscription, else --to).
+    fn back_conninfo(&self) -> &str {
+        self.a.rollback_subscription.as_deref().unwrap_or(&self.a.to)
+    }
+
     /// Prints a step, and how long the one before took.
     fn step(&mut self, what: &str) {
         if let Some(t) = self.step_started {

@@ -270,12 +270,12 @@ impl Mover<'_> {
         if let Some((was, now)) = old_failover {
             // The slot followed: the subscription reads from the server
             // that holds it now (this run's --from, or --subscription).
-            let conn = self.a.subscription.as_deref().unwrap_or(&self.a.from);
+            let conn = self.conninfo_for_subscription().to_string();
             self.to
                 .batch_execute(&format!(
                     "ALTER SUBSCRIPTION {} CONNECTION {}",
                     ident(&self.name),
-                    literal(conn)
+                    literal(&conn)
                 ))
                 .described()?;
             println!("   the old server failed over since the move's slot was made (timeline {was}, now {now}); the slot followed it, and the subscription reads from it now");
@@ -325,7 +325,7 @@ impl Mover<'_> {
         let owners_part =
             crate::restore::owners_part(&String::from_utf8_lossy(&dump.stdout), &quoted)
                 .map_err(|e| format!("the schema on the new server (nothing of it made): {e}"))?;
-        let subscription = self.a.subscription.as_deref().unwrap_or(&self.a.from);
+        let subscription = self.conninfo_for_subscription().to_string();
         let mut tx = self.to.transaction().described()?;
         let made = (|| -> std::result::Result<(), crate::pq::Error> {
             tx.batch_execute(&format!(
@@ -351,7 +351,7 @@ impl Mover<'_> {
                 shard = self.shard,
                 name = ident(&self.name),
                 slot = literal(&self.name),
-                conn = literal(subscription),
+                conn = literal(&subscription),
                 peer = literal(&self.from_label),
             ))
         })();

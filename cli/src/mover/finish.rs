@@ -290,18 +290,14 @@ impl Mover<'_> {
         if self.subscribed_back()? {
             return Ok(());
         }
-        let conn = self
-            .a
-            .rollback_subscription
-            .as_deref()
-            .unwrap_or(&self.a.to);
+        let conn = self.back_conninfo().to_string();
         self.from
             .batch_execute(&format!(
                 "CREATE SUBSCRIPTION {name} CONNECTION {conn} PUBLICATION {name}
                    WITH (create_slot = false, slot_name = {slot}, copy_data = false, synchronous_commit = on{origin})",
                 name = ident(&self.back),
                 slot = literal(&self.back),
-                conn = literal(conn),
+                conn = literal(&conn),
                 origin = if self.origin_filter {
                     ", origin = none"
                 } else {

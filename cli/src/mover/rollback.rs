@@ -29,16 +29,12 @@ impl Mover<'_> {
         if !followed {
             return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) did not follow it: the old server's copy stopped following shard {} then, and a rollback would lose what was written since; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
         }
-        let conn = self
-            .a
-            .rollback_subscription
-            .as_deref()
-            .unwrap_or(&self.a.to);
+        let conn = self.back_conninfo().to_string();
         self.from
             .batch_execute(&format!(
                 "ALTER SUBSCRIPTION {} CONNECTION {}",
                 ident(&self.back),
-                literal(conn)
+                literal(&conn)
             ))
             .described()?;
         println!("   the new server failed over since the move (timeline {was}, now {now}); the slot back followed it, and the old server's subscription back reads from it now");
