@@ -53,7 +53,9 @@ pub enum Drain {
     /// With several PgBouncers: sent to some (from then on), too late for
     /// the others.
     Partly(Instant),
-    Failed(String),
+    /// A PAUSE failed; with several PgBouncers, when the first PAUSE was
+    /// sent to the others (the entry paused there from then on).
+    Failed(String, Option<Instant>),
 }
 
 /// What PAUSEs sent to several PgBouncers come to, as one: the first sent
@@ -71,7 +73,7 @@ fn combined(tries: Vec<Result<Instant, Drain>>) -> Result<Instant, Drain> {
     }
     let sent = tries.iter().filter_map(|t| match t {
         Ok(at) | Err(Drain::Busy(at) | Drain::Partly(at)) => Some(*at),
-        Err(Drain::Failed(_) | Drain::Late) => None,
+        Err(Drain::Failed(..) | Drain::Late) => None,
     });
     let first = sent.min();
     Err(tries
@@ -80,10 +82,11 @@ fn combined(tries: Vec<Result<Instant, Drain>>) -> Result<Instant, Drain> {
         .map(|d| match (d, first) {
             (Drain::Busy(_), Some(at)) => Drain::Busy(at),
             (Drain::Late | Drain::Partly(_), Some(at)) => Drain::Partly(at),
+            (Drain::Failed(e, _), first) => Drain::Failed(e, first),
             (d, _) => d,
         })
         .max_by_key(|d| match d {
-            Drain::Failed(_) => 3,
+            Drain::Failed(..) => 3,
             Drain::Busy(_) => 2,
             Drain::Partly(_) => 1,
             Drain::Late => 0,
@@ -253,8 +256,9 @@ impl Gate {
             .is_ok()
     }
 
-    /// The watchdog's turn: true if a PAUSE was sent (or is on its way),
-    /// and so may reach PgBouncer after the RESUME; none is sent after it.
+    /// The watchdog's turn (or, after a try, the caller's): true if a
+    /// PAUSE was sent (or is on its way), and so may reach PgBouncer after
+    /// the RESUME; none is sent after it.
     pub fn shut(&self) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
         self.0.swap(Self::SHUT, SeqCst) == Self::SENDING
@@ -295,7 +299,7 @@ impl Pauser {
         match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
             Ok(Ok(Some(_))) => Ok(started),
             Ok(Ok(None)) => Err(Drain::Late),
-            Ok(Err(e)) => Err(Drain::Failed(e)),
+            Ok(Err(e)) => Err(Drain::Failed(e, None)),
             Err(_) => Err(Drain::Busy(started)),
         }
     }
@@ -405,10 +409,20 @@ pub fn served_after(
 
 /// `Resumer::resume` on each PgBouncer's: when the last acknowledged it
 /// (None if none was paused); each is tried, and what failed said.
-pub fn resume_each(resumers: &mut [Resumer], paused: bool) -> Result<Option<Instant>, String> {
+/// `sent`: per PgBouncer, in order, whether the try sent it a PAUSE (then
+/// resumed without reading it first; one not sent is left alone); None:
+/// each is read first, and resumed if paused.
+pub fn resume_each(resumers: &mut [Resumer], sent: Option<&[bool]>) -> Result<Option<Instant>, String> {
     let mut failed = Vec::new();
     let mut last = None;
-    for r in resumers {
+    for (i, r) in resumers.iter_mut().enumerate() {
+        // (One the try never sent a PAUSE to is left alone: a RESUME of an
+        // entry not paused is an error in PgBouncer's log.)
+        let paused = match sent {
+            Some(sent) if !sent.get(i).copied().unwrap_or(true) => continue,
+            Some(_) => true,
+            None => false,
+        };
         match r.resume(paused) {
             Ok(at) => last = last.max(at),
             Err(e) => failed.push(format!(
@@ -895,7 +909,7 @@ impl Bouncers {
                 .into_iter()
                 .map(|h| {
                     h.join()
-                        .unwrap_or_else(|_| Err(Drain::Failed("a PAUSE's thread panicked".into())))
+                        .unwrap_or_else(|_| Err(Drain::Failed("a PAUSE's thread panicked".into(), None)))
                 })
                 .collect()
         });
@@ -950,7 +964,7 @@ mod tests {
             Err(Drain::Busy(at)) => format!("busy {:?}", at - t0),
             Err(Drain::Partly(at)) => format!("partly {:?}", at - t0),
             Err(Drain::Late) => "late".into(),
-            Err(Drain::Failed(e)) => format!("failed {e}"),
+            Err(Drain::Failed(e, sent)) => format!("failed {e}{}", sent.map_or(String::new(), |at| format!(", sent {:?}", at - t0))),
         };
         assert_eq!(said(combined(vec![Ok(t2), Ok(t1)])), "ok 1ms");
         // Sent to one, too late for the other: paused, from the first.
@@ -970,8 +984,12 @@ mod tests {
         assert_eq!(
             said(combined(vec![
                 Err(Drain::Busy(t1)),
-                Err(Drain::Failed("x".into()))
+                Err(Drain::Failed("x".into(), None))
             ])),
+            "failed x, sent 1ms"
+        );
+        assert_eq!(
+            said(combined(vec![Err(Drain::Late), Err(Drain::Failed("x".into(), None))])),
             "failed x"
         );
     }

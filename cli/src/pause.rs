@@ -186,10 +186,8 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
-            let mut in_flight = false;
-            for gate in &d.gates {
-                in_flight |= gate.shut();
-            }
+            let sent: Vec<bool> = d.gates.iter().map(crate::bouncer::Gate::shut).collect();
+            let in_flight = sent.contains(&true);
             // (The backend's start as an epoch, whatever the DateStyle.)
             let ended = d.killer.query_one(
                 "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
@@ -221,10 +219,10 @@ impl Watchdog {
             // after a RESUME), looked at at once: the end of their wait.
             // Then each PgBouncer read again when a PAUSE was on its way:
             // one that reached it after the RESUME is resumed too.
-            let resumed = crate::bouncer::resume_each(d.resumers, true)
+            let resumed = crate::bouncer::resume_each(d.resumers, Some(&sent))
                 .and_then(|at| crate::bouncer::served_after(d.resumers, at))
                 .and_then(|at| match in_flight {
-                    true => Ok(at.max(crate::bouncer::resume_each(d.resumers, false)?)),
+                    true => Ok(at.max(crate::bouncer::resume_each(d.resumers, None)?)),
                     false => Ok(at),
                 });
             // (Each cancel is a connection of its own: after the clients.)

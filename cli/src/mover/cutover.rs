@@ -6,7 +6,7 @@
 
 use super::copy::sides;
 use super::*;
-use crate::bouncer::{Pauser, Resumer};
+use crate::bouncer::{Gate, Pauser, Resumer};
 use crate::pause::Deadline;
 
 impl Mover<'_> {
@@ -117,7 +117,9 @@ impl Mover<'_> {
                 Some(bs) => (bs.pausers()?, bs.resumers()?),
                 None => (Vec::new(), Vec::new()),
             };
-            let gates = pausers.iter().map(Pauser::gate).collect();
+            let gates: Vec<Gate> = pausers.iter().map(Pauser::gate).collect();
+            // (The caller's copy: which PgBouncers the try sent a PAUSE to.)
+            let sent_to = gates.clone();
             // Every statement of the move's other sessions is cancelled at
             // the deadline, the comparison's own on the new server too
             // (verify.rs).
@@ -197,7 +199,7 @@ impl Mover<'_> {
                     // watchdog at the deadline, else now).
                     let _ = t.batch_execute("ROLLBACK");
                     drop(t);
-                    let resumed = self.resume_entry(schema, &mut resumers, by_dog)?;
+                    let resumed = self.resume_entry(schema, &mut resumers, &sent_to, by_dog)?;
                     // (A PAUSE that cut a login short leaves PgBouncer's
                     // retry delay on the entry: lifted.)
                     if let Some(Err(e)) = self.bouncer.as_ref().map(Bouncers::unstick) {
@@ -224,8 +226,19 @@ impl Mover<'_> {
                 // go on where the shard is.
                 Err(e) if !pause::committing_now() => {
                     let _ = t.batch_execute("ROLLBACK");
-                    return match self.resume_entry(schema, &mut resumers, by_dog) {
-                        Ok(_) => Err(e),
+                    return match self.resume_entry(schema, &mut resumers, &sent_to, by_dog) {
+                        Ok(resumed) => {
+                            // (As a try given up says it; here too when the
+                            // PAUSE failed on one PgBouncer, sent to others.)
+                            if let (Some(p), Some(r)) = (self.paused_at, resumed) {
+                                println!(
+                                    "   (this try held the shard's clients {} ms of its budget of {} ms before it failed)",
+                                    r.saturating_duration_since(p).as_millis(),
+                                    budget.as_millis()
+                                );
+                            }
+                            Err(e)
+                        }
                         Err(r) => fail(format!("{}\n{}", e.message(), r.message())),
                     };
                 }
@@ -307,7 +320,12 @@ impl Mover<'_> {
                 println!("   PgBouncer's entry {} paused", b.entry);
                 Ok(())
             }
-            Err(Drain::Failed(e)) => fail(e),
+            Err(Drain::Failed(e, sent)) => {
+                // Paused on the other PgBouncers from there, if sent to
+                // any: resumed by the caller, which says for how long.
+                self.paused_at = sent;
+                fail(e)
+            }
             Err(Drain::Late) => Err(Failure::GaveUp(format!(
                 "the try's deadline passed before PgBouncer's entry {} was paused (the machine is slow; nothing was paused)",
                 b.entry
@@ -353,24 +371,26 @@ impl Mover<'_> {
         &mut self,
         schema: &str,
         resumers: &mut [Resumer],
+        gates: &[Gate],
         by_dog: Option<std::result::Result<Option<Instant>, String>>,
     ) -> Result<Option<Instant>> {
         let Some(b) = self.bouncer.clone() else {
             return Ok(None);
         };
-        // A try whose PAUSE was answered resumes at once; one that gave up
-        // before reads the entry first, so that PgBouncer logs no RESUME of
-        // an entry not paused.
-        let paused = self.paused_at.is_some();
+        // The PgBouncers whose PAUSE was sent are resumed at once, the
+        // others left alone (several PgBouncers, a PAUSE too late for some);
+        // a try that sent none reads each entry first, so that PgBouncer
+        // logs no RESUME of an entry not paused.
+        let sent: Vec<bool> = gates.iter().map(Gate::shut).collect();
         let mut resumed = match by_dog {
             Some(Ok(Some(at))) => Ok(Some(at)),
-            _ => crate::bouncer::resume_each(resumers, paused)
+            _ => crate::bouncer::resume_each(resumers, self.paused_at.map(|_| sent.as_slice()))
                 .and_then(|at| crate::bouncer::served_after(resumers, at)),
         }
         // Then each PgBouncer read again: one whose PAUSE reached it after
         // the RESUME (several PgBouncers, or a PAUSE on its way) is resumed
         // too, and the clients' wait ends with the last.
-        .and_then(|at| Ok(at.max(crate::bouncer::resume_each(resumers, false)?)));
+        .and_then(|at| Ok(at.max(crate::bouncer::resume_each(resumers, None)?)));
         for _ in 0..5 {
             match resumed {
                 Ok(at) => {

@@ -521,6 +521,30 @@ is("$rc|" . ($out =~ /^   its copy is not taken up: the shard's definitions chan
 	'0|said|undone|-,bee|0|0', 'a shard changed since its copy: the copy made again, the new column and its row with it')
   or diag $out;
 
+# A view of another schema on the shard made during a long copy (here
+# between two runs): the drop of the old copy after the cutover would fail
+# on it, so the move checks again at its cutover, before its first try,
+# and refuses, the copy left following; once the view is gone, the
+# re-run takes the copy up and moves.
+$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(27, 27, 'template');
+	INSERT INTO insta27.users (name) VALUES ('a')});
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+	move(27, $from, $to);
+}
+move_released($_, 27) for $old, $new;
+$old->safe_psql('app', 'CREATE SCHEMA onlooker27; CREATE VIEW onlooker27.users AS SELECT * FROM insta27.users');
+my ($seen_rc, $seen_out) = move(27, $from, $to);
+$old->safe_psql('app', 'DROP SCHEMA onlooker27 CASCADE');
+($rc, $out) = move(27, $from, $to);
+like("$seen_rc|" . last_line($seen_out)
+	  . "
+$rc|" . ($out =~ /^== the copy of shard 27 by an interrupted move is complete and streaming: on to its cutover$/m ? 'taken up' : 'copied again')
+	  . '|' . $new->safe_psql('app', 'SELECT count(*) FROM insta27.users') . '|' . nothing_left(),
+	qr/^1\|insta-id: objects outside insta27 on the old server \(\S+\) depend on it: view onlooker27\.users; drop or change them first \(a move drops the old server's copy after its cutover, or when its rollback window ends\); nothing was changed: the shard stays on the old server, its copy following it\n0\|taken up\|1\|0\|0$/,
+	'a view on the shard made during the copy: refused at the cutover, before its try; moved once it is gone')
+  or diag "$seen_out\n$out";
+
 # A move interrupted (Ctrl-C) while it waits for its initial copy: the
 # subscription's workers go on without it. Run again, the move takes that
 # copy up, waiting for it if it is still under way, and copies nothing

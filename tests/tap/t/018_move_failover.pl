@@ -21,6 +21,9 @@
 #    undoes the copy and copies afresh (what the new server's primary
 #    applied, and confirmed to the old server's slot, may be missing on the
 #    standby promoted).
+# 4. The old server fails over during the cutover (the move killed in its
+#    try, the sequences carried, the old server's COMMIT not made): the
+#    re-run from the promoted standby finishes, as in 1.
 use strict;
 use warnings;
 use FindBin;
@@ -191,5 +194,34 @@ like($out, qr/undo an interrupted move.*waiting for the copy/s, 'and copies afre
 is(digest($third_standby, 3), $expected, 'every row of shard 3 is on the new server once');
 is(left_on($old_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
 
-$_->stop for $old_standby, $new_standby, $third_standby;
+# 4. The old server fails over during the cutover: the move killed inside
+# its try, after the sequences were carried to the new server and before
+# the old server's COMMIT; the old server's standby promoted, rows written
+# there; the move run again from it finishes, as in 1.
+my ($fourth, $fourth_standby) = pair('fourth');
+psql_file($fourth, 'app', "$fixtures/shard_template.sql");
+$fourth->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(4, 4, 'template')});
+users($fourth, 4, 1000, 'before');
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'sequences';
+	($rc, $out) = move(4, $fourth, $third_standby);
+}
+is($rc, 137, 'the move of shard 4 was killed in its cutover, its sequences carried') or diag($out);
+$fourth->poll_query_until('app', q{SELECT NOT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'users' AND l.mode = 'AccessExclusiveLock')})
+  or die "the killed cutover's locks were never released";
+users($fourth, 4, 100, 'old');
+synced($fourth_standby, 'insta_move_4') if $follows;
+$fourth->stop('immediate');
+$fourth_standby->promote;
+users($fourth_standby, 4, 100, 'promoted');
+$expected = digest($fourth_standby, 4);
+($rc, $out) = move(4, $fourth_standby, $third_standby);
+is($rc, 0, 'the move run again from the promoted standby finished') or diag($out);
+like($out, $follows ? qr/the slot followed it, and the subscription reads from it now/ : qr/and the slot did not follow it/,
+	$follows ? 'its slot had followed the failover' : 'its slot was lost: copied afresh');
+is(digest($third_standby, 4), $expected, 'every row of shard 4, written before and after the failover, is on the new server once');
+like($expected, qr/^1200 1200 /, '(1,200 rows: 1,000 copied, 100 on the old primary, 100 on the promoted standby)');
+is(left_on($fourth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
+
+$_->stop for $old_standby, $new_standby, $third_standby, $fourth_standby;
 done_testing();
