@@ -2,6 +2,38 @@
 -- object by object (_describe_schemas).
 -- search_path and privileges: as registry.sql says.
 
+-- The definitions of the views and materialized views of schemas nsps.
+-- pg_get_viewdef locks the view and every relation it reads until the end
+-- of the transaction: here each schema's are deparsed in a subtransaction
+-- rolled back at once, which releases its locks (the variables keep what
+-- was read), so that one call holds one schema's locks at a time, whatever
+-- the number of schemas: shard_drift over 8192 shards with views, in one
+-- call, on a stock server. Each schema is read at its own turn: under
+-- concurrent DDL, a shard as it was then. PARALLEL UNSAFE: subtransactions.
+CREATE FUNCTION insta_id._view_definitions(nsps oid[])
+RETURNS TABLE (view oid, definition text)
+LANGUAGE plpgsql STABLE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp oid;
+    views oid[];
+    defs text[];
+BEGIN
+    FOR nsp IN SELECT DISTINCT c.relnamespace FROM pg_class c
+               WHERE c.relnamespace = ANY (_view_definitions.nsps) AND c.relkind IN ('v', 'm') LOOP
+        BEGIN
+            SELECT array_agg(c.oid ORDER BY c.oid), array_agg(pg_get_viewdef(c.oid) ORDER BY c.oid) INTO views, defs
+            FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('v', 'm');
+            RAISE EXCEPTION 'read' USING ERRCODE = 'raise_exception';
+        EXCEPTION WHEN raise_exception THEN
+            NULL;    -- (the locks released; views and defs kept)
+        END;
+        RETURN QUERY SELECT * FROM unnest(views, defs);
+    END LOOP;
+END
+$$;
+
 -- What schemas hold, as (object, detail) pairs comparable across shards: the
 -- schema's own name, and next_id's shard number and sequence in a default,
 -- written as placeholders. Tables, views, their columns (type, NOT NULL,
@@ -14,21 +46,22 @@
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
 -- object, so each catalog is read once for all schemas; the branches are
 -- independent and each is short.
--- PARALLEL RESTRICTED: pg_get_viewdef is. It is also the one deparser here
--- that locks (the view and the relations it reads, until the transaction
--- ends): see shard_drift.
+-- Views are deparsed by _view_definitions, the one deparser that locks (a
+-- schema at a time); the others read the catalogs without locks. PARALLEL
+-- UNSAFE: _view_definitions is.
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[])
 RETURNS TABLE (nsp oid, object text, detail text)
-LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+LANGUAGE sql STABLE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- The schema's name, as a pattern matching it only where a name starts
     -- (schema t must not turn events_rest.at into events_res<schema>.at).
     WITH s AS (SELECT n.oid, '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g') AS prefix
                FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+    views AS MATERIALIZED (SELECT * FROM insta_id._view_definitions(nsps)),
     rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
-                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix
-            FROM pg_class c JOIN s ON s.oid = c.relnamespace
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix, v.definition
+            FROM pg_class c JOIN s ON s.oid = c.relnamespace LEFT JOIN views v ON v.view = c.oid
             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
     raw (nsp, prefix, object, detail) AS (
         SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
@@ -46,7 +79,7 @@ AS $$
                          'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
-                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || pg_get_viewdef(r.oid) END)
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || r.definition END)
         FROM rel r
         UNION ALL
         SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
@@ -115,11 +148,12 @@ $$;
 -- Empty right after create_shards and after a change applied to the template
 -- and every shard alike. All the template's shards at once by default, or
 -- those numbered first_shard to last_shard. Tables, columns, indexes and
--- the rest are read from the catalogs without locks; a view is deparsed
--- under a lock on it and on what it reads, held to the end of the
--- transaction, so thousands of shards with views may need more locks than
--- the server's lock table holds: then 54000, and a hint giving ranges that
--- fit. PARALLEL UNSAFE: it catches that error (a subtransaction).
+-- the rest are read from the catalogs without locks; views are deparsed a
+-- schema at a time, each schema's locks released before the next
+-- (_view_definitions), so one call covers every shard on a server with
+-- default settings (0.10.0 needed a lock per view and relation it read,
+-- all held to the end: thousands of shards with views took 54000 and
+-- ranges). PARALLEL UNSAFE: _describe_schemas is.
 CREATE FUNCTION insta_id.shard_drift(template_schema text, first_shard int DEFAULT 0, last_shard int DEFAULT 8191)
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
 LANGUAGE plpgsql STABLE PARALLEL UNSAFE
@@ -127,8 +161,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     tmpl oid;
-    locks_per_shard bigint;
-    fit bigint;
 BEGIN
     PERFORM insta_id._check_shard_range_bounds(first_shard, last_shard);
     tmpl := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template_schema);
@@ -136,51 +168,29 @@ BEGIN
         RAISE EXCEPTION 'template schema % does not exist', quote_ident(template_schema)
             USING ERRCODE = 'invalid_schema_name';
     END IF;
-    BEGIN
-        RETURN QUERY
-        -- The template's shards (and those of no recorded template), as migrate reaches them.
-        WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id_admin.shard_registry r
-                        LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
-                        WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
-                          AND r.shard_id BETWEEN first_shard AND last_shard),
-        d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
-        -- The template's rows, picked out once: with the registry's
-        -- statistics from before the last thousands of shards, the planner
-        -- otherwise filtered all of d once per shard (66 s at 8192).
-        template_rows AS MATERIALIZED (SELECT d.object, d.detail FROM d WHERE d.nsp = tmpl),
-        expected AS (SELECT s.shard_id, s.schema_name, t.object, t.detail FROM shards s, template_rows t
-                     WHERE s.oid IS NOT NULL),
-        actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
-        SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
-               CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
-                    WHEN e.object IS NULL THEN 'extra: ' || a.detail
-                    ELSE format('%s, template: %s', a.detail, e.detail) END
-        FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
-        WHERE a.detail IS DISTINCT FROM e.detail
-        UNION ALL
-        SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
-        ORDER BY 1, 3;
-    EXCEPTION WHEN out_of_memory THEN
-        -- What a shard's views lock: each view and each relation of the
-        -- template one reads.
-        SELECT count(DISTINCT x.rel) INTO locks_per_shard
-        FROM (SELECT c.oid AS rel FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')
-              UNION ALL
-              SELECT d.refobjid FROM pg_class c
-              JOIN pg_rewrite w ON w.ev_class = c.oid
-              JOIN pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
-                              AND d.refclassid = 'pg_catalog.pg_class'::regclass
-              JOIN pg_class t ON t.oid = d.refobjid AND t.relnamespace = tmpl
-              WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm')) x;
-        fit := greatest(insta_id._lock_table_capacity() / 2 / greatest(locks_per_shard, 1), 1);
-        RAISE EXCEPTION 'comparing shards % to % with template % needs more locks than the server''s lock table holds',
-                        first_shard, last_shard, quote_ident(template_schema)
-            USING ERRCODE = 'program_limit_exceeded',
-                  DETAIL = format('Each shard''s views are deparsed under a lock on them and on what they read (%s locks a shard), held until the transaction ends; the lock table holds about %s.',
-                                  locks_per_shard, insta_id._lock_table_capacity()),
-                  HINT = format('Compare ranges of about %s shards, each in its own transaction: SELECT * FROM insta_id.shard_drift(%L, %s, %s); and so on.',
-                                fit, template_schema, first_shard, least(first_shard + fit - 1, last_shard));
-    END;
+    RETURN QUERY
+    -- The template's shards (and those of no recorded template), as migrate reaches them.
+    WITH shards AS (SELECT r.shard_id, r.schema_name, n.oid FROM insta_id_admin.shard_registry r
+                    LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
+                    WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
+                      AND r.shard_id BETWEEN first_shard AND last_shard),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    -- The template's rows, picked out once: with the registry's
+    -- statistics from before the last thousands of shards, the planner
+    -- otherwise filtered all of d once per shard (66 s at 8192).
+    template_rows AS MATERIALIZED (SELECT d.object, d.detail FROM d WHERE d.nsp = tmpl),
+    expected AS (SELECT s.shard_id, s.schema_name, t.object, t.detail FROM shards s, template_rows t
+                 WHERE s.oid IS NOT NULL),
+    actual AS (SELECT s.shard_id, s.schema_name, d.object, d.detail FROM shards s JOIN d ON d.nsp = s.oid)
+    SELECT coalesce(e.shard_id, a.shard_id), coalesce(e.schema_name, a.schema_name), coalesce(e.object, a.object),
+           CASE WHEN a.object IS NULL THEN 'missing: ' || e.detail
+                WHEN e.object IS NULL THEN 'extra: ' || a.detail
+                ELSE format('%s, template: %s', a.detail, e.detail) END
+    FROM expected e FULL JOIN actual a ON a.shard_id = e.shard_id AND a.object = e.object
+    WHERE a.detail IS DISTINCT FROM e.detail
+    UNION ALL
+    SELECT s.shard_id, s.schema_name, 'schema', 'missing: the schema does not exist' FROM shards s WHERE s.oid IS NULL
+    ORDER BY 1, 3;
 END
 $$;
 COMMENT ON FUNCTION insta_id.shard_drift(text, int, int) IS
