@@ -2180,12 +2180,16 @@ FROM PUBLIC;
 -- rolled back at once, which releases its locks (the variables keep what
 -- was read), so that one call holds one schema's locks at a time, whatever
 -- the number of schemas: shard_drift over 8192 shards with views, in one
--- call, on a stock server. Each schema is read at its own turn: under
--- concurrent DDL, a shard as it was then. PARALLEL UNSAFE: subtransactions.
+-- call, on a stock server. A schema whose views cannot be read within
+-- lock_timeout (a tenant's lock on them), or whose tables went meanwhile
+-- (a drop_shard beside the call), is reported, not left out: each of its
+-- views' definition reads "not read (why)". PARALLEL UNSAFE:
+-- subtransactions.
 CREATE FUNCTION insta_id._view_definitions(nsps oid[])
 RETURNS TABLE (view oid, definition text)
 LANGUAGE plpgsql STABLE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
 AS $$
 DECLARE
     nsp oid;
@@ -2194,12 +2198,15 @@ DECLARE
 BEGIN
     FOR nsp IN SELECT DISTINCT c.relnamespace FROM pg_class c
                WHERE c.relnamespace = ANY (_view_definitions.nsps) AND c.relkind IN ('v', 'm') LOOP
+        views := ARRAY(SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('v', 'm') ORDER BY c.oid);
         BEGIN
-            SELECT array_agg(c.oid ORDER BY c.oid), array_agg(pg_get_viewdef(c.oid) ORDER BY c.oid) INTO views, defs
-            FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('v', 'm');
+            defs := ARRAY(SELECT pg_get_viewdef(v.oid) FROM unnest(views) WITH ORDINALITY v(oid, i) ORDER BY v.i);
             RAISE EXCEPTION 'read' USING ERRCODE = 'raise_exception';
-        EXCEPTION WHEN raise_exception THEN
-            NULL;    -- (the locks released; views and defs kept)
+        EXCEPTION
+            WHEN raise_exception THEN
+                NULL;    -- (the locks released; defs kept)
+            WHEN lock_not_available OR undefined_table OR internal_error THEN
+                defs := array_fill(format('not read (%s)', SQLERRM), ARRAY[cardinality(views)]);
         END;
         RETURN QUERY SELECT * FROM unnest(views, defs);
     END LOOP;
@@ -2326,7 +2333,9 @@ $$;
 -- (_view_definitions), so one call covers every shard on a server with
 -- default settings (0.10.0 needed a lock per view and relation it read,
 -- all held to the end: thousands of shards with views took 54000 and
--- ranges). PARALLEL UNSAFE: _describe_schemas is.
+-- ranges). Under concurrent DDL: views are read each schema at its turn,
+-- the rest as the call's snapshot has it. PARALLEL UNSAFE:
+-- _describe_schemas is.
 CREATE OR REPLACE FUNCTION insta_id.shard_drift(template_schema text, first_shard int DEFAULT 0, last_shard int DEFAULT 8191)
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
 LANGUAGE plpgsql STABLE PARALLEL UNSAFE

@@ -237,23 +237,47 @@ pub fn sums(
 /// for a try, over no rows and before the clients are paused: a new
 /// session's first call of insta_id's gate compiles its functions and
 /// fills the catalog caches (about 15 ms, against 6 after), which would
-/// otherwise be paid under the cutover's lock. Best effort: a failure here
-/// (a table locked by DDL for a second) is left to the reading itself.
-pub fn warm(c: &mut Client, schema: &str) {
+/// otherwise be paid under the cutover's lock. Only the tables with an ID
+/// key, as at the cutover (a table without one would be read whole), and
+/// a second at most. Best effort: a failure here (a table locked by DDL)
+/// is left to the reading itself. An error only when the reading took an
+/// advisory lock in the session (an index expression of the shard's
+/// owner), which no rollback releases: the cutover's own check, later in
+/// this session, would not see it.
+pub fn warm(c: &mut Client, schema: &str) -> Result<(), String> {
+    let held = |c: &mut Client| -> Result<i64, String> {
+        Ok(c.query_one(ADVISORY_HELD, &[]).described()?.get(0))
+    };
+    let before = held(c)?;
     let run = |c: &mut Client| -> Result<(), String> {
-        c.batch_execute("BEGIN; SET LOCAL lock_timeout = '1s'").described()?;
+        c.batch_execute("BEGIN; SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '1s'")
+            .described()?;
         let by = Buckets::of(c, DAY_MS)?;
         let tables = tables(c, schema)?;
         let none = Span {
             lo: Some(i64::MAX),
             hi: Some(i64::MAX),
         };
-        let parts: Vec<(&Table, Span)> = tables.iter().map(|t| (t, none)).collect();
+        let parts: Vec<(&Table, Span)> = tables
+            .iter()
+            .filter(|t| t.key.is_some())
+            .map(|t| (t, none))
+            .collect();
         reading(c, Within::Transaction, schema, &parts, by).map(drop)
     };
     let _ = run(c);
     let _ = c.batch_execute("ROLLBACK");
+    if held(c)? != before {
+        return Err(ADVISORY_TAKEN.to_string());
+    }
+    Ok(())
 }
+
+/// The advisory locks the session holds (the owner's code may take one,
+/// which no rollback releases).
+const ADVISORY_HELD: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks
+                             WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'";
+const ADVISORY_TAKEN: &str = "reading the shard's tables took an advisory lock in the cutover's session (an index expression of the shard's owner): given up";
 
 fn reading(
     c: &mut Client,
@@ -551,9 +575,7 @@ pub fn at_cutover(
 ) -> Result<Vec<String>, String> {
     // The owner's code may take a session's advisory lock, which no
     // rollback releases: the try is given up rather than go on with it.
-    let advisory = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks
-                    WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'";
-    let held: i64 = locked.query_one(advisory, &[]).described()?.get(0);
+    let held: i64 = locked.query_one(ADVISORY_HELD, &[]).described()?.get(0);
     let by = Buckets::of(locked, DAY_MS)?;
     // One reading on each side, of every part: nothing changes under the
     // lock, so nothing is read again.
@@ -609,12 +631,12 @@ pub fn at_cutover(
     let mut seen = std::collections::HashSet::new();
     found.retain(|m| seen.insert((m.table.clone(), m.bucket)));
     if locked
-        .query_one(advisory, &[])
+        .query_one(ADVISORY_HELD, &[])
         .described()?
         .get::<_, i64>(0)
         != held
     {
-        return Err("reading the shard's tables took an advisory lock in the cutover's session (an index expression of the shard's owner): given up".to_string());
+        return Err(ADVISORY_TAKEN.to_string());
     }
     let mut said = Vec::new();
     for m in &found {

@@ -244,6 +244,8 @@ sub failover_insert
 		FROM generate_series(1, 100) RETURNING id, port};
 }
 
+my @writers;    # (every failover_writer_start's, for the END below)
+
 # failover_writer_start(CONNINFO, SQL, FILE): a client in the background that
 # follows the primary through a failover, as applications do: psql runs SQL
 # (an INSERT ... RETURNING) on CONNINFO (several hosts,
@@ -266,7 +268,22 @@ sub failover_writer_start
 		done};
 	my %w = (file => $file, stop => "$file.stop");
 	$w{run} = IPC::Run::start([ 'bash', '-c', $loop, 'writer', $conninfo, $sql, $file, $w{stop} ]);
+	push @writers, \%w;
 	return \%w;
+}
+
+# Every writer started, stopped however the test ends (a BAIL_OUT, a die):
+# IPC::Run does not end a harness's processes when it goes, and a writer's
+# loop would run on, its stop file gone with the test's directory.
+END
+{
+	my $status = $?;
+	for my $w (grep { $_->{run}->pumpable } @writers)
+	{
+		$w->{run}->kill_kill;
+		eval { $w->{run}->finish };
+	}
+	$? = $status;
 }
 
 # failover_writer_rows(WRITER): the lines the writer has written so far, split on |.

@@ -221,8 +221,11 @@ impl Mover<'_> {
                 .query_one(
                     "SELECT pg_catalog.jsonb_build_object('tables', coalesce(pg_catalog.jsonb_agg(c.relname), '[]'))::text,
                             EXISTS (SELECT FROM pg_catalog.pg_publication WHERE pubname = $2::text)
-                              AND EXISTS (SELECT FROM pg_catalog.pg_replication_slots
-                                          WHERE slot_name = $2::text AND database = pg_catalog.current_database())
+                              AND EXISTS (SELECT FROM pg_catalog.pg_replication_slots s
+                                          WHERE s.slot_name = $2::text AND s.database = pg_catalog.current_database()
+                                            -- (not invalidated: its WAL kept; 17's reason, when there is one)
+                                            AND s.wal_status IS DISTINCT FROM 'lost'
+                                            AND pg_catalog.to_jsonb(s) ->> 'invalidation_reason' IS NULL)
                      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                      WHERE n.nspname = $1::text AND c.relkind IN ('r', 'p')",
                     &[&schema, &self.name],
@@ -268,8 +271,16 @@ impl Mover<'_> {
             );
         }
         if let Some((was, now)) = old_failover {
-            // The slot followed: the subscription reads from the server
-            // that holds it now (this run's --from, or --subscription).
+            // The slot followed, but the copy holds only what the standby
+            // promoted had too: else its slot goes on after rows that
+            // server never had, which the copy keeps.
+            if let Some(why) =
+                applied_past_failover(&mut self.from, was, now, &mut self.to, &self.name)?
+            {
+                return Ok(Kept::Untrusted(format!("the old server failed over since the move's slot was made (timeline {was}, now {now}), and its slot followed, but {why}")));
+            }
+            // The subscription reads from the server that holds the slot
+            // now (this run's --from, or --subscription).
             let conn = self.conninfo_for_subscription().to_string();
             self.to
                 .batch_execute(&format!(
@@ -278,6 +289,7 @@ impl Mover<'_> {
                     literal(&conn)
                 ))
                 .described()?;
+            slot_in_use(&mut self.from, &self.name, "--subscription")?;
             println!("   the old server failed over since the move's slot was made (timeline {was}, now {now}); the slot followed it, and the subscription reads from it now");
         }
         Ok(

@@ -31,7 +31,17 @@ impl Mover<'_> {
                 ident(&self.name)
             ))
             .described()?;
-        self.tries(hold, schema, false)
+        let done = self.tries(hold, schema, false);
+        if done.is_err() {
+            // Given up: the stream goes on as before (a synchronous
+            // standby of the new server that is down would otherwise hold
+            // its apply, and the old server's WAL with it).
+            let _ = self.to.batch_execute(&format!(
+                "ALTER SUBSCRIPTION {} SET (synchronous_commit = off)",
+                ident(&self.name)
+            ));
+        }
+        done
     }
 
     /// The session on the server that holds the shard now: the old one,
@@ -102,7 +112,7 @@ impl Mover<'_> {
             // RESUME, about: its PAUSE closed the entry's.)
             let login = opened.elapsed();
             if self.verify_to.is_some() {
-                verify::warm(&mut t, schema);
+                verify::warm(&mut t, schema)?;
             }
             let r = t
                 .query_one(

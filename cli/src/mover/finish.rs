@@ -55,6 +55,8 @@ impl Mover<'_> {
     /// After the cutover committed, under lock_finish: the shard is the new
     /// server's; finish what is left.
     pub(super) fn finish_move(&mut self, mut hold: Client, st: &State, schema: &str) -> Result<()> {
+        // (Before the adoption: the mark first, then the shard's writers.)
+        self.after_new_failover()?;
         if st.on_to.is_none() {
             self.step(&format!("adopt {} on the new server", printable(schema)));
             let advance = (!self.origin_filter).then_some(self.back.as_str());

@@ -6,7 +6,42 @@ use super::finish::drop_fence;
 use super::*;
 
 impl Mover<'_> {
-    /// After a failover of the new server since the move (issue 57): the
+    /// After a failover of the new server since the move began (issue 57):
+    /// its high-water mark raised to the old server's, which covers every
+    /// ID the old server issued, so that the new server never issues one
+    /// of them whatever it lost (move_carry's mark, on a standby that was
+    /// not synchronous). Whether it failed over.
+    pub(super) fn after_new_failover(&mut self) -> Result<bool> {
+        if let Some(seen) = self.new_failover {
+            return Ok(seen);
+        }
+        let Some((was, now)) = failed_over(&mut self.to, self.shard, "arriving")? else {
+            self.new_failover = Some(false);
+            return Ok(false);
+        };
+        let mark: Option<String> = self
+            .from
+            .query_one("SELECT insta_id.high_water_mark()::text", &[])
+            .described()?
+            .get(0);
+        if let Some(mark) = &mark {
+            self.to
+                .query_one(
+                    "SELECT insta_id.raise_high_water_mark($1::text::timestamptz)",
+                    &[mark],
+                )
+                .described()?;
+        }
+        println!(
+            "   the new server failed over since the move began (timeline {was}, now {now}): its high-water mark raised to the old server's ({}), so that it issues none of the old server's IDs",
+            mark.as_deref().unwrap_or("none")
+        );
+        self.new_failover = Some(true);
+        Ok(true)
+    }
+
+    /// After a failover of either server since the move (issue 57). The
+    /// old server's since the cutover: refused. The new server's: the
     /// slot back followed it (PostgreSQL 17 and later, to a standby that
     /// runs sync_replication_slots), and the old server's subscription back
     /// is pointed at the server that holds it now (--rollback-subscription,
@@ -14,6 +49,15 @@ impl Mover<'_> {
     /// failover, and a rollback, which would lose what was written since,
     /// is refused.
     fn back_after_failover(&mut self) -> Result<()> {
+        // The old server failed over since the cutover: what its earlier
+        // primary applied from the slot back, and confirmed, may not have
+        // reached the standby promoted, and the slot does not send it
+        // again.
+        if let Some((was, now)) =
+            failed_over_since(&mut self.from, self.shard, "leaving", Some(Leaving::Reserved.as_str()))?
+        {
+            return fail(format!("the old server failed over since the cutover (timeline {was}, now {now}): its copy of shard {} may lack rows its earlier primary applied from the new server, which the slot back does not send again; a rollback is refused, nothing was changed. insta-id move --release drops the old copy", self.shard));
+        }
         let Some((was, now)) = failed_over(&mut self.to, self.shard, "arriving")? else {
             return Ok(());
         };
@@ -29,6 +73,9 @@ impl Mover<'_> {
         if !followed {
             return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) did not follow it: the old server's copy stopped following shard {} then, and a rollback would lose what was written since; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
         }
+        if let Some(why) = applied_past_failover(&mut self.to, was, now, &mut self.from, &self.back)? {
+            return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) followed, but {why}: the old copy of shard {} has rows the shard lost; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
+        }
         let conn = self.back_conninfo().to_string();
         self.from
             .batch_execute(&format!(
@@ -37,6 +84,7 @@ impl Mover<'_> {
                 literal(&conn)
             ))
             .described()?;
+        slot_in_use(&mut self.to, &self.back, "--rollback-subscription")?;
         println!("   the new server failed over since the move (timeline {was}, now {now}); the slot back followed it, and the old server's subscription back reads from it now");
         Ok(())
     }
@@ -310,6 +358,12 @@ impl Mover<'_> {
 
     /// Drops the old server's copy and the replication back.
     pub(super) fn release(&mut self, hold: Client, schema: &str) -> Result<()> {
+        // After a failover of the new server, the old copy may hold rows
+        // the shard lost: dropped only when the operator says so.
+        if self.after_new_failover()? && !self.a.release {
+            println!("   WARNING:  the old server's copy of shard {} is kept: the new server failed over since the move began, and if its standby was not synchronous, rows the old server committed before the cutover may be missing there. Compare the copies (insta-id verify {} --from OLD --to NEW), then drop the old one with --release", self.shard, self.shard);
+            return Ok(());
+        }
         self.step(&format!(
             "release: the old server's copy of shard {} (fenced since the cutover), and any replication back",
             self.shard

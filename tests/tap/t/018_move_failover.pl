@@ -24,6 +24,11 @@
 # 4. The old server fails over during the cutover (the move killed in its
 #    try, the sequences carried, the old server's COMMIT not made): the
 #    re-run from the promoted standby finishes, as in 1.
+# 5. The new server fails over right after the cutover: the re-run onto its
+#    promoted standby raises that server's high-water mark to the old
+#    server's and finishes, keeping the old copy until --release.
+# 6. The old server fails over within the rollback window: the rollback is
+#    refused, saying why; --release drops the old copy.
 use strict;
 use warnings;
 use FindBin;
@@ -68,7 +73,7 @@ sub move
 	push @options, '--rollback-window', 0 unless grep { /^--rollback/ } @options;
 	my $log = PostgreSQL::Test::Utils::tempdir() . '/move-' . ++$runs . '.log';
 	IPC::Run::run([ 'insta-id', 'move', $shard, '--from', $from->connstr('app'), '--to', $to->connstr('app'),
-		'--copy-timeout', 120, '--routing-elsewhere', @options ], '>&', $log);
+		'--copy-timeout', 120, '--routing-elsewhere', @options ], '>&', $log, IPC::Run::timeout(600));
 	my $st = $?;
 	return (($st & 127 ? 128 + ($st & 127) : $st >> 8), slurp_file($log));
 }
@@ -223,5 +228,57 @@ is(digest($third_standby, 4), $expected, 'every row of shard 4, written before a
 like($expected, qr/^1200 1200 /, '(1,200 rows: 1,000 copied, 100 on the old primary, 100 on the promoted standby)');
 is(left_on($fourth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
 
-$_->stop for $old_standby, $new_standby, $third_standby, $fourth_standby;
+# 5. The new server fails over right after the cutover (the move killed
+# once the old server committed it): the re-run onto its promoted standby
+# finishes the move, raising that server's high-water mark to the old
+# server's (which covers every ID the old server issued), and keeps the old
+# copy, saying why, until --release.
+my ($fifth, $fifth_standby) = pair('fifth');
+$old_standby->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(5, 5, 'template')});
+users($old_standby, 5, 1000, 'before');
+{
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'cutover';
+	($rc, $out) = move(5, $old_standby, $fifth);
+}
+is($rc, 137, 'the move of shard 5 was killed right after its cutover') or diag($out);
+$fifth->stop('immediate');
+$fifth_standby->promote;
+$expected = digest($old_standby, 5);
+my $old_mark = $old_standby->safe_psql('app', 'SELECT insta_id.high_water_mark()');
+($rc, $out) = move(5, $old_standby, $fifth_standby);
+is($rc, 0, 'the move run again onto the promoted standby finished') or diag($out);
+like($out, qr/^   the new server failed over since the move began \(timeline 1, now 2\): its high-water mark raised to the old server's \(\S[^)]*\), so that it issues none of the old server's IDs$/m,
+	"the promoted standby's high-water mark raised to the old server's");
+is($fifth_standby->safe_psql('app', "SELECT insta_id.high_water_mark() >= '$old_mark'::timestamptz"), 't', '(its mark is at or past the old server\'s)');
+like($out, qr/^   WARNING:  the old server's copy of shard 5 is kept: the new server failed over since the move began/m, 'the old copy kept, saying why');
+is($old_standby->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta5'}), 1, '(the old copy is there)');
+is(digest($fifth_standby, 5), $expected, 'every row of shard 5 is on the new server');
+($rc, $out) = move(5, $old_standby, $fifth_standby, '--release');
+is($rc, 0, '--release dropped the old copy') or diag($out);
+is(left_on($old_standby) . '|' . left_on($fifth_standby) . '|' . $old_standby->safe_psql('app', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'insta5'}),
+	'0|0|0', 'nothing of the move is left on either server, nor the old copy');
+
+# 6. The old server fails over within the rollback window: its promoted
+# standby's copy may lack rows its primary applied from the new server,
+# which the slot back does not send again: the rollback is refused.
+my ($sixth, $sixth_standby) = pair('sixth');
+psql_file($sixth, 'app', "$fixtures/shard_template.sql");
+$sixth->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(7, 7, 'template')});
+users($sixth, 7, 1000, 'before');
+($rc, $out) = move(7, $sixth, $third_standby, '--rollback-window', '1h');
+is($rc, 0, 'shard 7 moved with a rollback window') or diag($out);
+users($third_standby, 7, 100, 'new');
+$sixth->stop('immediate');
+$sixth_standby->promote;
+$expected = digest($third_standby, 7);
+($rc, $out) = move(7, $sixth_standby, $third_standby, '--rollback');
+is($rc, 1, 'the rollback from the old server\'s promoted standby was refused');
+like($out, qr/the old server failed over since the cutover \(timeline 1, now 2\): its copy of shard 7 may lack rows its earlier primary applied from the new server, which the slot back does not send again; a rollback is refused, nothing was changed/,
+	'saying why');
+is(digest($third_standby, 7), $expected, 'nothing changed: the shard is on the new server');
+($rc, $out) = move(7, $sixth_standby, $third_standby, '--release');
+is($rc, 0, '--release dropped the old copy') or diag($out);
+is(left_on($sixth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
+
+$_->stop for $old_standby, $new_standby, $third_standby, $fourth_standby, $fifth_standby, $sixth_standby;
 done_testing();
