@@ -1424,6 +1424,15 @@ DECLARE
     col jsonb;
     tbl text;
     seq text;
+    seq_name name;
+    -- The statements to run as the owner, in order, run in one
+    -- _run_in_schema call (one security-restricted operation, one check
+    -- of what would outlive it) unless something else must run between:
+    -- add_id_column, or a sequence name chosen against what they make.
+    pending text[];
+    -- Names the pending statements may take in the copy: the template's
+    -- relations', and the sequences' chosen so far.
+    names text[] := ARRAY(SELECT t->>'rel' FROM jsonb_array_elements(plan->'tables') t);
     -- Every statement below that makes or changes an object of the copy
     -- runs as this role, in a security-restricted operation with the copy's
     -- schema first on search_path (deparsed statements name the copy's
@@ -1440,13 +1449,13 @@ BEGIN
         -- (read back as a role, so printed quoted as PostgreSQL quotes it)
         EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, (extra->>'schema_owner')::regrole);
     END IF;
-    PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(extra->'types')));
+    pending := ARRAY(SELECT jsonb_array_elements_text(extra->'types'));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         tbl := format('%I.%I', target, src->>'rel');
         -- Indexes and statistics objects are made below under the template's
         -- names (LIKE would name them afresh: my_pk would become t_pkey).
         -- Columns of the template's types get the copy's (before any partition exists).
-        PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+        pending := pending || ARRAY[
             CASE WHEN src ? 'partition_of'
                  THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
                              src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
@@ -1454,30 +1463,40 @@ BEGIN
                              CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',
                              CASE WHEN extra->'deparsed_tables' ? (src->>'rel') THEN ' EXCLUDING DEFAULTS EXCLUDING CONSTRAINTS' ELSE '' END,
                              ' PARTITION BY ' || (src->>'partition_by')) END]
-            || ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel'))));
+            || ARRAY(SELECT jsonb_array_elements_text(extra->'retype'->(src->>'rel')));
         FOR col IN SELECT jsonb_array_elements(src->'id_columns') LOOP
             IF (col->>'ready')::boolean THEN
                 -- What add_id_column would do to the copy (bigint NOT NULL,
                 -- empty), in three statements instead of seven.
-                seq := format('%I.%I', target, insta_id._sequence_name(target, src->>'rel', col->>'col'));
-                PERFORM insta_id._run_in_schema(target, owner, ARRAY[
+                seq_name := insta_id._sequence_name(target, src->>'rel', col->>'col');
+                IF seq_name = ANY (names) THEN
+                    -- A name the pending statements may take: they run
+                    -- first, and the name is chosen against what they made.
+                    PERFORM insta_id._run_in_schema(target, owner, pending);
+                    pending := '{}';
+                    seq_name := insta_id._sequence_name(target, src->>'rel', col->>'col');
+                END IF;
+                names := names || seq_name::text;
+                seq := format('%I.%I', target, seq_name);
+                pending := pending || ARRAY[
                     format('CREATE SEQUENCE %s CACHE %s', seq, (plan->>'cache')::int),
                     format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT insta_id.next_id(%s, %L::pg_catalog.regclass)', tbl, col->>'col', shard, seq),
-                    format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')]);
+                    format('ALTER SEQUENCE %s OWNED BY %s.%I', seq, tbl, col->>'col')];
             ELSE
-                PERFORM insta_id._run_in_schema(target, owner, ARRAY[format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col')]);
+                PERFORM insta_id._run_in_schema(target, owner, pending || format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col->>'col'));
+                pending := '{}';
                 -- (which runs its statements as the table's owner, this one)
                 seq := insta_id.add_id_column(tbl::regclass, col->>'col', shard)::text;
             END IF;
             -- Writers of the template's table may use its sequence: the same here.
-            PERFORM insta_id._run_in_schema(target, owner, ARRAY(SELECT jsonb_array_elements_text(
-                insta_id._grant_statements(col->'sequence_grants', format('SEQUENCE %s', seq)))));
+            pending := pending || ARRAY(SELECT jsonb_array_elements_text(
+                insta_id._grant_statements(col->'sequence_grants', format('SEQUENCE %s', seq))));
         END LOOP;
-        PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+        pending := pending || ARRAY(
             SELECT jsonb_array_elements_text(insta_id._grant_statements(src->'grants', format('TABLE %s', tbl)))
             UNION ALL
             SELECT jsonb_array_elements_text(insta_id._grant_statements(c->'grants', format('TABLE %s', tbl), format(' (%I)', c->>'col')))
-            FROM jsonb_array_elements(src->'column_grants') c));
+            FROM jsonb_array_elements(src->'column_grants') c);
     END LOOP;
     -- Functions, procedures and views, each after what it uses (a
     -- function's search_path naming the template names the copy instead);
@@ -1485,7 +1504,7 @@ BEGIN
     -- the functions); indexes, primary key, unique and exclusion
     -- constraints, statistics objects, their comments; replica identities;
     -- foreign keys; triggers, row-level security, policies.
-    PERFORM insta_id._run_in_schema(target, owner, ARRAY(
+    PERFORM insta_id._run_in_schema(target, owner, pending || ARRAY(
         SELECT x.statement FROM (
             SELECT o.ord, s.ord AS sub, s.statement
             FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
