@@ -209,6 +209,24 @@ SELECT * FROM insta_id.shard_drift('gen_tmpl');
 SELECT insta_id.drop_shard(205, force => true);
 DROP SCHEMA gen_tmpl CASCADE;
 
+-- Two ID columns whose sequences would take one name (a_b.c and a.b_c:
+-- a_b_c_seq): in the copy, the second is named against what the first
+-- made (the copy's statements run first), and gets a name of its own.
+CREATE SCHEMA clash_tmpl;
+CREATE TABLE clash_tmpl.a_b (x text);
+CREATE TABLE clash_tmpl.a (x text);
+SELECT insta_id.add_id_column('clash_tmpl.a_b', 'c', 0) IS NOT NULL AS added;
+SELECT insta_id.add_id_column('clash_tmpl.a', 'b_c', 0) IS NOT NULL AS added;
+SELECT insta_id.create_shards(206, 206, 'clash_tmpl');
+SELECT count(DISTINCT pg_get_serial_sequence('insta206.' || t, col)) AS sequences,
+       bool_and(pg_get_serial_sequence('insta206.' || t, col) LIKE 'insta206.%') AS in_the_copy
+FROM (VALUES ('a_b', 'c'), ('a', 'b_c')) v(t, col);
+INSERT INTO insta206.a_b (x) VALUES ('1') RETURNING insta_id.shard_id(c);
+INSERT INTO insta206.a (x) VALUES ('1') RETURNING insta_id.shard_id(b_c);
+SELECT * FROM insta_id.shard_drift('clash_tmpl');
+SELECT insta_id.drop_shard(206, force => true);
+DROP SCHEMA clash_tmpl CASCADE;
+
 SELECT insta_id.drop_shard(201, force => true), insta_id.drop_shard(202, force => true);
 DROP OWNED BY insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
 DROP ROLE insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
