@@ -2211,13 +2211,14 @@ SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '5s'
 AS $$
 DECLARE
-    nsp oid;
     views oid[];
     defs text[];
 BEGIN
-    FOR nsp IN SELECT DISTINCT c.relnamespace FROM pg_class c
-               WHERE c.relnamespace = ANY (_view_definitions.nsps) AND c.relkind IN ('v', 'm') LOOP
-        views := ARRAY(SELECT c.oid FROM pg_class c WHERE c.relnamespace = nsp AND c.relkind IN ('v', 'm') ORDER BY c.oid);
+    -- Each schema's views, from one pass over pg_class (it has no index on
+    -- the schema alone: a pass a schema took minutes at 8192).
+    FOR views IN SELECT array_agg(c.oid ORDER BY c.oid) FROM pg_class c
+                 WHERE c.relnamespace = ANY (_view_definitions.nsps) AND c.relkind IN ('v', 'm')
+                 GROUP BY c.relnamespace LOOP
         BEGIN
             defs := ARRAY(SELECT pg_get_viewdef(v.oid) FROM unnest(views) WITH ORDINALITY v(oid, i) ORDER BY v.i);
             RAISE EXCEPTION 'read' USING ERRCODE = 'raise_exception';

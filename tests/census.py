@@ -31,7 +31,7 @@ ALLOWED = [
     ("src/sql/template_copy.sql:_copy_planned", "EXECUTE format('ALTER SCHEMA %I OWNER TO %s'",
      "gives the new schema to the template schema's owner: no code"),
     ("src/sql/template_copy.sql:_copy_planned", "PERFORM insta_id._run_in_schema(target, owner,",
-     "the copy of a template into a new schema, as the template's code owner: decided by the gate's _gate_owner over the template once per template (_template_plan), under the template's lock; every object of the copy is made by that owner", 7),
+     "the copy of a template into a new schema, as the template's code owner: decided by the gate's _gate_owner over the template once per template (_template_plan), under the template's lock; every object of the copy is made by that owner (gathered, in order, in as few calls as what must run between them allows)", 3),
     ("src/sql/template_copy.sql:_check_lock_budget", "EXECUTE lock_objects INTO",
      "reads pg_locks, before and after", 2),
     ("src/sql/gate.sql:_gate_run", "PERFORM insta_id._run_in_schema(nsp, owner, statements)",

@@ -412,7 +412,10 @@ pub fn served_after(
 /// `sent`: per PgBouncer, in order, whether the try sent it a PAUSE (then
 /// resumed without reading it first; one not sent is left alone); None:
 /// each is read first, and resumed if paused.
-pub fn resume_each(resumers: &mut [Resumer], sent: Option<&[bool]>) -> Result<Option<Instant>, String> {
+pub fn resume_each(
+    resumers: &mut [Resumer],
+    sent: Option<&[bool]>,
+) -> Result<Option<Instant>, String> {
     let mut failed = Vec::new();
     let mut last = None;
     for (i, r) in resumers.iter_mut().enumerate() {
@@ -908,8 +911,9 @@ impl Bouncers {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Drain::Failed("a PAUSE's thread panicked".into(), None)))
+                    h.join().unwrap_or_else(|_| {
+                        Err(Drain::Failed("a PAUSE's thread panicked".into(), None))
+                    })
                 })
                 .collect()
         });
@@ -964,7 +968,10 @@ mod tests {
             Err(Drain::Busy(at)) => format!("busy {:?}", at - t0),
             Err(Drain::Partly(at)) => format!("partly {:?}", at - t0),
             Err(Drain::Late) => "late".into(),
-            Err(Drain::Failed(e, sent)) => format!("failed {e}{}", sent.map_or(String::new(), |at| format!(", sent {:?}", at - t0))),
+            Err(Drain::Failed(e, sent)) => format!(
+                "failed {e}{}",
+                sent.map_or(String::new(), |at| format!(", sent {:?}", at - t0))
+            ),
         };
         assert_eq!(said(combined(vec![Ok(t2), Ok(t1)])), "ok 1ms");
         // Sent to one, too late for the other: paused, from the first.
@@ -989,7 +996,10 @@ mod tests {
             "failed x, sent 1ms"
         );
         assert_eq!(
-            said(combined(vec![Err(Drain::Late), Err(Drain::Failed("x".into(), None))])),
+            said(combined(vec![
+                Err(Drain::Late),
+                Err(Drain::Failed("x".into(), None))
+            ])),
             "failed x"
         );
     }

@@ -461,7 +461,10 @@ fn applied_past_failover(
         )));
     };
     let past: bool = promoted
-        .query_one("SELECT $1::text::pg_catalog.pg_lsn > $2::text::pg_catalog.pg_lsn", &[&applied, &ended])
+        .query_one(
+            "SELECT $1::text::pg_catalog.pg_lsn > $2::text::pg_catalog.pg_lsn",
+            &[&applied, &ended],
+        )
         .described()?
         .get(0);
     Ok(past.then(|| format!("its subscription {sub} applied changes up to {applied}, past {ended}, where timeline {was} ended on the server promoted: rows that server never had")))
@@ -696,7 +699,10 @@ impl<'a> Mover<'a> {
     /// The one the old server's subscription back reaches the new server
     /// with (--rollback-subscription, else --to).
     fn back_conninfo(&self) -> &str {
-        self.a.rollback_subscription.as_deref().unwrap_or(&self.a.to)
+        self.a
+            .rollback_subscription
+            .as_deref()
+            .unwrap_or(&self.a.to)
     }
 
     /// Prints a step, and how long the one before took.

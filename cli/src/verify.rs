@@ -609,7 +609,11 @@ pub fn at_cutover(
     let (p, s) = std::thread::scope(|scope| {
         let s = scope.spawn(|| sums(subscriber, Within::Session, schema, &read, by));
         let p = sums(locked, Within::Transaction, schema, &read, by);
-        (p, s.join().unwrap_or_else(|_| Err("the copy's reading panicked".to_string())))
+        (
+            p,
+            s.join()
+                .unwrap_or_else(|_| Err("the copy's reading panicked".to_string())),
+        )
     });
     let (p, s) = (p?, s?);
     let mut found = Vec::new();

@@ -572,8 +572,7 @@ impl Mover<'_> {
                 .unwrap_or_else(|_| fail("carrying the sequences panicked"));
             (carried, fenced)
         });
-        let ((carry_said, carry_ms, mark_ms), (fence_said, fence_ms, until)) =
-            (carried?, fenced?);
+        let ((carry_said, carry_ms, mark_ms), (fence_said, fence_ms, until)) = (carried?, fenced?);
         budget.lap("carry beside fence");
         // (said in one order, whichever finished first)
         for line in carry_said.iter().chain(&fence_said) {

@@ -53,9 +53,12 @@ impl Mover<'_> {
         // primary applied from the slot back, and confirmed, may not have
         // reached the standby promoted, and the slot does not send it
         // again.
-        if let Some((was, now)) =
-            failed_over_since(&mut self.from, self.shard, "leaving", Some(Leaving::Reserved.as_str()))?
-        {
+        if let Some((was, now)) = failed_over_since(
+            &mut self.from,
+            self.shard,
+            "leaving",
+            Some(Leaving::Reserved.as_str()),
+        )? {
             return fail(format!("the old server failed over since the cutover (timeline {was}, now {now}): its copy of shard {} may lack rows its earlier primary applied from the new server, which the slot back does not send again; a rollback is refused, nothing was changed. insta-id move --release drops the old copy", self.shard));
         }
         let Some((was, now)) = failed_over(&mut self.to, self.shard, "arriving")? else {
@@ -73,7 +76,9 @@ impl Mover<'_> {
         if !followed {
             return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) did not follow it: the old server's copy stopped following shard {} then, and a rollback would lose what was written since; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
         }
-        if let Some(why) = applied_past_failover(&mut self.to, was, now, &mut self.from, &self.back)? {
+        if let Some(why) =
+            applied_past_failover(&mut self.to, was, now, &mut self.from, &self.back)?
+        {
             return fail(format!("the new server failed over since the move (timeline {was}, now {now}), and the slot back ({}) followed, but {why}: the old copy of shard {} has rows the shard lost; nothing was changed. insta-id move --release drops the old copy", self.back, self.shard));
         }
         let conn = self.back_conninfo().to_string();
