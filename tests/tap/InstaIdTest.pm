@@ -17,7 +17,7 @@ use Time::HiRes qw(sleep);
 
 use Exporter 'import';
 our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released
-  faketime_lib write_clock daemon_start daemons_stop failover_table failover_insert failover_writer_start failover_writer_rows failover_writer_stop acked_from psql_at acked_checks);
+  faketime_lib write_clock kill_tree daemon_start daemons_stop failover_table failover_insert failover_writer_start failover_writer_rows failover_writer_stop acked_from psql_at acked_checks);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -182,6 +182,23 @@ sub pgbench_stop
 	$b->{run}->finish;
 }
 
+# kill_tree(PID...): SIGKILL to the processes and every process under them,
+# at once: a node lost. (kill -9 of a postmaster alone left, on a busy
+# machine, a backend it had just forked, mid-connection, alive after it and
+# attached to its shared memory, which kept Patroni from restarting the
+# node for good.)
+sub kill_tree
+{
+	my @pids = @_;
+	for (my $i = 0; $i < @pids; $i++)
+	{
+		my $f = "/proc/$pids[$i]/task/$pids[$i]/children";
+		push @pids, split ' ', PostgreSQL::Test::Utils::slurp_file($f) if -e $f;
+	}
+	kill 'KILL', @pids;
+	return;
+}
+
 # daemon_start(LOG, {ENV}, COMMAND...): a server of another project (etcd, a
 # failover manager) in the background, its output appended to LOG; for
 # daemons_stop.
@@ -201,9 +218,8 @@ sub daemons_stop
 	my ($pg_ctl, $daemons, $data_dirs) = @_;
 	my @running = grep { $_->pumpable } @$daemons;
 	$_->signal('TERM') for @running;
-	my $t = IPC::Run::timer(30);
-	$t->start;
-	while ((@running = grep { $_->pumpable } @running) && !$t->is_expired)
+	my $until = time + 30;
+	while ((@running = grep { $_->pumpable } @running) && time <= $until)
 	{
 		eval { $_->pump_nb } for @running;
 		sleep 0.2;
@@ -302,8 +318,7 @@ sub failover_writer_rows
 sub acked_from
 {
 	my ($writers, $port, $n, $what, $since) = @_;
-	my $t = IPC::Run::timer(120);
-	$t->start;
+	my $until = time + 120;
 	while (1)
 	{
 		my @rows = grep { $_->[1] == $port && $_->[2] >= ($since // 0) } map { failover_writer_rows($_) } @$writers;
@@ -312,7 +327,7 @@ sub acked_from
 			my ($first) = sort { $a <=> $b } map { $_->[2] } @rows;
 			return $first;
 		}
-		BAIL_OUT("never $n IDs acknowledged from $what") if $t->is_expired;
+		BAIL_OUT("never $n IDs acknowledged from $what") if time > $until;
 		$_->{run}->pump_nb for @$writers;
 		sleep 0.1;
 	}
@@ -325,9 +340,8 @@ sub failover_writer_stop
 {
 	my ($w) = @_;
 	PostgreSQL::Test::Utils::append_to_file($w->{stop}, '');
-	my $t = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);
-	$t->start;
-	while ($w->{run}->pumpable && !$t->is_expired) { $w->{run}->pump_nb; sleep 0.1; }
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while ($w->{run}->pumpable && time <= $until) { $w->{run}->pump_nb; sleep 0.1; }
 	$w->{run}->kill_kill if $w->{run}->pumpable;
 	$w->{run}->finish;
 	return;

@@ -7,8 +7,9 @@
 # (libfaketime around postgres only: far more than a failover takes, here
 # 3 s), so that each new leader starts below the IDs already issued and
 # must continue above them, waiting for its clock:
-# 1. kill -9 of the leader's postmaster (primary_start_timeout 0: Patroni
-#    fails over rather than restart it);
+# 1. kill -9 of the leader's postmaster and its processes, the node's
+#    postgres lost (primary_start_timeout 0: Patroni fails over rather than
+#    restart it);
 # 2. a patronictl switchover to a standby whose clock is 12 s behind the
 #    leader's.
 # Checked on the last leader: no ID twice; every acknowledged ID there; each
@@ -141,12 +142,11 @@ sub members
 sub wait_for_cluster
 {
 	my ($check, $what) = @_;
-	my $t = IPC::Run::timer(180);
-	$t->start;
+	my $until = time + 180;
 	until ($check->(members()))
 	{
 		$_->pump_nb for grep { $_->pumpable } values %running;
-		BAIL_OUT("never: $what; members: " . encode_json(members())) if $t->is_expired;
+		BAIL_OUT("never: $what; members: " . encode_json(members())) if time > $until;
 		sleep 0.2;
 	}
 	return;
@@ -175,7 +175,7 @@ acked_from(\@writers, $nodes[0]{port}, 20000, 'p1');
 # 1. kill -9 of the leader's postmaster.
 my ($pid) = split /\n/, PostgreSQL::Test::Utils::slurp_file("$dir/p1/postmaster.pid");
 my $killed = time;
-kill 'KILL', $pid or die "kill $pid: $!";
+kill_tree($pid);
 my $new;
 wait_for_cluster(sub { ($new) = grep { $_[0]{$_}{role} eq 'leader' && $_ ne 'p1' } keys %{ $_[0] }; $new }, 'a new leader');
 my $named = time - $killed;

@@ -114,11 +114,10 @@ for my $i (0, 1)
 sub poll_psql
 {
 	my ($conninfo, $sql, $expected, $what) = @_;
-	my $t = IPC::Run::timer(180);
-	$t->start;
+	my $until = time + 180;
 	until ((eval { psql_at($conninfo, $sql) } // '') eq $expected)
 	{
-		BAIL_OUT("never: $what") if $t->is_expired;
+		BAIL_OUT("never: $what") if time > $until;
 		sleep 0.2;
 	}
 	return;
@@ -139,14 +138,13 @@ sub states
 sub wait_for_states
 {
 	my ($want, $what) = @_;
-	my $t = IPC::Run::timer(180);
-	$t->start;
+	my $until = time + 180;
 	while (1)
 	{
 		my $s = states();
 		return if !grep { ($s->{$_} // '') ne $want->{$_} } keys %$want;
 		$_->pump_nb for grep { $_->pumpable } values %running;
-		BAIL_OUT("never: $what; states: " . encode_json($s)) if $t->is_expired;
+		BAIL_OUT("never: $what; states: " . encode_json($s)) if time > $until;
 		sleep 0.2;
 	}
 }
@@ -161,15 +159,9 @@ acked_from(\@writers, $nodes[0]{port}, 20000, 'n1');
 
 # 1. n1 lost: its pg_autoctl, every process under it, and its postgres,
 # killed at once.
-my @pids = ($running{n1}{KIDS}[0]{PID});
-for (my $i = 0; $i < @pids; $i++)
-{
-	my $f = "/proc/$pids[$i]/task/$pids[$i]/children";
-	push @pids, split ' ', PostgreSQL::Test::Utils::slurp_file($f) if -e $f;
-}
 my ($postmaster) = split /\n/, PostgreSQL::Test::Utils::slurp_file("$dir/n1/postmaster.pid");
 my $killed = time;
-kill 'KILL', @pids, $postmaster;
+kill_tree($running{n1}{KIDS}[0]{PID}, $postmaster);
 $running{n1}->finish;
 delete $running{n1};
 wait_for_states({ n2 => 'wait_primary' }, 'n2 promoted');
