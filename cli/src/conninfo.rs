@@ -6,7 +6,7 @@
 //!   is visible to every user of the machine (`ps`), and the environment to
 //!   the user's other processes;
 //! - `require_auth` is read for the tool's own refusal of a password in
-//!   clear (db::refuse_clear_password), and taken out of what a libpq older
+//!   clear (db::guarded), and taken out of what a libpq older
 //!   than 16 gets, which does not know the keyword;
 //! - strings the tool hands to a server (a subscription's, PgBouncer's
 //!   target) are read by that server's libpq, whatever its version: their

@@ -7,6 +7,8 @@ use crate::pq::{Client, GenericClient};
 pub use crate::shared::{printable, terminal};
 use std::time::Duration;
 
+mod guarded;
+
 /// PGOPTIONS as the process got it, taken out of its environment at start
 /// (`keep_pgoptions`): libpq would send it to PgBouncer's console too,
 /// which refuses `options`. The tool's sessions and pg_dump get it.
@@ -74,49 +76,18 @@ pub fn connect_console(s: &Settings) -> Result<Client, String> {
     open(s, &last, false)
 }
 
-/// Connects, never sending a password in clear over a connection that is
-/// not encrypted unless require_auth allows it (libpq would send it to a
-/// server whose pg_hba.conf method is `password`). With a password at hand
-/// over TCP: for sslmode prefer, TLS first, on any host; without TLS only
-/// when the server refused TLS (libpq's prefer also retries without TLS
-/// after an error over TLS, where the server may ask for the password in
-/// clear: here that error is the answer). Before a connection without TLS,
-/// each server is asked which method it wants (`refuse_clear_password`).
+/// Connects through libpq. With a password at hand over TCP, never
+/// sending it in clear over a connection that is not encrypted unless
+/// require_auth allows it (`guarded`).
 fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Result<Client, String> {
-    let mut p = params(s, last);
-    let mode = s.get("sslmode");
     let guarded = s.password_at_hand
         && !s.clear_password
-        && matches!(mode, "disable" | "allow" | "prefer")
-        && !tcp_targets(s).is_empty();
+        && matches!(s.get("sslmode"), "disable" | "allow" | "prefer")
+        && guarded::over_tcp(s);
     if guarded {
-        if mode == "prefer" {
-            p.push(("sslmode", "require"));
-            match Client::connect(&p, warnings) {
-                Ok(c) => return Ok(c),
-                // (Asked of the servers, not read in libpq's message, which
-                // its translations word differently.)
-                Err(e)
-                    if !tcp_targets(s)
-                        .iter()
-                        .all(|(h, port)| refuses_tls(s, h, *port)) =>
-                {
-                    return Err(describe(&e))
-                }
-                Err(_) => {}
-            }
-            p.pop();
-            p.push(("sslmode", "disable"));
-        }
-        refuse_clear_password(s)?;
-        // And libpq 16 or later enforces it within the connection too,
-        // whatever changed since the look (an operator's require_auth, which
-        // already leaves `password` out, stays as given).
-        if crate::pq::lib_version() >= 160_000 && s.get("require_auth").is_empty() {
-            p.push(("require_auth", "!password"));
-        }
+        return guarded::open(s, last, warnings);
     }
-    Client::connect(&p, warnings).map_err(|e| describe(&e))
+    Client::connect(&params(s, last), warnings).map_err(|e| describe(&e))
 }
 
 /// `s` as a connection string for a client the tool runs (pg_dump), with
@@ -143,149 +114,6 @@ fn pinned_conninfo(params: &[(String, String)], sslmode: &str, tls: bool) -> Str
         .chain(pinned.map(|m| format!("sslmode={m}")))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The TCP servers a connection may try, as libpq lists them: each host
-/// (or its hostaddr when given) with its port (the last port given when
-/// there are fewer); Unix sockets left out.
-fn tcp_targets(s: &Settings) -> Vec<(String, u16)> {
-    let hosts: Vec<&str> = s.get("host").split(',').collect();
-    let addrs: Vec<&str> = s.get("hostaddr").split(',').collect();
-    let ports: Vec<&str> = s.get("port").split(',').collect();
-    let n = hosts.len().max(addrs.len());
-    (0..n)
-        .filter_map(|i| {
-            let target = match addrs.get(i).copied().unwrap_or("") {
-                "" => hosts.get(i).copied().unwrap_or(""),
-                a => a,
-            };
-            if target.is_empty() || target.starts_with('/') || target.starts_with('@') {
-                return None;
-            }
-            let port = ports.get(i).or(ports.last()).copied().unwrap_or("");
-            Some((target.to_string(), port.parse().unwrap_or(5432)))
-        })
-        .collect()
-}
-
-/// How long a look at a server may take: the connect timeout given (as
-/// libpq reads it, at least 2 s), else 10 s.
-fn look_timeout(s: &Settings) -> Duration {
-    Duration::from_secs(
-        s.get("connect_timeout")
-            .parse::<u64>()
-            .ok()
-            .filter(|t| *t > 0)
-            .unwrap_or(10)
-            .max(2),
-    )
-}
-
-/// Whether the server at `host`:`port` answers an SSLRequest with `N`
-/// (it offers no TLS); anything else, an error included, is not that.
-fn refuses_tls(s: &Settings, host: &str, port: u16) -> bool {
-    use std::io::{Read, Write};
-    let timeout = look_timeout(s);
-    let asked = || -> std::io::Result<bool> {
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?
-            .next()
-            .ok_or_else(|| std::io::Error::other("no address"))?;
-        let mut tcp = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-        tcp.set_read_timeout(Some(timeout))?;
-        tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])?;
-        let mut answer = [0u8; 1];
-        tcp.read_exact(&mut answer)?;
-        Ok(answer[0] == b'N')
-    };
-    asked().unwrap_or(false)
-}
-
-/// AuthenticationCleartextPassword: the server's `password` method.
-const CLEARTEXT: i32 = 3;
-
-/// Refuses a connection without TLS on which the server would ask for the
-/// password in clear (its pg_hba.conf method `password`; md5 and SCRAM
-/// never send it): every address of every TCP server the connection may
-/// try is asked first, as the connection would ask it, and left before
-/// anything is sent. A server that cannot be reached is libpq's to report;
-/// one that is reached and does not say which method it wants within the
-/// connect timeout is refused.
-pub fn refuse_clear_password(s: &Settings) -> Result<(), String> {
-    let timeout = look_timeout(s);
-    for (host, port) in tcp_targets(s) {
-        let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)) else {
-            continue;
-        };
-        for addr in addrs {
-            let Ok(tcp) = std::net::TcpStream::connect_timeout(&addr, timeout) else {
-                continue;
-            };
-            match asked(tcp, s, timeout) {
-                Ok(Some(CLEARTEXT)) => return Err(format!(
-                    "server {}: it asks for the password in clear (its pg_hba.conf method is password) over a connection that is not encrypted: insta-id does not send it. Use TLS (sslmode=require, or verify-full), or scram-sha-256 on the server; or allow it with require_auth=password in the connection string",
-                    s.label
-                )),
-                Ok(_) => {}
-                Err(e) => return Err(format!(
-                    "server {} ({addr}): it did not say which authentication it wants ({e}), which insta-id asks before it sends a password without TLS",
-                    s.label
-                )),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What the server at the end of `tcp` asks of a connection without TLS:
-/// the authentication request's code (None: an error, not a request). A
-/// server that let the session in (trust) is read up to ReadyForQuery and
-/// left with a Terminate, as psql leaves it: nothing in its log.
-fn asked(
-    mut tcp: std::net::TcpStream,
-    s: &Settings,
-    timeout: Duration,
-) -> std::io::Result<Option<i32>> {
-    use std::io::{Read, Write};
-    tcp.set_read_timeout(Some(timeout))?;
-    let mut startup = 196_608i32.to_be_bytes().to_vec(); // protocol 3.0
-    for (k, v) in [("user", s.get("user")), ("database", s.get("dbname"))] {
-        startup.extend_from_slice(k.as_bytes());
-        startup.push(0);
-        startup.extend_from_slice(v.as_bytes());
-        startup.push(0);
-    }
-    startup.push(0);
-    tcp.write_all(&((startup.len() + 4) as i32).to_be_bytes())?;
-    tcp.write_all(&startup)?;
-    let mut head = [0u8; 9];
-    tcp.read_exact(&mut head)?;
-    if head[0] != b'R' {
-        return Ok(None);
-    }
-    let code = i32::from_be_bytes([head[5], head[6], head[7], head[8]]);
-    if code == 0 {
-        // AuthenticationOk: the session starts; read to ReadyForQuery (or
-        // an error: a database or a role refused, which libpq will say).
-        let skip = |tcp: &mut std::net::TcpStream, len: i32| {
-            std::io::copy(&mut tcp.take(len.max(0) as u64), &mut std::io::sink()).map(|_| ())
-        };
-        skip(
-            &mut tcp,
-            i32::from_be_bytes([head[1], head[2], head[3], head[4]]) - 8,
-        )?;
-        loop {
-            let mut m = [0u8; 5];
-            tcp.read_exact(&mut m)?;
-            skip(&mut tcp, i32::from_be_bytes([m[1], m[2], m[3], m[4]]) - 4)?;
-            match m[0] {
-                b'Z' => break,
-                b'E' => return Ok(Some(code)),
-                _ => {}
-            }
-        }
-        tcp.write_all(&[b'X', 0, 0, 0, 4])?;
-    }
-    Ok(Some(code))
 }
 
 /// The settings every session of the tool has, its own and those of the

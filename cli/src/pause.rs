@@ -151,6 +151,8 @@ pub struct Watchdog {
 enum Dog {
     Armed,
     Disarmed,
+    /// Asked to end the try now, as at its deadline (`fire_now`).
+    Now,
     /// It ended the try: when PgBouncer acknowledged the RESUME (None
     /// without PgBouncer, or with the entry not paused), or why not.
     Fired(std::result::Result<Option<Instant>, String>),
@@ -173,8 +175,10 @@ impl Watchdog {
             let (dog, wake) = &*shared;
             let mut dog = dog.lock().unwrap_or_else(|p| p.into_inner());
             loop {
-                if !matches!(*dog, Dog::Armed) {
-                    return;
+                match *dog {
+                    Dog::Armed => {}
+                    Dog::Now => break,
+                    _ => return,
                 }
                 let now = Instant::now();
                 if now >= deadline {
@@ -233,6 +237,7 @@ impl Watchdog {
                 let _ = token.cancel_query();
             }
             *dog = Dog::Fired(resumed);
+            wake.notify_all();
         });
         Watchdog { state }
     }
@@ -244,6 +249,23 @@ impl Watchdog {
         if matches!(*dog, Dog::Armed) {
             *dog = Dog::Disarmed;
             wake.notify_all();
+        }
+        matches!(*dog, Dog::Fired(_))
+    }
+
+    /// Ends the try now, as at its deadline, unless it was disarmed; returns
+    /// once it has, the entry resumed: a try that gives up by itself before
+    /// its deadline (its own lock_timeout beat a starved watchdog) resumes
+    /// the clients before it looks at why. Whether it fired.
+    pub fn fire_now(&self) -> bool {
+        let (dog, wake) = &*self.state;
+        let mut dog = dog.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*dog, Dog::Armed) {
+            *dog = Dog::Now;
+            wake.notify_all();
+        }
+        while matches!(*dog, Dog::Now) {
+            dog = wake.wait(dog).unwrap_or_else(|p| p.into_inner());
         }
         matches!(*dog, Dog::Fired(_))
     }

@@ -177,15 +177,28 @@ impl Params {
 /// Every setting a connection with `params` would have, resolved by libpq
 /// as it resolves them to connect (the service file, the PG* environment,
 /// its defaults, the user and database defaulted), without connecting: a
-/// target_session_attrs no libpq accepts makes PQconnectStartParams stop
-/// where it validates its options, which is after it filled them in and
-/// before it looks up any host. Only what the tool decides before
-/// connecting reads this (db::refuse_clear_password, labels); `Err` is
-/// libpq's word on an option it refuses.
+/// value no libpq accepts, given to an option it validates, makes
+/// PQconnectStartParams stop where it validates its options, which is
+/// after it filled them in and before it looks up any host. Twice: the
+/// option that stops it is read from the other call (target_session_attrs
+/// stops the first, gssencmode the second). Only what the tool decides
+/// before connecting reads this (db::guarded, labels); `Err` is libpq's
+/// word on an option it refuses.
 pub fn resolve(params: &[(&str, &str)]) -> Result<BTreeMap<String, String>, String> {
-    const STOP: (&str, &str) = ("target_session_attrs", "insta-id resolves only");
+    let mut resolved = resolved_up_to(params, "target_session_attrs")?;
+    let other = resolved_up_to(params, "gssencmode")?;
+    match other.get("target_session_attrs") {
+        Some(t) => resolved.insert("target_session_attrs".into(), t.clone()),
+        None => resolved.remove("target_session_attrs"),
+    };
+    Ok(resolved)
+}
+
+/// `resolve`'s one call, stopped by `stop`.
+fn resolved_up_to(params: &[(&str, &str)], stop: &str) -> Result<BTreeMap<String, String>, String> {
+    const STOP: &str = "insta-id resolves only";
     let mut all = params.to_vec();
-    all.push(STOP);
+    all.push((stop, STOP));
     let p = Params::of(&all).map_err(|e| e.to_string())?;
     // SAFETY: arrays NULL-terminated, alive for the call; the connection
     // object is freed here, its options list by `options`.
@@ -199,7 +212,7 @@ pub fn resolve(params: &[(&str, &str)]) -> Result<BTreeMap<String, String>, Stri
         let status = ffi::PQstatus(conn);
         ffi::PQfinish(conn);
         // Refused for the stop alone: every other option was accepted.
-        if status != ffi::ConnStatusType::CONNECTION_BAD || !said.contains(STOP.1) {
+        if status != ffi::ConnStatusType::CONNECTION_BAD || !said.contains(STOP) {
             return Err(said.trim_end().to_string());
         }
         Ok(resolved)
@@ -815,6 +828,18 @@ impl<T: for<'b> FromText<'b>> FromText<'_> for Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolved_as_libpq_would_connect() {
+        let r = resolve(&[("host", "h1,h2"), ("target_session_attrs", "read-write")]).unwrap();
+        assert_eq!(r["host"], "h1,h2");
+        assert_eq!(r["target_session_attrs"], "read-write");
+        let r = resolve(&[("host", "h")]).unwrap();
+        assert_eq!(
+            r.get("target_session_attrs").map(String::as_str),
+            Some("any")
+        );
+    }
 
     #[test]
     fn arrays_go_as_quoted_text() {

@@ -351,9 +351,10 @@ impl Mover<'_> {
             Err(Drain::Busy(sent)) => {
                 // Paused from there, until resumed.
                 self.paused_at = Some(sent);
-                // Named once the watchdog is done (its cancel may still be
-                // on its way).
-                if dog.disarm() {
+                // Named once the watchdog is done, the clients resumed
+                // (ended now if its thread was starved past the deadline;
+                // its cancel may still be on its way).
+                if dog.fire_now() {
                     quiet(self.holding(back));
                 }
                 let servers = b.busy_servers().unwrap_or_default();
@@ -726,14 +727,17 @@ pub(super) fn lock_caught_up(
     {
         Ok(r) => r.get(0),
         Err(e)
-            if dog.disarm()
+            if dog.resumed().is_some()
                 || matches!(
                     e.code(),
                     Some(sqlstate::QUERY_CANCELED | sqlstate::LOCK_NOT_AVAILABLE)
                 ) =>
         {
-            // Named now: what still holds the shard is what held it up.
-            // (Once the watchdog is done: its cancel may be on its way.)
+            // The clients resumed first (the try's own timeout may come
+            // before a starved watchdog), then named: what still holds the
+            // shard is what held it up. (Once the watchdog is done: its
+            // cancel may be on its way.)
+            dog.fire_now();
             quiet(publisher);
             let who = pause::holders(publisher, schema, &[hold_pid], None)?;
             return Err(Failure::GaveUp(format!(

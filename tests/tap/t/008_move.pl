@@ -1153,6 +1153,41 @@ for my $libpq (@libpqs)
 			$c->[3], "a password over TCP, $libpq->[0]: user $c->[0], sslmode=$c->[1]$c->[2]: $c->[3]");
 	}
 }
+
+# Several hosts, as libpq walks them: each address in turn, its TLS and the
+# password's method decided for that address alone. A second server, over
+# TCP without TLS (SCRAM), whose roles are not superusers, so that the tool
+# says which of the two it reached: with prefer, an earlier host without
+# TLS comes before a later one with it; a host that asks for the password
+# in clear is passed, not the whole connection refused; a host down is
+# passed; when none is taken, each address says why, in order.
+my $plain = insta_node('plain', conf => "listen_addresses = '127.0.0.1'\n");
+open $hba, '>', $plain->data_dir . '/pg_hba.conf' or die $!;
+print $hba "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n";
+close $hba;
+$plain->reload;
+$plain->safe_psql('postgres', q{CREATE DATABASE app; CREATE ROLE clear LOGIN PASSWORD 'secret'; CREATE ROLE scram LOGIN PASSWORD 'secret'});
+my $pport = $plain->port;
+append_to_file($passfile, "127.0.0.1:$pport:*:*:secret\n");
+my @over_tcp = (
+	[ "port=$pport,$sport user=scram sslmode=prefer", 'the server without TLS' ],
+	[ "port=$sport,$pport user=scram sslmode=prefer", 'the TLS server' ],
+	[ "port=1,$sport user=scram sslmode=prefer",      'the TLS server' ],
+	[ "port=$pport,$sport user=clear sslmode=disable", 'the server without TLS' ],
+	[ "port=$sport,$pport user=clear sslmode=disable", 'the server without TLS' ],
+	[ "port=$sport,$pport user=clear sslmode=disable target_session_attrs=read-only", 'refused: in clear, then read-write' ],
+);
+for my $c (@over_tcp)
+{
+	local $ENV{PGPASSFILE} = $passfile;
+	my ($mrc, $mout, $merr) = insta_id_tool('status', '--server', "host=127.0.0.1,127.0.0.1 dbname=app $c->[0]");
+	my $what = !$mrc && $mout =~ /no move/ ? 'the TLS server'
+	  : $merr =~ /role (scram|clear) is not a superuser/ ? 'the server without TLS'
+	  : $merr =~ /port $sport failed: it asks for the password in clear.*\n.*port $pport failed: .*not read-only/s ? 'refused: in clear, then read-write'
+	  : "$mrc $mout $merr";
+	is($what, $c->[1], "several hosts: $c->[0]: $c->[1]");
+}
+$plain->stop;
 $tls->stop;
 
 done_testing();
