@@ -322,48 +322,36 @@ mod tests {
         }
     }
 
+    fn sock(h: &str, p: &str) -> Entry {
+        Entry::Socket {
+            host: h.into(),
+            port: p.into(),
+        }
+    }
+
     #[test]
     fn libpqs_host_list() {
-        assert_eq!(
-            entries("a,b", "", "1,2"),
-            vec![tcp("a", "", "1"), tcp("b", "", "2")]
-        );
-        assert_eq!(
-            entries("a,b", "", "7"),
-            vec![tcp("a", "", "7"), tcp("b", "", "7")]
-        );
-        assert_eq!(
-            entries("", "", "5432"),
-            vec![Entry::Socket {
-                host: "".into(),
-                port: "5432".into()
-            }]
-        );
-        assert_eq!(
-            entries("/tmp,h", "", ""),
-            vec![
-                Entry::Socket {
-                    host: "/tmp".into(),
-                    port: "5432".into()
-                },
-                tcp("h", "", "5432")
-            ]
-        );
-        assert_eq!(
-            entries("h", "10.0.0.1", "6"),
-            vec![tcp("h", "10.0.0.1", "6")]
-        );
-        assert_eq!(
-            entries("", "10.0.0.1,10.0.0.2", "6"),
-            vec![tcp("", "10.0.0.1", "6"), tcp("", "10.0.0.2", "6")]
-        );
-        assert_eq!(
-            entries("@abstract", "", "6"),
-            vec![Entry::Socket {
-                host: "@abstract".into(),
-                port: "6".into()
-            }]
-        );
+        let cases = [
+            (
+                ("a,b", "", "1,2"),
+                vec![tcp("a", "", "1"), tcp("b", "", "2")],
+            ),
+            (("a,b", "", "7"), vec![tcp("a", "", "7"), tcp("b", "", "7")]),
+            (("", "", "5432"), vec![sock("", "5432")]),
+            (
+                ("/tmp,h", "", ""),
+                vec![sock("/tmp", "5432"), tcp("h", "", "5432")],
+            ),
+            (("h", "10.0.0.1", "6"), vec![tcp("h", "10.0.0.1", "6")]),
+            (
+                ("", "10.0.0.1,10.0.0.2", "6"),
+                vec![tcp("", "10.0.0.1", "6"), tcp("", "10.0.0.2", "6")],
+            ),
+            (("@abstract", "", "6"), vec![sock("@abstract", "6")]),
+        ];
+        for ((h, a, p), want) in cases {
+            assert_eq!(entries(h, a, p), want, "host={h} hostaddr={a} port={p}");
+        }
     }
 
     #[test]
