@@ -103,11 +103,13 @@ BEGIN
             JOIN pg_depend d ON d.classid = 'pg_policy'::regclass AND d.objid = p.oid AND d.refclassid = 'pg_class'::regclass
             WHERE p.polrelid = x.rel AND d.refobjid <> x.rel
             UNION ALL
-            -- (a foreign key records its dependency on both of its tables)
-            SELECT other.refobjid FROM pg_depend d
+            -- (a foreign key records its dependency on both of its tables:
+            -- found from either, the other read from the constraint; its
+            -- own dependencies looked up by constraint made this walk's
+            -- generic plan scan every foreign key of the database, each
+            -- call, and a migration over N shards O(N^2))
+            SELECT CASE WHEN k.conrelid = x.rel THEN k.confrelid ELSE k.conrelid END FROM pg_depend d
             JOIN pg_constraint k ON k.oid = d.objid AND k.contype = 'f'
-            JOIN pg_depend other ON other.classid = 'pg_constraint'::regclass AND other.objid = k.oid
-                                AND other.refclassid = 'pg_class'::regclass AND other.refobjid <> x.rel
             WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
         ) y(rel))
     SELECT coalesce(array_agg(DISTINCT reach.rel ORDER BY reach.rel), '{}')
@@ -2340,7 +2342,10 @@ AS $$
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
-    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g') FROM raw
+    -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
+    -- compiled, and each schema has its own)
+    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g')
+    FROM (SELECT * FROM raw ORDER BY nsp) r
 $$;
 
 -- Which registered shards differ from a template, and how: one row per

@@ -148,7 +148,10 @@ AS $$
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
-    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g') FROM raw
+    -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
+    -- compiled, and each schema has its own)
+    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g')
+    FROM (SELECT * FROM raw ORDER BY nsp) r
 $$;
 
 -- Which registered shards differ from a template, and how: one row per
