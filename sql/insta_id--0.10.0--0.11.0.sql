@@ -76,6 +76,10 @@ SET search_path = pg_catalog, pg_temp
 -- crosses jit_above_cost: compiling it took 0.7 s a call, a migration over
 -- 8192 shards hours)
 SET jit = off
+-- (one plan for every call, each step an index probe whatever the
+-- arguments: planning the walk cost 3-5 ms, running it 0.2, and the plan
+-- cache kept choosing to plan it afresh at each call of a migration)
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     -- (PL/pgSQL: its plan is kept for the session)
