@@ -10,7 +10,8 @@
 #   refused; out of retries it stops at the busy shard; killed (kill -9) it
 #   leaves no shard half-migrated; called again it goes on; run while
 #   create_shards_in_batches copies the template, every shard ends migrated;
-# - all 8192 shards on a server with PostgreSQL's default settings:
+# - all 8192 shards of a rich template (its objects owned by a role that is
+#   not a superuser) on a server with PostgreSQL's default settings:
 #   create_shards refuses the range up front (54000) and makes nothing;
 #   create_shards_in_batches, cancelled part-way, leaves only complete,
 #   registered shards, and called again finishes the job (from psycopg:
@@ -251,9 +252,12 @@ $srv_a->stop;
 # max_connections and max_locks_per_transaction at PostgreSQL's defaults.
 my $big = insta_node('stock');
 is($big->safe_psql('postgres', 'SHOW max_locks_per_transaction'), 64, 'stock server: max_locks_per_transaction is the default');
-$big->safe_psql('postgres', 'CREATE DATABASE big');
+# The template a rich one: template_extras' functions, trigger, views,
+# materialized view, policy, grants, enum and partitioned table, every
+# object owned by app_writer, not a superuser, whose code each copy runs.
+$big->safe_psql('postgres', 'CREATE DATABASE big; CREATE ROLE app_writer');
 $big->safe_psql('big', 'SET client_min_messages = error; CREATE EXTENSION insta_id');
-psql_file($big, 'big', "$fixtures/shard_template.sql");
+psql_file($big, 'big', map { "$fixtures/$_.sql" } qw(shard_template template_extras template_owner));
 like(error_of($big, 'big', q{SELECT insta_id.create_shards(0, 8191, 'template')}),
 	qr/^ERROR:  54000: creating 8192 shards in one transaction needs.*^HINT:  CALL insta_id\.create_shards_in_batches\(0, 8191/ms,
 	'stock server: create_shards(0, 8191) is refused up front (54000) with a hint');
@@ -268,7 +272,7 @@ $creator->quit;
 my $made = $big->safe_psql('big', 'SELECT count(*) FROM insta_id.shards()');
 note "cancelled after $made shards";
 ok($made >= 1000 && $made < 8192, 'cancelled: at least 1000 shards were committed, and not all');
-is($big->safe_psql('big', 'SELECT count(*) FROM insta_id.shards() WHERE tables <> 3'), 0, 'cancelled: every registered shard is complete (3 tables)');
+is($big->safe_psql('big', 'SELECT count(*) FROM insta_id.shards() WHERE tables <> 6'), 0, 'cancelled: every registered shard is complete (6 tables)');
 is($big->safe_psql('big', q{SELECT count(*) FROM pg_namespace n WHERE n.nspname ~ '^insta[0-9]+$'
 	                         AND NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = n.nspname)}),
 	0, 'cancelled: no shard schema is left unregistered');
@@ -278,8 +282,8 @@ note sprintf 'resumed: %.1f s', time - $started;
 is($ret, 0, 'resumed: the CALL succeeded');
 like($notices, qr/shards 0\.\.8191: ${\(8192 - $made)} created, $made existed already/, 'resumed: it made the rest and skipped the shards that existed');
 like($notices, qr/done of 0\.\.8191/, 'resumed: it reported progress on the way');
-is($big->safe_psql('big', q{SELECT count(*) || ' ' || min(shard_id) || ' ' || max(shard_id) FROM insta_id.shards() WHERE tables = 3}),
-	'8192 0 8191', '8192 shards, each with its 3 tables');
+is($big->safe_psql('big', q{SELECT count(*) || ' ' || min(shard_id) || ' ' || max(shard_id) FROM insta_id.shards() WHERE tables = 6}),
+	'8192 0 8191', '8192 shards, each with its 6 tables');
 is($big->safe_psql('big', q{INSERT INTO insta0.users (name) VALUES ('a') RETURNING insta_id.shard_id(id)}), 0, 'shard 0 mints its own IDs');
 is($big->safe_psql('big', q{INSERT INTO insta8191.users (name) VALUES ('b') RETURNING insta_id.shard_id(id)}), 8191, 'shard 8191 mints its own IDs');
 
@@ -291,14 +295,14 @@ is($big->safe_psql('big', q{INSERT INTO insta8191.users (name) VALUES ('b') RETU
 # table, and 54000). A difference planted in one shard's view is found.
 $started = time;
 is($big->safe_psql('big', q{SELECT count(*) FROM insta_id.shard_drift('template')}), 0,
-	'stock server: shard_drift over all 8192 shards of a 3-table template, one call: no drift');
+	'stock server: shard_drift over all 8192 shards of the rich template (two views in each), one call: no drift');
 note sprintf 'shard_drift, 8192 shards: %.1f s', time - $started;
 $big->safe_psql('big', q{SET client_min_messages = warning; CALL insta_id.migrate('view', 'template', 'CREATE VIEW named AS SELECT u.id, u.name FROM users u JOIN photos p ON p.user_id = u.id JOIN likes l ON l.photo_id = p.id')});
 is($big->safe_psql('big', q{SELECT count(*) FROM pg_views WHERE viewname = 'named' AND schemaname ~ '^insta[0-9]+$'}), 8192,
 	'stock server: a view in every shard (migrate)');
 $started = time;
 is($big->safe_psql('big', q{SELECT count(*) FROM insta_id.shard_drift('template')}), 0,
-	'stock server: shard_drift over all 8192 shards, a view of three tables in each, one call: no drift');
+	'stock server: shard_drift over all 8192 shards, a third view, of three tables, in each, one call: no drift');
 note sprintf 'shard_drift, 8192 shards with views: %.1f s', time - $started;
 $big->safe_psql('big', q{CREATE OR REPLACE VIEW insta8000.named AS SELECT u.id, u.name FROM insta8000.users u JOIN insta8000.photos p ON p.user_id = u.id});
 is($big->safe_psql('big', q{SELECT string_agg(shard_id || ' ' || object, ', ') FROM insta_id.shard_drift('template')}), '8000 view named',
