@@ -127,17 +127,17 @@ cluster-demo-plproxy:
 	@PG=15 scripts/demo/fleet_demo.sh
 
 ## bench: benchmarks (release build, never part of make test) on the oldest
-##        and newest version (or PG=NN alone), shards at scale on the first,
-##        shards moved under pgbench through PgBouncer on the last;
+##        and newest version (or PG=NN alone), shards at scale (a plain and
+##        a rich template) on each, shards moved under pgbench through
+##        PgBouncer on the last;
 ##        against the previous release's library on a twin cluster; the
 ##        instructions of a call counted by callgrind; adopt_id_column's time
 ##        per million rows on the first; writes BENCHMARKS.md
 bench:
 	@for v in $(BENCH_VERSIONS); do \
 	  scripts/dev/setup.sh $$v bench && PG=$$v scripts/dev/build.sh install && PG=$$v bench/run.sh && \
-	  PG=$$v bench/instructions.sh || exit 1; \
+	  PG=$$v bench/instructions.sh && PG=$$v bench/shards.sh || exit 1; \
 	done
-	@PG=$(firstword $(BENCH_VERSIONS)) bench/shards.sh
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/adopt.sh
 	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
