@@ -33,11 +33,11 @@ cluster_start bench-shards "${stock[@]}" --conf 'max_locks_per_transaction = 64'
 trap 'stop_cluster bench-shards' EXIT
 eval "$(cluster_env bench-shards)"
 now() { date +%s.%N; }
-# Each kind: its fixture, its template schema, a table of it, its number
-# of tables (partitions included) and a table a migration alters.
+# Each kind: its fixture, its template schema, its number of tables
+# (partitions included) and a table a migration alters.
 declare -A fixture=([plain]=$repo/tests/fixtures/shard_template.sql [rich]=$repo/bench/rich_template.sql)
-declare -A template=([plain]=template [rich]=rich) table=([plain]=users [rich]=accounts)
-declare -A tables=([plain]=3 [rich]=6) altered=([plain]=photos [rich]=orders)
+declare -A template=([plain]=template [rich]=rich)
+declare -A table_count=([plain]=3 [rich]=6) altered=([plain]=photos [rich]=orders)
 fresh() { # $1: database, $2: plain or rich; insta_id and the template in it
   q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
   q -d "$1" -c "SET client_min_messages = error" -c "CREATE EXTENSION insta_id" -f "${fixture[$2]}" >/dev/null
@@ -55,7 +55,7 @@ floor_of() { # $1: plain or rich
   fresh floor_src "$1"
   q -d floor_src -c "SELECT insta_id.create_shards(0, 0, '${template[$1]}')" >/dev/null
   local owner one
-  owner=$(q -d floor_src -c "SELECT relowner::regrole FROM pg_class WHERE oid = 'insta0.${table[$1]}'::regclass")
+  owner=$(q -d floor_src -c "SELECT DISTINCT relowner::regrole FROM pg_class WHERE relnamespace = 'insta0'::regnamespace")
   one=$(pg_dump -s -n insta0 floor_src \
     | grep -vE '^(--|SET |SELECT pg_catalog\.set_config|\\(un)?restrict |CREATE SCHEMA |ALTER .* OWNER TO [^;]*;$)')
   for ((s = 1; s <= 100; s++)); do
@@ -90,8 +90,8 @@ for kind in plain rich; do
   timed 1 "$kind/raw_ddl_at_$largest/100" "${kind}_$largest" -f "$out/raw_ddl_$kind.sql"
 done
 for kind in plain rich; do
-  check "$largest shards of the $kind template, each with its ${tables[$kind]} tables" \
-    "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM insta_id.shards() WHERE tables = ${tables[$kind]}")" "$largest"
+  check "$largest shards of the $kind template, each with its ${table_count[$kind]} tables" \
+    "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM insta_id.shards() WHERE tables = ${table_count[$kind]}")" "$largest"
   check "the $kind template's migration on every shard" \
     "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM insta_id_admin.applied_migrations WHERE migration = 'bench_$ROUNDS'")" $((largest + 1))
 done

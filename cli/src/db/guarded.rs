@@ -246,11 +246,9 @@ pub(super) fn open(s: &Settings, last: &[(&str, &str)], warnings: bool) -> Resul
                 } => (host, hostaddr, port),
             };
             let named = if host.is_empty() { hostaddr } else { host };
-            let looked = if hostaddr.is_empty() {
-                (host.as_str(), port.parse::<u16>().unwrap_or(5432)).to_socket_addrs()
-            } else {
-                (hostaddr.as_str(), port.parse::<u16>().unwrap_or(5432)).to_socket_addrs()
-            };
+            // (libpq looks up the hostaddr when given, else the name)
+            let target = if hostaddr.is_empty() { host } else { hostaddr };
+            let looked = (target.as_str(), port.parse::<u16>().unwrap_or(5432)).to_socket_addrs();
             let mut addrs: Vec<SocketAddr> = match looked {
                 Ok(a) => a.collect(),
                 Err(e) => {
