@@ -14,14 +14,20 @@
 # moved the same way: its copy's and its comparison's time (the time per
 # GB), and its pause, against the cutover's budget (--pause-budget, 500 ms
 # by default). Also `insta-id plan --sizes` on a
-# synthetic fleet of 8192 shards over 4 servers. Raw figures go to
+# synthetic fleet of 8192 shards over 4 servers. Beside them, release
+# BASELINE (0.9.0 by default, none when empty): its library on a second
+# pair of servers (a copy of this PostgreSQL installation, scripts/dev/
+# build.sh previous), its PgBouncer, its insta-id; each of the MOVES
+# shards moved there too, right after this version's, the same way: the
+# pauses side by side, rounds interleaved. Raw figures go to
 # target/bench/moves-pgNN; bench/report.py reports them.
-#   MOVES=10 RATE=200 LARGE_MB=512 PG=18 bench/moves.sh
+#   MOVES=10 RATE=200 LARGE_MB=512 BASELINE=0.9.0 PG=18 bench/moves.sh
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 source "$(dirname "$0")/../tests/checks.sh"
 MOVES=${MOVES:-10}
 RATE=${RATE:-200}
 LARGE_MB=${LARGE_MB:-512}
+BASELINE=${BASELINE-0.9.0}
 out="$repo/target/bench/moves-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "move $1  $2  $3"; }
@@ -45,49 +51,77 @@ record 1 plan_balanced "$([ "$status" = 0 ] && echo 1 || echo 0)"
 # entries on the new server (its pool, idle for server_idle_timeout, 10
 # minutes), and the harness's 40 ran out ("too many clients already").
 durable=(--preload --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'wal_level = logical' --conf 'max_connections = 100')
+# Each side: its two servers, its PgBouncer, its insta-id, its PostgreSQL
+# binaries (the baseline's: the copy holding its library) and the version
+# CREATE EXTENSION makes.
+sides=(head)
+declare -A tool=([head]=insta-id) bin=([head]=$PGBIN) made=([head]="")
+if [ -n "$BASELINE" ]; then
+  sides+=(base)
+  bin[base]=$("$("$repo/scripts/dev/build.sh" previous "$BASELINE")" --bindir)
+  tool[base]=$("$repo/scripts/dev/build.sh" release-tool "$BASELINE")
+  made[base]="VERSION '$BASELINE'"
+fi
+declare -A prefix=([head]=bench-move [base]=bench-base)
 stop_all() {
-  bouncer_stop bench-bouncer
-  stop_cluster bench-move-a; stop_cluster bench-move-b
+  for side in "${sides[@]}"; do
+    bouncer_stop "${prefix[$side]}-bouncer"
+    stop_cluster "${prefix[$side]}-a"; stop_cluster "${prefix[$side]}-b"
+  done
 }
 trap stop_all EXIT
-for c in bench-move-a bench-move-b; do
-  cluster_destroy "$c"
-  cluster_start "$c" "${durable[@]}"
-  ( eval "$(cluster_env "$c")"; q -d postgres -c "CREATE DATABASE app"
-    q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id" )
-done
 conn() { echo "host=$(cluster_dir "$1") port=$(cluster_port "$1") dbname=app user=postgres"; }
-from=$(conn bench-move-a) to=$(conn bench-move-b)
+# use SIDE: the moves below go to that side's servers, PgBouncer and tool.
+use() {
+  side=$1; a=${prefix[$1]}-a b=${prefix[$1]}-b
+  from=$(conn "$a") to=$(conn "$b")
+  bouncer=$(cluster_dir "${prefix[$1]}-bouncer")
+  admin=$(bouncer_admin "${prefix[$1]}-bouncer") through=$(bouncer_through "${prefix[$1]}-bouncer")
+}
 steady=$((MOVES + 1)) large=$((MOVES + 2)) readers=$((MOVES + 3))
-q -d "$from" -f "$repo/tests/fixtures/shard_template.sql" \
-  -c "SELECT insta_id.create_shards(1, $readers, 'template')" >/dev/null
-for s in $(seq 1 "$steady") "$readers"; do
+for side in "${sides[@]}"; do
+  for c in "${prefix[$side]}-a" "${prefix[$side]}-b"; do
+    cluster_destroy "$c"
+    PGBIN=${bin[$side]} cluster_start "$c" "${durable[@]}"
+    ( eval "$(cluster_env "$c")"; q -d postgres -c "CREATE DATABASE app"
+      q -d app -c "SET client_min_messages = warning" -c "CREATE EXTENSION insta_id ${made[$side]}" )
+  done
+  use "$side"
+  # The baseline: the shards moved side by side only.
+  last=$readers; [ "$side" = head ] || last=$MOVES
+  q -d "$from" -f "$repo/tests/fixtures/shard_template.sql" \
+    -c "SELECT insta_id.create_shards(1, $last, 'template')" >/dev/null
+  for s in $(seq 1 "$MOVES"); do
+    q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
+  done
+  # PgBouncer, one entry per shard.
+  bouncer_init "${prefix[$side]}-bouncer" >/dev/null
+  for ((s = 1; s <= last; s++)); do
+    echo "shard$s = host=$(cluster_dir "$a") port=$(cluster_port "$a") dbname=app"
+  done | as_pg tee "$bouncer/shards.ini" >/dev/null
+  bouncer_start "${prefix[$side]}-bouncer" 4
+done
+use head
+for s in "$steady" "$readers"; do
   q -d "$from" -c "INSERT INTO insta$s.users (name) SELECT 'u' || g FROM generate_series(1, 20000) g"
 done
 # About LARGE_MB of users (a row of ~250 bytes with its index entries).
 q -d "$from" -c "INSERT INTO insta$large.users (name) SELECT repeat('x', 180) || g FROM generate_series(1, $LARGE_MB * 4200) g" \
   -c "VACUUM ANALYZE insta$large.users"
 
-# PgBouncer, one entry per shard.
-bouncer=$(bouncer_init bench-bouncer)
-for ((s = 1; s <= readers; s++)); do
-  echo "shard$s = host=$(cluster_dir bench-move-a) port=$(cluster_port bench-move-a) dbname=app"
-done | as_pg tee "$bouncer/shards.ini" >/dev/null
-bouncer_start bench-bouncer 4
-admin=$(bouncer_admin bench-bouncer) through=$(bouncer_through bench-bouncer)
-
-# pgbench on a shard's entry until SIGALRM (how -T ends it: with its
-# summary), its per-transaction log in $out/log<shard>.*; its process: $started.
-bench_start() {  # SHARD CLIENTS
+# pgbench on a shard's entry of the side in use until SIGALRM (how -T ends
+# it: with its summary), its per-transaction log in $out/<NAME>log<shard>.*;
+# its process: $started.
+bench_start() {  # SHARD CLIENTS [NAME]
   echo "INSERT INTO insta$1.users (name) VALUES ('pgbench');" >"$out/insert$1.sql"
-  pgbench -n -M simple -c "$2" -j 1 -T 3600 -R "$RATE" -f "$out/insert$1.sql" -l --log-prefix="$out/log$1" \
-    "$through dbname=shard$1" >"$out/pgbench$1.out" 2>&1 &
+  pgbench -n -M simple -c "$2" -j 1 -T 3600 -R "$RATE" -f "$out/insert$1.sql" -l --log-prefix="$out/${3:-}log$1" \
+    "$through dbname=shard$1" >"$out/${3:-}pgbench$1.out" 2>&1 &
   started=$!
 }
 bench_stop() { kill -ALRM "$1"; wait "$1" || true; }
 # p50, p99 and max latency (ms) of a shard's transactions: pgbench -l's third field, in µs.
-latencies() {
-  cat "$out/log$1".* | awk '{print $3}' | sort -n |
+latencies() {  # SHARD [NAME]
+  cat "$out/${2:-}log$1".* | awk '{print $3}' | sort -n |
     awk '{v[NR] = $1} END {printf "%.2f %.2f %.2f %d\n", v[int(NR * 0.50) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000, v[NR] / 1000, NR}'
 }
 # The longest wait of a shard's clients (ms): pgbench -l's time less its
@@ -97,24 +131,29 @@ longest_wait() {
 }
 # `insta-id move SHARD ...` through PgBouncer, with what follows SHARD.
 move() {  # SHARD [OPTION...]
-  insta-id move "$1" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
-    --pgbouncer-target "host=$(cluster_dir bench-move-b) port=$(cluster_port bench-move-b) dbname=app" "${@:2}"
+  "${tool[$side]}" move "$1" --from "$from" --to "$to" --rollback-window 0 --pgbouncer "$admin" --pgbouncer-map "$bouncer/shards.ini" \
+    --pgbouncer-target "host=$(cluster_dir "$b") port=$(cluster_port "$b") dbname=app" "${@:2}"
 }
 # A shard moved under pgbench (4 clients on its entry, from 1 s before to
-# 1 s after), its output in $out/move<SHARD>.log; its pause and pgbench's
-# failed transactions recorded under KEY.
+# 1 s after) on the side in use, its output in $out/move<SHARD>.log (the
+# baseline's: base_move<SHARD>.log); its pause and pgbench's failed
+# transactions recorded under KEY (the baseline's named base_...).
 move_under_load() {  # SHARD KEY
-  bench_start "$1" 4; pid=$started
+  local name=""; [ "$side" = head ] || name=base_
+  bench_start "$1" 4 "$name"; pid=$started
   sleep 1
-  move "$1" >"$out/move$1.log" 2>&1 ||
-    { cat "$out/move$1.log" >&2; exit 1; }
+  move "$1" >"$out/${name}move$1.log" 2>&1 ||
+    { cat "$out/${name}move$1.log" >&2; exit 1; }
   sleep 1
   bench_stop "$pid"
-  record "$2" pause "$(sed -nE "s/^   shard$1 paused for ([0-9.]+) s$/\1/p" "$out/move$1.log")"
+  record "$2" "${name}pause" "$(sed -nE "s/^   shard$1 paused for ([0-9.]+) s$/\1/p" "$out/${name}move$1.log")"
   # The committed try, step by step (ms): "committed: ... (500 ms): pause 12, lock and catch-up 3, ...".
-  sed -nE 's/^   committed: the try took [0-9]+ ms of its budget \([0-9]+ ms\): //p' "$out/move$1.log" | tr ',' '\n' |
-    while read -r lap; do record "$2" "try_${lap% *}" "${lap##* }"; done
-  record "$2" failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$1.out")"
+  sed -nE 's/^   committed: the try took [0-9]+ ms of its budget \([0-9]+ ms\): //p' "$out/${name}move$1.log" | tr ',' '\n' |
+    while read -r lap; do record "$2" "${name}try_${lap% *}" "${lap##* }"; done
+  record "$2" "${name}failed" "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/${name}pgbench$1.out")"
+  read -r p50 p99 max n <<<"$(latencies "$1" "$name")"
+  record "$2" "${name}transactions" "$n"
+  record "$2" "${name}p50_ms" "$p50"; record "$2" "${name}p99_ms" "$p99"; record "$2" "${name}max_ms" "$max"
 }
 # The duration printed under a step (on the next step's line).
 step_seconds() {  # LOG STEP
@@ -122,12 +161,12 @@ step_seconds() {  # LOG STEP
 }
 bench_start "$steady" 1; steady_pid=$started
 for ((s = 1; s <= MOVES; s++)); do
+  use head
   move_under_load "$s" "$s"
-  read -r p50 p99 max n <<<"$(latencies "$s")"
   record "$s" cutover "$(step_seconds "$out/move$s.log" cutover)"
-  record "$s" transactions "$n"
-  record "$s" p50_ms "$p50"; record "$s" p99_ms "$p99"; record "$s" max_ms "$max"
+  [ -z "$BASELINE" ] || { use base; move_under_load "$s" "$s"; }
 done
+use head
 # The large shard: how long its copy and its comparison take, per GB.
 record large bytes "$(q -d "$from" -c "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
                                        WHERE c.relnamespace = 'insta$large'::regnamespace AND c.relkind IN ('r', 't')")"
@@ -165,9 +204,15 @@ record steady transactions "$n"
 record steady p50_ms "$p50"; record steady p99_ms "$p99"; record steady max_ms "$max"
 check "every shard moved, each on the new server once" \
   "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")|$(q -d "$from" -c "SELECT count(*) FROM insta_id.shards()")" "$((MOVES + 2))|1"
+if [ -n "$BASELINE" ]; then
+  use base
+  check "$BASELINE's shards moved too" "$(q -d "$to" -c "SELECT count(*) FROM insta_id.shards()")" "$MOVES"
+  use head
+fi
 {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n1)"
   echo "postgres: $(q -d "$from" -c 'SELECT version()')"
   echo "pgbouncer: $(/usr/sbin/pgbouncer --version | head -n1); moves: $MOVES; rate: $RATE; date: $(date -u +%Y-%m-%d)"
+  echo "baseline: ${BASELINE:-none}"
 } >"$out/machine.txt"
 finish

@@ -195,8 +195,9 @@ pg_dump on the old server, so it needs the same setting there.
 
 def moves_section():
     """bench/moves.sh's figures (target/bench/moves-pgNN), if it ran."""
-    out = next((d for d in sorted((repo / "target/bench").glob("moves-pg*"))
-                if (d / "raw.tsv").exists()), None)
+    # (the newest run, whichever version it was on)
+    out = max((d for d in (repo / "target/bench").glob("moves-pg*") if (d / "raw.tsv").exists()),
+              key=lambda d: (d / "raw.tsv").stat().st_mtime, default=None)
     if out is None:
         return ""
     v = defaultdict(dict)
@@ -214,9 +215,21 @@ def moves_section():
         f"({lg['copy_seconds'] / (lg['bytes'] / 2**30):.0f} s per GB), the comparison of both copies before the cutover "
         f"{lg['compare_seconds']:.1f} s ({lg['compare_seconds'] / (lg['bytes'] / 2**30):.0f} s per GB), "
         f"the entry paused {lg['pause'] * 1000:.0f} ms (the budget: {lg['budget_ms']:.0f} ms), {lg['failed']:.0f} failed transactions.\n")
+    # The baseline release's moves (base_...), each right after this version's.
+    base = machine[3].split(": ")[1] if len(machine) > 3 and machine[3] != "baseline: none" else None
     rows = "\n".join(f"| {k} | {v[k]['pause'] * 1000:.0f} ms | {v[k]['cutover'] * 1000:.0f} ms | {v[k]['transactions']:.0f} | "
                      f"{v[k]['failed']:.0f} | {v[k]['p50_ms']:.1f} ms | {v[k]['p99_ms']:.1f} ms | {v[k]['max_ms']:.0f} ms |"
+                     + (f" {v[k]['base_pause'] * 1000:.0f} ms | {v[k]['base_failed']:.0f} | {v[k]['base_max_ms']:.0f} ms |" if base else "")
                      for k in moves)
+    base_cols = f" pause, {base} | failed, {base} | max, {base} |" if base else ""
+    against = "" if not base else (
+        f"\nBeside them, insta_id {base} (its library on a second pair of servers, a copy of the same "
+        f"PostgreSQL installation; its own PgBouncer and insta-id) moved the same shards the same way, each "
+        f"right after this version's: the pause, median (min–max), {statistics.median(v[k]['pause'] for k in moves) * 1000:.0f} ms "
+        f"({min(v[k]['pause'] for k in moves) * 1000:.0f}–{max(v[k]['pause'] for k in moves) * 1000:.0f}) against {base}'s "
+        f"{statistics.median(v[k]['base_pause'] for k in moves) * 1000:.0f} ms "
+        f"({min(v[k]['base_pause'] for k in moves) * 1000:.0f}–{max(v[k]['base_pause'] for k in moves) * 1000:.0f}); "
+        f"the ratio of each pair's pauses, median {statistics.median(v[k]['pause'] / v[k]['base_pause'] for k in moves):.2f}x.\n")
     st = v["steady"]
     rd = v.get("readers")
     held = [] if not rd else [rd[k] for k in sorted((k for k in rd if k.startswith("try_held_ms_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
@@ -253,10 +266,10 @@ dropped after the RESUME);
 latencies are every transaction's, from pgbench's per-transaction log,
 measured from its scheduled start (`-R`):
 
-| move | pause | cutover | transactions | failed | p50 | p99 | max |
-|---|---|---|---|---|---|---|---|
+| move | pause | cutover | transactions | failed | p50 | p99 | max |{base_cols}
+|---|---|---|---|---|---|---|---|{"---|---|---|" if base else ""}
 {rows}
-{breakdown}{large}{readers}
+{against}{breakdown}{large}{readers}
 Planning, offline (`insta-id plan --sizes`): 8192 shards on 3 servers, their sizes
 log-normal (a fixed seed), a 4th server new and empty: {plan_s * 1000:.0f} ms (median of 5 runs),
 {plan["plan_moves"]:.0f} moves, {"every server within 5% of the mean" if plan["plan_balanced"] else "no plan within the bound"}.

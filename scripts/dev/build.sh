@@ -15,7 +15,8 @@
 #                                        target/packages/pgNN/tree (their paths
 #                                        on PG_CONFIG's server); scripts/dev/package.sh
 #                                        makes the .deb of them
-#   scripts/dev/build.sh previous            the previous release's library (its
+#   scripts/dev/build.sh previous [V]        the previous release's library (or
+#                                        release V's; its
 #                                        commit in sql/RELEASES, release
 #                                        build) in a copy of
 #                                        PG_CONFIG's installation, for make
@@ -24,6 +25,8 @@
 #   scripts/dev/build.sh release-library V [PROFILE]   release V's library
 #                                        (its commit in sql/RELEASES) for
 #                                        PG: prints its path
+#   scripts/dev/build.sh release-tool V      release V's insta-id (release
+#                                        build): prints its path
 #   scripts/dev/build.sh test-rust           pure Rust unit and property tests,
 #                                        the tool's too (cli/)
 #   scripts/dev/build.sh test-pg             #[pg_test]s inside PostgreSQL
@@ -52,15 +55,14 @@ copy_chain() { # $1: destination extension directory, $2...: command prefix (sud
   "$@" cp sql/insta_id--*.sql "$dest/"
 }
 
-# Builds release $1's library (its commit in sql/RELEASES) for PG with
-# profile $2, once; prints its path. The releases share one target
-# directory, so that their dependencies are built once.
-release_library() {
-  local v=$1 profile=$2 commit dir lib
+# Release $1's source (its commit in sql/RELEASES), unpacked once under
+# target/previous/$1/src: sets $dir.
+release_source() {
+  local v=$1 commit
   commit=$(sed -nE "s/^${v//./\\.} ([0-9a-f]{40})$/\1/p" sql/RELEASES)
   [ -n "$commit" ] && git cat-file -e "$commit^{commit}" 2>/dev/null ||
     { echo "release $v has no commit in sql/RELEASES, or this clone lacks it" >&2; exit 1; }
-  dir="$repo/target/previous/$v"; lib="$dir/pg$PG/$profile/insta_id.so"
+  dir="$repo/target/previous/$v"
   if [ "$(cat "$dir/commit" 2>/dev/null)" != "$commit" ]; then
     rm -rf "$dir"; mkdir -p "$dir/src"
     git archive "$commit" | tar -x -C "$dir/src"
@@ -69,6 +71,14 @@ release_library() {
     grep -q '^\[workspace\]' "$dir/src/Cargo.toml" || printf '\n[workspace]\n' >>"$dir/src/Cargo.toml"
     echo "$commit" >"$dir/commit"
   fi
+}
+
+# Builds release $1's library for PG with profile $2, once; prints its
+# path. The releases share one target directory, so that their
+# dependencies are built once.
+release_library() {
+  local v=$1 profile=$2 dir lib
+  release_source "$v"; lib="$dir/pg$PG/$profile/insta_id.so"
   if [ ! -f "$lib" ]; then
     local started; started=$(date +%s)
     say "building insta_id $v's library for PostgreSQL $PG ($profile build)" >&2
@@ -79,6 +89,19 @@ release_library() {
       printf 'build\trelease %s %s pg%s\t%s\tdone\n' "$v" "$profile" "$PG" $(( $(date +%s) - started )) >>"$repo/target/times.tsv"
   fi
   echo "$lib"
+}
+
+# Builds release $1's fleet tool (release build), once; prints its path.
+release_tool() {
+  local v=$1 dir tool
+  release_source "$v"; tool="$dir/insta-id"
+  if [ ! -x "$tool" ]; then
+    say "building insta_id $v's insta-id (release build)" >&2
+    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target/previous/target" \
+      cargo build --quiet --profile release -p insta-id) >&2
+    cp "$repo/target/previous/target/release/insta-id" "$tool"
+  fi
+  echo "$tool"
 }
 
 case "${1:-}" in
@@ -122,8 +145,9 @@ case "${1:-}" in
     mkdir -p "$tree$extdir"; copy_chain "$tree$extdir"
     ;;
   previous)
-    # The release before this version: the newest upgrade script's source.
-    prev=$(ls sql/ | sed -nE "s/^insta_id--(.*)--$version\.sql$/\1/p")
+    # Release $2, or the one before this version: the newest upgrade
+    # script's source.
+    prev=${2:-$(ls sql/ | sed -nE "s/^insta_id--(.*)--$version\.sql$/\1/p")}
     [ -n "$prev" ] || { echo "previous: no upgrade script leads to $version" >&2; exit 1; }
     lib=$(release_library "$prev" release)
     # Its own installation, so that its '$libdir/insta_id' is that library
@@ -143,6 +167,9 @@ case "${1:-}" in
   release-library)
     release_library "${2:?a release of sql/RELEASES}" "${3:-release}"
     ;;
+  release-tool)
+    release_tool "${2:?a release of sql/RELEASES}"
+    ;;
   test-rust)
     cargo test --lib "${features[@]}"
     cargo test -p insta-id
@@ -161,5 +188,5 @@ case "${1:-}" in
     cargo clippy -p insta-id --all-targets -- -D warnings
     ;;
   *)
-    sed -n '2,27p' "$0" >&2; exit 2 ;;
+    sed -n '2,30p' "$0" >&2; exit 2 ;;
 esac
