@@ -146,8 +146,10 @@ CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[])
 RETURNS regrole
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
--- (as _gate_relations: no JIT for a walk of a few catalog rows)
+-- (as _gate_relations: no JIT for a walk of a few catalog rows, and one
+-- plan, of index probes whatever the arguments, kept for every call)
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     nsp_oid oid;
@@ -235,10 +237,14 @@ BEGIN
             SELECT 'pg_operator'::regclass, a.amopopr FROM pg_opclass c JOIN pg_amop a ON a.amopfamily = c.opcfamily
             WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
             UNION ALL
-            -- a domain's CHECKs and what they use
-            SELECT d.refclassid, d.refobjid FROM pg_constraint k
-            JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
-            WHERE u.classid = 'pg_type'::regclass AND k.contypid = u.objid
+            -- a domain's CHECKs and what they use (its CHECKs found by
+            -- their dependency on it: by pg_constraint.contypid, whose
+            -- statistics see 0 alone until a domain is analyzed, the plan
+            -- read every constraint of the database for each type used)
+            SELECT d.refclassid, d.refobjid FROM pg_depend k
+            JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.objid
+            WHERE u.classid = 'pg_type'::regclass AND k.refclassid = 'pg_type'::regclass AND k.refobjid = u.objid
+              AND k.classid = 'pg_constraint'::regclass
               AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
             UNION ALL
             -- a range type's subtype difference and canonical functions,
