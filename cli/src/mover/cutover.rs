@@ -93,6 +93,20 @@ impl Mover<'_> {
                 std::thread::sleep(retry);
                 self.verify_since(schema, back)?;
             }
+            // Again at each try, just before its lock: an object made since
+            // the last in another schema, depending on the shard's, would
+            // make the drop of the copy left behind fail after the point of
+            // no return. (Under the try's lock no view, rule or foreign key
+            // can be made on the shard's tables.)
+            self.no_dependents_outside(
+                schema,
+                !back,
+                if back {
+                    "nothing was changed: the shard stays on the new server"
+                } else {
+                    "nothing was changed: the shard stays on the old server, its copy following it"
+                },
+            )?;
             let long = self.long_holders(schema, hold_pid, back, budget)?;
             if !long.is_empty() {
                 why = format!(
