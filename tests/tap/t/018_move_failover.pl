@@ -29,6 +29,13 @@
 #    server's and finishes, keeping the old copy until --release.
 # 6. The old server fails over within the rollback window: the rollback is
 #    refused, saying why; --release drops the old copy.
+# 7. (17 and later) The old server fails over before the cutover to a
+#    standby that was behind: asynchronous, not named by
+#    synchronized_standby_slots, cut off from its primary after the slot
+#    was synced to it, while the subscription applied rows it never had.
+#    The slot followed, but the re-run sees that the subscription applied
+#    past where the old timeline ended on the promoted standby: it does
+#    not take the copy up, and copies afresh from the promoted standby.
 use strict;
 use warnings;
 use FindBin;
@@ -280,5 +287,47 @@ is(digest($third_standby, 7), $expected, 'nothing changed: the shard is on the n
 is($rc, 0, '--release dropped the old copy') or diag($out);
 is(left_on($sixth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
 
-$_->stop for $old_standby, $new_standby, $third_standby, $fourth_standby, $fifth_standby, $sixth_standby;
+# 7. The old server fails over to a standby that was behind (17 and later).
+my @seventh;
+if ($follows)
+{
+	my ($seventh, $seventh_standby) = pair('seventh');
+	@seventh = ($seventh_standby);
+	psql_file($seventh, 'app', "$fixtures/shard_template.sql");
+	$seventh->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(8, 8, 'template')});
+	users($seventh, 8, 1000, 'before');
+	{
+		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
+		($rc, $out) = move(8, $seventh, $third_standby);
+	}
+	is($rc, 137, 'the move of shard 8 was killed after its copy') or diag($out);
+	synced($seventh_standby, 'insta_move_8');
+	# The standby made asynchronous and left behind: its primary waits for
+	# it no more (commits, and logical slots' consumers), and it is cut off
+	# (no WAL receiver, no slot sync).
+	$seventh->safe_psql('postgres', 'ALTER SYSTEM RESET synchronous_standby_names');
+	$seventh->safe_psql('postgres', 'ALTER SYSTEM RESET synchronized_standby_slots');
+	$seventh->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	$seventh_standby->append_conf('postgresql.conf', "primary_conninfo = ''");
+	$seventh_standby->reload;
+	$seventh->poll_query_until('postgres', q{SELECT NOT EXISTS (SELECT FROM pg_stat_replication WHERE application_name = 'seventh_standby')})
+	  or die 'seventh_standby never left its primary';
+	users($seventh, 8, 100, 'lost');
+	$third_standby->poll_query_until('app', q{SELECT count(*) = 1100 FROM insta8.users})
+	  or die 'the subscription never applied the rows the standby lacks';
+	$seventh->stop('immediate');
+	$seventh_standby->promote;
+	users($seventh_standby, 8, 100, 'promoted');
+	$expected = digest($seventh_standby, 8);
+	($rc, $out) = move(8, $seventh_standby, $third_standby);
+	is($rc, 0, 'the move run again from the standby promoted behind finished') or diag($out);
+	like($out, qr/^   its copy is not taken up: the old server failed over since the move's slot was made \(timeline 1, now 2\), and its slot followed, but its subscription insta_move_8 applied changes up to \S+, past \S+, where timeline 1 ended on the server promoted: rows that server never had$/m,
+		'the slot followed, but the subscription had applied past the promoted standby: the copy is not taken up');
+	like($out, qr/undo an interrupted move.*waiting for the copy/s, 'and is made afresh');
+	is(digest($third_standby, 8), $expected, 'the new server holds shard 8 as the promoted standby has it, every row once');
+	like($expected, qr/^1100 1100 /, '(1,100 rows: 1,000 copied, 100 on the promoted standby; the 100 only its lost primary had are gone with it)');
+	is(left_on($seventh_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the move is left on either server');
+}
+
+$_->stop for $old_standby, $new_standby, $third_standby, $fourth_standby, $fifth_standby, $sixth_standby, @seventh;
 done_testing();
