@@ -102,6 +102,10 @@ $$;
 -- the first statement after each COMMIT. Until then only qualified names
 -- run: the declarations' types are pg_catalog's and have no initial values
 -- (an expression there would run under the caller's search_path).
+-- The next shard is found by a probe of applied_migrations' key for each
+-- shard walked (OFFSET 0): as an anti-join the plan, sure from the
+-- statistics that the migration had no row yet, read the whole table at
+-- each shard, a migration over N shards O(N^2).
 CREATE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
                                   lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
 LANGUAGE plpgsql
@@ -195,7 +199,7 @@ BEGIN
             WHERE r.shard_id > last_shard
               AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
               AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
-                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration)
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration OFFSET 0)  -- (see above)
             ORDER BY r.shard_id LIMIT 1;
             EXIT WHEN NOT FOUND;
             last_shard := target_shard;
