@@ -1415,6 +1415,31 @@ COMMENT ON FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text,
 'Makes a live serial, bigserial or identity key a next_id key in place: values kept, integer widened to bigint with the keys referencing it; dry_run returns the plan';
 
 
+-- (template_plan.sql: probed by object, not by a scan of pg_depend)
+-- Whether LIKE would leave a copy of table tbl tied to the table's schema:
+-- a column of one of the schema's types (or an array of one), or a default
+-- or CHECK using one of its types or functions.
+CREATE OR REPLACE FUNCTION insta_id._tied_to_schema(tbl oid)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH nsp AS (SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = tbl)
+    SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
+                   LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
+                   WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
+        -- (each default's and CHECK's dependencies probed by the object:
+        -- as one condition over pg_depend the plan read all of it, and all
+        -- of pg_proc, which grow with every shard)
+        OR EXISTS (SELECT FROM (SELECT 'pg_attrdef'::regclass::oid, ad.oid FROM pg_attrdef ad WHERE ad.adrelid = tbl
+                                UNION ALL
+                                SELECT 'pg_constraint'::regclass, k.oid FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c'
+                               ) o(classid, objid)
+                   JOIN pg_depend d ON d.classid = o.classid AND d.objid = o.objid, nsp
+                   WHERE (d.refclassid = 'pg_proc'::regclass AND (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.refobjid) = nsp.oid)
+                      OR (d.refclassid = 'pg_type'::regclass AND (SELECT y.typnamespace FROM pg_type y WHERE y.oid = d.refobjid) = nsp.oid))
+$$;
+
 -- Longer than a screen: the plan's steps must run in this order in one
 -- schema (the schema, tables, sequences, then functions, views, keys,
 -- triggers, grants); each step is a loop over one kind of planned object.

@@ -303,12 +303,16 @@ AS $$
     SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
                    LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
                    WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
-        OR EXISTS (SELECT FROM pg_depend d, nsp
-                   WHERE ((d.classid = 'pg_attrdef'::regclass AND d.objid IN (SELECT ad.oid FROM pg_attrdef ad WHERE ad.adrelid = tbl))
-                       OR (d.classid = 'pg_constraint'::regclass AND d.objid IN (SELECT k.oid FROM pg_constraint k
-                                                                                 WHERE k.conrelid = tbl AND k.contype = 'c')))
-                     AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = nsp.oid))
-                       OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = nsp.oid))))
+        -- (each default's and CHECK's dependencies probed by the object:
+        -- as one condition over pg_depend the plan read all of it, and all
+        -- of pg_proc, which grow with every shard)
+        OR EXISTS (SELECT FROM (SELECT 'pg_attrdef'::regclass::oid, ad.oid FROM pg_attrdef ad WHERE ad.adrelid = tbl
+                                UNION ALL
+                                SELECT 'pg_constraint'::regclass, k.oid FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c'
+                               ) o(classid, objid)
+                   JOIN pg_depend d ON d.classid = o.classid AND d.objid = o.objid, nsp
+                   WHERE (d.refclassid = 'pg_proc'::regclass AND (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.refobjid) = nsp.oid)
+                      OR (d.refclassid = 'pg_type'::regclass AND (SELECT y.typnamespace FROM pg_type y WHERE y.oid = d.refobjid) = nsp.oid))
 $$;
 
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
