@@ -2469,6 +2469,10 @@ ALTER TABLE insta_id_admin.shard_registry
     ADD COLUMN moved_from_label text,
     ADD COLUMN moved_at         timestamptz;
 
+-- Whether a schema is some shard's template, asked at each shard made
+-- (src/sql/registry.sql).
+CREATE INDEX shard_registry_template_schema_idx ON insta_id_admin.shard_registry (template_schema);
+
 -- Records where a move brought a shard registered here from (the mover
 -- calls it in the adoption's transaction: on the new server for a move, on
 -- the old one for a rollback's return), so that a re-run of the move tells

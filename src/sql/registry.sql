@@ -39,6 +39,9 @@ COMMENT ON TABLE insta_id_admin.shard_registry IS
 'Logical shards of this database: shard id, schema and template. Dumped by pg_dump with the database.';
 -- Registry rows are user data: pg_dump dumps them, pg_restore restores them.
 SELECT pg_catalog.pg_extension_config_dump('insta_id_admin.shard_registry', '');
+-- Whether a schema is some shard's template, asked at each shard made: a
+-- scan of the registry at each made a shard's cost grow with the shards.
+CREATE INDEX shard_registry_template_schema_idx ON insta_id_admin.shard_registry (template_schema);
 
 -- The shard map as PUBLIC reads it: functions, not relations. A role that
 -- can name a relation can queue a lock on it before its privileges are
