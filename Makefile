@@ -14,6 +14,8 @@ NEWEST   := $(lastword $(VERSIONS))
 # Each suite of make test timed (scripts/dev/timed.sh): the table at its end.
 TIMED := scripts/dev/timed.sh
 BENCH_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(NEWEST) $(OLDEST))
+# The release make bench-moves moves each shard with too (empty: none).
+BASELINE ?= 0.9.0
 # The earlier releases whose libraries test-library-upgrade loads beside
 # this one's on PostgreSQL $(1) (a shell word): 0.8.0 from 17 on.
 library_releases = $$([ $(1) -ge 17 ] && echo 0.8.0) 0.9.0
@@ -139,7 +141,7 @@ bench:
 	  PG=$$v bench/instructions.sh && PG=$$v bench/shards.sh || exit 1; \
 	done
 	@PG=$(firstword $(BENCH_VERSIONS)) bench/adopt.sh
-	@scripts/dev/setup.sh pgbouncer && PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
+	@scripts/dev/setup.sh pgbouncer && BASELINE=$(BASELINE) PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh $(BENCH_VERSIONS)
 
 ## bench-quick: the quick tier, one version (the newest, or PG=NN): bench/run.sh's
@@ -156,11 +158,12 @@ bench-quick:
 	@BENCH_TIER=quick bench/report.sh $(firstword $(BENCH_VERSIONS))
 
 ## bench-moves: only the moves under pgbench through PgBouncer (the newest
-##        version, or PG=NN), and their section of BENCHMARKS.md
+##        version, or PG=NN), each also made by 0.9.0 (BASELINE=), and
+##        their section of BENCHMARKS.md
 bench-moves:
 	@scripts/dev/setup.sh $(lastword $(BENCH_VERSIONS)) bench pgbouncer
 	@PG=$(lastword $(BENCH_VERSIONS)) scripts/dev/build.sh install
-	@PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
+	@BASELINE=$(BASELINE) PG=$(lastword $(BENCH_VERSIONS)) bench/moves.sh
 	@bench/report.sh --moves
 
 ## bench-adopt: only adopt_id_column's time per million rows (the newest
