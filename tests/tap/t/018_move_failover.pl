@@ -98,6 +98,25 @@ sub digest
 	return $node->safe_psql('app', "SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || md5(string_agg(id || name, ',' ORDER BY id)) FROM insta$shard.users");
 }
 
+# Shard SHARD made on NODE (from the template, which TEMPLATE says is not
+# there yet) with 1,000 users.
+sub shard_with_users
+{
+	my ($node, $shard, $template) = @_;
+	psql_file($node, 'app', "$fixtures/shard_template.sql") if $template;
+	$node->safe_psql('app', "SET client_min_messages = warning; SELECT insta_id.create_shards($shard, $shard, 'template')");
+	users($node, $shard, 1000, 'before');
+}
+
+# The move of SHARD killed after STEP (INSTA_ID_MOVE_STOP_AFTER): its exit
+# status and output.
+sub move_killed_after
+{
+	my ($step, @move) = @_;
+	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = $step;
+	return move(@move);
+}
+
 # Until NODE, a standby, has the slot its primary's SLOT synced (17+).
 sub synced
 {
@@ -117,16 +136,11 @@ sub left_on
 
 my ($old, $old_standby) = pair('old');
 my ($new, $new_standby) = pair('new');
-psql_file($old, 'app', "$fixtures/shard_template.sql");
-$old->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(1, 2, 'template')});
-users($old, $_, 1000, 'before') for 1, 2;
+shard_with_users($old, 1, 1);
+shard_with_users($old, 2, 0);
 
 # 1. The old server fails over before the cutover.
-my ($rc, $out);
-{
-	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
-	($rc, $out) = move(1, $old, $new);
-}
+my ($rc, $out) = move_killed_after('copy', 1, $old, $new);
 is($rc, 137, 'the move of shard 1 was killed after its copy') or diag($out);
 users($old, 1, 100, 'old');
 synced($old_standby, 'insta_move_1') if $follows;
@@ -187,12 +201,8 @@ is(left_on($old_standby) . '|' . left_on($new_standby), '0|0', 'nothing of the m
 # applied and confirmed to the old server's slot may be missing on the
 # standby promoted, so the re-run undoes the copy and copies afresh.
 my ($third, $third_standby) = pair('third');
-$old_standby->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(3, 3, 'template')});
-users($old_standby, 3, 1000, 'before');
-{
-	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
-	($rc, $out) = move(3, $old_standby, $third);
-}
+shard_with_users($old_standby, 3, 0);
+($rc, $out) = move_killed_after('copy', 3, $old_standby, $third);
 is($rc, 137, 'the move of shard 3 was killed after its copy') or diag($out);
 users($old_standby, 3, 100, 'old');
 $third->stop('immediate');
@@ -211,13 +221,8 @@ is(left_on($old_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the
 # the old server's COMMIT; the old server's standby promoted, rows written
 # there; the move run again from it finishes, as in 1.
 my ($fourth, $fourth_standby) = pair('fourth');
-psql_file($fourth, 'app', "$fixtures/shard_template.sql");
-$fourth->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(4, 4, 'template')});
-users($fourth, 4, 1000, 'before');
-{
-	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'sequences';
-	($rc, $out) = move(4, $fourth, $third_standby);
-}
+shard_with_users($fourth, 4, 1);
+($rc, $out) = move_killed_after('sequences', 4, $fourth, $third_standby);
 is($rc, 137, 'the move of shard 4 was killed in its cutover, its sequences carried') or diag($out);
 $fourth->poll_query_until('app', q{SELECT NOT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'users' AND l.mode = 'AccessExclusiveLock')})
   or die "the killed cutover's locks were never released";
@@ -241,12 +246,8 @@ is(left_on($fourth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of 
 # server's (which covers every ID the old server issued), and keeps the old
 # copy, saying why, until --release.
 my ($fifth, $fifth_standby) = pair('fifth');
-$old_standby->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(5, 5, 'template')});
-users($old_standby, 5, 1000, 'before');
-{
-	local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'cutover';
-	($rc, $out) = move(5, $old_standby, $fifth);
-}
+shard_with_users($old_standby, 5, 0);
+($rc, $out) = move_killed_after('cutover', 5, $old_standby, $fifth);
 is($rc, 137, 'the move of shard 5 was killed right after its cutover') or diag($out);
 $fifth->stop('immediate');
 $fifth_standby->promote;
@@ -269,9 +270,7 @@ is(left_on($old_standby) . '|' . left_on($fifth_standby) . '|' . $old_standby->s
 # standby's copy may lack rows its primary applied from the new server,
 # which the slot back does not send again: the rollback is refused.
 my ($sixth, $sixth_standby) = pair('sixth');
-psql_file($sixth, 'app', "$fixtures/shard_template.sql");
-$sixth->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(7, 7, 'template')});
-users($sixth, 7, 1000, 'before');
+shard_with_users($sixth, 7, 1);
 ($rc, $out) = move(7, $sixth, $third_standby, '--rollback-window', '1h');
 is($rc, 0, 'shard 7 moved with a rollback window') or diag($out);
 users($third_standby, 7, 100, 'new');
@@ -293,13 +292,8 @@ if ($follows)
 {
 	my ($seventh, $seventh_standby) = pair('seventh');
 	@seventh = ($seventh_standby);
-	psql_file($seventh, 'app', "$fixtures/shard_template.sql");
-	$seventh->safe_psql('app', q{SET client_min_messages = warning; SELECT insta_id.create_shards(8, 8, 'template')});
-	users($seventh, 8, 1000, 'before');
-	{
-		local $ENV{INSTA_ID_MOVE_STOP_AFTER} = 'copy';
-		($rc, $out) = move(8, $seventh, $third_standby);
-	}
+	shard_with_users($seventh, 8, 1);
+	($rc, $out) = move_killed_after('copy', 8, $seventh, $third_standby);
 	is($rc, 137, 'the move of shard 8 was killed after its copy') or diag($out);
 	synced($seventh_standby, 'insta_move_8');
 	# The standby made asynchronous and left behind: its primary waits for
