@@ -17,7 +17,7 @@ use Time::HiRes qw(sleep);
 
 use Exporter 'import';
 our @EXPORT = qw(insta_node insta_standby insta_start clock_offset sqlstate pgbench_start pgbench_wait pgbench_stop same_text psql_file error_of bg_until end_session move_released
-  faketime_lib write_clock kill_tree daemon_start daemons_stop failover_table failover_insert failover_writer_start failover_writer_rows failover_writer_stop acked_from psql_at acked_checks);
+  faketime_lib write_clock kill_tree daemon_start daemons_stop failover_table failover_insert failover_writer_start failover_writer_rows failover_writer_stop acked_from psql_at acked_checks pump_running);
 
 # The installation of $ENV{PG_CONFIG} (tests/tap.sh sets it).
 sub install_path
@@ -209,6 +209,16 @@ sub daemon_start
 	return IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>&1');
 }
 
+# pump_running(HARNESS...): reads what each harness still running has
+# written. One may end between IPC::Run's pumpable and its pump_nb, which
+# then dies ("process ended prematurely"): an end, not an error, here (a
+# busy machine met it when a writer stopped as asked).
+sub pump_running
+{
+	eval { $_->pump_nb } for grep { $_->pumpable } @_;
+	return;
+}
+
 # daemons_stop(PG_CTL, [DAEMON...], [DATA_DIR...]): ends every daemon however
 # the test went: SIGTERM to all (a failover manager stops its PostgreSQL),
 # up to 30 s for them to end, then SIGKILL; then any server still running
@@ -221,7 +231,7 @@ sub daemons_stop
 	my $until = time + 30;
 	while ((@running = grep { $_->pumpable } @running) && time <= $until)
 	{
-		eval { $_->pump_nb } for @running;
+		pump_running(@running);
 		sleep 0.2;
 	}
 	for my $d (@$daemons)
@@ -328,7 +338,7 @@ sub acked_from
 			return $first;
 		}
 		BAIL_OUT("never $n IDs acknowledged from $what") if time > $until;
-		$_->{run}->pump_nb for @$writers;
+		pump_running(map { $_->{run} } @$writers);
 		sleep 0.1;
 	}
 }
@@ -341,7 +351,7 @@ sub failover_writer_stop
 	my ($w) = @_;
 	PostgreSQL::Test::Utils::append_to_file($w->{stop}, '');
 	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
-	while ($w->{run}->pumpable && time <= $until) { $w->{run}->pump_nb; sleep 0.1; }
+	while ($w->{run}->pumpable && time <= $until) { pump_running($w->{run}); sleep 0.1; }
 	$w->{run}->kill_kill if $w->{run}->pumpable;
 	$w->{run}->finish;
 	return;

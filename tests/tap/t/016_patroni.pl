@@ -145,7 +145,7 @@ sub wait_for_cluster
 	my $until = time + 180;
 	until ($check->(members()))
 	{
-		$_->pump_nb for grep { $_->pumpable } values %running;
+		pump_running(values %running);
 		BAIL_OUT("never: $what; members: " . encode_json(members())) if time > $until;
 		sleep 0.2;
 	}

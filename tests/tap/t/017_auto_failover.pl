@@ -143,7 +143,7 @@ sub wait_for_states
 	{
 		my $s = states();
 		return if !grep { ($s->{$_} // '') ne $want->{$_} } keys %$want;
-		$_->pump_nb for grep { $_->pumpable } values %running;
+		pump_running(values %running);
 		BAIL_OUT("never: $what; states: " . encode_json($s)) if time > $until;
 		sleep 0.2;
 	}
