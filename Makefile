@@ -157,9 +157,9 @@ bench-quick:
 	@PG=$(firstword $(BENCH_VERSIONS)) ROUNDS=2 bench/instructions.sh
 	@BENCH_TIER=quick bench/report.sh $(firstword $(BENCH_VERSIONS))
 
-## bench-moves: only the moves under pgbench through PgBouncer (the newest
-##        version, or PG=NN), each also made by 0.9.0 (BASELINE=), and
-##        their section of BENCHMARKS.md
+## bench-moves: only the moves under pgbench through PgBouncer (on the
+##        version make bench moves on, the oldest, or PG=NN), each also
+##        made by 0.9.0 (BASELINE=), and their section of BENCHMARKS.md
 bench-moves:
 	@scripts/dev/setup.sh $(lastword $(BENCH_VERSIONS)) bench pgbouncer
 	@PG=$(lastword $(BENCH_VERSIONS)) scripts/dev/build.sh install
