@@ -222,14 +222,15 @@ def moves_section():
                      + (f" {v[k]['base_pause'] * 1000:.0f} ms | {v[k]['base_failed']:.0f} | {v[k]['base_max_ms']:.0f} ms |" if base else "")
                      for k in moves)
     base_cols = f" pause, {base} | failed, {base} | max, {base} |" if base else ""
+    def spread(name):  # a pause over the moves: "median ms (min–max)"
+        ms = [v[k][name] * 1000 for k in moves]
+        return f"{statistics.median(ms):.0f} ms ({min(ms):.0f}–{max(ms):.0f})"
     against = "" if not base else (
         f"\nBeside them, insta_id {base} (its library on a second pair of servers, a copy of the same "
         f"PostgreSQL installation; its own PgBouncer and insta-id) moved the same shards the same way, each "
-        f"right after this version's: the pause, median (min–max), {statistics.median(v[k]['pause'] for k in moves) * 1000:.0f} ms "
-        f"({min(v[k]['pause'] for k in moves) * 1000:.0f}–{max(v[k]['pause'] for k in moves) * 1000:.0f}) against {base}'s "
-        f"{statistics.median(v[k]['base_pause'] for k in moves) * 1000:.0f} ms "
-        f"({min(v[k]['base_pause'] for k in moves) * 1000:.0f}–{max(v[k]['base_pause'] for k in moves) * 1000:.0f}); "
-        f"the ratio of each pair's pauses, median {statistics.median(v[k]['pause'] / v[k]['base_pause'] for k in moves):.2f}x.\n")
+        f"right after this version's: the pause, median (min–max), {spread('pause')} against {base}'s "
+        f"{spread('base_pause')}; the ratio of each pair's pauses, median "
+        f"{statistics.median(v[k]['pause'] / v[k]['base_pause'] for k in moves):.2f}x.\n")
     st = v["steady"]
     rd = v.get("readers")
     held = [] if not rd else [rd[k] for k in sorted((k for k in rd if k.startswith("try_held_ms_")), key=lambda k: int(k.rsplit("_", 1)[1]))]

@@ -925,8 +925,8 @@ impl<'a> Mover<'a> {
     fn cutover_and_finish(&mut self, mut hold: Client, schema: &str) -> Result<()> {
         let schema = schema.to_string();
         self.step("cutover");
-        // (Objects made meanwhile elsewhere that depend on the shard's:
-        // looked for again at each try, tries.)
+        // (Objects made elsewhere meanwhile that depend on the shard's are
+        // looked for before each try of the cutover: Mover::tries.)
         // Every lock the new server's part needs once the old server lets
         // the shard go is taken before that point of no return: the
         // finishers' lock, and the adoption itself, begun and left open
