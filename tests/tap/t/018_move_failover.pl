@@ -98,12 +98,13 @@ sub digest
 	return $node->safe_psql('app', "SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || md5(string_agg(id || name, ',' ORDER BY id)) FROM insta$shard.users");
 }
 
-# Shard SHARD made on NODE (from the template, which TEMPLATE says is not
-# there yet) with 1,000 users.
+# Shard SHARD made on NODE from the template (made first if NODE lacks
+# it), with 1,000 users.
 sub shard_with_users
 {
-	my ($node, $shard, $template) = @_;
-	psql_file($node, 'app', "$fixtures/shard_template.sql") if $template;
+	my ($node, $shard) = @_;
+	psql_file($node, 'app', "$fixtures/shard_template.sql")
+	  if $node->safe_psql('app', q{SELECT to_regnamespace('template') IS NULL}) eq 't';
 	$node->safe_psql('app', "SET client_min_messages = warning; SELECT insta_id.create_shards($shard, $shard, 'template')");
 	users($node, $shard, 1000, 'before');
 }
@@ -136,8 +137,8 @@ sub left_on
 
 my ($old, $old_standby) = pair('old');
 my ($new, $new_standby) = pair('new');
-shard_with_users($old, 1, 1);
-shard_with_users($old, 2, 0);
+shard_with_users($old, 1);
+shard_with_users($old, 2);
 
 # 1. The old server fails over before the cutover.
 my ($rc, $out) = move_killed_after('copy', 1, $old, $new);
@@ -201,7 +202,7 @@ is(left_on($old_standby) . '|' . left_on($new_standby), '0|0', 'nothing of the m
 # applied and confirmed to the old server's slot may be missing on the
 # standby promoted, so the re-run undoes the copy and copies afresh.
 my ($third, $third_standby) = pair('third');
-shard_with_users($old_standby, 3, 0);
+shard_with_users($old_standby, 3);
 ($rc, $out) = move_killed_after('copy', 3, $old_standby, $third);
 is($rc, 137, 'the move of shard 3 was killed after its copy') or diag($out);
 users($old_standby, 3, 100, 'old');
@@ -221,7 +222,7 @@ is(left_on($old_standby) . '|' . left_on($third_standby), '0|0', 'nothing of the
 # the old server's COMMIT; the old server's standby promoted, rows written
 # there; the move run again from it finishes, as in 1.
 my ($fourth, $fourth_standby) = pair('fourth');
-shard_with_users($fourth, 4, 1);
+shard_with_users($fourth, 4);
 ($rc, $out) = move_killed_after('sequences', 4, $fourth, $third_standby);
 is($rc, 137, 'the move of shard 4 was killed in its cutover, its sequences carried') or diag($out);
 $fourth->poll_query_until('app', q{SELECT NOT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'users' AND l.mode = 'AccessExclusiveLock')})
@@ -246,7 +247,7 @@ is(left_on($fourth_standby) . '|' . left_on($third_standby), '0|0', 'nothing of 
 # server's (which covers every ID the old server issued), and keeps the old
 # copy, saying why, until --release.
 my ($fifth, $fifth_standby) = pair('fifth');
-shard_with_users($old_standby, 5, 0);
+shard_with_users($old_standby, 5);
 ($rc, $out) = move_killed_after('cutover', 5, $old_standby, $fifth);
 is($rc, 137, 'the move of shard 5 was killed right after its cutover') or diag($out);
 $fifth->stop('immediate');
@@ -270,7 +271,7 @@ is(left_on($old_standby) . '|' . left_on($fifth_standby) . '|' . $old_standby->s
 # standby's copy may lack rows its primary applied from the new server,
 # which the slot back does not send again: the rollback is refused.
 my ($sixth, $sixth_standby) = pair('sixth');
-shard_with_users($sixth, 7, 1);
+shard_with_users($sixth, 7);
 ($rc, $out) = move(7, $sixth, $third_standby, '--rollback-window', '1h');
 is($rc, 0, 'shard 7 moved with a rollback window') or diag($out);
 users($third_standby, 7, 100, 'new');
@@ -292,7 +293,7 @@ if ($follows)
 {
 	my ($seventh, $seventh_standby) = pair('seventh');
 	@seventh = ($seventh_standby);
-	shard_with_users($seventh, 8, 1);
+	shard_with_users($seventh, 8);
 	($rc, $out) = move_killed_after('copy', 8, $seventh, $third_standby);
 	is($rc, 137, 'the move of shard 8 was killed after its copy') or diag($out);
 	synced($seventh_standby, 'insta_move_8');
