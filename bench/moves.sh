@@ -177,8 +177,11 @@ record large budget_ms 500
 # Giving up within the budget: back-to-back readers of a second on the old
 # server hold the shard's table, so a try that pauses the entry waits for
 # one past its budget and its watchdog gives it up. Recorded: what each
-# such try said it held its clients for, and the longest wait of the
-# shard's pgbench clients over the whole run, against the budget (500 ms).
+# such try said it held its clients for, the longest wait of the clients
+# it held (from pgbench's log: the transactions that began after the
+# tool's line before and before the line that says it), and the longest
+# wait of the shard's pgbench clients over the whole run, against the
+# budget (500 ms).
 bench_start "$readers" 4; pid=$started
 sleep 1
 for _ in $(seq 60); do echo "SELECT count(*), pg_sleep(1) FROM insta$readers.users;"; done >"$out/readers.sql"
@@ -187,13 +190,26 @@ readers_pid=$!
 until [ "$(q -d "$from" -c "SELECT count(*) FROM pg_locks WHERE relation = 'insta$readers.users'::regclass AND granted")" != 0 ]; do
   sleep 0.1
 done
-move "$readers" --pause-budget 500 --cutover-attempts 8 --cutover-retry 1 >"$out/readers.log" 2>&1 || true
+# (Each line of the tool's with the time it came: bash's clock, a fork
+# a line being too slow for it.)
+move "$readers" --pause-budget 500 --cutover-attempts 8 --cutover-retry 1 2>&1 |
+  while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$out/readers.timed" || true
+cut -d' ' -f2- "$out/readers.timed" >"$out/readers.log"
 kill "$readers_pid"; wait "$readers_pid" 2>/dev/null || true
 move "$readers" >>"$out/readers.log" 2>&1 || { cat "$out/readers.log" >&2; exit 1; }
 sleep 1
 bench_stop "$pid"
-sed -nE "s/^ +\(this try held the shard's clients ([0-9]+) ms of its budget of 500 ms.*/\1/p" "$out/readers.log" |
-  awk '{print NR, $1}' | while read -r try held; do record readers "try_held_ms_$try" "$held"; done
+# Each try that paused: what it said it held, and its clients' longest
+# wait (pgbench -l: a transaction's start is its end less its time; its
+# wait, its time less its schedule lag).
+sed -nE "s/^([0-9.]+) +\(this try held the shard's clients ([0-9]+) ms of its budget of 500 ms.*/\1 \2/p" "$out/readers.timed" |
+  awk '{print NR, $1, $2}' | { after=0; while read -r try said held; do
+    record readers "try_held_ms_$try" "$held"
+    record readers "try_client_wait_ms_$try" "$(cat "$out/log$readers".* | awk -v a="$after" -v b="$said" '
+      {start = $5 + $6 / 1e6 - $3 / 1e6; w = ($3 - $7) / 1000; if (start > a && start <= b && w > m) m = w}
+      END {printf "%.1f\n", m}')"
+    after=$said
+  done; }
 record readers client_wait_ms "$(longest_wait "$readers")"
 record readers failed "$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out/pgbench$readers.out")"
 record readers budget_ms 500

@@ -233,15 +233,21 @@ def moves_section():
         f"{statistics.median(v[k]['pause'] / v[k]['base_pause'] for k in moves):.2f}x.\n")
     st = v["steady"]
     rd = v.get("readers")
-    held = [] if not rd else [rd[k] for k in sorted((k for k in rd if k.startswith("try_held_ms_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
+    def per_try(prefix):  # readers' figures of each try that paused, in order
+        return [] if not rd else [rd[k] for k in sorted((k for k in rd if k.startswith(prefix)),
+                                                          key=lambda k: int(k.rsplit("_", 1)[1]))]
+    held, waited = per_try("try_held_ms_"), per_try("try_client_wait_ms_")
+    tries = "; ".join(f"held {h:.0f} ms" + (f", its clients' longest wait {w:.0f} ms" if w is not None else "")
+                      for h, w in zip(held, waited + [None] * (len(held) - len(waited))))
     readers = "" if not rd else (
         f"\nGiving up within the budget: a shard whose table back-to-back readers of a second hold on the old "
         f"server, moved with `--pause-budget {rd['budget_ms']:.0f} --cutover-attempts 8`: "
-        + ((f"1 try paused the entry and was given up at its deadline, holding its clients {held[0]:.0f} ms (what it said)"
+        + ((f"1 try paused the entry and was given up at its deadline ({tries})"
             if len(held) == 1 else
-            f"{len(held)} tries paused the entry and were given up at their deadline, holding its clients "
-            f"{', '.join(f'{h:.0f}' for h in held)} ms (what each said)") if held else "no try paused the entry")
-        + f"; the longest wait of any of its clients over the run (pgbench's log, less the schedule lag) "
+            f"{len(held)} tries paused the entry and were given up at their deadline ({tries})")
+           if held else "no try paused the entry")
+        + f" (what each try said it held its clients for, and the longest wait, pgbench's log less the schedule lag, "
+        f"of the transactions that began while it ran); the longest wait of any of its clients over the run "
         f"{rd['client_wait_ms']:.0f} ms; {rd['failed']:.0f} failed transactions. The budget is a bound the "
         f"tool aims at and reports: a client's wait also holds its own transaction, on a server connection "
         f"PgBouncer opens anew after the RESUME.\n")

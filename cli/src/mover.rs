@@ -174,9 +174,10 @@ pub struct Args {
 pub struct Waits {
     /// Milliseconds each try of the cutover may hold the shard's clients:
     /// from the PAUSE of its PgBouncer entry (without one, from its lock)
-    /// to its COMMIT. A try that would take longer is ended at its deadline
-    /// (its session terminated, the entry resumed), and the sessions that
-    /// held it up are named.
+    /// to its COMMIT, giving up included: a try that would take longer is
+    /// ended at its deadline, a reserve before the budget (a tenth of it,
+    /// up to a quarter on a loaded machine), its session terminated and
+    /// the entry resumed, and the sessions that held it up are named.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_PAUSE_BUDGET_MS,
           value_parser = clap::value_parser!(u64).range(10..=60000))]
     pub pause_budget: u64,

@@ -111,6 +111,44 @@ impl Budget {
     }
 }
 
+/// What the tries of one cutover keep back of their budget for giving up:
+/// the watchdog's work (the try's backend terminated, a RESUME on each
+/// PgBouncer) and the queued clients' new server connections after it
+/// (PgBouncer opens them one at a time), so that no client waits past the
+/// budget. A tenth of the budget (10 ms at least); for a try, three times
+/// its round trips and a login for each of the entry's server connections
+/// as they take just before it if more (the machine's load then); grown by
+/// what a try given up still held its clients past the budget; never over
+/// a quarter of the budget, which a try's work keeps. (Giving up took
+/// 10-30 ms on a 2-core machine, quiet or busy: a twentieth of 500 ms was
+/// overrun.)
+pub struct Reserve {
+    budget: Duration,
+    kept: Duration,
+}
+
+impl Reserve {
+    pub fn of(budget: Duration) -> Reserve {
+        Reserve {
+            budget,
+            kept: (budget / 10).max(Duration::from_millis(10)).min(budget / 4),
+        }
+    }
+
+    /// For a try whose round trips took `trips` and whose entry's server
+    /// connections, `logins` of them, take `login` each.
+    pub fn for_try(&self, trips: Duration, login: Duration, logins: u32) -> Duration {
+        self.kept
+            .max(trips * 3 + login * logins)
+            .min(self.budget / 4)
+    }
+
+    /// After a try given up that kept `kept` and held its clients `held`.
+    pub fn overran(&mut self, kept: Duration, held: Duration) {
+        self.kept = (kept + held.saturating_sub(self.budget)).min(self.budget / 4);
+    }
+}
+
 /// What a try's watchdog ends at the try's deadline, first what holds
 /// the clients up.
 pub struct Deadline<'a> {
@@ -153,9 +191,10 @@ enum Dog {
     Disarmed,
     /// Asked to end the try now, as at its deadline (`fire_now`).
     Now,
-    /// It ended the try: when PgBouncer acknowledged the RESUME (None
-    /// without PgBouncer, or with the entry not paused), or why not.
-    Fired(std::result::Result<Option<Instant>, String>),
+    /// It ended the try: when the try's clients were served again after
+    /// the RESUME (None without PgBouncer, or with the entry not paused),
+    /// or why not; and where its time went, step by step.
+    Fired(std::result::Result<Option<Instant>, String>, String),
 }
 
 impl Watchdog {
@@ -190,21 +229,39 @@ impl Watchdog {
                     .0;
             }
             // (Under the lock: a disarm meanwhile waits, then sees it fired.)
+            let fired = Instant::now();
             let sent: Vec<bool> = d.gates.iter().map(crate::bouncer::Gate::shut).collect();
             let in_flight = sent.contains(&true);
             // (The backend's start as an epoch, whatever the DateStyle.)
-            let ended = d.killer.query_one(
-                "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
-                 FROM pg_catalog.pg_stat_activity a
-                 WHERE a.pid = $1::int AND extract(epoch FROM a.backend_start)::text = $2::text",
-                &[&d.try_pid, &d.try_started],
-            );
-            if ended.is_ok_and(|r| r.get::<_, bool>(0)) {
-                // Until its locks are released (it aborts its transaction as
-                // it exits), the reserve at most: clients resumed before
-                // would only wait on them. (pg_terminate_backend's own wait
-                // sleeps 100 ms, or all of a shorter timeout, between looks.)
-                let until = Instant::now() + reserve / 2;
+            let terminated = d
+                .killer
+                .query_one(
+                    "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid)) > 0
+                     FROM pg_catalog.pg_stat_activity a
+                     WHERE a.pid = $1::int AND extract(epoch FROM a.backend_start)::text = $2::text",
+                    &[&d.try_pid, &d.try_started],
+                )
+                .is_ok_and(|r| r.get::<_, bool>(0));
+            if !terminated {
+                let _ = d.try_cancel.cancel_within(reserve / 2);
+            }
+            let ended = Instant::now();
+            // The entry resumed at once, while the backend exits: PgBouncer
+            // logs in anew after a RESUME (a PAUSE closes the entry's server
+            // connections, and it opens one at a time), which takes longer
+            // than the backend's abort; a client served before that would
+            // wait on the try's locks in the server instead, its wait no
+            // longer. Then, until those locks are gone (the reserve's half at
+            // most: pg_terminate_backend's own wait sleeps 100 ms, or all of
+            // a shorter timeout, between looks), and until the clients that
+            // waited through the PAUSE have a server: the end of their wait
+            // is the later. Then each PgBouncer read again when a PAUSE was
+            // on its way: one that reached it after the RESUME is resumed
+            // too.
+            let acked = crate::bouncer::resume_each(d.resumers, Some(&sent));
+            let resumed_at = Instant::now();
+            if terminated {
+                let until = resumed_at + reserve / 2;
                 while Instant::now() < until {
                     let gone = d.killer.query_one(
                         "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_locks
@@ -216,15 +273,11 @@ impl Watchdog {
                     }
                     std::thread::sleep(Duration::from_micros(500));
                 }
-            } else {
-                let _ = d.try_cancel.cancel_within(reserve / 2);
             }
-            // When its clients had a server again (PgBouncer logs in anew
-            // after a RESUME), looked at at once: the end of their wait.
-            // Then each PgBouncer read again when a PAUSE was on its way:
-            // one that reached it after the RESUME is resumed too.
-            let resumed = crate::bouncer::resume_each(d.resumers, Some(&sent))
+            let gone = Instant::now();
+            let resumed = acked
                 .and_then(|at| crate::bouncer::served_after(d.resumers, at))
+                .map(|at| at.map(|at| at.max(gone)))
                 .and_then(|at| match in_flight {
                     true => Ok(at.max(crate::bouncer::resume_each(d.resumers, None)?)),
                     false => Ok(at),
@@ -236,7 +289,18 @@ impl Watchdog {
             for token in &d.cancels {
                 let _ = token.cancel_query();
             }
-            *dog = Dog::Fired(resumed);
+            let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_millis();
+            let steps = format!(
+                "its backend ended {}, the entry resumed {}, its locks gone {}, its clients served {}",
+                ms(fired, ended),
+                ms(ended, resumed_at),
+                ms(resumed_at, gone),
+                match &resumed {
+                    Ok(Some(at)) => ms(gone, *at).to_string(),
+                    _ => "-".into(),
+                }
+            );
+            *dog = Dog::Fired(resumed, steps);
             wake.notify_all();
         });
         Watchdog { state }
@@ -250,7 +314,7 @@ impl Watchdog {
             *dog = Dog::Disarmed;
             wake.notify_all();
         }
-        matches!(*dog, Dog::Fired(_))
+        matches!(*dog, Dog::Fired(..))
     }
 
     /// Ends the try now, as at its deadline, unless it was disarmed; returns
@@ -267,14 +331,22 @@ impl Watchdog {
         while matches!(*dog, Dog::Now) {
             dog = wake.wait(dog).unwrap_or_else(|p| p.into_inner());
         }
-        matches!(*dog, Dog::Fired(_))
+        matches!(*dog, Dog::Fired(..))
     }
 
     /// Once it fired: when the entry was resumed (None: nothing was
     /// paused), or why it was not.
     pub fn resumed(&self) -> Option<std::result::Result<Option<Instant>, String>> {
         match &*self.state.0.lock().unwrap_or_else(|p| p.into_inner()) {
-            Dog::Fired(r) => Some(r.clone()),
+            Dog::Fired(r, _) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    /// Once it fired: where its time went (ms), for the try's line.
+    pub fn steps(&self) -> Option<String> {
+        match &*self.state.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            Dog::Fired(_, steps) => Some(steps.clone()),
             _ => None,
         }
     }
@@ -490,6 +562,27 @@ mod tests {
         assert_eq!((b.total_ms(), b.reserve_ms()), (500, 50));
         let b = Budget::keeping(Duration::from_millis(100), Duration::from_millis(80));
         assert_eq!(b.reserve_ms(), 50);
+    }
+
+    #[test]
+    fn a_reserve_covers_giving_up_and_leaves_the_work_three_quarters() {
+        let ms = Duration::from_millis;
+        let mut r = Reserve::of(ms(500));
+        assert_eq!(r.for_try(ms(1), ms(5), 4), ms(50));
+        // a loaded machine's logins, up to a quarter
+        assert_eq!(r.for_try(ms(2), ms(15), 4), ms(66));
+        assert_eq!(r.for_try(ms(2), ms(30), 20), ms(125));
+        // grown by an overrun, kept after
+        r.overran(ms(50), ms(520));
+        assert_eq!(r.for_try(ms(1), ms(5), 4), ms(70));
+        r.overran(ms(70), ms(900));
+        assert_eq!(r.for_try(ms(1), ms(5), 4), ms(125));
+        // none lost to a try within its budget
+        r.overran(ms(125), ms(400));
+        assert_eq!(r.for_try(ms(1), ms(5), 4), ms(125));
+        // small budgets: 10 ms, unless that is over a quarter
+        assert_eq!(Reserve::of(ms(60)).for_try(ms(0), ms(0), 0), ms(10));
+        assert_eq!(Reserve::of(ms(20)).for_try(ms(0), ms(0), 0), ms(5));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use super::copy::sides;
 use super::*;
 use crate::bouncer::{Gate, Pauser, Resumer};
-use crate::pause::Deadline;
+use crate::pause::{Deadline, Reserve};
 
 impl Mover<'_> {
     /// In the held session on the old server: the cutover's locks, the new
@@ -70,17 +70,7 @@ impl Mover<'_> {
             Duration::from_millis(w.pause_budget),
             Duration::from_secs(w.cutover_retry),
         );
-        // Kept back from each try's budget for its watchdog (the try's
-        // backend terminated, then a RESUME on each PgBouncer) and for the
-        // queued clients' new server connections after it: a twentieth of
-        // the budget (10 ms at least), or three times those round trips and
-        // a login for each of the entry's server connections as they take
-        // just before the try if more (the machine's load now), grown by what a try given up still held its clients
-        // past the budget; at most a tenth of the budget. (t/013 saw giving
-        // up take 20-27 ms on a quiet machine.) (Four console logins kept half the budget back on a
-        // loaded machine, and the tries that would have committed gave up
-        // instead: the watchdog's sessions are open before the try.)
-        let mut reserve = (budget / 20).max(Duration::from_millis(10));
+        let mut reserve = Reserve::of(budget);
         let mut why = String::new();
         for attempt in 1..=attempts {
             if attempt > 1 {
@@ -160,13 +150,10 @@ impl Mover<'_> {
                 logins = logins.max(servers);
             }
             let try_cancel = t.cancel_token();
-            let b = Budget::keeping(
-                budget,
-                reserve.max(rtt * 3 + login * logins).min(budget / 10),
-            );
+            let b = Budget::keeping(budget, reserve.for_try(rtt, login, logins));
             self.paused_at = None;
             t.batch_execute("BEGIN").described()?;
-            let (done, by_dog) = std::thread::scope(|s| {
+            let (done, by_dog, dog_steps) = std::thread::scope(|s| {
                 let dog = Watchdog::arm(
                     s,
                     &b,
@@ -191,7 +178,7 @@ impl Mover<'_> {
                         }
                     });
                 dog.disarm();
-                (done, dog.resumed())
+                (done, dog.resumed(), dog.steps())
             });
             if by_dog.is_some() {
                 // (A cancel that reached an idle session is dropped; one
@@ -236,14 +223,16 @@ impl Mover<'_> {
                     if let (Some(p), Some(r)) = (self.paused_at, resumed) {
                         let held = r.saturating_duration_since(p);
                         why += &format!(
-                            "\n   (this try held the shard's clients {} ms of its budget of {} ms, {} ms of it kept back for giving up)",
+                            "\n   (this try held the shard's clients {} ms of its budget of {} ms, {} ms of it kept back for giving up{})",
                             held.as_millis(),
                             budget.as_millis(),
-                            b.reserve_ms()
+                            b.reserve_ms(),
+                            dog_steps
+                                .as_ref()
+                                .map(|s| format!(": at its deadline {s} ms"))
+                                .unwrap_or_default()
                         );
-                        reserve = (Duration::from_millis(b.reserve_ms() as u64)
-                            + held.saturating_sub(budget))
-                        .min(budget / 10);
+                        reserve.overran(Duration::from_millis(b.reserve_ms() as u64), held);
                     }
                 }
                 // Failed before its COMMIT: nothing changed, the clients
