@@ -233,6 +233,16 @@ impl Mover<'_> {
                                 .unwrap_or_default()
                         );
                         reserve.overran(Duration::from_millis(b.reserve_ms() as u64), held);
+                        // (Said where the operator looks: the bound missed,
+                        // the machine too loaded for the reserve.)
+                        if held > budget {
+                            println!(
+                                "   WARNING:  a try of the cutover held the shard's clients {} ms, past its budget of {} ms: giving up took longer than the {} ms kept back for it (the machine is loaded); the next tries keep back what it overran",
+                                held.as_millis(),
+                                budget.as_millis(),
+                                b.reserve_ms()
+                            );
+                        }
                     }
                 }
                 // Failed before its COMMIT: nothing changed, the clients
