@@ -62,15 +62,26 @@ RETURNS TABLE (nsp oid, object text, detail text)
 LANGUAGE sql STABLE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- The schema's name, as a pattern matching it only where a name starts
-    -- (schema t must not turn events_rest.at into events_res<schema>.at).
-    WITH s AS (SELECT n.oid, '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g') AS prefix
+    -- The schema's name: as written in a qualified name, and as a pattern
+    -- matching it only where a name starts (schema t must not turn
+    -- events_rest.at into events_res<schema>.at).
+    WITH s AS (SELECT n.oid, ARRAY[quote_ident(n.nspname) || '.',
+                                   '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix
                FROM pg_namespace n WHERE n.oid = ANY (nsps)),
     views AS MATERIALIZED (SELECT * FROM insta_id._view_definitions(nsps)),
     rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
                    c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, s.prefix, v.definition
             FROM pg_class c JOIN s ON s.oid = c.relnamespace LEFT JOIN views v ON v.view = c.oid
             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+    -- Each relation's grants, written once per distinct ACL and owner (a
+    -- shard's tables have their template's: thousands alike).
+    rel_grants AS (SELECT x.acl, x.relowner,
+                          (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                           FROM aclexplode(x.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
+                           WHERE a.grantee <> x.relowner) AS grants
+                   FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
+                                r.relowner, r.relacl
+                         FROM rel r) x),
     raw (nsp, prefix, object, detail) AS (
         SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
@@ -84,11 +95,9 @@ AS $$
                          CASE WHEN r.relforcerowsecurity THEN 'forced' END,
                          'replica identity ' || r.relreplident::text,
                          'options ' || array_to_string(r.reloptions, ','),
-                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
-                                       FROM aclexplode(r.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
-                                       WHERE a.grantee <> (SELECT relowner FROM pg_class WHERE oid = r.oid)),
+                         'grants ' || rg.grants,
                          CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || r.definition END)
-        FROM rel r
+        FROM rel r JOIN rel_grants rg ON rg.acl = coalesce(r.relacl::text, '') AND rg.relowner = r.relowner
         UNION ALL
         SELECT r.relnamespace, r.prefix, format('column %I.%I', r.relname, a.attname),
                concat_ws(' ', format_type(a.atttypid, a.atttypmod),
@@ -97,7 +106,9 @@ AS $$
                          CASE WHEN a.attgenerated <> '' THEN 'generated' END,
                          'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
                                         '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
-                         'COLLATE ' || nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text)
+                         -- (a column of a type without collation has none: no lookup)
+                         'COLLATE ' || CASE WHEN a.attcollation <> 0
+                                            THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END)
         FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
         UNION ALL
@@ -149,8 +160,10 @@ AS $$
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
     -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
-    -- compiled, and each schema has its own)
-    SELECT nsp, regexp_replace(object, prefix, '\1<schema>.', 'g'), regexp_replace(detail, prefix, '\1<schema>.', 'g')
+    -- compiled, and each schema has its own; the pattern tried only on
+    -- text that holds the name, which most does not)
+    SELECT nsp, CASE WHEN strpos(object, prefix[1]) > 0 THEN regexp_replace(object, prefix[2], '\1<schema>.', 'g') ELSE object END,
+           CASE WHEN strpos(detail, prefix[1]) > 0 THEN regexp_replace(detail, prefix[2], '\1<schema>.', 'g') ELSE detail END
     FROM (SELECT * FROM raw ORDER BY nsp) r
 $$;
 
