@@ -86,6 +86,10 @@ impl Budget {
     }
 
     /// What was kept back for giving up.
+    pub fn reserve(&self) -> Duration {
+        self.reserve
+    }
+
     pub fn reserve_ms(&self) -> u128 {
         self.reserve.as_millis()
     }
@@ -115,7 +119,8 @@ impl Budget {
 /// the watchdog's work (the try's backend terminated, a RESUME on each
 /// PgBouncer) and the queued clients' new server connections after it
 /// (PgBouncer opens them one at a time), so that no client waits past the
-/// budget. A tenth of the budget (10 ms at least); for a try, three times
+/// budget. A tenth of the budget (10 ms at least, unless that is over a
+/// quarter); for a try, three times
 /// its round trips and a login for each of the entry's server connections
 /// as they take just before it if more (the machine's load then); grown by
 /// what a try given up still held its clients past the budget; never over
@@ -208,7 +213,7 @@ impl Watchdog {
     ) -> Watchdog {
         let state = Arc::new((Mutex::new(Dog::Armed), Condvar::new()));
         let deadline = Instant::now() + budget.left();
-        let reserve = Duration::from_millis(budget.reserve_ms().max(10) as u64);
+        let reserve = budget.reserve().max(Duration::from_millis(10));
         let shared = state.clone();
         scope.spawn(move || {
             let (dog, wake) = &*shared;

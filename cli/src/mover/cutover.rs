@@ -232,7 +232,7 @@ impl Mover<'_> {
                                 .map(|s| format!(": at its deadline {s} ms"))
                                 .unwrap_or_default()
                         );
-                        reserve.overran(Duration::from_millis(b.reserve_ms() as u64), held);
+                        reserve.overran(b.reserve(), held);
                         // (Said where the operator looks: the bound missed,
                         // the machine too loaded for the reserve.)
                         if held > budget {
