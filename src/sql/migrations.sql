@@ -102,10 +102,14 @@ $$;
 -- the first statement after each COMMIT. Until then only qualified names
 -- run: the declarations' types are pg_catalog's and have no initial values
 -- (an expression there would run under the caller's search_path).
--- The next shard is found by a probe of applied_migrations' key for each
--- shard walked (OFFSET 0): as an anti-join the plan, sure from the
--- statistics that the migration had no row yet, read the whole table at
--- each shard, a migration over N shards O(N^2).
+-- The shards lacking it are read in one pass, in shard order, and walked
+-- one by one, each checked again at its turn; at the end of the list the
+-- registry is read again for shards made meanwhile above the last one
+-- walked. (A read of the next shard at each step was O(N) a step whenever
+-- the statistics were older than the shards, as right after
+-- create_shards_in_batches: every later shard read and sorted, 1.6 ms a
+-- shard at 3000 shards; and an anti-join read all of applied_migrations:
+-- its key is probed a shard at a time, OFFSET 0.)
 CREATE PROCEDURE insta_id.migrate(migration text, template_schema text, statements text,
                                   lock_timeout text DEFAULT '2s', lock_retries int DEFAULT 10)
 LANGUAGE plpgsql
@@ -121,6 +125,9 @@ DECLARE
     started pg_catalog.timestamptz;
     reported pg_catalog.timestamptz;
     holder pg_catalog.int4;
+    todo pg_catalog.int4[];
+    pos pg_catalog.int4;
+    found_schema pg_catalog.name;
     moving pg_catalog.int4[];
     skipped pg_catalog.int4[];
     had_it pg_catalog.int8;
@@ -138,6 +145,8 @@ BEGIN
     shards_done := 0;
     started := clock_timestamp();
     reported := started;
+    todo := '{}';
+    pos := 1;
     moving := '{}';
     skipped := '{}';
     held := '{}';
@@ -193,16 +202,29 @@ BEGIN
             target := migrate.template_schema;
             target_shard := NULL;
         ELSE
-            -- The next shard without it; the registry is read again each time,
-            -- so shards created meanwhile from the old template are not missed.
-            SELECT r.shard_id, r.schema_name INTO target_shard, target FROM insta_id_admin.shard_registry r
-            WHERE r.shard_id > last_shard
+            -- The next shard without it (see above): the list, read again
+            -- at its end so that shards created meanwhile from the old
+            -- template are not missed; each still the template's, without it.
+            IF pos > cardinality(todo) THEN
+                todo := ARRAY(SELECT r.shard_id FROM insta_id_admin.shard_registry r
+                              WHERE r.shard_id > last_shard
+                                AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
+                                AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
+                                                WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration OFFSET 0)
+                              ORDER BY r.shard_id);
+                pos := 1;
+                EXIT WHEN cardinality(todo) = 0;
+            END IF;
+            last_shard := todo[pos];
+            pos := pos + 1;
+            SELECT r.schema_name INTO found_schema FROM insta_id_admin.shard_registry r
+            WHERE r.shard_id = last_shard
               AND (r.template_schema IS NULL OR r.template_schema = migrate.template_schema)
               AND NOT EXISTS (SELECT FROM insta_id_admin.applied_migrations a
-                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration OFFSET 0)  -- (see above)
-            ORDER BY r.shard_id LIMIT 1;
-            EXIT WHEN NOT FOUND;
-            last_shard := target_shard;
+                              WHERE a.schema_name = r.schema_name AND a.migration = migrate.migration OFFSET 0);
+            CONTINUE WHEN NOT FOUND;  -- (dropped, or made again, meanwhile)
+            target_shard := last_shard;
+            target := found_schema;
         END IF;
 
         -- A shard being moved (insta_id.lock_shard_for_move) is skipped: DDL
