@@ -121,15 +121,20 @@ BEGIN
     END IF;
     -- A default that depends on a sequence but is not next_id's (nextval(),
     -- serial) would keep drawing from the template's sequence in every copy.
+    -- (each table's defaults, then each default's dependencies, in that
+    -- order whatever the statistics (OFFSET 0): from the other end, all
+    -- the defaults of the database that use a sequence, 0.47 s a call at
+    -- 3000 shards)
     SELECT c.relname INTO bad
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    JOIN pg_attrdef d ON d.adrelid = c.oid
-    JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-    WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
-      AND EXISTS (SELECT FROM pg_depend dep JOIN pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
-                  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
-                    AND dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
-      AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+    FROM pg_class c, LATERAL (SELECT d.oid, a.attname FROM pg_attrdef d
+                              JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                              WHERE d.adrelid = c.oid OFFSET 0) x
+    WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+      AND EXISTS (SELECT FROM (SELECT dep.refclassid, dep.refobjid, dep.deptype FROM pg_depend dep
+                               WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = x.oid OFFSET 0) dep
+                  JOIN pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
+                  WHERE dep.refclassid = 'pg_class'::regclass AND dep.deptype = 'n')
+      AND insta_id._next_id_default_shard(c.oid, x.attname) IS NULL
     ORDER BY c.relname
     LIMIT 1;
     IF FOUND THEN
@@ -149,10 +154,15 @@ BEGIN
                       AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
         UNION ALL
         -- A partition and its partitioned table are copied together.
+        -- (from the template's relations, each probed (OFFSET 0): not by
+        -- reading every partition of the database, as statistics older
+        -- than the shards made the plan do, 60 ms at 3000 shards)
         SELECT format('partition %s of %s (one of them outside the template)', h.inhrelid::regclass, h.inhparent::regclass)
-        FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
-        JOIN pg_namespace n ON n.oid = tmpl
-        WHERE c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = n.oid) <> (p.relnamespace = n.oid)
+        FROM pg_class t, LATERAL (SELECT h.inhrelid, h.inhparent FROM pg_inherits h WHERE h.inhrelid = t.oid
+                                  UNION ALL
+                                  SELECT h.inhrelid, h.inhparent FROM pg_inherits h WHERE h.inhparent = t.oid OFFSET 0) h
+        JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_class p ON p.oid = h.inhparent
+        WHERE t.relnamespace = tmpl AND c.relkind IN ('r', 'p', 'f') AND (c.relnamespace = tmpl) <> (p.relnamespace = tmpl)
         UNION ALL
         SELECT format('inheritance of %I.%I', template, c.relname)
         FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -209,10 +219,14 @@ BEGIN
         SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
                    CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
                         ELSE format('type %s', d.refobjid::regtype) END)
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attgenerated <> ''
-        JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
-        JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+        -- (each table's generated columns, then their dependencies, in that
+        -- order (OFFSET 0): from the dependencies of every default of the
+        -- database, 160 ms at 3000 shards)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
+        LATERAL (SELECT a.attname, ad.oid FROM pg_attribute a JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+                 WHERE a.attrelid = c.oid AND a.attgenerated <> '' OFFSET 0) a,
+        LATERAL (SELECT d.refclassid, d.refobjid FROM pg_depend d
+                 WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid OFFSET 0) d
         WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
           AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
             OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
