@@ -178,7 +178,17 @@ PARTITION OF`) and for `CREATE TRIGGER` grows with the catalogs (measured
 with pg_stat_statements: 1.7 ms a partition at 200 shards, 12-16 ms at
 3000, in insta_id's copy and in the plain DDL alike), so no copy of this
 template can be flat from 100 to 8192 shards; the ratio to the plain DDL at
-8192 is the figure that is insta_id's.
+8192 is the figure that is insta_id's. Where the partition's time goes
+(perf, PostgreSQL 18, about 3000 shards): `DefineRelation` calls
+`CloneFkReferenced` for every new partition, which looks for the foreign
+keys that reference its parent by reading all of `pg_constraint` (it has
+no index on `confrelid`); that scan's visibility checks alone were 18% of
+the backend's time.
+
+The migration runs right after the shards are made, before autovacuum has
+analyzed the catalogs they grew, as a DBA's would: its plans are made with
+statistics of a database of a few hundred objects (see the CHANGELOG for
+the plans that turned on them, up to 0.5 s a shard, and were fixed).
 
 {table("plain", "**The 3-table template** (tests/fixtures/shard_template.sql alone):")}
 **pg_dump** locks every table it dumps until it ends, in one transaction, so
