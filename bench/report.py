@@ -157,6 +157,8 @@ template and the 8192 shards: {med[f"{kind}/migrate/8192"]:.1f} s.
         ("a migration over 8192 shards in at most 10 s", f"{med['rich/migrate/8192']:.1f} s", med["rich/migrate/8192"] <= 10),
         ("shard_drift over 8192 shards in one call, at most 5 s", f"{med['rich/drift/8192']:.2f} s", med["rich/drift/8192"] <= 5)))
     floor_growth = floor("rich", "_at_8192") / floor("rich", "")
+    # (runs before dump/locked was recorded locked tables only: PostgreSQL 18)
+    locked = med.get("dump/locked", med["dump/tables"])
     return f"""
 ### {machine[1].split(",")[0].replace("postgres: ", "")}
 
@@ -191,11 +193,12 @@ statistics of a database of a few hundred objects (see the CHANGELOG for
 the plans that turned on them, up to 0.5 s a shard, and were fixed).
 
 {table("plain", "**The 3-table template** (tests/fixtures/shard_template.sql alone):")}
-**pg_dump** locks every table it dumps until it ends, in one transaction, so
-the lock table must hold them all: the {med["dump/tables"]:,.0f} tables of the 3-table
-8192-shard database (with the floor's 100 shards) need
-`max_locks_per_transaction` of at least tables / server processes
-({med["dump/tables"]:.0f} / {med["dump/processes"]:.0f} here). With the default 64, pg_dump failed
+**pg_dump** locks every table it dumps until it ends, in one transaction
+(before PostgreSQL 18 every sequence too: its pg_dump reads each with a
+SELECT), so the lock table must hold them all: the {med["dump/tables"]:,.0f} tables of the 3-table
+8192-shard database (with the floor's 100 shards), {locked:,.0f} relations locked in all, need
+`max_locks_per_transaction` of at least relations locked / server processes
+({locked:.0f} / {med["dump/processes"]:.0f} here). With the default 64, pg_dump failed
 (`{err}`); with {med["dump/max_locks"]:.0f} it dumped the database in {med["dump/seconds"]:.1f} s
 ({med["dump/bytes"] / 1e6:.0f} MB, custom format, empty tables). `pg_upgrade` runs
 pg_dump on the old server, so it needs the same setting there.

@@ -101,17 +101,23 @@ for kind in plain rich; do
 done
 q -d postgres -c "DROP DATABASE rich_$largest"
 
-# pg_dump of 8192 shards: it takes a lock on every table it dumps, in one transaction.
-tables=$(q -d plain_$largest -c "SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'p') AND relnamespace <> 'pg_catalog'::regnamespace AND relnamespace <> 'information_schema'::regnamespace")
+# pg_dump of 8192 shards: it takes a lock on every table it dumps, in one
+# transaction; before PostgreSQL 18 on every sequence too (its pg_dump
+# reads each with a SELECT, whose lock lasts until the dump ends).
+user_rels="relnamespace <> 'pg_catalog'::regnamespace AND relnamespace <> 'information_schema'::regnamespace"
+tables=$(q -d plain_$largest -c "SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'p') AND $user_rels")
+locked=$(q -d plain_$largest -c "SELECT count(*) FROM pg_class WHERE (relkind IN ('r', 'p')
+  OR (relkind = 'S' AND current_setting('server_version_num')::int < 180000)) AND $user_rels")
 processes=$(q -d plain_$largest -c "SELECT current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int
   + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
   + coalesce(current_setting('autovacuum_worker_slots', true), current_setting('autovacuum_max_workers'))::int + 1")
 dump_err=$(pg_dump -Fc -f "$out/shards.dump" plain_$largest 2>&1 >/dev/null | head -n 1 || true)
 record 1 dump/tables "$tables"
+record 1 dump/locked "$locked"
 record 1 dump/processes "$processes"
 echo "$dump_err" >"$out/dump_default.txt"
-# What the tables need (each holds a lock until the dump ends), rounded up to 64, with room for the rest.
-need=$(( ((tables + 1000) / processes + 63) / 64 * 64 ))
+# What they need (each holds a lock until the dump ends), rounded up to 64, with room for the rest.
+need=$(( ((locked + 1000) / processes + 63) / 64 * 64 ))
 cluster_start bench-shards "${stock[@]}" --conf "max_locks_per_transaction = $need"
 t=$(now)
 pg_dump -Fc -f "$out/shards.dump" plain_$largest
