@@ -2393,7 +2393,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
-        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
@@ -2501,6 +2501,7 @@ END
 $$;
 REVOKE ALL ON FUNCTION insta_id._view_definitions(oid[]) FROM PUBLIC;
 
+DROP FUNCTION insta_id._describe_schemas(oid[]);
 -- What schemas hold, as (object, detail) pairs comparable across shards: the
 -- schema's own name, and next_id's shard number and sequence in a default,
 -- written as placeholders. Tables, views, their columns (type, NOT NULL,
@@ -2510,13 +2511,19 @@ REVOKE ALL ON FUNCTION insta_id._view_definitions(oid[]) FROM PUBLIC;
 -- types, owners, and grants on the schema, its tables, functions and
 -- types. For many schemas at once: one pass over each catalog (pg_class has
 -- no index on the schema alone).
+-- Deparsed once per template, not once per shard (issue 58): a relation
+-- whose catalog rows are its namesake's in schema template (key, below)
+-- takes the template's deparsed indexes, constraints, triggers and
+-- policies, with the placeholder already in, instead of deparsing its own
+-- (pg_get_indexdef and pg_get_expr build each table's relation cache entry
+-- to do it: most of a call over thousands of shards). template 0: none.
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
 -- object, so each catalog is read once for all schemas; the branches are
 -- independent and each is short.
 -- Views are deparsed by _view_definitions, the one deparser that locks (a
 -- schema at a time); the others read the catalogs without locks. PARALLEL
 -- UNSAFE: _view_definitions is.
-CREATE OR REPLACE FUNCTION insta_id._describe_schemas(nsps oid[])
+CREATE FUNCTION insta_id._describe_schemas(nsps oid[], template oid)
 RETURNS TABLE (nsp oid, object text, detail text)
 LANGUAGE sql STABLE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -2541,6 +2548,106 @@ AS $$
                    FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
                                 r.relowner, r.relacl
                          FROM rel r) x),
+    -- What the deparsers of a relation's indexes, constraints, triggers
+    -- and policies read, as one value: the relation's kind, its columns by
+    -- number (names are printed; an operator class or collation is printed
+    -- against the column's type), then those objects' catalog rows whole
+    -- (so that a column PostgreSQL adds is compared too) but for their own
+    -- oids, node trees without their token positions (which move with the
+    -- length of each copy's schema name), and what they name in the
+    -- relation's own schema by its name there (elsewhere, by oid). Equal
+    -- keys, equal deparsed text once the schema's name is the placeholder.
+    -- An oid of the shard's own in a node tree (a CHECK calling the
+    -- shard's function) makes the key differ: that relation is deparsed,
+    -- as before. (Locations: ' :location N' in a node tree's text.) Each
+    -- catalog read in one pass, grouped by relation: correlated
+    -- subqueries, one a relation and kind, cost 0.1 ms a relation.
+    keyed AS MATERIALIZED (
+        SELECT r.oid, r.relnamespace, r.relname, ROW(r.relkind, c.key, i.key, k.key, t.key, p.key)::text AS key
+        FROM rel r
+        -- (a type of the relation's schema by its name, as the schema's
+        -- other objects: its definition has a row of its own; a built-in
+        -- one, below FirstNormalObjectId, by oid)
+        LEFT JOIN (SELECT a.attrelid, string_agg(ROW(a.attnum, a.attname, a.atttypmod, a.attcollation,
+                                                     CASE WHEN y.typnamespace = r.relnamespace THEN y.typname::text ELSE a.atttypid::text END,
+                                                     y.typnamespace = r.relnamespace)::text, ' ' ORDER BY a.attnum) AS key
+                   FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+                   LEFT JOIN pg_type y ON y.oid = a.atttypid AND a.atttypid >= 16384
+                   GROUP BY a.attrelid) c ON c.attrelid = r.oid
+        -- (a catalog row whole but for some columns: jsonb_populate_record
+        -- sets those, whatever the version's other columns)
+        LEFT JOIN (SELECT x.indrelid, string_agg(ROW(i.relname, i.relkind, i.relam, i.reloptions,
+                                                     jsonb_populate_record(x, '{"indexrelid": 0, "indrelid": 0, "indexprs": null, "indpred": null}'),
+                                                     regexp_replace(x.indexprs::text, ' :location -?[0-9]+', '', 'g'),
+                                                     regexp_replace(x.indpred::text, ' :location -?[0-9]+', '', 'g'),
+                                                     ARRAY(SELECT ia.attoptions::text FROM pg_attribute ia
+                                                           WHERE ia.attrelid = i.oid AND ia.attoptions IS NOT NULL ORDER BY ia.attnum))::text,
+                                                 ' ' ORDER BY i.relname) AS key
+                   FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+                   GROUP BY x.indrelid) i ON i.indrelid = r.oid
+        LEFT JOIN (SELECT k.conrelid, string_agg(ROW(jsonb_populate_record(k, '{"oid": 0, "conrelid": 0, "connamespace": 0, "conindid": 0,
+                                                                                "confrelid": 0, "conparentid": 0, "conbin": null}'),
+                                                     regexp_replace(k.conbin::text, ' :location -?[0-9]+', '', 'g'), ci.relname,
+                                                     CASE WHEN f.relnamespace = r.relnamespace
+                                                          THEN ROW(f.relname, ARRAY(SELECT fa.attname FROM unnest(k.confkey) WITH ORDINALITY u(n, o)
+                                                                                    JOIN pg_attribute fa ON fa.attrelid = f.oid AND fa.attnum = u.n
+                                                                                    ORDER BY u.o))
+                                                          ELSE ROW(k.confrelid) END)::text, ' ' ORDER BY k.conname, k.contype) AS key
+                   FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid AND k.contype <> 'n'
+                   LEFT JOIN pg_class ci ON ci.oid = k.conindid LEFT JOIN pg_class f ON f.oid = k.confrelid
+                   GROUP BY k.conrelid) k ON k.conrelid = r.oid
+        LEFT JOIN (SELECT t.tgrelid, string_agg(ROW(jsonb_populate_record(t, '{"oid": 0, "tgrelid": 0, "tgparentid": 0, "tgfoid": 0,
+                                                                               "tgconstrrelid": 0, "tgconstrindid": 0, "tgconstraint": 0, "tgqual": null}'),
+                                                    regexp_replace(t.tgqual::text, ' :location -?[0-9]+', '', 'g'),
+                                                    CASE WHEN p.pronamespace = r.relnamespace THEN ROW(p.proname) ELSE ROW(t.tgfoid) END,
+                                                    CASE WHEN cr.relnamespace = r.relnamespace THEN ROW(cr.relname) ELSE ROW(t.tgconstrrelid) END)::text,
+                                                ' ' ORDER BY t.tgname) AS key
+                   FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+                   JOIN pg_proc p ON p.oid = t.tgfoid LEFT JOIN pg_class cr ON cr.oid = t.tgconstrrelid
+                   GROUP BY t.tgrelid) t ON t.tgrelid = r.oid
+        LEFT JOIN (SELECT p.polrelid, string_agg(ROW(p.polname, p.polcmd, p.polpermissive, p.polroles,
+                                                     regexp_replace(p.polqual::text, ' :location -?[0-9]+', '', 'g'),
+                                                     regexp_replace(p.polwithcheck::text, ' :location -?[0-9]+', '', 'g'))::text,
+                                                 ' ' ORDER BY p.polname) AS key
+                   FROM rel r JOIN pg_policy p ON p.polrelid = r.oid
+                   GROUP BY p.polrelid) p ON p.polrelid = r.oid),
+    -- The shards' relations that take their template namesake's rows.
+    reuse AS MATERIALIZED (
+        SELECT k.oid, k.relnamespace, t.oid AS template_rel
+        FROM keyed k JOIN keyed t ON t.relname = k.relname AND t.key = k.key
+        WHERE t.relnamespace = template AND k.relnamespace <> template),
+    -- The indexes, constraints, triggers and policies of every other
+    -- relation, deparsed (rel: theirs).
+    parts (rel, nsp, prefix, object, detail) AS (
+        SELECT r.oid, r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
+        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        UNION ALL
+        SELECT r.oid, r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n' AND NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        UNION ALL
+        -- (and whether it fires, which ALTER TABLE ... TRIGGER sets and
+        -- pg_get_triggerdef does not print)
+        SELECT r.oid, r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname),
+               concat_ws('; ', pg_get_triggerdef(t.oid),
+                         CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' WHEN 'A' THEN 'ENABLE ALWAYS' END)
+        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
+        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        UNION ALL
+        SELECT r.oid, r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
+        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid
+        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
+    -- The template's, with the placeholder (as the end of this statement
+    -- writes every row), for the relations that reuse them.
+    template_parts (rel, object, detail) AS (
+        SELECT p.rel,
+               CASE WHEN strpos(p.object, p.prefix[1]) > 0 THEN regexp_replace(p.object, p.prefix[2], '\1<schema>.', 'g') ELSE p.object END,
+               CASE WHEN strpos(p.detail, p.prefix[1]) > 0 THEN regexp_replace(p.detail, p.prefix[2], '\1<schema>.', 'g') ELSE p.detail END
+        FROM parts p WHERE p.nsp = template),
     raw (nsp, prefix, object, detail) AS (
         SELECT s.oid, s.prefix, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
@@ -2563,23 +2670,15 @@ AS $$
                          CASE WHEN a.attnotnull THEN 'NOT NULL' END,
                          CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
                          CASE WHEN a.attgenerated <> '' THEN 'generated' END,
-                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                         -- (a default names no column: deparsed without its
+                         -- table, whose relation cache entry that would build)
+                         'DEFAULT ' || regexp_replace(pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END),
                                         '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$', 'insta_id.next_id(<shard>, <its sequence>)'),
                          -- (a column of a type without collation has none: no lookup)
                          'COLLATE ' || CASE WHEN a.attcollation <> 0
                                             THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END)
         FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        UNION ALL
-        SELECT r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
-        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
-        UNION ALL
-        SELECT r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
-        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
-        WHERE k.contype <> 'n'
-        UNION ALL
-        SELECT r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname), pg_get_triggerdef(t.oid)
-        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
         UNION ALL
         SELECT r.relnamespace, r.prefix, format('statistics %I on %I', x.stxname, r.relname),
                regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
@@ -2613,11 +2712,10 @@ AS $$
         FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE p.prokind <> 'a'
         UNION ALL
-        SELECT r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
-               concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
-                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
-                         'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
-        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid)
+        SELECT p.nsp, p.prefix, p.object, p.detail FROM parts p
+        UNION ALL
+        -- (no prefix: no pattern to try)
+        SELECT u.relnamespace, NULL, t.object, t.detail FROM reuse u JOIN template_parts t ON t.rel = u.template_rel)
     -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
     -- compiled, and each schema has its own; the pattern tried only on
     -- text that holds the name, which most does not)
@@ -2625,6 +2723,7 @@ AS $$
            CASE WHEN strpos(detail, prefix[1]) > 0 THEN regexp_replace(detail, prefix[2], '\1<schema>.', 'g') ELSE detail END
     FROM (SELECT * FROM raw ORDER BY nsp) r
 $$;
+REVOKE ALL ON FUNCTION insta_id._describe_schemas(oid[], oid) FROM PUBLIC;
 
 -- Which registered shards differ from a template, and how: one row per
 -- difference (missing, extra, or the shard's detail beside the template's).
@@ -2659,7 +2758,7 @@ BEGIN
                     LEFT JOIN pg_namespace n ON n.nspname = r.schema_name
                     WHERE (r.template_schema IS NULL OR r.template_schema = shard_drift.template_schema)
                       AND r.shard_id BETWEEN first_shard AND last_shard),
-    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl))),
+    d AS (SELECT * FROM insta_id._describe_schemas(array_append(ARRAY(SELECT oid FROM shards WHERE oid IS NOT NULL), tmpl), tmpl)),
     -- The template's rows, picked out once: with the registry's
     -- statistics from before the last thousands of shards, the planner
     -- otherwise filtered all of d once per shard (66 s at 8192).

@@ -51,7 +51,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
-        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),

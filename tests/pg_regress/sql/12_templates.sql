@@ -100,17 +100,24 @@ SELECT insta_id._code_owner('full_tmpl') AS owner_of_its_objects;
 
 SELECT insta_id.create_shards(201, 202, 'full_tmpl');
 -- What shard 201 holds, object by object; none differs from the template.
-SELECT object FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid]) ORDER BY 1;
+SELECT object FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid], 0) ORDER BY 1;
 SELECT count(*) AS drift FROM insta_id.shard_drift('full_tmpl');
+-- shard_drift deparses once per template (27_drift): what the shards take
+-- from it is what deparsing each of them gives, for every kind of object.
+WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),
+     taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'full_tmpl'::regnamespace::oid) d),
+     deparsed AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 0) d)
+SELECT (SELECT count(*) FROM (TABLE taken EXCEPT ALL TABLE deparsed) x) AS only_taken,
+       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE taken) x) AS only_deparsed;
 SELECT nspowner::regrole AS schema_owner FROM pg_namespace WHERE nspname = 'insta201';
 SELECT proname, proconfig FROM pg_proc WHERE pronamespace = 'insta201'::regnamespace AND proconfig IS NOT NULL;
 
 -- Nothing of a shard depends on the template: dropping it drops nothing else.
-SELECT count(*) AS objects_before FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid, 'insta202'::regnamespace::oid]);
+SELECT count(*) AS objects_before FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid, 'insta202'::regnamespace::oid], 0);
 SET client_min_messages = notice;
 DROP SCHEMA full_tmpl CASCADE;
 SET client_min_messages = warning;
-SELECT count(*) AS objects_after FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid, 'insta202'::regnamespace::oid]);
+SELECT count(*) AS objects_after FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid, 'insta202'::regnamespace::oid], 0);
 
 -- And every object works in the shard: the trigger, the policy and its
 -- function (with the shard on its search_path), the grants, the views, the

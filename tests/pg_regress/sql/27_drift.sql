@@ -1,0 +1,101 @@
+-- shard_drift deparses once per template (issue 58): a shard's relation
+-- whose catalog rows are its template namesake's takes the template's
+-- deparsed indexes, constraints, triggers and policies instead of
+-- deparsing its own. What a call reports must be what deparsing every
+-- shard reports: the same rows, and every difference of an object that
+-- keeps its name found. Each difference is a row of drift_cases, planted
+-- in a shard of its own (a new case is a new row); shard 400 has none.
+SET client_min_messages = warning;
+\set SHOW_CONTEXT never
+SELECT count(*) >= 0 AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
+CREATE ROLE insta_id_regress_drift;
+CREATE SCHEMA drift_outside;
+CREATE TABLE drift_outside.codes (code text PRIMARY KEY);
+-- Every part the shards take from the template: primary keys (one with
+-- INCLUDE), foreign keys within the schema and out of it, CHECKs, plain,
+-- expression, partial and descending indexes, a trigger with a WHEN, a
+-- policy, a partitioned table's index; a column of the schema's own enum.
+CREATE SCHEMA dr_tmpl;
+CREATE TYPE dr_tmpl.state AS ENUM ('open', 'shut');
+CREATE TABLE dr_tmpl.orders (total numeric NOT NULL CHECK (total >= 0), state dr_tmpl.state NOT NULL DEFAULT 'open', note text);
+SELECT insta_id.add_id_column('dr_tmpl.orders', 'id', 0);
+ALTER TABLE dr_tmpl.orders ADD PRIMARY KEY (id);
+CREATE TABLE dr_tmpl.items (order_id bigint NOT NULL REFERENCES dr_tmpl.orders (id) ON DELETE CASCADE,
+                            sku text NOT NULL, qty int NOT NULL CONSTRAINT items_qty_check CHECK (qty > 0),
+                            code text REFERENCES drift_outside.codes);
+SELECT insta_id.add_id_column('dr_tmpl.items', 'id', 0);
+ALTER TABLE dr_tmpl.items ADD PRIMARY KEY (id) INCLUDE (sku);
+CREATE INDEX items_sku_idx ON dr_tmpl.items (sku);
+CREATE INDEX items_lower_idx ON dr_tmpl.items (lower(sku)) WHERE qty > 1;
+CREATE INDEX orders_state_idx ON dr_tmpl.orders (state DESC NULLS LAST);
+CREATE FUNCTION dr_tmpl.touch() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NEW; END $f$;
+CREATE TRIGGER items_touch BEFORE INSERT OR UPDATE ON dr_tmpl.items
+    FOR EACH ROW WHEN (NEW.qty > 0) EXECUTE FUNCTION dr_tmpl.touch();
+ALTER TABLE dr_tmpl.orders ENABLE ROW LEVEL SECURITY;
+CREATE POLICY orders_mine ON dr_tmpl.orders TO insta_id_regress_drift USING (total > 0);
+CREATE VIEW dr_tmpl.open_orders AS SELECT id, total FROM dr_tmpl.orders WHERE state = 'open';
+CREATE TABLE dr_tmpl.events (at timestamptz NOT NULL, order_id bigint REFERENCES dr_tmpl.orders) PARTITION BY RANGE (at);
+CREATE TABLE dr_tmpl.events_2026 PARTITION OF dr_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+CREATE INDEX events_at_idx ON dr_tmpl.events (at);
+SELECT insta_id.create_shards(400, 424, 'dr_tmpl');
+
+-- %1$I: the shard's schema.
+CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
+INSERT INTO drift_cases VALUES
+    (401, 'index: another column', 'DROP INDEX %1$I.items_sku_idx; CREATE INDEX items_sku_idx ON %1$I.items (qty)'),
+    (402, 'index: descending', 'DROP INDEX %1$I.items_sku_idx; CREATE INDEX items_sku_idx ON %1$I.items (sku DESC)'),
+    (403, 'index: an operator class', 'DROP INDEX %1$I.items_sku_idx; CREATE INDEX items_sku_idx ON %1$I.items (sku text_pattern_ops)'),
+    (404, 'index: a collation', 'DROP INDEX %1$I.items_sku_idx; CREATE INDEX items_sku_idx ON %1$I.items (sku COLLATE "C")'),
+    (405, 'index: storage options', 'ALTER INDEX %1$I.items_sku_idx SET (fillfactor = 70)'),
+    (406, 'index: its predicate', 'DROP INDEX %1$I.items_lower_idx; CREATE INDEX items_lower_idx ON %1$I.items (lower(sku)) WHERE qty > 2'),
+    (407, 'index: its expression', 'DROP INDEX %1$I.items_lower_idx; CREATE INDEX items_lower_idx ON %1$I.items (upper(sku)) WHERE qty > 1'),
+    (408, 'index: unique', 'DROP INDEX %1$I.items_sku_idx; CREATE UNIQUE INDEX items_sku_idx ON %1$I.items (sku)'),
+    (409, 'primary key: its included columns', 'ALTER TABLE %1$I.items DROP CONSTRAINT items_pkey, ADD PRIMARY KEY (id) INCLUDE (qty)'),
+    (410, 'check: its expression', 'ALTER TABLE %1$I.items DROP CONSTRAINT items_qty_check, ADD CONSTRAINT items_qty_check CHECK (qty > 1)'),
+    (411, 'check: not valid', 'ALTER TABLE %1$I.items DROP CONSTRAINT items_qty_check, ADD CONSTRAINT items_qty_check CHECK (qty > 0) NOT VALID'),
+    (412, 'foreign key: its action', 'ALTER TABLE %1$I.items DROP CONSTRAINT items_order_id_fkey, ADD CONSTRAINT items_order_id_fkey FOREIGN KEY (order_id) REFERENCES %1$I.orders (id)'),
+    (413, 'foreign key: the template''s table', 'ALTER TABLE %1$I.items DROP CONSTRAINT items_order_id_fkey, ADD CONSTRAINT items_order_id_fkey FOREIGN KEY (order_id) REFERENCES dr_tmpl.orders (id) ON DELETE CASCADE'),
+    (414, 'foreign key: deferrable', 'ALTER TABLE %1$I.items ALTER CONSTRAINT items_order_id_fkey DEFERRABLE INITIALLY DEFERRED'),
+    (415, 'foreign key: the column it references, renamed', 'ALTER TABLE %1$I.orders RENAME COLUMN id TO order_id'),
+    (416, 'trigger: its timing', 'DROP TRIGGER items_touch ON %1$I.items; CREATE TRIGGER items_touch AFTER INSERT OR UPDATE ON %1$I.items FOR EACH ROW WHEN (NEW.qty > 0) EXECUTE FUNCTION %1$I.touch()'),
+    (417, 'trigger: its condition', 'DROP TRIGGER items_touch ON %1$I.items; CREATE TRIGGER items_touch BEFORE INSERT OR UPDATE ON %1$I.items FOR EACH ROW WHEN (NEW.qty > 1) EXECUTE FUNCTION %1$I.touch()'),
+    (418, 'trigger: the template''s function', 'DROP TRIGGER items_touch ON %1$I.items; CREATE TRIGGER items_touch BEFORE INSERT OR UPDATE ON %1$I.items FOR EACH ROW WHEN (NEW.qty > 0) EXECUTE FUNCTION dr_tmpl.touch()'),
+    (419, 'trigger: its columns', 'DROP TRIGGER items_touch ON %1$I.items; CREATE TRIGGER items_touch BEFORE INSERT OR UPDATE OF qty ON %1$I.items FOR EACH ROW WHEN (NEW.qty > 0) EXECUTE FUNCTION %1$I.touch()'),
+    (420, 'trigger: disabled', 'ALTER TABLE %1$I.items DISABLE TRIGGER items_touch'),
+    (421, 'policy: its expression', 'ALTER POLICY orders_mine ON %1$I.orders USING (total > 1)'),
+    (422, 'policy: its roles', 'ALTER POLICY orders_mine ON %1$I.orders TO PUBLIC'),
+    (423, 'a column renamed under an index', 'ALTER TABLE %1$I.items RENAME COLUMN sku TO stock_unit'),
+    (424, 'a column''s type under an index', 'ALTER TABLE %1$I.items ALTER COLUMN sku TYPE varchar(40)');
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM drift_cases ORDER BY shard LOOP
+        EXECUTE format(c.change, 'insta' || c.shard);
+    END LOOP;
+END
+$$;
+
+-- Each difference found, in its shard only.
+SELECT coalesce(c.shard, d.shard_id) AS shard, c.label, string_agg(DISTINCT d.object, ', ') AS reported
+FROM drift_cases c FULL JOIN insta_id.shard_drift('dr_tmpl') d ON d.shard_id = c.shard
+GROUP BY 1, 2 ORDER BY 1;
+-- A difference as it reads: the shard's, then the template's.
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 402);
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
+
+-- The rows taken from the template are the rows deparsing each shard
+-- gives (template 0: none taken), for the shards that differ and those
+-- that do not.
+WITH n AS (SELECT ARRAY(SELECT oid FROM pg_namespace WHERE nspname = 'dr_tmpl' OR nspname LIKE 'insta4__') AS nsps),
+     taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'dr_tmpl'::regnamespace::oid) d),
+     deparsed AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 0) d)
+SELECT (SELECT count(*) FROM deparsed) AS described,
+       (SELECT count(*) FROM (TABLE taken EXCEPT ALL TABLE deparsed) x) AS only_taken,
+       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE taken) x) AS only_deparsed;
+
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 424) d;
+DROP SCHEMA dr_tmpl CASCADE;
+DROP SCHEMA drift_outside CASCADE;
+DROP TABLE drift_cases;
+DROP ROLE insta_id_regress_drift;
