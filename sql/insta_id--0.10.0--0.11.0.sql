@@ -2562,18 +2562,20 @@ AS $$
     -- as before. (Locations: ' :location N' in a node tree's text.) Each
     -- catalog read in one pass, grouped by relation: correlated
     -- subqueries, one a relation and kind, cost 0.1 ms a relation.
+    -- (a type of the relation's schema by its name, as the schema's other
+    -- objects: its definition has a row of its own; a built-in one, below
+    -- FirstNormalObjectId, by oid)
+    columns_key AS MATERIALIZED (
+        SELECT a.attrelid, string_agg(ROW(a.attnum, a.attname, a.atttypmod, a.attcollation,
+                                          CASE WHEN y.typnamespace = r.relnamespace THEN y.typname::text ELSE a.atttypid::text END,
+                                          y.typnamespace = r.relnamespace)::text, ' ' ORDER BY a.attnum) AS key
+        FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_type y ON y.oid = a.atttypid AND a.atttypid >= 16384
+        GROUP BY a.attrelid),
     keyed AS MATERIALIZED (
         SELECT r.oid, r.relnamespace, r.relname, ROW(r.relkind, c.key, i.key, k.key, t.key, p.key)::text AS key
         FROM rel r
-        -- (a type of the relation's schema by its name, as the schema's
-        -- other objects: its definition has a row of its own; a built-in
-        -- one, below FirstNormalObjectId, by oid)
-        LEFT JOIN (SELECT a.attrelid, string_agg(ROW(a.attnum, a.attname, a.atttypmod, a.attcollation,
-                                                     CASE WHEN y.typnamespace = r.relnamespace THEN y.typname::text ELSE a.atttypid::text END,
-                                                     y.typnamespace = r.relnamespace)::text, ' ' ORDER BY a.attnum) AS key
-                   FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
-                   LEFT JOIN pg_type y ON y.oid = a.atttypid AND a.atttypid >= 16384
-                   GROUP BY a.attrelid) c ON c.attrelid = r.oid
+        LEFT JOIN columns_key c ON c.attrelid = r.oid
         -- (a catalog row whole but for some columns: jsonb_populate_record
         -- sets those, whatever the version's other columns)
         LEFT JOIN (SELECT x.indrelid, string_agg(ROW(i.relname, i.relkind, i.relam, i.reloptions,
@@ -2588,13 +2590,13 @@ AS $$
         LEFT JOIN (SELECT k.conrelid, string_agg(ROW(jsonb_populate_record(k, '{"oid": 0, "conrelid": 0, "connamespace": 0, "conindid": 0,
                                                                                 "confrelid": 0, "conparentid": 0, "conbin": null}'),
                                                      regexp_replace(k.conbin::text, ' :location -?[0-9]+', '', 'g'), ci.relname,
-                                                     CASE WHEN f.relnamespace = r.relnamespace
-                                                          THEN ROW(f.relname, ARRAY(SELECT fa.attname FROM unnest(k.confkey) WITH ORDINALITY u(n, o)
-                                                                                    JOIN pg_attribute fa ON fa.attrelid = f.oid AND fa.attnum = u.n
-                                                                                    ORDER BY u.o))
+                                                     -- (a foreign key's target in the schema: its name, and its
+                                                     -- columns, whose names it prints)
+                                                     CASE WHEN f.relnamespace = r.relnamespace THEN ROW(f.relname, fc.key)
                                                           ELSE ROW(k.confrelid) END)::text, ' ' ORDER BY k.conname, k.contype) AS key
                    FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid AND k.contype <> 'n'
                    LEFT JOIN pg_class ci ON ci.oid = k.conindid LEFT JOIN pg_class f ON f.oid = k.confrelid
+                   LEFT JOIN columns_key fc ON fc.attrelid = k.confrelid
                    GROUP BY k.conrelid) k ON k.conrelid = r.oid
         LEFT JOIN (SELECT t.tgrelid, string_agg(ROW(jsonb_populate_record(t, '{"oid": 0, "tgrelid": 0, "tgparentid": 0, "tgfoid": 0,
                                                                                "tgconstrrelid": 0, "tgconstrindid": 0, "tgconstraint": 0, "tgqual": null}'),
@@ -2617,30 +2619,28 @@ AS $$
         FROM keyed k JOIN keyed t ON t.relname = k.relname AND t.key = k.key
         WHERE t.relnamespace = template AND k.relnamespace <> template),
     -- The indexes, constraints, triggers and policies of every other
-    -- relation, deparsed (rel: theirs).
+    -- relation (deparsed_rel: few, found first), deparsed (rel: theirs).
+    deparsed_rel AS MATERIALIZED (SELECT r.* FROM rel r WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
     parts (rel, nsp, prefix, object, detail) AS (
         SELECT r.oid, r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
-        FROM rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
-        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        FROM deparsed_rel r JOIN pg_index x ON x.indrelid = r.oid JOIN pg_class i ON i.oid = x.indexrelid
         UNION ALL
         SELECT r.oid, r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
-        FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
-        WHERE k.contype <> 'n' AND NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        FROM deparsed_rel r JOIN pg_constraint k ON k.conrelid = r.oid
+        WHERE k.contype <> 'n'
         UNION ALL
         -- (and whether it fires, which ALTER TABLE ... TRIGGER sets and
         -- pg_get_triggerdef does not print)
         SELECT r.oid, r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname),
                concat_ws('; ', pg_get_triggerdef(t.oid),
                          CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' WHEN 'A' THEN 'ENABLE ALWAYS' END)
-        FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
-        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)
+        FROM deparsed_rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
         UNION ALL
         SELECT r.oid, r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
                concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
-        FROM rel r JOIN pg_policy p ON p.polrelid = r.oid
-        WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
+        FROM deparsed_rel r JOIN pg_policy p ON p.polrelid = r.oid),
     -- The template's, with the placeholder (as the end of this statement
     -- writes every row), for the relations that reuse them.
     template_parts (rel, object, detail) AS (
