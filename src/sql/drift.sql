@@ -100,11 +100,12 @@ AS $$
     -- An oid of the shard's own in a node tree (a CHECK calling the
     -- shard's function) makes the key differ: that relation is deparsed,
     -- as before. (Locations: ' :location N' in a node tree's text.) Each
-    -- catalog read in one pass, grouped by relation: correlated
-    -- subqueries, one a relation and kind, cost 0.1 ms a relation.
-    -- (a type of the relation's schema by its name, as the schema's other
-    -- objects: its definition has a row of its own; a built-in one, below
-    -- FirstNormalObjectId, by oid)
+    -- catalog is read in one pass, grouped by relation (a subquery per
+    -- relation and kind cost 0.1 ms a relation).
+    -- The columns' part, also a foreign key's target's: a type of the
+    -- relation's schema by its name, as the schema's other objects (its
+    -- definition has a row of its own); a built-in one, below
+    -- FirstNormalObjectId, by oid.
     columns_key AS MATERIALIZED (
         SELECT a.attrelid, string_agg(ROW(a.attnum, a.attname, a.atttypmod, a.attcollation,
                                           CASE WHEN y.typnamespace = r.relnamespace THEN y.typname::text ELSE a.atttypid::text END,
