@@ -201,12 +201,16 @@ sub kill_tree
 
 # daemon_start(LOG, {ENV}, COMMAND...): a server of another project (etcd, a
 # failover manager) in the background, its output appended to LOG; for
-# daemons_stop.
+# daemons_stop. Each leads a process group of its own, as under a shell or
+# systemd: pg_autoctl, when its services are slow to stop, signals its
+# whole process group, taking itself for the leader; in the test's group
+# that signal ended the test itself (prove killed by SIGTERM at the END
+# block's stop, every test passed, on a busy machine).
 sub daemon_start
 {
 	my ($log, $env, @cmd) = @_;
 	local %ENV = (%ENV, %$env);
-	return IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>&1');
+	return IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>&1', init => sub { setpgrp(0, 0) or die "setpgrp: $!" });
 }
 
 # pump_running(HARNESS...): reads what each harness still running has
