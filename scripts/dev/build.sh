@@ -74,17 +74,19 @@ release_source() {
 }
 
 # Builds release $1's library for PG with profile $2, once; prints its
-# path. The releases share one target directory, so that their
-# dependencies are built once.
+# path. The releases build in this repository's target directory, so that
+# their dependencies (pgrx, the same version) are this version's build.
 release_library() {
   local v=$1 profile=$2 dir lib
   release_source "$v"; lib="$dir/pg$PG/$profile/insta_id.so"
   if [ ! -f "$lib" ]; then
     local started; started=$(date +%s)
     say "building insta_id $v's library for PostgreSQL $PG ($profile build)" >&2
-    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target/previous/target" \
+    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target" \
       cargo build --quiet --profile "$profile" --lib "${features[@]}") >&2
-    mkdir -p "$(dirname "$lib")"; cp "$repo/target/previous/target/$profile/libinsta_id.so" "$lib"
+    # (over this version's target/PROFILE/libinsta_id.so, which its next
+    # build links again)
+    mkdir -p "$(dirname "$lib")"; cp "$repo/target/$profile/libinsta_id.so" "$lib"
     [ -f "$repo/target/times.tsv" ] &&
       printf 'build\trelease %s %s pg%s\t%s\tdone\n' "$v" "$profile" "$PG" $(( $(date +%s) - started )) >>"$repo/target/times.tsv"
   fi
@@ -97,9 +99,9 @@ release_tool() {
   release_source "$v"; tool="$dir/insta-id"
   if [ ! -x "$tool" ]; then
     say "building insta_id $v's insta-id (release build)" >&2
-    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target/previous/target" \
+    (cd "$dir/src" && CARGO_TARGET_DIR="$repo/target" \
       cargo build --quiet --profile release -p insta-id) >&2
-    cp "$repo/target/previous/target/release/insta-id" "$tool"
+    cp "$repo/target/release/insta-id" "$tool"
   fi
   echo "$tool"
 }
@@ -171,8 +173,9 @@ case "${1:-}" in
     release_tool "${2:?a release of sql/RELEASES}"
     ;;
   test-rust)
-    cargo test --lib "${features[@]}"
-    cargo test -p insta-id
+    # (the ci profile: pgrx and its bindings are the installs' own build)
+    cargo test --profile ci --lib "${features[@]}"
+    cargo test --profile ci -p insta-id
     ;;
   test-pg)
     # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
@@ -180,7 +183,7 @@ case "${1:-}" in
     data="$repo/target/pgrx-test-data-$PG"; mkdir -p "$data"
     runas=$(id -un)
     if [ "$(id -u)" = 0 ]; then runas=postgres; chown postgres "$data"; fi
-    CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test "pg$PG"
+    CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test --profile ci "pg$PG"
     ;;
   lint)
     cargo fmt --all -- --check
