@@ -37,7 +37,8 @@ CREATE VIEW dr_tmpl.open_orders AS SELECT id, total FROM dr_tmpl.orders WHERE st
 CREATE TABLE dr_tmpl.events (at timestamptz NOT NULL, order_id bigint REFERENCES dr_tmpl.orders) PARTITION BY RANGE (at);
 CREATE TABLE dr_tmpl.events_2026 PARTITION OF dr_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE INDEX events_at_idx ON dr_tmpl.events (at);
-SELECT insta_id.create_shards(400, 424, 'dr_tmpl');
+CREATE STATISTICS dr_tmpl.items_stats (dependencies) ON sku, qty FROM dr_tmpl.items;
+SELECT insta_id.create_shards(400, 441, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -65,7 +66,24 @@ INSERT INTO drift_cases VALUES
     (421, 'policy: its expression', 'ALTER POLICY orders_mine ON %1$I.orders USING (total > 1)'),
     (422, 'policy: its roles', 'ALTER POLICY orders_mine ON %1$I.orders TO PUBLIC'),
     (423, 'a column renamed under an index', 'ALTER TABLE %1$I.items RENAME COLUMN sku TO stock_unit'),
-    (424, 'a column''s type under an index', 'ALTER TABLE %1$I.items ALTER COLUMN sku TYPE varchar(40)');
+    (424, 'a column''s type under an index', 'ALTER TABLE %1$I.items ALTER COLUMN sku TYPE varchar(40)'),
+    (425, 'view: its definition', 'CREATE OR REPLACE VIEW %1$I.open_orders AS SELECT id, total FROM %1$I.orders WHERE state = ''shut'''),
+    (426, 'view: the template''s table', 'CREATE OR REPLACE VIEW %1$I.open_orders AS SELECT id, total FROM dr_tmpl.orders WHERE state = ''open'''),
+    (427, 'view: a column it reads, renamed', 'ALTER TABLE %1$I.orders RENAME COLUMN total TO amount'),
+    (428, 'view: a column of its own, renamed', 'ALTER VIEW %1$I.open_orders RENAME COLUMN total TO amount'),
+    (429, 'view: an option', 'ALTER VIEW %1$I.open_orders SET (security_barrier = true)'),
+    (430, 'table: its owner', 'ALTER TABLE %1$I.orders OWNER TO insta_id_regress_drift'),
+    (431, 'table: a grant', 'GRANT SELECT ON %1$I.items TO insta_id_regress_drift'),
+    (432, 'table: row level security forced', 'ALTER TABLE %1$I.orders FORCE ROW LEVEL SECURITY'),
+    (433, 'table: its replica identity', 'ALTER TABLE %1$I.items REPLICA IDENTITY FULL'),
+    (434, 'table: a storage option', 'ALTER TABLE %1$I.items SET (fillfactor = 80)'),
+    (435, 'table: unlogged', 'ALTER TABLE %1$I.items SET UNLOGGED'),
+    (436, 'column: NOT NULL', 'ALTER TABLE %1$I.orders ALTER COLUMN note SET NOT NULL'),
+    (437, 'column: its default', 'ALTER TABLE %1$I.orders ALTER COLUMN state SET DEFAULT ''shut'''),
+    (438, 'column: its default dropped', 'ALTER TABLE %1$I.orders ALTER COLUMN state DROP DEFAULT'),
+    (439, 'column: a collation', 'ALTER TABLE %1$I.orders ALTER COLUMN note TYPE text COLLATE "C"'),
+    (440, 'column: added', 'ALTER TABLE %1$I.orders ADD COLUMN extra int'),
+    (441, 'statistics: its kinds', 'DROP STATISTICS %1$I.items_stats; CREATE STATISTICS %1$I.items_stats (ndistinct) ON sku, qty FROM %1$I.items');
 DO $$
 DECLARE
     c record;
@@ -94,7 +112,9 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
        (SELECT count(*) FROM (TABLE taken EXCEPT ALL TABLE deparsed) x) AS only_taken,
        (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE taken) x) AS only_deparsed;
 
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 424) d;
+-- (force: shard 430's orders has another owner, and every items table
+-- references drift_outside.codes, which links them all for the gate)
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 441) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
