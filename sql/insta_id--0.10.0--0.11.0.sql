@@ -2747,9 +2747,6 @@ CREATE OR REPLACE FUNCTION insta_id.shard_drift(template_schema text, first_shar
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)
 LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
--- (as _describe_schemas: its own statement is planned over that one's
--- rows, estimated)
-SET jit = off
 AS $$
 DECLARE
     tmpl oid;
