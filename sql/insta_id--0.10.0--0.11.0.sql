@@ -138,8 +138,10 @@ $$;
 -- _gate_relations finds, of their parts, and of the code outside them that
 -- those parts use (see this file's header). Several owners: 42501, naming
 -- them. None (nothing but superusers' code, no relation): the schema's
--- owner. The decision only: _gate runs the statements.
-CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[])
+-- owner. The decision only: _gate runs the statements. walked: the
+-- relations _gate_lock found and locked (NULL: walked here, unlocked, for
+-- a check that runs nothing).
+CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[], walked oid[] DEFAULT NULL)
 RETURNS regrole
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -163,7 +165,7 @@ BEGIN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
     WITH RECURSIVE reach AS (
-        SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
+        SELECT unnest(coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[]))) AS rel),
     -- What counts whoever owns it: the relations, and every object of the
     -- schema, which is first on search_path while the statement runs: an
     -- unqualified name in it (a migration's, or an owner's function
@@ -350,19 +352,29 @@ $$;
 -- Locks the schema put first on search_path (its own lock, which every
 -- CREATE in it holds shared: no object arrives in it between the decision
 -- and the statements, where an unqualified name could resolve to it), and
--- the relations a statement may reach (see the header), each wait bounded
--- by lock_timeout: 55P03 names the relation and who holds it. The helpers
--- set lock_timeout (their argument, 2 s by default); a caller whose
+-- the relations a statement on rels (NULL: on any relation of schema nsp)
+-- may reach (see the header), each wait bounded by lock_timeout: 55P03
+-- names the relation and who holds it. Returns those relations: walked
+-- (_gate_relations) after each round of locks, until a walk finds none
+-- unlocked, so the last walk read a reach that was all locked before it
+-- began. rels, or the schema's own relations, are locked first: a
+-- migration of a schema that reaches nothing outside it walks once. The
+-- helpers set lock_timeout (their argument, 2 s by default); a caller whose
 -- lock_timeout is 0 (none) waits 2 s here, never without bound.
-CREATE FUNCTION insta_id._gate_lock(nsp name, reach oid[])
-RETURNS void
+CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[])
+RETURNS oid[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+-- (one plan whatever rels is: planned afresh, the first round's read
+-- cost more than its locks)
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     rel oid;
     nsp_oid oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     caller_timeout text := current_setting('lock_timeout');
+    locked oid[] := '{}';
+    reach oid[];
 BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
@@ -378,17 +390,38 @@ BEGIN
                   DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
                   HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
     END;
-    FOREACH rel IN ARRAY reach LOOP
+    -- (rels, or the schema's relations by their dependency on it, as
+    -- _gate_relations reads them; the kinds it returns)
+    reach := ARRAY(
+        SELECT c.oid FROM pg_class c
+        WHERE c.oid IN (SELECT r FROM unnest(rels) r
+                        UNION ALL
+                        SELECT d.objid FROM pg_depend d
+                        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+                          AND d.refobjsubid = 0 AND d.classid = 'pg_class'::regclass AND d.deptype = 'n')
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        ORDER BY c.oid);
+    LOOP
+        -- (one subtransaction a round, not one a relation: rel names the
+        -- one whose wait timed out)
         BEGIN
-            PERFORM insta_id._lock_relation(rel);
+            FOREACH rel IN ARRAY reach LOOP
+                CONTINUE WHEN rel = ANY (locked);
+                PERFORM insta_id._lock_relation(rel);
+                locked := locked || rel;
+            END LOOP;
         EXCEPTION WHEN lock_not_available THEN
             RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
                 USING ERRCODE = 'lock_not_available',
                       DETAIL = coalesce(insta_id._lock_holders('pg_class'::regclass, rel) || '.', 'Its holder has let it go since.'),
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
+        -- (a statement of its own: a snapshot taken after the locks)
+        reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels);
+        EXIT WHEN reach <@ locked;
     END LOOP;
     PERFORM set_config('lock_timeout', caller_timeout, true);
+    RETURN reach;
 END
 $$;
 
@@ -526,10 +559,12 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    walked oid[];
 BEGIN
-    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(
-        CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
-    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), statements, NULL);
+    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    -- (a statement after the locks': the owner decided from what they hold)
+    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), statements, NULL);
 END
 $$;
 
@@ -541,9 +576,11 @@ RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    walked oid[];
 BEGIN
-    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(NULL, rels::oid[]));
-    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), NULL, query);
+    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), NULL, query);
 END
 $$;
 
@@ -1887,6 +1924,16 @@ COMMENT ON PROCEDURE insta_id.create_shards_in_batches(int, int, text, int) IS
 'Creates shards first..last like create_shards, committing every shards_per_commit shards; resumable';
 
 
+-- A migration's commits, waited for once (issue 58): each schema commits
+-- without waiting for its WAL flush.
+-- Waits for this session's commits as synchronous_commit says, once
+-- (src/commits.rs): migrate commits each schema without waiting.
+CREATE FUNCTION insta_id._wait_for_commits()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_wait_for_commits';
+REVOKE ALL ON FUNCTION insta_id._wait_for_commits() FROM PUBLIC;
+
 -- Longer than a screen: a procedure that COMMITs between schemas keeps its
 -- loop, retries and bookkeeping in one body (a called function cannot
 -- COMMIT); the per-schema work is _run_in_schema's.
@@ -1944,10 +1991,20 @@ DECLARE
     err_message pg_catalog.text;
     err_detail pg_catalog.text;
     err_hint pg_catalog.text;
+    durable pg_catalog.text;
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Each schema's COMMIT does not wait for its WAL to reach the disk (or
+    -- a synchronous standby): a schema's transaction lost in a crash is
+    -- lost whole, its record in applied_migrations with it, and a call
+    -- again applies it. Before it returns or fails, the runner waits once,
+    -- as the caller's synchronous_commit says, for its last commit and so
+    -- for every earlier one (WAL is flushed in order): what it reports
+    -- is durable. (A flush a schema was a third of a migration's time.)
+    durable := pg_catalog.current_setting('synchronous_commit');
+    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     last_shard := -1;
     shards_done := 0;
     started := clock_timestamp();
@@ -2125,6 +2182,9 @@ BEGIN
                 WHEN OTHERS THEN
                     GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
                                             err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    -- (the schemas done so far keep it, durably)
+                    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
+                    PERFORM insta_id._wait_for_commits();
                     RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
                                     quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
                                                                 ELSE format(' (shard %s)', target_shard) END, err_message
@@ -2145,9 +2205,10 @@ BEGIN
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
         COMMIT;
-        -- (COMMIT ends both settings: every wait of the next schema bounded too)
+        -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),
@@ -2155,6 +2216,8 @@ BEGIN
             reported := clock_timestamp();
         END IF;
     END LOOP;
+    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
+    PERFORM insta_id._wait_for_commits();
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF skipped <> '{}' THEN
@@ -2396,7 +2459,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[], oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_run(name, regrole, text[], text)'),
@@ -2434,6 +2497,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.
@@ -2449,7 +2513,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[], oid[]),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[]),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),

@@ -290,6 +290,14 @@ unsafe fn temporary_objects() -> Vec<String> {
             UNION ALL SELECT 'l' OPERATOR(pg_catalog.||) l.oid::pg_catalog.text FROM pg_catalog.pg_collation l
             WHERE pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0
               AND l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
+    // (no temporary schema yet: nothing to read. The two reads were half
+    // of _run_in_schema's time in a migration.)
+    let (mut temporary, mut toast) = (pg_sys::InvalidOid, pg_sys::InvalidOid);
+    // SAFETY: reads the backend's namespace state into two locals.
+    unsafe { pg_sys::GetTempNamespaceState(&mut temporary, &mut toast) };
+    if temporary == pg_sys::InvalidOid {
+        return Vec::new();
+    }
     // SAFETY: SPI is connected by the caller; one row, one column. Not
     // read-only: a new snapshot, which sees what the statements made.
     unsafe {

@@ -94,6 +94,7 @@ impl<T: Copy> BackendCell<T> {
 }
 
 pub mod clock;
+pub mod commits;
 pub mod ddl;
 pub mod functions;
 pub mod guard;

@@ -6,8 +6,11 @@
 --   1. locks every relation the statement may reach (below, "reach") in
 --      ROW EXCLUSIVE mode, which writers share but CREATE TRIGGER, CREATE
 --      INDEX and ALTER TABLE wait for: the code found in step 2 is the code
---      that runs. Each wait is bounded by lock_timeout; on timeout the
---      error names the processes holding the relation (_lock_holders);
+--      that runs. The reach is walked again after each round of locks until
+--      the walk finds nothing unlocked (_gate_lock): what step 2 decides
+--      from was read with all of it locked. Each wait is bounded by
+--      lock_timeout; on timeout the error names the processes holding the
+--      relation (_lock_holders);
 --   2. decides, from the catalogs, who owns every piece of code PostgreSQL
 --      may evaluate for a statement there, and every object of the schema
 --      put first on search_path (_gate_owner): index expressions
@@ -151,8 +154,10 @@ $$;
 -- _gate_relations finds, of their parts, and of the code outside them that
 -- those parts use (see this file's header). Several owners: 42501, naming
 -- them. None (nothing but superusers' code, no relation): the schema's
--- owner. The decision only: _gate runs the statements.
-CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[])
+-- owner. The decision only: _gate runs the statements. walked: the
+-- relations _gate_lock found and locked (NULL: walked here, unlocked, for
+-- a check that runs nothing).
+CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[], walked oid[] DEFAULT NULL)
 RETURNS regrole
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -176,7 +181,7 @@ BEGIN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
     WITH RECURSIVE reach AS (
-        SELECT unnest(insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[])) AS rel),
+        SELECT unnest(coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[]))) AS rel),
     -- What counts whoever owns it: the relations, and every object of the
     -- schema, which is first on search_path while the statement runs: an
     -- unqualified name in it (a migration's, or an owner's function
@@ -360,19 +365,29 @@ $$;
 -- Locks the schema put first on search_path (its own lock, which every
 -- CREATE in it holds shared: no object arrives in it between the decision
 -- and the statements, where an unqualified name could resolve to it), and
--- the relations a statement may reach (see the header), each wait bounded
--- by lock_timeout: 55P03 names the relation and who holds it. The helpers
--- set lock_timeout (their argument, 2 s by default); a caller whose
+-- the relations a statement on rels (NULL: on any relation of schema nsp)
+-- may reach (see the header), each wait bounded by lock_timeout: 55P03
+-- names the relation and who holds it. Returns those relations: walked
+-- (_gate_relations) after each round of locks, until a walk finds none
+-- unlocked, so the last walk read a reach that was all locked before it
+-- began. rels, or the schema's own relations, are locked first: a
+-- migration of a schema that reaches nothing outside it walks once. The
+-- helpers set lock_timeout (their argument, 2 s by default); a caller whose
 -- lock_timeout is 0 (none) waits 2 s here, never without bound.
-CREATE FUNCTION insta_id._gate_lock(nsp name, reach oid[])
-RETURNS void
+CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[])
+RETURNS oid[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+-- (one plan whatever rels is: planned afresh, the first round's read
+-- cost more than its locks)
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     rel oid;
     nsp_oid oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     caller_timeout text := current_setting('lock_timeout');
+    locked oid[] := '{}';
+    reach oid[];
 BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
@@ -388,17 +403,38 @@ BEGIN
                   DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
                   HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
     END;
-    FOREACH rel IN ARRAY reach LOOP
+    -- (rels, or the schema's relations by their dependency on it, as
+    -- _gate_relations reads them; the kinds it returns)
+    reach := ARRAY(
+        SELECT c.oid FROM pg_class c
+        WHERE c.oid IN (SELECT r FROM unnest(rels) r
+                        UNION ALL
+                        SELECT d.objid FROM pg_depend d
+                        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
+                          AND d.refobjsubid = 0 AND d.classid = 'pg_class'::regclass AND d.deptype = 'n')
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        ORDER BY c.oid);
+    LOOP
+        -- (one subtransaction a round, not one a relation: rel names the
+        -- one whose wait timed out)
         BEGIN
-            PERFORM insta_id._lock_relation(rel);
+            FOREACH rel IN ARRAY reach LOOP
+                CONTINUE WHEN rel = ANY (locked);
+                PERFORM insta_id._lock_relation(rel);
+                locked := locked || rel;
+            END LOOP;
         EXCEPTION WHEN lock_not_available THEN
             RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
                 USING ERRCODE = 'lock_not_available',
                       DETAIL = coalesce(insta_id._lock_holders('pg_class'::regclass, rel) || '.', 'Its holder has let it go since.'),
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
+        -- (a statement of its own: a snapshot taken after the locks)
+        reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels);
+        EXIT WHEN reach <@ locked;
     END LOOP;
     PERFORM set_config('lock_timeout', caller_timeout, true);
+    RETURN reach;
 END
 $$;
 
@@ -532,10 +568,12 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    walked oid[];
 BEGIN
-    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(
-        CASE WHEN rels IS NULL THEN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp) END, rels::oid[]));
-    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), statements, NULL);
+    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    -- (a statement after the locks': the owner decided from what they hold)
+    PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), statements, NULL);
 END
 $$;
 
@@ -546,8 +584,10 @@ RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    walked oid[];
 BEGIN
-    PERFORM insta_id._gate_lock(nsp, insta_id._gate_relations(NULL, rels::oid[]));
-    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels), NULL, query);
+    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), NULL, query);
 END
 $$;

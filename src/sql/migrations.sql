@@ -69,6 +69,13 @@ $$;
 COMMENT ON FUNCTION insta_id.pending_migrations() IS
 'Registered shards without a migration their template has (insta_id.migrate applies it)';
 
+-- Waits for this session's commits as synchronous_commit says, once
+-- (src/commits.rs): migrate commits each schema without waiting.
+CREATE FUNCTION insta_id._wait_for_commits()
+RETURNS void
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_wait_for_commits';
+
 -- The migrations a schema has, in name order (a template's plan carries them
 -- to its copies).
 CREATE FUNCTION insta_id._migrations_of(nsp name)
@@ -137,10 +144,20 @@ DECLARE
     err_message pg_catalog.text;
     err_detail pg_catalog.text;
     err_hint pg_catalog.text;
+    durable pg_catalog.text;
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Each schema's COMMIT does not wait for its WAL to reach the disk (or
+    -- a synchronous standby): a schema's transaction lost in a crash is
+    -- lost whole, its record in applied_migrations with it, and a call
+    -- again applies it. Before it returns or fails, the runner waits once,
+    -- as the caller's synchronous_commit says, for its last commit and so
+    -- for every earlier one (WAL is flushed in order): what it reports
+    -- is durable. (A flush a schema was a third of a migration's time.)
+    durable := pg_catalog.current_setting('synchronous_commit');
+    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     last_shard := -1;
     shards_done := 0;
     started := clock_timestamp();
@@ -318,6 +335,9 @@ BEGIN
                 WHEN OTHERS THEN
                     GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
                                             err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                    -- (the schemas done so far keep it, durably)
+                    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
+                    PERFORM insta_id._wait_for_commits();
                     RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
                                     quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
                                                                 ELSE format(' (shard %s)', target_shard) END, err_message
@@ -338,9 +358,10 @@ BEGIN
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
         COMMIT;
-        -- (COMMIT ends both settings: every wait of the next schema bounded too)
+        -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),
@@ -348,6 +369,8 @@ BEGIN
             reported := clock_timestamp();
         END IF;
     END LOOP;
+    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
+    PERFORM insta_id._wait_for_commits();
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF skipped <> '{}' THEN

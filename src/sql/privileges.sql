@@ -54,7 +54,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[], oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_run(name, regrole, text[], text)'),
@@ -92,6 +92,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.

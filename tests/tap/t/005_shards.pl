@@ -8,7 +8,8 @@
 #   pg_dump/pg_restore and the move; against a long transaction, the runner
 #   retries under lock_timeout while writers go on; a second runner is
 #   refused; out of retries it stops at the busy shard; killed (kill -9) it
-#   leaves no shard half-migrated; called again it goes on; run while
+#   leaves no shard half-migrated; called again it goes on; a crash right
+#   after it returns loses none of it; run while
 #   create_shards_in_batches copies the template, every shard ends migrated;
 # - all 8192 shards of a rich template (its objects owned by a role that is
 #   not a superuser) on a server with PostgreSQL's default settings:
@@ -229,6 +230,20 @@ is($srv_a->safe_psql('app', q{SELECT count(*) || ' ' || min(shard_id) || ' '
 $srv_a->safe_psql('app', q{SET client_min_messages = warning; CALL insta_id.migrate('0004_photos_note', 'template', 'ALTER TABLE photos ADD COLUMN note text')});
 is($srv_a->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id.pending_migrations()) || ' ' || (SELECT count(*) FROM insta_id.shard_drift('template'))}),
 	'0 0', 'called again: every shard has it, none differs');
+
+# Each schema's COMMIT does not wait for its WAL; the call's last one waits
+# for all of them. With the WAL writer asleep for 10 s, a crash right after
+# migrate returns (an immediate stop: what was not written is lost) keeps
+# every schema's migration.
+$srv_a->safe_psql('app', q{ALTER SYSTEM SET wal_writer_delay = '10s'; SELECT pg_reload_conf()});
+$srv_a->safe_psql('app', q{SET client_min_messages = warning; CALL insta_id.migrate('0004_photos_seen', 'template', 'ALTER TABLE photos ADD COLUMN seen boolean')});
+$srv_a->stop('immediate');
+$srv_a->start;
+is($srv_a->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id_admin.applied_migrations WHERE migration = '0004_photos_seen') || ' '
+	|| (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN insta_id.shards() s ON s.schema_name = c.relnamespace::regnamespace::name
+	    WHERE c.relname = 'photos' AND a.attname = 'seen')}),
+	'64 63', 'durable once it returns: after a crash right after it, the template and every shard have the migration, recorded');
+$srv_a->safe_psql('app', q{ALTER SYSTEM RESET wal_writer_delay; SELECT pg_reload_conf()});
 
 # A migration while shards are being created from the template: every shard
 # ends with it, made before the migration (the runner migrates it) or after
