@@ -356,11 +356,16 @@ $$;
 -- may reach (see the header), each wait bounded by lock_timeout: 55P03
 -- names the relation and who holds it. Returns those relations: walked
 -- (_gate_relations) after each round of locks, until a walk finds none
--- unlocked, so the last walk read a reach that was all locked before it
--- began. rels, or the schema's own relations, are locked first: a
--- migration of a schema that reaches nothing outside it walks once. The
--- helpers set lock_timeout (their argument, 2 s by default); a caller whose
--- lock_timeout is 0 (none) waits 2 s here, never without bound.
+-- unlocked, so that the last walk read a reach all locked before it began
+-- (in READ COMMITTED, where each statement reads what committed before
+-- it). The first round locks, in the order of their OIDs, what a walk
+-- before any lock finds (a parent before its partitions, as DDL takes
+-- them), or for a migration its schema's own relations, which one index
+-- read finds: a schema that reaches nothing outside it is walked once.
+-- Ten rounds without an end (relations attached faster than they are
+-- locked): 55P03, which a migration retries. The helpers set lock_timeout
+-- (their argument, 2 s by default); a caller whose lock_timeout is 0
+-- (none) waits 2 s here, never without bound.
 CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[])
 RETURNS oid[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -390,18 +395,15 @@ BEGIN
                   DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
                   HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
     END;
-    -- (rels, or the schema's relations by their dependency on it, as
-    -- _gate_relations reads them; the kinds it returns)
-    reach := ARRAY(
-        SELECT c.oid FROM pg_class c
-        WHERE c.oid IN (SELECT r FROM unnest(rels) r
-                        UNION ALL
-                        SELECT d.objid FROM pg_depend d
-                        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
-                          AND d.refobjsubid = 0 AND d.classid = 'pg_class'::regclass AND d.deptype = 'n')
-          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-        ORDER BY c.oid);
-    LOOP
+    -- (the schema's relations by their dependency on it, as _gate_relations
+    -- reads them, of the kinds it returns)
+    reach := CASE WHEN rels IS NULL THEN ARRAY(
+                 SELECT c.oid FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+                 WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+                   AND d.classid = 'pg_class'::regclass AND d.deptype = 'n' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+                 ORDER BY c.oid)
+             ELSE insta_id._gate_relations(NULL, rels) END;
+    FOR turn IN 1..10 LOOP
         -- (one subtransaction a round, not one a relation: rel names the
         -- one whose wait timed out)
         BEGIN
@@ -418,10 +420,15 @@ BEGIN
         END;
         -- (a statement of its own: a snapshot taken after the locks)
         reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels);
-        EXIT WHEN reach <@ locked;
+        IF reach <@ locked THEN
+            PERFORM set_config('lock_timeout', caller_timeout, true);
+            RETURN reach;
+        END IF;
     END LOOP;
-    PERFORM set_config('lock_timeout', caller_timeout, true);
-    RETURN reach;
+    RAISE EXCEPTION 'the relations a statement in schema % may reach kept changing while they were locked', quote_ident(nsp)
+        USING ERRCODE = 'lock_not_available',
+              DETAIL = format('Not locked after ten rounds: %s.', (SELECT string_agg(r::regclass::text, ', ') FROM unnest(reach) r WHERE NOT r = ANY (locked))),
+              HINT = 'Partitions or foreign keys were being added to them meanwhile; try again once that ends. Nothing was changed.';
 END
 $$;
 
@@ -1991,20 +1998,10 @@ DECLARE
     err_message pg_catalog.text;
     err_detail pg_catalog.text;
     err_hint pg_catalog.text;
-    durable pg_catalog.text;
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    -- Each schema's COMMIT does not wait for its WAL to reach the disk (or
-    -- a synchronous standby): a schema's transaction lost in a crash is
-    -- lost whole, its record in applied_migrations with it, and a call
-    -- again applies it. Before it returns or fails, the runner waits once,
-    -- as the caller's synchronous_commit says, for its last commit and so
-    -- for every earlier one (WAL is flushed in order): what it reports
-    -- is durable. (A flush a schema was a third of a migration's time.)
-    durable := pg_catalog.current_setting('synchronous_commit');
-    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     last_shard := -1;
     shards_done := 0;
     started := clock_timestamp();
@@ -2036,6 +2033,7 @@ BEGIN
     LOOP
         IF NOT insta_id._lock(insta_id._schema_lock_key(), 1, shared => false, session => false, wait => false) THEN
             holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
+            PERFORM insta_id._wait_for_commits();
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
                       DETAIL = format('Process %s holds the migration runner''s lock.', holder),
@@ -2130,6 +2128,7 @@ BEGIN
             CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
+            PERFORM insta_id._wait_for_commits();
             RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
                             quote_ident(target), target_shard
                 USING ERRCODE = 'invalid_schema_name',
@@ -2183,7 +2182,6 @@ BEGIN
                     GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
                                             err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
                     -- (the schemas done so far keep it, durably)
-                    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
                     PERFORM insta_id._wait_for_commits();
                     RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
                                     quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
@@ -2204,11 +2202,19 @@ BEGIN
             PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
+        -- A schema's COMMIT does not wait for its WAL to reach the disk (or
+        -- a synchronous standby): one lost in a crash is lost whole, its
+        -- record in applied_migrations with it, and a call again applies
+        -- it. Before the runner returns, or stops at an error of its own,
+        -- it waits once (_wait_for_commits), as the caller's
+        -- synchronous_commit says (set only for this COMMIT), for its last
+        -- commit and so for every earlier one: WAL is flushed in order.
+        -- (A flush a schema was a third of a migration's time.)
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         COMMIT;
         -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),
@@ -2216,7 +2222,6 @@ BEGIN
             reported := clock_timestamp();
         END IF;
     END LOOP;
-    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
     PERFORM insta_id._wait_for_commits();
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);

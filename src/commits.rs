@@ -21,16 +21,21 @@ v1!(pg_finfo_insta_id_wait_for_commits);
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_wait_for_commits(_fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: reads of this backend's own globals, then the WAL and
-    // synchronous replication calls of RecordTransactionCommit, outside a
+    // synchronous replication calls of RecordTransactionCommit, with
+    // interrupts held as there (SyncRepWaitForLSN asserts it; its wait
+    // still ends on a cancel, which it reads itself), outside a
     // transaction's commit (no critical section held).
     unsafe {
         let lsn = pg_sys::XactLastCommitEnd;
         if lsn != 0
             && pg_sys::synchronous_commit > pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_OFF as i32
         {
+            pg_sys::InterruptHoldoffCount += 1;
             pg_sys::XLogFlush(lsn);
             pg_sys::SyncRepWaitForLSN(lsn, true);
+            pg_sys::InterruptHoldoffCount -= 1;
         }
     }
+    pgrx::check_for_interrupts!();
     Datum::from(0)
 }

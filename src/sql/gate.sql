@@ -369,11 +369,16 @@ $$;
 -- may reach (see the header), each wait bounded by lock_timeout: 55P03
 -- names the relation and who holds it. Returns those relations: walked
 -- (_gate_relations) after each round of locks, until a walk finds none
--- unlocked, so the last walk read a reach that was all locked before it
--- began. rels, or the schema's own relations, are locked first: a
--- migration of a schema that reaches nothing outside it walks once. The
--- helpers set lock_timeout (their argument, 2 s by default); a caller whose
--- lock_timeout is 0 (none) waits 2 s here, never without bound.
+-- unlocked, so that the last walk read a reach all locked before it began
+-- (in READ COMMITTED, where each statement reads what committed before
+-- it). The first round locks, in the order of their OIDs, what a walk
+-- before any lock finds (a parent before its partitions, as DDL takes
+-- them), or for a migration its schema's own relations, which one index
+-- read finds: a schema that reaches nothing outside it is walked once.
+-- Ten rounds without an end (relations attached faster than they are
+-- locked): 55P03, which a migration retries. The helpers set lock_timeout
+-- (their argument, 2 s by default); a caller whose lock_timeout is 0
+-- (none) waits 2 s here, never without bound.
 CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[])
 RETURNS oid[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -403,18 +408,15 @@ BEGIN
                   DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
                   HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
     END;
-    -- (rels, or the schema's relations by their dependency on it, as
-    -- _gate_relations reads them; the kinds it returns)
-    reach := ARRAY(
-        SELECT c.oid FROM pg_class c
-        WHERE c.oid IN (SELECT r FROM unnest(rels) r
-                        UNION ALL
-                        SELECT d.objid FROM pg_depend d
-                        WHERE rels IS NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
-                          AND d.refobjsubid = 0 AND d.classid = 'pg_class'::regclass AND d.deptype = 'n')
-          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-        ORDER BY c.oid);
-    LOOP
+    -- (the schema's relations by their dependency on it, as _gate_relations
+    -- reads them, of the kinds it returns)
+    reach := CASE WHEN rels IS NULL THEN ARRAY(
+                 SELECT c.oid FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+                 WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
+                   AND d.classid = 'pg_class'::regclass AND d.deptype = 'n' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+                 ORDER BY c.oid)
+             ELSE insta_id._gate_relations(NULL, rels) END;
+    FOR turn IN 1..10 LOOP
         -- (one subtransaction a round, not one a relation: rel names the
         -- one whose wait timed out)
         BEGIN
@@ -431,10 +433,15 @@ BEGIN
         END;
         -- (a statement of its own: a snapshot taken after the locks)
         reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels);
-        EXIT WHEN reach <@ locked;
+        IF reach <@ locked THEN
+            PERFORM set_config('lock_timeout', caller_timeout, true);
+            RETURN reach;
+        END IF;
     END LOOP;
-    PERFORM set_config('lock_timeout', caller_timeout, true);
-    RETURN reach;
+    RAISE EXCEPTION 'the relations a statement in schema % may reach kept changing while they were locked', quote_ident(nsp)
+        USING ERRCODE = 'lock_not_available',
+              DETAIL = format('Not locked after ten rounds: %s.', (SELECT string_agg(r::regclass::text, ', ') FROM unnest(reach) r WHERE NOT r = ANY (locked))),
+              HINT = 'Partitions or foreign keys were being added to them meanwhile; try again once that ends. Nothing was changed.';
 END
 $$;
 

@@ -144,20 +144,10 @@ DECLARE
     err_message pg_catalog.text;
     err_detail pg_catalog.text;
     err_hint pg_catalog.text;
-    durable pg_catalog.text;
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    -- Each schema's COMMIT does not wait for its WAL to reach the disk (or
-    -- a synchronous standby): a schema's transaction lost in a crash is
-    -- lost whole, its record in applied_migrations with it, and a call
-    -- again applies it. Before it returns or fails, the runner waits once,
-    -- as the caller's synchronous_commit says, for its last commit and so
-    -- for every earlier one (WAL is flushed in order): what it reports
-    -- is durable. (A flush a schema was a third of a migration's time.)
-    durable := pg_catalog.current_setting('synchronous_commit');
-    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     last_shard := -1;
     shards_done := 0;
     started := clock_timestamp();
@@ -189,6 +179,7 @@ BEGIN
     LOOP
         IF NOT insta_id._lock(insta_id._schema_lock_key(), 1, shared => false, session => false, wait => false) THEN
             holder := insta_id._lock_holder(insta_id._schema_lock_key(), 1);
+            PERFORM insta_id._wait_for_commits();
             RAISE EXCEPTION 'another insta_id.migrate is running'
                 USING ERRCODE = 'object_in_use',
                       DETAIL = format('Process %s holds the migration runner''s lock.', holder),
@@ -283,6 +274,7 @@ BEGIN
             CONTINUE WHEN NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = target_shard);  -- dropped meanwhile
         END IF;
         IF NOT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = target) THEN
+            PERFORM insta_id._wait_for_commits();
             RAISE EXCEPTION 'migration % stopped: schema % of shard % does not exist', quote_literal(migration),
                             quote_ident(target), target_shard
                 USING ERRCODE = 'invalid_schema_name',
@@ -336,7 +328,6 @@ BEGIN
                     GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT,
                                             err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
                     -- (the schemas done so far keep it, durably)
-                    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
                     PERFORM insta_id._wait_for_commits();
                     RAISE EXCEPTION 'migration % failed in schema %: %', quote_literal(migration),
                                     quote_ident(target) || CASE WHEN target_shard IS NULL THEN ' (the template)'
@@ -357,11 +348,19 @@ BEGIN
             PERFORM insta_id._admin_write('applied', pg_catalog.jsonb_build_object('schema', target, 'migrations', pg_catalog.jsonb_build_array(migration)));
             shards_done := shards_done + (target_shard IS NOT NULL)::int;
         END IF;
+        -- A schema's COMMIT does not wait for its WAL to reach the disk (or
+        -- a synchronous standby): one lost in a crash is lost whole, its
+        -- record in applied_migrations with it, and a call again applies
+        -- it. Before the runner returns, or stops at an error of its own,
+        -- it waits once (_wait_for_commits), as the caller's
+        -- synchronous_commit says (set only for this COMMIT), for its last
+        -- commit and so for every earlier one: WAL is flushed in order.
+        -- (A flush a schema was a third of a migration's time.)
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         COMMIT;
         -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);
-        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         IF clock_timestamp() - reported >= interval '10 seconds' THEN
             RAISE NOTICE 'insta_id: migration %: % shards migrated so far (up to shard %), % a second',
                 migration, shards_done, coalesce(target_shard, -1),
@@ -369,7 +368,6 @@ BEGIN
             reported := clock_timestamp();
         END IF;
     END LOOP;
-    PERFORM pg_catalog.set_config('synchronous_commit', durable, true);
     PERFORM insta_id._wait_for_commits();
     COMMIT;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);

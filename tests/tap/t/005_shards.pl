@@ -9,7 +9,8 @@
 #   retries under lock_timeout while writers go on; a second runner is
 #   refused; out of retries it stops at the busy shard; killed (kill -9) it
 #   leaves no shard half-migrated; called again it goes on; a crash right
-#   after it returns loses none of it; run while
+#   after it returns loses none of it, and it waits for synchronous standbys
+#   as a COMMIT does; run while
 #   create_shards_in_batches copies the template, every shard ends migrated;
 # - all 8192 shards of a rich template (its objects owned by a role that is
 #   not a superuser) on a server with PostgreSQL's default settings:
@@ -55,7 +56,8 @@ sub tool
 # --- 64 shards, pg_dump/pg_restore --------------------------------------
 # restart_after_crash: the framework turns it off; the runner is killed with
 # -9 below and the server must come back as in production.
-my $srv_a = insta_node('a', preload => 1, conf => "max_locks_per_transaction = 1024\nrestart_after_crash = on\n");
+# (streaming allowed: WAL senders, which a wait for synchronous standbys needs)
+my $srv_a = insta_node('a', preload => 1, streaming => 1, conf => "max_locks_per_transaction = 1024\nrestart_after_crash = on\n");
 $srv_a->safe_psql('postgres', 'CREATE DATABASE app; CREATE ROLE app_writer LOGIN');
 $srv_a->safe_psql('app', 'SET client_min_messages = warning; CREATE EXTENSION insta_id');
 psql_file($srv_a, 'app', map { "$fixtures/$_.sql" } qw(shard_template template_extras template_partitions fill_shards));
@@ -243,6 +245,20 @@ is($srv_a->safe_psql('app', q{SELECT (SELECT count(*) FROM insta_id_admin.applie
 	|| (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN insta_id.shards() s ON s.schema_name = c.relnamespace::regnamespace::name
 	    WHERE c.relname = 'photos' AND a.attname = 'seen')}),
 	'64 63', 'durable once it returns: after a crash right after it, the template and every shard have the migration, recorded');
+# It waits as a COMMIT would for synchronous standbys too: with one named
+# that never connects, the call waits (SyncRep) once its schemas are done,
+# and a cancel ends the wait with COMMIT's own warning.
+$srv_a->safe_psql('app', q{ALTER SYSTEM SET synchronous_standby_names = 'nobody'; SELECT pg_reload_conf()});
+$runner = call_in_background($srv_a, 'app', q{CALL insta_id.migrate('0004_photos_hidden', 'template', 'ALTER TABLE photos ADD COLUMN hidden boolean')});
+$srv_a->poll_query_until('app', q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE 'CALL insta_id.migrate(%'}) or die 'migrate never waited for the standby';
+is($srv_a->safe_psql('app', q{SELECT count(*) FROM insta_id_admin.applied_migrations WHERE migration = '0004_photos_hidden'}),
+	64, 'synchronous standbys: the call waits for them once every schema is done');
+$srv_a->safe_psql('app', q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CALL insta_id.migrate(%'});
+bg_until($runner, 'stdout', qr/finished/);
+like($runner->{stderr}, qr/WARNING:  canceling wait for synchronous replication due to user request.*migration 0004_photos_hidden: 63 shards migrated/s,
+	"synchronous standbys: a cancel ends the wait with COMMIT's warning, the migration done");
+$runner->quit;
+$srv_a->safe_psql('app', q{ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()});
 $srv_a->safe_psql('app', q{ALTER SYSTEM RESET wal_writer_delay; SELECT pg_reload_conf()});
 
 # A migration while shards are being created from the template: every shard
