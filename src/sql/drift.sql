@@ -242,7 +242,14 @@ AS $$
                                           FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
                    'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                  FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
-        FROM s JOIN pg_type y ON y.typnamespace = s.oid
+        -- (a schema's types by their dependency on it, which every type
+        -- but a table's row type and an array type records: pg_type has no
+        -- index on typnamespace alone, and PostgreSQL 15 probed
+        -- pg_type_typname_nsp_index by its second column, reading the
+        -- whole index for each schema: 18.8 s of 27.5 at 8192 shards)
+        FROM s JOIN pg_depend d ON d.refclassid = 'pg_namespace'::regclass AND d.refobjid = s.oid AND d.refobjsubid = 0
+                               AND d.classid = 'pg_type'::regclass AND d.deptype = 'n'
+        JOIN pg_type y ON y.oid = d.objid
         WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
         UNION ALL
         -- (its search_path setting, if it names the schema, as the placeholder too)

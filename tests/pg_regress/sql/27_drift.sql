@@ -38,7 +38,7 @@ CREATE TABLE dr_tmpl.events (at timestamptz NOT NULL, order_id bigint REFERENCES
 CREATE TABLE dr_tmpl.events_2026 PARTITION OF dr_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE INDEX events_at_idx ON dr_tmpl.events (at);
 CREATE STATISTICS dr_tmpl.items_stats (dependencies) ON sku, qty FROM dr_tmpl.items;
-SELECT insta_id.create_shards(400, 441, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 442, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -83,7 +83,8 @@ INSERT INTO drift_cases VALUES
     (438, 'column: its default dropped', 'ALTER TABLE %1$I.orders ALTER COLUMN state DROP DEFAULT'),
     (439, 'column: a collation', 'ALTER TABLE %1$I.orders ALTER COLUMN note TYPE text COLLATE "C"'),
     (440, 'column: added', 'ALTER TABLE %1$I.orders ADD COLUMN extra int'),
-    (441, 'statistics: its kinds', 'DROP STATISTICS %1$I.items_stats; CREATE STATISTICS %1$I.items_stats (ndistinct) ON sku, qty FROM %1$I.items');
+    (441, 'statistics: its kinds', 'DROP STATISTICS %1$I.items_stats; CREATE STATISTICS %1$I.items_stats (ndistinct) ON sku, qty FROM %1$I.items'),
+    (442, 'enum: a value added', 'ALTER TYPE %1$I.state ADD VALUE ''gone''');
 DO $$
 DECLARE
     c record;
@@ -114,7 +115,7 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 441) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 442) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
