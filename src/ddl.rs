@@ -281,17 +281,14 @@ unsafe fn temporary_objects() -> Vec<String> {
     // The catalogs whose names PostgreSQL resolves through pg_temp (types,
     // collations; relations, which the restricted operation refuses, and
     // never routines or operators), read by their namespace column (temporary
-    // objects record no dependency on their schema). Without a temporary
-    // schema, no scan at all: the filter on it is evaluated once, first.
+    // objects record no dependency on their schema).
     const QUERY: &std::ffi::CStr = c"SELECT pg_catalog.array_to_string(pg_catalog.array_agg(o ORDER BY o), ',') FROM (
             SELECT 't' OPERATOR(pg_catalog.||) y.oid::pg_catalog.text FROM pg_catalog.pg_type y
-            WHERE pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0
-              AND y.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+            WHERE y.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
             UNION ALL SELECT 'l' OPERATOR(pg_catalog.||) l.oid::pg_catalog.text FROM pg_catalog.pg_collation l
-            WHERE pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.<>) 0
-              AND l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
-    // (no temporary schema yet: nothing to read. The two reads were half
-    // of _run_in_schema's time in a migration.)
+            WHERE l.collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) x(o)";
+    // Without a temporary schema, nothing to read and no query run (the two
+    // reads were half of _run_in_schema's time in a migration).
     let (mut temporary, mut toast) = (pg_sys::InvalidOid, pg_sys::InvalidOid);
     // SAFETY: reads the backend's namespace state into two locals.
     unsafe { pg_sys::GetTempNamespaceState(&mut temporary, &mut toast) };
