@@ -1881,6 +1881,13 @@ DECLARE
     reported pg_catalog.timestamptz;
     waits pg_catalog.text;
 BEGIN
+    -- Each transaction READ COMMITTED, whatever default_transaction_isolation
+    -- says: a copy runs the template owner's code only then (ddl.rs). (The
+    -- CALL's own transaction has its snapshot: it ends first.)
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
     -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none), in each
@@ -1913,6 +1920,7 @@ BEGIN
         made := insta_id._create_shard_batch(lo, hi, plan);
         created := created + made;
         COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', waits, true);
         IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN
@@ -2001,6 +2009,9 @@ DECLARE
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
+    -- Each transaction READ COMMITTED, whatever default_transaction_isolation
+    -- says: the gate decides from what it reads after its locks (ddl.rs).
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     last_shard := -1;
     shards_done := 0;
@@ -2212,6 +2223,7 @@ BEGIN
         -- (A flush a schema was a third of a migration's time.)
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);

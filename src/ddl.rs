@@ -160,6 +160,18 @@ pub unsafe extern "C-unwind" fn insta_id_query_in_schema(fcinfo: FunctionCallInf
     }
 }
 
+/// The isolation level's name when a transaction at `level` (XactIsoLevel)
+/// reads one snapshot to its end (REPEATABLE READ, SERIALIZABLE), which the
+/// gate cannot decide from: its walk after the locks would read the
+/// catalogs as they were before them. READ UNCOMMITTED is READ COMMITTED.
+fn one_snapshot_level(level: i32) -> Option<&'static str> {
+    match level as u32 {
+        pg_sys::XACT_REPEATABLE_READ => Some("REPEATABLE READ"),
+        pg_sys::XACT_SERIALIZABLE => Some("SERIALIZABLE"),
+        _ => None,
+    }
+}
+
 /// Runs statements in schema nsp as role run_as, in a security-restricted
 /// operation (see the module's header). With `want_value`, returns the first
 /// column of the last statement's first row, if it returned one that is not
@@ -188,6 +200,15 @@ unsafe fn run_as_role(
     }
     let quoted = quote_ident(nsp);
     let shown = String::from_utf8_lossy(&quoted).into_owned(); // (for messages only)
+                                                               // SAFETY: a backend global, fixed at the transaction's first snapshot.
+    if let Some(level) = one_snapshot_level(unsafe { pg_sys::XactIsoLevel }) {
+        raise!(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            format!("statements in schema {shown} run a table owner's code only in READ COMMITTED, not {level}"),
+            "Whose code they may run is read from the catalogs after their locks; this transaction reads a snapshot older than those locks, which would miss a trigger or an index made since, and run it unchecked.",
+            "Call the helper outside this transaction, or in one begun with BEGIN ISOLATION LEVEL READ COMMITTED.",
+        );
+    }
     if !may_set_role(caller, run_as) {
         // SAFETY: a catalog-cache lookup of a role that exists (a regrole argument).
         let role = unsafe { CStr::from_ptr(pg_sys::GetUserNameFromId(run_as, false)) };
@@ -366,4 +387,26 @@ v1!(pg_finfo_insta_id_in_transaction_block);
 pub unsafe extern "C-unwind" fn insta_id_in_transaction_block(_fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: reads the backend's transaction state; no arguments.
     Datum::from(unsafe { pg_sys::IsTransactionBlock() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_snapshot_levels_are_refused() {
+        assert_eq!(
+            one_snapshot_level(pg_sys::XACT_READ_UNCOMMITTED as i32),
+            None
+        );
+        assert_eq!(one_snapshot_level(pg_sys::XACT_READ_COMMITTED as i32), None);
+        assert_eq!(
+            one_snapshot_level(pg_sys::XACT_REPEATABLE_READ as i32),
+            Some("REPEATABLE READ")
+        );
+        assert_eq!(
+            one_snapshot_level(pg_sys::XACT_SERIALIZABLE as i32),
+            Some("SERIALIZABLE")
+        );
+    }
 }

@@ -219,7 +219,9 @@ pub fn sums(
     by: Buckets,
 ) -> Result<Vec<Sums>, String> {
     let (open, close) = match within {
-        Within::Session => ("BEGIN", "ROLLBACK"),
+        // (READ COMMITTED whatever the role's default: the gate reads
+        // only in it)
+        Within::Session => ("BEGIN ISOLATION LEVEL READ COMMITTED", "ROLLBACK"),
         Within::Transaction => (
             "SAVEPOINT insta_id_reading",
             "ROLLBACK TO SAVEPOINT insta_id_reading; RELEASE SAVEPOINT insta_id_reading",
@@ -250,7 +252,7 @@ pub fn warm(c: &mut Client, schema: &str) -> Result<(), String> {
     };
     let before = held(c)?;
     let run = |c: &mut Client| -> Result<(), String> {
-        c.batch_execute("BEGIN; SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '1s'")
+        c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '1s'")
             .described()?;
         let by = Buckets::of(c, DAY_MS)?;
         let tables = tables(c, schema)?;

@@ -147,6 +147,9 @@ DECLARE
 BEGIN
     -- Inside a transaction block COMMIT is refused (2D000): find out before doing anything.
     COMMIT;
+    -- Each transaction READ COMMITTED, whatever default_transaction_isolation
+    -- says: the gate decides from what it reads after its locks (ddl.rs).
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     last_shard := -1;
     shards_done := 0;
@@ -358,6 +361,7 @@ BEGIN
         -- (A flush a schema was a third of a migration's time.)
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         -- (COMMIT ends the settings: every wait of the next schema bounded too)
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', lock_timeout, true);

@@ -330,6 +330,13 @@ DECLARE
     reported pg_catalog.timestamptz;
     waits pg_catalog.text;
 BEGIN
+    -- Each transaction READ COMMITTED, whatever default_transaction_isolation
+    -- says: a copy runs the template owner's code only then (ddl.rs). (The
+    -- CALL's own transaction has its snapshot: it ends first.)
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    END IF;
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     PERFORM insta_id._check_shard_range(first_shard, last_shard, template_schema);
     -- Every wait bounded: lock_timeout, or 2 s when it is 0 (none), in each
@@ -362,6 +369,7 @@ BEGIN
         made := insta_id._create_shard_batch(lo, hi, plan);
         created := created + made;
         COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         PERFORM pg_catalog.set_config('lock_timeout', waits, true);
         IF clock_timestamp() - reported >= interval '10 seconds' AND hi < last_shard THEN

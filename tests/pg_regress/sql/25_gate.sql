@@ -282,6 +282,80 @@ SELECT insta_id.add_id_column('insta790.t', 'id', 790);
 \echo :LAST_ERROR_SQLSTATE
 SELECT insta_id.drop_shard(790, force => true);
 
+-- A transaction that reads one snapshot to its end (REPEATABLE READ,
+-- SERIALIZABLE) would hide from the gate's walk what was made after that
+-- snapshot, yet run it: every helper that would run a table owner's code
+-- refuses there (25000) before running any (tests/isolation's gate_snapshot
+-- shows the trigger it would miss). Each case is a row; in READ COMMITTED
+-- each runs the tenant's code, as the tenant, or it proves nothing.
+SELECT insta_id.create_shard(780), insta_id.create_shard(782);
+ALTER SCHEMA insta780 OWNER TO insta_id_regress_tenant;
+ALTER SCHEMA insta782 OWNER TO insta_id_regress_tenant;
+CREATE SCHEMA snapshot_tmpl AUTHORIZATION insta_id_regress_tenant;
+SET ROLE insta_id_regress_tenant;
+CREATE TABLE insta780.t (id bigint, v int);
+INSERT INTO insta780.t VALUES (NULL, 1);
+CREATE TRIGGER t_row BEFORE UPDATE ON insta780.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire('snapshot');
+CREATE TABLE insta780.k (id serial PRIMARY KEY);
+CREATE TABLE insta780.r (k int REFERENCES insta780.k, v int);
+CREATE INDEX ON insta780.r ((v + tenant_code.probe('snapshot')));
+CREATE TABLE insta780.e (id bigint) PARTITION BY RANGE (id);
+CREATE TABLE insta780.e_default PARTITION OF insta780.e DEFAULT;
+CREATE INDEX ON insta780.e_default ((id + tenant_code.probe('snapshot')));
+CREATE TABLE insta782.t (v int);
+CREATE INDEX ON insta782.t ((v + tenant_code.probe('snapshot')));
+CREATE TABLE snapshot_tmpl.t (v int);
+CREATE INDEX ON snapshot_tmpl.t ((v + tenant_code.probe('snapshot')));
+RESET ROLE;
+CREATE TABLE snapshot_cases (n int PRIMARY KEY, run text NOT NULL);
+INSERT INTO snapshot_cases VALUES
+(1, 'SELECT insta_id.add_id_column(''insta780.t'', ''id'', 780)'),
+(2, 'SELECT count(*) FROM insta_id.adopt_id_column(''insta780.k'')'),
+(3, 'SELECT count(*) FROM insta_id.create_partitions(''insta780.e'', ''1 month'', ''1 month'')'),
+(4, 'SELECT insta_id.create_shards(781, 781, ''snapshot_tmpl'')'),
+(5, 'SELECT insta_id.drop_shard(782)');
+-- (the outcome: ok or the SQLSTATE, and who ran the tenant's code)
+CREATE FUNCTION pg_temp.outcome(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    before int[] := pg_temp.runs();
+    state text := 'ok';
+BEGIN
+    BEGIN
+        EXECUTE sql;
+    EXCEPTION WHEN OTHERS THEN
+        state := SQLSTATE || ' ' || SQLERRM;
+    END;
+    RETURN state || CASE WHEN (pg_temp.runs())[1] > before[1] THEN ', ran as the tenant' ELSE '' END
+                 || CASE WHEN (pg_temp.runs())[2] > before[2] THEN ', ran as a superuser' ELSE '' END
+                 || CASE WHEN (pg_temp.runs())[3] > before[3] THEN ', ran as another role' ELSE '' END;
+END
+$$;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT n, run, pg_temp.outcome(run) FROM snapshot_cases ORDER BY n;
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT n, run, pg_temp.outcome(run) FROM snapshot_cases ORDER BY n;
+ROLLBACK;
+BEGIN ISOLATION LEVEL READ COMMITTED;
+SELECT n, run, pg_temp.outcome(run) FROM snapshot_cases ORDER BY n;
+ROLLBACK;
+SELECT insta_id.drop_shard(780, force => true), insta_id.drop_shard(782, force => true);
+SELECT shard_id, schema_name, template_schema FROM insta_id.shards();
+-- The procedures make each of their transactions READ COMMITTED
+-- themselves: a session whose default is SERIALIZABLE copies and migrates
+-- (the migration records the level it ran at, in the template and a shard).
+SET default_transaction_isolation = 'serializable';
+CALL insta_id.create_shards_in_batches(781, 781, 'snapshot_tmpl');
+CALL insta_id.migrate('snapshot_level', 'snapshot_tmpl',
+    'CREATE TABLE ran_at AS SELECT pg_catalog.current_setting(''transaction_isolation'') AS level');
+RESET default_transaction_isolation;
+SELECT 'template' AS schema, level FROM snapshot_tmpl.ran_at UNION ALL SELECT 'shard 781', level FROM insta781.ran_at;
+SELECT insta_id.drop_shard(781, force => true);
+DELETE FROM insta_id_admin.applied_migrations WHERE migration = 'snapshot_level';
+DELETE FROM insta_id_admin.migrations WHERE name = 'snapshot_level';
+DROP SCHEMA snapshot_tmpl CASCADE;
+DROP TABLE snapshot_cases;
+
 -- The registry is written only through insta_id's checked writer: a
 -- delegated administrator holds no INSERT, UPDATE or DELETE on insta_id's
 -- tables, and may not register, re-point or unregister a schema it cannot
