@@ -64,11 +64,15 @@ END;
 
 -- The relations a statement on rels (and, with nsp, on any relation of
 -- schema nsp) may reach: those, their partitions and inheritance children
--- and parents, the tables their foreign keys link in either direction, and
--- the tables their rules' actions and policies' subqueries name, until
--- nothing new is found. Foreign keys are followed through pg_depend
--- (indexed both ways; pg_constraint has no index on the referenced table).
-CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[])
+-- and parents, the tables their foreign keys link in either direction
+-- (with keys: a statement that writes, whose rows PostgreSQL checks and
+-- cascades through them), and the tables their rules' actions and
+-- policies' subqueries name, until nothing new is found. A read (keys
+-- false) runs no foreign key's code: followed, a table many shards
+-- reference would bring every shard into each read's reach, its locks
+-- and its owners. Foreign keys are followed through pg_depend (indexed
+-- both ways; pg_constraint has no index on the referenced table).
+CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[], keys boolean)
 RETURNS oid[]
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -124,7 +128,7 @@ BEGIN
             -- call, and a migration over N shards O(N^2))
             SELECT CASE WHEN k.conrelid = x.rel THEN k.confrelid ELSE k.conrelid END FROM pg_depend d
             JOIN pg_constraint k ON k.oid = d.objid AND k.contype = 'f'
-            WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
+            WHERE keys AND d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
         ) y(rel))
     SELECT coalesce(array_agg(DISTINCT reach.rel ORDER BY reach.rel), '{}')
     FROM reach
@@ -165,7 +169,7 @@ BEGIN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
     WITH RECURSIVE reach AS (
-        SELECT unnest(coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[]))) AS rel),
+        SELECT unnest(coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true))) AS rel),
     -- What counts whoever owns it: the relations, and every object of the
     -- schema, which is first on search_path while the statement runs: an
     -- unqualified name in it (a migration's, or an owner's function
@@ -353,7 +357,7 @@ $$;
 -- CREATE in it holds shared: no object arrives in it between the decision
 -- and the statements, where an unqualified name could resolve to it), and
 -- the relations a statement on rels (NULL: on any relation of schema nsp)
--- may reach (see the header), each wait bounded by lock_timeout: 55P03
+-- may reach (see the header; keys: whether it writes, _gate_relations), each wait bounded by lock_timeout: 55P03
 -- names the relation and who holds it. Returns those relations: walked
 -- (_gate_relations) after each round of locks, until a walk finds none
 -- unlocked, so that the last walk read a reach all locked before it began
@@ -366,7 +370,7 @@ $$;
 -- locked): 55P03, which a migration retries. The helpers set lock_timeout
 -- (their argument, 2 s by default); a caller whose lock_timeout is 0
 -- (none) waits 2 s here, never without bound.
-CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[])
+CREATE FUNCTION insta_id._gate_lock(nsp name, rels oid[], keys boolean)
 RETURNS oid[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -402,7 +406,7 @@ BEGIN
                  WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid AND d.refobjsubid = 0
                    AND d.classid = 'pg_class'::regclass AND d.deptype = 'n' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
                  ORDER BY c.oid)
-             ELSE insta_id._gate_relations(NULL, rels) END;
+             ELSE insta_id._gate_relations(NULL, rels, keys) END;
     FOR turn IN 1..10 LOOP
         -- (one subtransaction a round, not one a relation: rel names the
         -- one whose wait timed out)
@@ -419,7 +423,7 @@ BEGIN
                       HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
         END;
         -- (a statement of its own: a snapshot taken after the locks)
-        reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels);
+        reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels, keys);
         IF reach <@ locked THEN
             PERFORM set_config('lock_timeout', caller_timeout, true);
             RETURN reach;
@@ -569,7 +573,7 @@ AS $$
 DECLARE
     walked oid[];
 BEGIN
-    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    walked := insta_id._gate_lock(nsp, rels::oid[], true);
     -- (a statement after the locks': the owner decided from what they hold)
     PERFORM insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), statements, NULL);
 END
@@ -586,7 +590,8 @@ AS $$
 DECLARE
     walked oid[];
 BEGIN
-    walked := insta_id._gate_lock(nsp, rels::oid[]);
+    -- (a read: no foreign key's code runs)
+    walked := insta_id._gate_lock(nsp, rels::oid[], false);
     RETURN insta_id._gate_run(nsp, insta_id._gate_owner(nsp, rels, walked), NULL, query);
 END
 $$;
@@ -2475,10 +2480,10 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[], boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[], oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
-        ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[], boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_run(name, regrole, text[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._grant(jsonb, text, text)'),
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
@@ -2530,8 +2535,8 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[]), insta_id._gate_owner(name, regclass[], oid[]),
-    insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_owner(name, regclass[], oid[]),
+    insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),
     insta_id._admin_write_check(regrole, text, jsonb), insta_id._admin_write_apply(text, jsonb),

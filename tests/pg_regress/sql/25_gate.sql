@@ -89,6 +89,16 @@ INSERT INTO gate_cases VALUES
 (708, 'add_id_column: the DBA''s CHECK, its operator''s negator the tenant''s',
  'CREATE FUNCTION {s}.eq(int, int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS ''BEGIN RETURN $1 = $2; END''; CREATE OPERATOR {s}.=!= (LEFTARG = int, RIGHTARG = int, FUNCTION = {s}.eq, NEGATOR = OPERATOR(tenant_code.!=!)); CREATE TABLE {s}.t (id bigint, v int CHECK (NOT (v OPERATOR({s}.=!=) 2))); INSERT INTO {s}.t VALUES (NULL, 1)', '',
  'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
+-- A table of the DBA's that shards' tables (and another role's) reference:
+-- a read runs no foreign key's code, so drop_shard's check reads the
+-- tenant's table as the tenant; a write checks rows through the key, so
+-- add_id_column counts the DBA's table (and refuses).
+(709, 'drop_shard: a key to the DBA''s table, which another role''s table references too', '',
+ 'CREATE TABLE {s}.t (u int REFERENCES shared_keys.users, v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
+ 'SELECT insta_id.drop_shard({n})'),
+(710, 'add_id_column: a key to the DBA''s table', '',
+ 'CREATE TABLE {s}.t (id bigint, u int REFERENCES shared_keys.users, v int); INSERT INTO {s}.t VALUES (NULL, NULL, 1); CREATE TRIGGER t_row BEFORE UPDATE ON {s}.t FOR EACH ROW EXECUTE FUNCTION tenant_code.fire(''{c}'')',
+ 'SELECT insta_id.add_id_column(''{s}.t'', ''id'', {n})'),
 -- With force, nothing of the shard is read.
 (706, 'drop_shard, force: index expression', '',
  'CREATE TABLE {s}.t (v int); CREATE INDEX ON {s}.t ((v + tenant_code.probe(''{c}'')))',
@@ -193,6 +203,14 @@ INSERT INTO gate_cases VALUES
 -- or a lock of SQL's)
 UPDATE gate_cases SET before_run = 'SELECT insta_id.lock_shard_for_move(' || n || ')' WHERE n IN (744, 746);
 UPDATE gate_cases SET before_run = 'SELECT pg_advisory_lock(4245)' WHERE n = 747;
+
+-- (the DBA's table that cases 709 and 710 reference, and another role's)
+CREATE SCHEMA shared_keys;
+CREATE TABLE shared_keys.users (id int PRIMARY KEY);
+GRANT USAGE ON SCHEMA shared_keys TO PUBLIC;
+GRANT REFERENCES ON shared_keys.users TO PUBLIC;
+CREATE TABLE shared_keys.other_refs (u int REFERENCES shared_keys.users);
+ALTER TABLE shared_keys.other_refs OWNER TO insta_id_regress_other;
 
 -- Each case in a shard of its own, its schema the tenant's. Then, in a
 -- new session (whose relation cache has folded none of the tenant's
@@ -415,5 +433,5 @@ DROP OWNED BY insta_id_regress_delegate;
 DROP ROLE insta_id_regress_delegate;
 DELETE FROM insta_id_admin.moves WHERE shard_id = 797;
 DROP TABLE gate_cases, gate_results;
-DROP SCHEMA dba_only, tenant_code CASCADE;
+DROP SCHEMA dba_only, tenant_code, shared_keys CASCADE;
 DROP ROLE insta_id_regress_tenant, insta_id_regress_other;
