@@ -301,7 +301,7 @@ BEGIN
               DETAIL = format('Owned by %s.', listing),
               HINT = CASE WHEN rels IS NULL
                           THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
-                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
+                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and, for a write, of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
 END
 $$;
 
@@ -1917,10 +1917,17 @@ BEGIN
     WHILE lo <= last_shard LOOP
         hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
         -- A migration of the template between two batches: read it again.
+        -- So when the one owner of its code is no longer the role the
+        -- plan's copies run as (a function it uses given to another role,
+        -- whose body may then be another's): decided again in each batch's
+        -- transaction, as a migration decides in each schema's, never kept
+        -- from one to the next (42501 when several own it now).
         PERFORM insta_id._lock_template_shared();
-        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations'
+           OR insta_id._code_owner(template_schema)::text IS DISTINCT FROM plan->'extra'->>'code_owner' THEN
             PERFORM insta_id._check_template(template_schema);
             plan := insta_id._template_plan(template_schema);
+            PERFORM insta_id._check_owners(plan);
         END IF;
         made := insta_id._create_shard_batch(lo, hi, plan);
         created := created + made;

@@ -199,9 +199,11 @@ unsafe fn run_as_role(
         );
     }
     let quoted = quote_ident(nsp);
-    let shown = String::from_utf8_lossy(&quoted).into_owned(); // (for messages only)
-                                                               // SAFETY: a backend global, fixed at the transaction's first snapshot.
-    if let Some(level) = one_snapshot_level(unsafe { pg_sys::XactIsoLevel }) {
+    // (for messages only)
+    let shown = String::from_utf8_lossy(&quoted).into_owned();
+    // SAFETY: a backend global, fixed at the transaction's first snapshot.
+    let level = unsafe { pg_sys::XactIsoLevel };
+    if let Some(level) = one_snapshot_level(level) {
         raise!(
             PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
             format!("statements in schema {shown} run a table owner's code only in READ COMMITTED, not {level}"),
@@ -256,7 +258,9 @@ unsafe fn run_as_role(
             false,
         );
         for statement in statements {
-            let rc = pg_sys::SPI_execute(statement.as_ptr(), false, 0);
+            // (a value read: read-only, so that no write, DDL or row lock
+            // passes as one: the gate of a read follows no foreign key)
+            let rc = pg_sys::SPI_execute(statement.as_ptr(), want_value, 0);
             if rc < 0 {
                 raise!(
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -318,7 +318,7 @@ BEGIN
               DETAIL = format('Owned by %s.', listing),
               HINT = CASE WHEN rels IS NULL
                           THEN format('insta_id runs a schema''s statements as the one role that owns its objects, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...); schema %s itself may stay another role''s.', quote_ident(nsp))
-                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
+                          ELSE format('insta_id runs a statement on a table as the one role that owns it and the code PostgreSQL may run for it (triggers, CHECKs, defaults, indexes, policies, and those of its partitions and, for a write, of the tables its foreign keys link) and the objects of schema %s, first on search_path while it runs, so that no owner''s code runs with another''s rights. Give them to one role (ALTER ... OWNER TO, or REASSIGN OWNED BY ... TO ...).', quote_ident(nsp)) END;
 END
 $$;
 

@@ -361,10 +361,17 @@ BEGIN
     WHILE lo <= last_shard LOOP
         hi := least(lo::bigint + shards_per_commit - 1, last_shard)::int;
         -- A migration of the template between two batches: read it again.
+        -- So when the one owner of its code is no longer the role the
+        -- plan's copies run as (a function it uses given to another role,
+        -- whose body may then be another's): decided again in each batch's
+        -- transaction, as a migration decides in each schema's, never kept
+        -- from one to the next (42501 when several own it now).
         PERFORM insta_id._lock_template_shared();
-        IF insta_id._migrations_of(template_schema) <> plan->'migrations' THEN
+        IF insta_id._migrations_of(template_schema) <> plan->'migrations'
+           OR insta_id._code_owner(template_schema)::text IS DISTINCT FROM plan->'extra'->>'code_owner' THEN
             PERFORM insta_id._check_template(template_schema);
             plan := insta_id._template_plan(template_schema);
+            PERFORM insta_id._check_owners(plan);
         END IF;
         made := insta_id._create_shard_batch(lo, hi, plan);
         created := created + made;

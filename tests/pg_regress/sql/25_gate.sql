@@ -357,6 +357,9 @@ ROLLBACK;
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT n, run, pg_temp.outcome(run) FROM snapshot_cases ORDER BY n;
 ROLLBACK;
+-- A read through the gate is read-only (it follows no foreign key): a
+-- write passed as one is refused, and the tenant's trigger does not run.
+SELECT pg_temp.outcome('SELECT insta_id._gate_query(''insta780'', ARRAY[''insta780.t''::regclass], ''UPDATE insta780.t SET v = 2 RETURNING v'')') AS write_as_a_read;
 SELECT insta_id.drop_shard(780, force => true), insta_id.drop_shard(782, force => true);
 SELECT shard_id, schema_name, template_schema FROM insta_id.shards();
 -- The procedures make each of their transactions READ COMMITTED
