@@ -102,13 +102,20 @@ SELECT insta_id.create_shards(201, 202, 'full_tmpl');
 -- What shard 201 holds, object by object; none differs from the template.
 SELECT object FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid], 0) ORDER BY 1;
 SELECT count(*) AS drift FROM insta_id.shard_drift('full_tmpl');
--- shard_drift deparses once per template (27_drift): what the shards take
+-- shard_drift describes once per template (27_drift): what the shards take
 -- from it is what deparsing each of them gives, for every kind of object.
 WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),
      taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'full_tmpl'::regnamespace::oid) d),
-     deparsed AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 0) d)
-SELECT (SELECT count(*) FROM (TABLE taken EXCEPT ALL TABLE deparsed) x) AS only_taken,
-       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE taken) x) AS only_deparsed;
+     -- (a table described as its template namesake: the template table's rows, in its schema)
+     expanded AS (SELECT t.nsp, t.object, t.detail FROM taken t WHERE t.object IS NOT NULL
+                  UNION ALL
+                  SELECT m.nsp, t.object, t.detail FROM taken m
+                  JOIN taken t ON t.rel = m.rel AND t.nsp = 'full_tmpl'::regnamespace AND t.object IS NOT NULL
+                  WHERE m.object IS NULL),
+     deparsed AS (SELECT d.nsp, d.object, d.detail FROM n, insta_id._describe_schemas(n.nsps, 0) d)
+SELECT (SELECT count(*) FROM taken WHERE object IS NULL) AS tables_taken,
+       (SELECT count(*) FROM (TABLE expanded EXCEPT ALL TABLE deparsed) x) AS only_taken,
+       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE expanded) x) AS only_deparsed;
 SELECT nspowner::regrole AS schema_owner FROM pg_namespace WHERE nspname = 'insta201';
 SELECT proname, proconfig FROM pg_proc WHERE pronamespace = 'insta201'::regnamespace AND proconfig IS NOT NULL;
 

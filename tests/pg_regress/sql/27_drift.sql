@@ -1,10 +1,10 @@
--- shard_drift deparses once per template (issue 58): a shard's relation
--- whose catalog rows are its template namesake's takes the template's
--- deparsed indexes, constraints, triggers and policies instead of
--- deparsing its own. What a call reports must be what deparsing every
--- shard reports: the same rows, and every difference of an object that
--- keeps its name found. Each difference is a row of drift_cases, planted
--- in a shard of its own (a new case is a new row); shard 400 has none.
+-- shard_drift describes once per template (issue 58): a shard's table
+-- whose catalog rows are its template namesake's is not described at all
+-- (its rows would be the template table's), instead of deparsing its
+-- own. What a call reports must be what describing every shard reports:
+-- the same rows, and every difference of an object that keeps its name
+-- found. Each difference is a row of drift_cases, planted in a shard of
+-- its own (a new case is a new row); shard 400 has none.
 SET client_min_messages = warning;
 \set SHOW_CONTEXT never
 SELECT count(*) >= 0 AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards()) d;
@@ -38,7 +38,7 @@ CREATE TABLE dr_tmpl.events (at timestamptz NOT NULL, order_id bigint REFERENCES
 CREATE TABLE dr_tmpl.events_2026 PARTITION OF dr_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE INDEX events_at_idx ON dr_tmpl.events (at);
 CREATE STATISTICS dr_tmpl.items_stats (dependencies) ON sku, qty FROM dr_tmpl.items;
-SELECT insta_id.create_shards(400, 442, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 443, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -84,7 +84,8 @@ INSERT INTO drift_cases VALUES
     (439, 'column: a collation', 'ALTER TABLE %1$I.orders ALTER COLUMN note TYPE text COLLATE "C"'),
     (440, 'column: added', 'ALTER TABLE %1$I.orders ADD COLUMN extra int'),
     (441, 'statistics: its kinds', 'DROP STATISTICS %1$I.items_stats; CREATE STATISTICS %1$I.items_stats (ndistinct) ON sku, qty FROM %1$I.items'),
-    (442, 'enum: a value added', 'ALTER TYPE %1$I.state ADD VALUE ''gone''');
+    (442, 'enum: a value added', 'ALTER TYPE %1$I.state ADD VALUE ''gone'''),
+    (443, 'column: identity', 'ALTER TABLE %1$I.items ALTER COLUMN qty ADD GENERATED ALWAYS AS IDENTITY');
 DO $$
 DECLARE
     c record;
@@ -103,19 +104,26 @@ GROUP BY 1, 2 ORDER BY 1;
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 402);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
 
--- The rows taken from the template are the rows deparsing each shard
--- gives (template 0: none taken), for the shards that differ and those
--- that do not.
+-- The tables taken from the template stand for the rows describing each
+-- shard gives (template 0: none taken), for the shards that differ and
+-- those that do not.
 WITH n AS (SELECT ARRAY(SELECT oid FROM pg_namespace WHERE nspname = 'dr_tmpl' OR nspname LIKE 'insta4__') AS nsps),
      taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'dr_tmpl'::regnamespace::oid) d),
-     deparsed AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 0) d)
+     -- (a table described as its template namesake: the template table's rows, in its schema)
+     expanded AS (SELECT t.nsp, t.object, t.detail FROM taken t WHERE t.object IS NOT NULL
+                  UNION ALL
+                  SELECT m.nsp, t.object, t.detail FROM taken m
+                  JOIN taken t ON t.rel = m.rel AND t.nsp = 'dr_tmpl'::regnamespace AND t.object IS NOT NULL
+                  WHERE m.object IS NULL),
+     deparsed AS (SELECT d.nsp, d.object, d.detail FROM n, insta_id._describe_schemas(n.nsps, 0) d)
 SELECT (SELECT count(*) FROM deparsed) AS described,
-       (SELECT count(*) FROM (TABLE taken EXCEPT ALL TABLE deparsed) x) AS only_taken,
-       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE taken) x) AS only_deparsed;
+       (SELECT count(*) FROM taken WHERE object IS NULL) AS tables_taken,
+       (SELECT count(*) FROM (TABLE expanded EXCEPT ALL TABLE deparsed) x) AS only_taken,
+       (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE expanded) x) AS only_deparsed;
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 442) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 443) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
