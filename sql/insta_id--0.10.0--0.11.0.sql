@@ -13,6 +13,14 @@ CREATE FUNCTION insta_id._lock_relation(rel oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+-- The owner of an object whose code the gate counts, read once the object
+-- is held (locked ACCESS SHARE, which ALTER ... OWNER TO waits for; a
+-- relation by the gate's own lock): the gate's decision stands until the
+-- statements have run (src/locks.rs, src/sql/gate.sql).
+CREATE FUNCTION insta_id._held_owner(classid oid, objid oid)
+RETURNS oid
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
 
 -- (0.9.0's returned one owner: a row now, for its callers to inline)
@@ -143,11 +151,13 @@ $$;
 -- those parts use (see this file's header). Several owners: 42501, naming
 -- them. None (nothing but superusers' code, no relation): the schema's
 -- owner. The decision only: _gate runs the statements. walked: the
--- relations _gate_lock found and locked (NULL: walked here, unlocked, for
--- a check that runs nothing).
+-- relations _gate_lock found and locked, and the objects found are held
+-- to the end of the transaction (NULL: walked here, nothing locked, for a
+-- check that runs nothing).
 CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[], walked oid[] DEFAULT NULL)
 RETURNS regrole
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- (VOLATILE: a run's decision locks what it read)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 -- (as _gate_relations: no JIT for a walk of a few catalog rows, and one
 -- plan, of index probes whatever the arguments, kept for every call)
@@ -269,11 +279,18 @@ BEGIN
         SELECT p.classid, p.objid, false FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
         UNION ALL
         SELECT DISTINCT u.classid, u.objid, true FROM used u),
+    -- Their owners: for a run (walked), each read once the object is held
+    -- (_held_owner: locked, as ALTER ... OWNER TO locks it), a superuser's
+    -- too, so that no owner changes between this decision and the
+    -- statements (the code's new owner could then replace its body, to
+    -- run as the role decided); for a check, as the catalogs read.
     o AS (
         SELECT x.classid, x.objid, w.owner::regrole AS owner, x.used
-        FROM objects x, insta_id._object_owner(x.classid, x.objid) w
+        FROM objects x, LATERAL (SELECT insta_id._held_owner(x.classid, x.objid) WHERE walked IS NOT NULL
+                                 UNION ALL
+                                 SELECT w.owner FROM insta_id._object_owner(x.classid, x.objid) w WHERE walked IS NULL) w(owner)
         -- (what the code used is superusers' does not count)
-        WHERE NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
+        WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
     -- (kept as arrays: the objects are described only to refuse, which
     -- is what a walk of a large schema would spend most of its time on)
     SELECT array_agg(o.classid), array_agg(o.objid), array_agg(o.owner), array_agg(o.used)
@@ -2502,6 +2519,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._held_owner(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
@@ -2542,7 +2560,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_owner(name, regclass[], oid[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._held_owner(oid, oid), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_owner(name, regclass[], oid[]),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),

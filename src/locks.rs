@@ -213,6 +213,93 @@ pub unsafe extern "C-unwind" fn insta_id_lock_object(fcinfo: FunctionCallInfo) -
     Datum::from(0)
 }
 
+/// The kinds of object whose owner the gate counts (as `_object_owner`,
+/// src/sql/gate.sql, reads them): a catalog with an OID cache and an owner
+/// column. Any other kind has no owner to count.
+fn owned_kind(classid: pg_sys::Oid) -> bool {
+    // (catalogs whose OIDs pgrx does not bind: fixed in PostgreSQL's
+    // catalog headers, pg_conversion.h, pg_ts_config.h, pg_ts_dict.h,
+    // pg_statistic_ext.h)
+    const CONVERSION: pg_sys::Oid = pg_sys::Oid::from_u32(2607);
+    const TS_CONFIG: pg_sys::Oid = pg_sys::Oid::from_u32(3602);
+    const TS_DICTIONARY: pg_sys::Oid = pg_sys::Oid::from_u32(3600);
+    const STATISTIC_EXT: pg_sys::Oid = pg_sys::Oid::from_u32(3381);
+    [
+        pg_sys::RelationRelationId,
+        pg_sys::ProcedureRelationId,
+        pg_sys::TypeRelationId,
+        pg_sys::CollationRelationId,
+        CONVERSION,
+        pg_sys::OperatorRelationId,
+        pg_sys::OperatorClassRelationId,
+        pg_sys::OperatorFamilyRelationId,
+        TS_CONFIG,
+        TS_DICTIONARY,
+        STATISTIC_EXT,
+    ]
+    .contains(&classid)
+}
+
+v1!(pg_finfo_insta_id_held_owner);
+/// `insta_id._held_owner(classid oid, objid oid) RETURNS oid`: the owner of
+/// an object whose code the gate counts, read once the object is held, so
+/// that it stays the owner until the statements have run. A relation is
+/// held by the gate's own lock already (`_lock_relation`, which ALTER
+/// TABLE ... OWNER TO waits for); any other object is locked ACCESS SHARE
+/// until the transaction ends, which ALTER FUNCTION (TYPE, OPERATOR, ...)
+/// ... OWNER TO waits for (it takes ACCESS EXCLUSIVE on the object). The
+/// owner is read from the catalog cache after the lock, which has the
+/// backend take in what committed before it. NULL: gone, or a kind without
+/// an owner. No ownership check (unlike `_lock_object`'s ACCESS EXCLUSIVE):
+/// ACCESS SHARE on a function or type delays only its ALTER and DROP, until
+/// the caller's transaction ends.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (oid, oid).
+    let (classid, objid) = unsafe {
+        (
+            pg_sys::Oid::from(arg(fcinfo, 0).value() as u32),
+            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
+        )
+    };
+    if !owned_kind(classid) {
+        // SAFETY: a NULL result of a function called through fmgr.
+        unsafe { (*fcinfo).isnull = true };
+        return Datum::from(0);
+    }
+    // SAFETY: the lock manager (LockDatabaseObject takes in the
+    // invalidations committed before the lock), then a catalog-cache
+    // lookup by OID of a kind listed in PostgreSQL's object properties,
+    // released before returning.
+    unsafe {
+        if classid != pg_sys::RelationRelationId {
+            pg_sys::LockDatabaseObject(
+                classid,
+                objid,
+                0,
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            );
+        }
+        let cache = pg_sys::get_object_catcache_oid(classid);
+        let tuple = pg_sys::SearchSysCache1(cache, Datum::from(objid));
+        if tuple.is_null() {
+            (*fcinfo).isnull = true;
+            return Datum::from(0);
+        }
+        let mut isnull = false;
+        let owner = pg_sys::SysCacheGetAttr(
+            cache,
+            tuple,
+            pg_sys::get_object_attnum_owner(classid),
+            &mut isnull,
+        );
+        pg_sys::ReleaseSysCache(tuple);
+        (*fcinfo).isnull = isnull;
+        owner
+    }
+}
+
 v1!(pg_finfo_insta_id_lock_relation);
 /// `insta_id._lock_relation(rel oid) RETURNS boolean`: relation rel locked
 /// ROW EXCLUSIVE until the transaction ends, and whether it still exists

@@ -20,9 +20,11 @@
 --      functions; for the relations themselves, their partitions and
 --      parents, and for a statement that writes the tables their foreign
 --      keys link in both directions (PostgreSQL re-validates a key,
---      cascades and checks rows through them), transitively. One owner:
---      the statement runs as it. Several: refused (42501), naming each
---      owner's objects;
+--      cascades and checks rows through them), transitively. Each owner
+--      is read once its object is held (_held_owner: a function, type or
+--      operator locked ACCESS SHARE, which ALTER ... OWNER TO waits for),
+--      so no code changes hands before it runs. One owner: the statement
+--      runs as it. Several: refused (42501), naming each owner's objects;
 --   3. runs the statements as that owner in a security-restricted operation
 --      with search_path = <schema>, pg_catalog, pg_temp (_run_in_schema,
 --      src/ddl.rs), in a subtransaction (_gate_run), refusing what would
@@ -160,11 +162,13 @@ $$;
 -- those parts use (see this file's header). Several owners: 42501, naming
 -- them. None (nothing but superusers' code, no relation): the schema's
 -- owner. The decision only: _gate runs the statements. walked: the
--- relations _gate_lock found and locked (NULL: walked here, unlocked, for
--- a check that runs nothing).
+-- relations _gate_lock found and locked, and the objects found are held
+-- to the end of the transaction (NULL: walked here, nothing locked, for a
+-- check that runs nothing).
 CREATE FUNCTION insta_id._gate_owner(nsp name, rels regclass[], walked oid[] DEFAULT NULL)
 RETURNS regrole
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- (VOLATILE: a run's decision locks what it read)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 -- (as _gate_relations: no JIT for a walk of a few catalog rows, and one
 -- plan, of index probes whatever the arguments, kept for every call)
@@ -286,11 +290,18 @@ BEGIN
         SELECT p.classid, p.objid, false FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
         UNION ALL
         SELECT DISTINCT u.classid, u.objid, true FROM used u),
+    -- Their owners: for a run (walked), each read once the object is held
+    -- (_held_owner: locked, as ALTER ... OWNER TO locks it), a superuser's
+    -- too, so that no owner changes between this decision and the
+    -- statements (the code's new owner could then replace its body, to
+    -- run as the role decided); for a check, as the catalogs read.
     o AS (
         SELECT x.classid, x.objid, w.owner::regrole AS owner, x.used
-        FROM objects x, insta_id._object_owner(x.classid, x.objid) w
+        FROM objects x, LATERAL (SELECT insta_id._held_owner(x.classid, x.objid) WHERE walked IS NOT NULL
+                                 UNION ALL
+                                 SELECT w.owner FROM insta_id._object_owner(x.classid, x.objid) w WHERE walked IS NULL) w(owner)
         -- (what the code used is superusers' does not count)
-        WHERE NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
+        WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
     -- (kept as arrays: the objects are described only to refuse, which
     -- is what a walk of a large schema would spend most of its time on)
     SELECT array_agg(o.classid), array_agg(o.objid), array_agg(o.owner), array_agg(o.used)

@@ -56,6 +56,14 @@ CREATE FUNCTION insta_id._lock_relation(rel oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+-- The owner of an object whose code the gate counts, read once the object
+-- is held (locked ACCESS SHARE, which ALTER ... OWNER TO waits for; a
+-- relation by the gate's own lock): the gate's decision stands until the
+-- statements have run (src/locks.rs, src/sql/gate.sql).
+CREATE FUNCTION insta_id._held_owner(classid oid, objid oid)
+RETURNS oid
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()

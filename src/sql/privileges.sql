@@ -68,6 +68,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._held_owner(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
