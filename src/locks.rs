@@ -240,19 +240,47 @@ fn owned_kind(classid: pg_sys::Oid) -> bool {
     .contains(&classid)
 }
 
+/// The owner of an object by its catalog cache, or None when it is gone.
+///
+/// # Safety
+/// `classid` is a kind `owned_kind` accepts.
+unsafe fn cached_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // SAFETY: a catalog-cache lookup by OID of a kind listed in
+    // PostgreSQL's object properties, released before returning; the
+    // owner is an oid, copied out first.
+    unsafe {
+        let cache = pg_sys::get_object_catcache_oid(classid);
+        let tuple = pg_sys::SearchSysCache1(cache, Datum::from(objid));
+        if tuple.is_null() {
+            return None;
+        }
+        let mut isnull = false;
+        let owner = pg_sys::SysCacheGetAttr(
+            cache,
+            tuple,
+            pg_sys::get_object_attnum_owner(classid),
+            &mut isnull,
+        );
+        pg_sys::ReleaseSysCache(tuple);
+        (!isnull).then(|| pg_sys::Oid::from(owner.value() as u32))
+    }
+}
+
 v1!(pg_finfo_insta_id_held_owner);
 /// `insta_id._held_owner(classid oid, objid oid) RETURNS oid`: the owner of
 /// an object whose code the gate counts, read once the object is held, so
 /// that it stays the owner until the statements have run. A relation is
 /// held by the gate's own lock already (`_lock_relation`, which ALTER
 /// TABLE ... OWNER TO waits for); any other object is locked ACCESS SHARE
-/// until the transaction ends, which ALTER FUNCTION (TYPE, OPERATOR, ...)
-/// ... OWNER TO waits for (it takes ACCESS EXCLUSIVE on the object). The
-/// owner is read from the catalog cache after the lock, which has the
-/// backend take in what committed before it. NULL: gone, or a kind without
-/// an owner. No ownership check (unlike `_lock_object`'s ACCESS EXCLUSIVE):
-/// ACCESS SHARE on a function or type delays only its ALTER and DROP, until
-/// the caller's transaction ends.
+/// until the transaction ends, which ALTER FUNCTION (OPERATOR, ...) ...
+/// OWNER TO waits for (it takes ACCESS EXCLUSIVE on the object), and its
+/// owner read again from the catalog cache after the lock, which has the
+/// backend take in what committed before it. NULL: gone, or a kind
+/// without an owner.
+/// Locked only when the caller is a superuser, or the owner is one or a
+/// role whose rights the caller has: an object of any other role is one
+/// the gate refuses to run as (the caller may not act as its owner), and
+/// no caller holds up another role's ALTER or DROP through this function.
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) -> Datum {
@@ -263,40 +291,34 @@ pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) ->
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
         )
     };
-    if !owned_kind(classid) {
-        // SAFETY: a NULL result of a function called through fmgr.
-        unsafe { (*fcinfo).isnull = true };
-        return Datum::from(0);
-    }
-    // SAFETY: the lock manager (LockDatabaseObject takes in the
-    // invalidations committed before the lock), then a catalog-cache
-    // lookup by OID of a kind listed in PostgreSQL's object properties,
-    // released before returning.
-    unsafe {
-        if classid != pg_sys::RelationRelationId {
+    // SAFETY: catalog-cache reads of a kind owned_kind accepts; the lock
+    // manager (LockDatabaseObject takes in the invalidations committed
+    // before the lock); role checks of the current user.
+    let owner = owned_kind(classid)
+        .then(|| unsafe { cached_owner(classid, objid) })
+        .flatten()
+        .and_then(|first| unsafe {
+            let may = pg_sys::superuser()
+                || pg_sys::superuser_arg(first)
+                || pg_sys::has_privs_of_role(pg_sys::GetUserId(), first);
+            if !may || classid == pg_sys::RelationRelationId {
+                return Some(first);
+            }
             pg_sys::LockDatabaseObject(
                 classid,
                 objid,
                 0,
                 pg_sys::AccessShareLock as pg_sys::LOCKMODE,
             );
+            cached_owner(classid, objid)
+        });
+    match owner {
+        Some(owner) => Datum::from(owner),
+        None => {
+            // SAFETY: a NULL result of a function called through fmgr.
+            unsafe { (*fcinfo).isnull = true };
+            Datum::from(0)
         }
-        let cache = pg_sys::get_object_catcache_oid(classid);
-        let tuple = pg_sys::SearchSysCache1(cache, Datum::from(objid));
-        if tuple.is_null() {
-            (*fcinfo).isnull = true;
-            return Datum::from(0);
-        }
-        let mut isnull = false;
-        let owner = pg_sys::SysCacheGetAttr(
-            cache,
-            tuple,
-            pg_sys::get_object_attnum_owner(classid),
-            &mut isnull,
-        );
-        pg_sys::ReleaseSysCache(tuple);
-        (*fcinfo).isnull = isnull;
-        owner
     }
 }
 

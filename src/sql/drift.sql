@@ -78,7 +78,7 @@ AS $$
     -- The schema's name: as written in a qualified name, and as a pattern
     -- matching it only where a name starts (schema t must not turn
     -- events_rest.at into events_res<schema>.at).
-    WITH s AS (SELECT n.oid, ARRAY[quote_ident(n.nspname) || '.',
+    WITH s AS (SELECT n.oid, n.nspname, ARRAY[quote_ident(n.nspname) || '.',
                                    '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix
                FROM pg_namespace n WHERE n.oid = ANY (nsps)),
     views AS MATERIALIZED (SELECT * FROM insta_id._view_definitions(nsps)),
@@ -99,22 +99,25 @@ AS $$
     -- columns: deparsed with its table, whose relation cache entry that
     -- builds; a default names none).
     cols AS MATERIALIZED (
-        SELECT c.attrelid, c.relnamespace, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
-               c.attidentity, c.attgenerated,
-               -- (the pattern tried only where it can match: a regular
-               -- expression on every default was 7% of a call)
-               CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND c.printed ~ '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$'
-                    THEN 'insta_id.next_id(<shard>, <its sequence>)'
-                    -- (the schema's name as the placeholder, as the end of
-                    -- this statement writes every row: a default of the
-                    -- schema's own enum is the template's)
-                    WHEN strpos(c.printed, c.prefix[1]) > 0 THEN regexp_replace(c.printed, c.prefix[2], '\1<schema>.', 'g')
-                    ELSE c.printed END AS expr
-        FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation, a.attnotnull,
-                     a.attidentity, a.attgenerated, pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
-              FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
-              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-              OFFSET 0) c),    -- (printed once)
+        SELECT c.attrelid, c.relnamespace, c.prefix, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
+               c.attidentity, c.attgenerated, c.expr,
+               -- (for the key, the schema's name as the placeholder, as the
+               -- end of this statement writes every row: a default of the
+               -- schema's own enum is the template's)
+               CASE WHEN strpos(c.expr, c.prefix[1]) > 0 THEN regexp_replace(c.expr, c.prefix[2], '\1<schema>.', 'g')
+                    ELSE c.expr END AS expr_key
+        FROM (SELECT c.*,
+                     -- (the pattern tried only where it can match: a regular
+                     -- expression on every default was 7% of a call)
+                     CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND c.printed ~ '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$'
+                          THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
+              FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
+                           a.attnotnull, a.attidentity, a.attgenerated,
+                           pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
+                    FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+                    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                    OFFSET 0) c    -- (printed once)
+              OFFSET 0) c),
     -- A relation's key: what its own rows print (owner, grants, options,
     -- columns) and what the deparsers of its indexes, constraints,
     -- triggers and policies read, as one value: the relation's kind, its
@@ -127,23 +130,26 @@ AS $$
     -- there (elsewhere, by oid). Equal keys, equal rows once the schema's
     -- name is the placeholder. An oid of the shard's own in a node tree (a
     -- CHECK calling the shard's function) makes the key differ: that
-    -- relation is described. (Locations: ' :location N' in a node tree's
+    -- relation is described; one of a schema described, in the
+    -- template's, keeps that table out (pinned). (Locations: ' :location N' in a node tree's
     -- text.) Each catalog is read in one pass, grouped by relation (a
     -- subquery per relation and kind cost 0.1 ms a relation).
     -- The columns' part, also a foreign key's target's: number, name,
     -- NOT NULL, identity, generated, the default as printed, the collation,
-    -- and the type: one of the relation's schema by its name, as the
-    -- schema's other objects (its definition has a row of its own), and
-    -- its collation; any other by oid. (The type looked up for the few
-    -- columns not of a built-in one, below FirstNormalObjectId: a join
+    -- and the type: a built-in one (below FirstNormalObjectId) by oid,
+    -- any other as printed, with the placeholder (an array's own name
+    -- depends on the order its schema's types were made in), and its
+    -- collation. (The type looked up for those columns only: a join
     -- probed pg_type for every column.)
     columns_key AS MATERIALIZED (
         SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod, c.attcollation,
-                                          CASE WHEN y.typnamespace = c.relnamespace THEN y.typname::text ELSE c.atttypid::text END,
-                                          y.typnamespace = c.relnamespace, y.typcollation,
-                                          c.attnotnull, c.attidentity, c.attgenerated, c.expr)::text, ' ' ORDER BY c.attnum) AS key
+                                          CASE WHEN y.printed IS NULL THEN c.atttypid::text
+                                               WHEN strpos(y.printed, c.prefix[1]) > 0 THEN regexp_replace(y.printed, c.prefix[2], '\1<schema>.', 'g')
+                                               ELSE y.printed END,
+                                          y.typcollation, c.attnotnull, c.attidentity, c.attgenerated, c.expr_key)::text,
+                                      ' ' ORDER BY c.attnum) AS key
         FROM cols c
-        LEFT JOIN LATERAL (SELECT y.typnamespace, y.typname, y.typcollation FROM pg_type y
+        LEFT JOIN LATERAL (SELECT y.typcollation, format_type(c.atttypid, c.atttypmod) AS printed FROM pg_type y
                            WHERE y.oid = c.atttypid AND c.atttypid >= 16384 OFFSET 0) y ON true
         GROUP BY c.attrelid),
     keyed AS MATERIALIZED (
@@ -192,12 +198,34 @@ AS $$
                                                  ' ' ORDER BY p.polname) AS key
                    FROM rel r JOIN pg_policy p ON p.polrelid = r.oid
                    GROUP BY p.polrelid) p ON p.polrelid = r.oid),
+    -- The template's tables whose indexes, constraints, triggers or
+    -- policies use, by oid in a node tree, an object of a schema described
+    -- (the template's, or a shard's): a shard's table with the same key
+    -- uses that same object, printed as <schema>.x in one of the two and
+    -- by its schema's name in the other. (A trigger's own function is
+    -- keyed by its name in the schema; a foreign key's target, by its
+    -- name there.) A few rows: the template's tables only.
+    pinned AS MATERIALIZED (
+        SELECT DISTINCT r.oid FROM rel r
+        CROSS JOIN LATERAL (
+            SELECT 'pg_constraint'::regclass::oid, k.oid, 0::oid FROM pg_constraint k WHERE k.conrelid = r.oid AND k.contype NOT IN ('f', 'n')
+            UNION ALL
+            SELECT 'pg_class'::regclass::oid, x.indexrelid, 0::oid FROM pg_index x WHERE x.indrelid = r.oid
+            UNION ALL
+            SELECT 'pg_trigger'::regclass::oid, t.oid, t.tgfoid FROM pg_trigger t WHERE t.tgrelid = r.oid AND NOT t.tgisinternal
+            UNION ALL
+            SELECT 'pg_policy'::regclass::oid, p.oid, 0::oid FROM pg_policy p WHERE p.polrelid = r.oid) part(classid, objid, by_name)
+        JOIN pg_depend d ON d.classid = part.classid AND d.objid = part.objid AND d.deptype = 'n'
+                        AND d.refobjid <> r.oid AND d.refobjid <> part.by_name
+        JOIN s ON s.nspname = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
+        WHERE r.relnamespace = template),
     -- The shards' tables whose rows are their template namesake's (a
     -- view's definition is not in its key: views are described).
     reuse AS MATERIALIZED (
         SELECT k.oid, k.relnamespace, t.oid AS template_rel
         FROM keyed k JOIN keyed t ON t.relname = k.relname AND t.key = k.key
-        WHERE t.relnamespace = template AND k.relnamespace <> template AND k.relkind IN ('r', 'p', 'f')),
+        WHERE t.relnamespace = template AND k.relnamespace <> template AND k.relkind IN ('r', 'p', 'f')
+          AND NOT EXISTS (SELECT FROM pinned p WHERE p.oid = t.oid)),
     -- Every other relation (few, found first), described.
     deparsed_rel AS MATERIALIZED (SELECT r.* FROM rel r WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
     -- Each relation's grants, written once per distinct ACL and owner (a

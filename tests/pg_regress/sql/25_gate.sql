@@ -386,6 +386,9 @@ SELECT insta_id.grant_shard_admin('insta_id_regress_delegate');
 SELECT format('GRANT CREATE ON DATABASE %I TO insta_id_regress_delegate', current_database()) \gexec
 CREATE SCHEMA dba_only;
 CREATE TABLE dba_only.secrets (v text);
+CREATE FUNCTION dba_only.dbas() RETURNS int LANGUAGE sql RETURN 1;
+CREATE FUNCTION dba_only.others() RETURNS int LANGUAGE sql RETURN 1;
+ALTER FUNCTION dba_only.others() OWNER TO insta_id_regress_other;
 GRANT USAGE ON SCHEMA dba_only TO insta_id_regress_delegate;
 SELECT insta_id.create_shard(798);
 INSERT INTO insta_id_admin.moves (shard_id, side, schema_name, peer, step, started_at, steps)
@@ -424,6 +427,18 @@ EXCEPTION WHEN OTHERS THEN
 END $$;
 SELECT n, attempt, pg_temp.attempt(sql) AS outcome FROM delegate_rows ORDER BY n;
 DROP TABLE delegate_rows;
+-- The gate's read of an owner holds the object for the delegate only
+-- where the gate could run as its owner (a superuser's code, which does
+-- not count, or a role whose rights it has): another role's function is
+-- read, not held, so the delegate cannot hold up its ALTER or DROP.
+BEGIN;
+SELECT f::regproc AS function,
+       (SELECT CASE WHEN r.rolsuper THEN 'a superuser' ELSE r.rolname END FROM pg_roles r
+        WHERE r.oid = insta_id._held_owner('pg_proc'::regclass, f)) AS owner,
+       (SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'object'
+          AND l.classid = 'pg_proc'::regclass AND l.objid = f) AS held
+FROM unnest(ARRAY['dba_only.dbas'::regproc, 'dba_only.others'::regproc]::oid[]) f ORDER BY 1;
+COMMIT;
 -- Its own shard it may drop, through the writer.
 SELECT insta_id.drop_shard(795);
 RESET ROLE;

@@ -38,7 +38,15 @@ CREATE TABLE dr_tmpl.events (at timestamptz NOT NULL, order_id bigint REFERENCES
 CREATE TABLE dr_tmpl.events_2026 PARTITION OF dr_tmpl.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE INDEX events_at_idx ON dr_tmpl.events (at);
 CREATE STATISTICS dr_tmpl.items_stats (dependencies) ON sku, qty FROM dr_tmpl.items;
-SELECT insta_id.create_shards(400, 443, 'dr_tmpl');
+-- A CHECK calling the schema's own function; a column of an array type
+-- whose own name depends on the order the types were made in (b's array
+-- is __b, the enum _b having taken _b).
+CREATE FUNCTION dr_tmpl.positive(int) RETURNS boolean LANGUAGE sql IMMUTABLE RETURN $1 > 0;
+CREATE TABLE dr_tmpl.notes (n int CONSTRAINT notes_n_check CHECK (dr_tmpl.positive(n)));
+CREATE TYPE dr_tmpl.b AS ENUM ('x');
+CREATE TYPE dr_tmpl._b AS ENUM ('x');
+CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
+SELECT insta_id.create_shards(400, 445, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -85,7 +93,10 @@ INSERT INTO drift_cases VALUES
     (440, 'column: added', 'ALTER TABLE %1$I.orders ADD COLUMN extra int'),
     (441, 'statistics: its kinds', 'DROP STATISTICS %1$I.items_stats; CREATE STATISTICS %1$I.items_stats (ndistinct) ON sku, qty FROM %1$I.items'),
     (442, 'enum: a value added', 'ALTER TYPE %1$I.state ADD VALUE ''gone'''),
-    (443, 'column: identity', 'ALTER TABLE %1$I.items ALTER COLUMN qty ADD GENERATED ALWAYS AS IDENTITY');
+    (443, 'column: identity', 'ALTER TABLE %1$I.items ALTER COLUMN qty ADD GENERATED ALWAYS AS IDENTITY'),
+    (444, 'check: the template''s function', 'ALTER TABLE %1$I.notes DROP CONSTRAINT notes_n_check, ADD CONSTRAINT notes_n_check CHECK (dr_tmpl.positive(n))'),
+    (445, 'column: another array type of the same own name',
+     'DROP TABLE %1$I.z; DROP TYPE %1$I._b; DROP TYPE %1$I.b; CREATE TYPE %1$I._b AS ENUM (''x''); CREATE TYPE %1$I.b AS ENUM (''x''); CREATE TABLE %1$I.z (c %1$I._b[])');
 DO $$
 DECLARE
     c record;
@@ -123,7 +134,7 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 443) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 445) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
