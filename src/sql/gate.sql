@@ -21,10 +21,12 @@
 --      parents, and for a statement that writes the tables their foreign
 --      keys link in both directions (PostgreSQL re-validates a key,
 --      cascades and checks rows through them), transitively. Each owner
---      is read once its object is held (_held_owner: a function, type or
+--      is read once its object is held (_held_owner: a function or an
 --      operator locked ACCESS SHARE, which ALTER ... OWNER TO waits for),
---      so no code changes hands before it runs. One owner: the statement
---      runs as it. Several: refused (42501), naming each owner's objects;
+--      so that code does not change hands before it runs; a type's owner
+--      is read, not held (ALTER TYPE ... OWNER TO takes no lock). One
+--      owner: the statement runs as it. Several: refused (42501), naming
+--      each owner's objects;
 --   3. runs the statements as that owner in a security-restricted operation
 --      with search_path = <schema>, pg_catalog, pg_temp (_run_in_schema,
 --      src/ddl.rs), in a subtransaction (_gate_run), refusing what would
