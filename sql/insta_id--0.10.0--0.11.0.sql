@@ -2673,24 +2673,17 @@ AS $$
     -- builds; a default names none).
     cols AS MATERIALIZED (
         SELECT c.attrelid, c.relnamespace, c.prefix, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
-               c.attidentity, c.attgenerated, c.expr,
-               -- (for the key, the schema's name as the placeholder, as the
-               -- end of this statement writes every row: a default of the
-               -- schema's own enum is the template's)
-               CASE WHEN strpos(c.expr, c.prefix[1]) > 0 THEN regexp_replace(c.expr, c.prefix[2], '\1<schema>.', 'g')
-                    ELSE c.expr END AS expr_key
-        FROM (SELECT c.*,
-                     -- (the pattern tried only where it can match: a regular
-                     -- expression on every default was 7% of a call)
-                     CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND c.printed ~ '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$'
-                          THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
-              FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
-                           a.attnotnull, a.attidentity, a.attgenerated,
-                           pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
-                    FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
-                    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-                    OFFSET 0) c    -- (printed once)
-              OFFSET 0) c),
+               c.attidentity, c.attgenerated,
+               -- (the pattern tried only where it can match: a regular
+               -- expression on every default was 7% of a call)
+               CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND c.printed ~ '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$'
+                    THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
+        FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
+                     a.attnotnull, a.attidentity, a.attgenerated,
+                     pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
+              FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+              OFFSET 0) c),    -- (printed once)
     -- A relation's key: what its own rows print (owner, grants, options,
     -- columns) and what the deparsers of its indexes, constraints,
     -- triggers and policies read, as one value: the relation's kind, its
@@ -2719,7 +2712,12 @@ AS $$
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
                                                WHEN strpos(y.printed, c.prefix[1]) > 0 THEN regexp_replace(y.printed, c.prefix[2], '\1<schema>.', 'g')
                                                ELSE y.printed END,
-                                          y.typcollation, c.attnotnull, c.attidentity, c.attgenerated, c.expr_key)::text,
+                                          y.typcollation, c.attnotnull, c.attidentity, c.attgenerated,
+                                          -- (the default with the placeholder, as the end of
+                                          -- this statement writes every row: a default of the
+                                          -- schema's own enum is the template's)
+                                          CASE WHEN strpos(c.expr, c.prefix[1]) > 0 THEN regexp_replace(c.expr, c.prefix[2], '\1<schema>.', 'g')
+                                               ELSE c.expr END)::text,
                                       ' ' ORDER BY c.attnum) AS key
         FROM cols c
         LEFT JOIN LATERAL (SELECT y.typcollation, format_type(c.atttypid, c.atttypmod) AS printed FROM pg_type y
