@@ -24,6 +24,15 @@ RETURNS oid
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
+-- The advisory locks this session holds, one text a lock and mode
+-- (src/locks.rs): what the gate's _session_state reads, without pg_locks'
+-- text for every lock of the server. Restricted: a parallel worker's are
+-- not the session's.
+CREATE FUNCTION insta_id._advisory_holds()
+RETURNS text[]
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_advisory_holds';
+
 
 -- (0.9.0's returned one owner: a row now, for its callers to inline)
 -- The owner of an object whose code PostgreSQL may run: one row, or none
@@ -457,7 +466,7 @@ $$;
 
 
 -- What a session holds that the owner's code could leave behind or take
--- away: its advisory locks (pg_locks: database, classid, objid, objsubid
+-- away: its advisory locks (_advisory_holds, as pg_locks shows them: database, classid, objid, objsubid
 -- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
 -- prepared statements, one text each.
 CREATE FUNCTION insta_id._session_state()
@@ -465,8 +474,7 @@ RETURNS text[]
 LANGUAGE sql VOLATILE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY(SELECT format('lock %s %s %s %s %s', l.database, l.classid, l.objid, l.objsubid, l.mode = 'ShareLock')
-                 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+    SELECT ARRAY(SELECT h FROM unnest(insta_id._advisory_holds()) h
                  UNION ALL SELECT 'cursor ' || c.name FROM pg_cursors c
                  UNION ALL SELECT 'prepared ' || p.name FROM pg_prepared_statements p
                  ORDER BY 1)
@@ -645,6 +653,10 @@ CREATE FUNCTION insta_id._admin_write_check(caller regrole, op text, args jsonb)
 RETURNS void
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
+-- (one plan for each statement whatever op is: a plan made for the op
+-- given is cheaper than the generic one, so the plan cache made a new one
+-- at every call, half a write's time)
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     nsp name;
@@ -2491,6 +2503,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
         -- what they call
         ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._advisory_holds()'),
         ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
@@ -2562,7 +2575,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._held_owner(oid, oid), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_owner(name, regclass[], oid[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._held_owner(oid, oid), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_owner(name, regclass[], oid[]),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),

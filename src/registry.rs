@@ -41,13 +41,8 @@ pub unsafe extern "C-unwind" fn insta_id_admin_write(fcinfo: FunctionCallInfo) -
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
             raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
         }
-        let mut types = [pg_sys::OIDOID, pg_sys::TEXTOID, pg_sys::JSONBOID];
         let mut values = [Datum::from(caller), op, args];
-        execute(
-            c"SELECT insta_id._admin_write_check($1::pg_catalog.regrole, $2, $3)",
-            &mut types,
-            &mut values,
-        );
+        execute(&CHECK, &mut values);
         let owner = owner_of_registry();
         pg_sys::SetUserIdAndSecContext(
             owner,
@@ -64,11 +59,7 @@ pub unsafe extern "C-unwind" fn insta_id_admin_write(fcinfo: FunctionCallInfo) -
             0,
             false,
         );
-        execute(
-            c"SELECT insta_id._admin_write_apply($2, $3)",
-            &mut types,
-            &mut values,
-        );
+        execute(&APPLY, &mut values);
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
         pg_sys::SPI_finish();
@@ -76,14 +67,45 @@ pub unsafe extern "C-unwind" fn insta_id_admin_write(fcinfo: FunctionCallInfo) -
     Datum::from(0)
 }
 
+/// One of the two statements, prepared once a session and kept: parsed
+/// and planned at each call, they cost half of what a write did (two a
+/// shard in a migration). Every name in them is qualified; a kept plan is
+/// planned again when what it uses changes (PostgreSQL's plan cache).
+struct Statement {
+    query: &'static CStr,
+    plan: std::cell::Cell<pg_sys::SPIPlanPtr>,
+}
+
+// SAFETY: a backend runs one thread; the plans are never shared.
+unsafe impl Sync for Statement {}
+
+static CHECK: Statement = Statement {
+    query: c"SELECT insta_id._admin_write_check($1::pg_catalog.regrole, $2, $3)",
+    plan: std::cell::Cell::new(std::ptr::null_mut()),
+};
+static APPLY: Statement = Statement {
+    query: c"SELECT insta_id._admin_write_apply($2, $3)",
+    plan: std::cell::Cell::new(std::ptr::null_mut()),
+};
+
 /// Runs one statement with parameters ($1 oid, $2 text, $3 jsonb).
-unsafe fn execute(query: &CStr, types: &mut [pg_sys::Oid; 3], values: &mut [Datum; 3]) {
-    // SAFETY: SPI connected by the caller; three non-NULL parameters.
+unsafe fn execute(statement: &Statement, values: &mut [Datum; 3]) {
+    // SAFETY: SPI connected by the caller; three non-NULL parameters; a
+    // plan kept (SPI_keepplan) lives in the cache's memory until freed.
     let rc = unsafe {
-        pg_sys::SPI_execute_with_args(
-            query.as_ptr(),
-            3,
-            types.as_mut_ptr(),
+        if statement.plan.get().is_null() {
+            let mut types = [pg_sys::OIDOID, pg_sys::TEXTOID, pg_sys::JSONBOID];
+            let plan = pg_sys::SPI_prepare(statement.query.as_ptr(), 3, types.as_mut_ptr());
+            if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    "preparing a write of insta_id's tables failed"
+                );
+            }
+            statement.plan.set(plan);
+        }
+        pg_sys::SPI_execute_plan(
+            statement.plan.get(),
             values.as_mut_ptr(),
             std::ptr::null(),
             false,
@@ -99,26 +121,18 @@ unsafe fn execute(query: &CStr, types: &mut [pg_sys::Oid; 3], values: &mut [Datu
 }
 
 /// The owner of insta_id_admin.shard_registry (the extension's owner, who
-/// owns all of insta_id's tables).
+/// owns all of insta_id's tables), from the catalog cache.
 unsafe fn owner_of_registry() -> pg_sys::Oid {
-    // SAFETY: SPI connected by the caller; one oid, read as text.
+    // SAFETY: catalog-cache lookups by name in a named schema (no
+    // search_path) and by OID.
     unsafe {
-        if pg_sys::SPI_execute(
-            c"SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) 'insta_id_admin.shard_registry'::pg_catalog.regclass".as_ptr(),
-            true,
-            1,
-        ) != pg_sys::SPI_OK_SELECT as i32
-            || pg_sys::SPI_processed != 1
-        {
-            raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "insta_id_admin.shard_registry has no owner");
-        }
-        let table = pg_sys::SPI_tuptable;
-        let text = CStr::from_ptr(pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, 1));
-        pg_sys::Oid::from(
-            text.to_str()
-                .ok()
-                .and_then(|t| t.parse::<u32>().ok())
-                .unwrap_or(0),
-        )
+        let nsp = pg_sys::get_namespace_oid(c"insta_id_admin".as_ptr(), true);
+        let rel = pg_sys::get_relname_relid(c"shard_registry".as_ptr(), nsp);
+        crate::locks::cached_owner(pg_sys::RelationRelationId, rel).unwrap_or_else(|| {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "insta_id_admin.shard_registry has no owner"
+            )
+        })
     }
 }

@@ -464,7 +464,7 @@ END
 $$;
 
 -- What a session holds that the owner's code could leave behind or take
--- away: its advisory locks (pg_locks: database, classid, objid, objsubid
+-- away: its advisory locks (_advisory_holds, as pg_locks shows them: database, classid, objid, objsubid
 -- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
 -- prepared statements, one text each.
 CREATE FUNCTION insta_id._session_state()
@@ -472,8 +472,7 @@ RETURNS text[]
 LANGUAGE sql VOLATILE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY(SELECT format('lock %s %s %s %s %s', l.database, l.classid, l.objid, l.objsubid, l.mode = 'ShareLock')
-                 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+    SELECT ARRAY(SELECT h FROM unnest(insta_id._advisory_holds()) h
                  UNION ALL SELECT 'cursor ' || c.name FROM pg_cursors c
                  UNION ALL SELECT 'prepared ' || p.name FROM pg_prepared_statements p
                  ORDER BY 1)

@@ -67,6 +67,15 @@ RETURNS oid
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
+-- The advisory locks this session holds, one text a lock and mode
+-- (src/locks.rs): what the gate's _session_state reads, without pg_locks'
+-- text for every lock of the server. Restricted: a parallel worker's are
+-- not the session's.
+CREATE FUNCTION insta_id._advisory_holds()
+RETURNS text[]
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'insta_id_advisory_holds';
+
 -- The process, other than this one, holding insta_id's lock (key, object):
 -- the DETAIL of a refusal. Restricted: a parallel worker's pg_backend_pid()
 -- is not the session's. (objsubid 3: src/locks.rs, LOCK_FORM.)

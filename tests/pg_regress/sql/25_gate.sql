@@ -445,6 +445,24 @@ RESET ROLE;
 SELECT shard_id, schema_name, template_schema FROM insta_id_admin.shard_registry WHERE shard_id BETWEEN 795 AND 798 OR schema_name = 'dba_only';
 SELECT insta_id.drop_shard(798);
 
+-- What the gate reads of the session's advisory locks before and after
+-- the owner's code (_advisory_holds, the backend's own lock list) is what
+-- pg_locks shows of them: both of SQL's forms and insta_id's own, shared
+-- and exclusive, a lock held in both modes, the session's and the
+-- transaction's, spread over the lock table's partitions.
+BEGIN;
+SELECT count(pg_advisory_xact_lock(k)) AS exclusive, count(pg_advisory_xact_lock_shared(k, 7)) AS shared
+FROM generate_series(1, 40) k;
+SELECT pg_advisory_lock(4250), pg_advisory_lock_shared(4250), pg_advisory_lock(1, 2),
+       insta_id._lock(insta_id._move_lock_key(), 4251, shared => false, session => true, wait => false);
+SELECT cardinality(insta_id._advisory_holds()) AS holds,
+       ARRAY(SELECT h FROM unnest(insta_id._advisory_holds()) h ORDER BY 1)
+       = ARRAY(SELECT format('lock %s %s %s %s %s', l.database, l.classid, l.objid, l.objsubid, l.mode = 'ShareLock')
+               FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid() ORDER BY 1) AS as_pg_locks;
+COMMIT;
+SELECT pg_advisory_unlock_all();
+SELECT insta_id._advisory_holds() AS none_left;
+
 SELECT insta_id.grant_shard_admin('insta_id_regress_delegate', revoke => true);
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_delegate', current_database()) \gexec
 DROP OWNED BY insta_id_regress_delegate;
