@@ -127,7 +127,7 @@ AS $$
     -- template's, keeps that table out (pinned). (Locations: ' :location N' in a node tree's
     -- text.) Each catalog is read in one pass, grouped by relation (a
     -- subquery per relation and kind cost 0.1 ms a relation).
-    -- The columns' part, also a foreign key's target's: number, name,
+    -- The columns' part: number, name,
     -- NOT NULL, identity, generated, the default as printed, the collation,
     -- and the type: a built-in one (below FirstNormalObjectId) by oid,
     -- any other as printed, with the placeholder (an array's own name
@@ -170,13 +170,16 @@ AS $$
         LEFT JOIN (SELECT k.conrelid, string_agg(ROW(jsonb_populate_record(k, '{"oid": 0, "conrelid": 0, "connamespace": 0, "conindid": 0,
                                                                                 "confrelid": 0, "conparentid": 0, "conbin": null}'),
                                                      regexp_replace(k.conbin::text, ' :location -?[0-9]+', '', 'g'), ci.relname,
-                                                     -- (a foreign key's target in the schema: its name, and its
-                                                     -- columns, whose names it prints)
-                                                     CASE WHEN f.relnamespace = r.relnamespace THEN ROW(f.relname, fc.key)
+                                                     -- (a foreign key's target in the schema: its name, and the
+                                                     -- names of the columns it references, which it prints)
+                                                     CASE WHEN f.relnamespace = r.relnamespace THEN ROW(f.relname, fa.names)
                                                           ELSE ROW(k.confrelid) END)::text, ' ' ORDER BY k.conname, k.contype) AS key
                    FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid AND k.contype <> 'n'
                    LEFT JOIN pg_class ci ON ci.oid = k.conindid LEFT JOIN pg_class f ON f.oid = k.confrelid
-                   LEFT JOIN columns_key fc ON fc.attrelid = k.confrelid
+                   LEFT JOIN LATERAL (SELECT array_agg(a.attname ORDER BY u.n) AS names
+                                      FROM unnest(k.confkey) WITH ORDINALITY u(attnum, n)
+                                      JOIN pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum
+                                      WHERE k.contype = 'f') fa ON true
                    GROUP BY k.conrelid) k ON k.conrelid = r.oid
         LEFT JOIN (SELECT t.tgrelid, string_agg(ROW(jsonb_populate_record(t, '{"oid": 0, "tgrelid": 0, "tgparentid": 0, "tgfoid": 0,
                                                                                "tgconstrrelid": 0, "tgconstrindid": 0, "tgconstraint": 0, "tgqual": null}'),
