@@ -2225,8 +2225,10 @@ BEGIN
                         RAISE EXCEPTION 'migration % could not lock what it changes in schema % within lock_timeout (%), % times',
                                         quote_literal(migration), quote_ident(target), lock_timeout, attempt
                             USING ERRCODE = 'lock_not_available',
-                                  DETAIL = CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
-                                           ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END,
+                                  -- (who held it, as the gate named it)
+                                  DETAIL = concat_ws(' ', nullif(err_detail, ''),
+                                                     CASE WHEN target_shard IS NULL THEN 'The template is not migrated; nothing was changed.'
+                                                     ELSE 'The template and the shards done so far keep it; insta_id.pending_migrations() lists the others.' END),
                                   HINT = 'Find the long transaction holding the lock (pg_stat_activity, pg_locks), or pass a longer lock_timeout or more lock_retries; then call insta_id.migrate again.';
                     END IF;
                     RAISE NOTICE 'insta_id: migration %: schema % busy, retry % of %', migration, quote_ident(target), attempt, lock_retries;

@@ -266,6 +266,109 @@ pub(crate) unsafe fn cached_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
     }
 }
 
+/// Locks object (classid, objid) ACCESS SHARE until the transaction ends,
+/// and takes in what committed before the lock, as LockDatabaseObject
+/// does. A wait that lock_timeout ends raises 55P03 naming the object and
+/// the processes holding it, as the gate's waits for relations do: read
+/// before waiting (`_lock_holders`), since nothing can be read once the
+/// wait has failed.
+///
+/// # Safety
+/// In a transaction, with the catalogs readable.
+unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
+    let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let tag = pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once the backend is connected.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: classid.to_u32(),
+        locktag_field3: objid.to_u32(),
+        locktag_field4: 0,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_OBJECT as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+    };
+    // SAFETY: the lock manager with a tag built as SET_LOCKTAG_OBJECT
+    // builds it; SPI for the report, connected and finished here.
+    unsafe {
+        if pg_sys::LockAcquire(&tag, mode, false, true)
+            == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+        {
+            let (what, holders, timeout) = wait_report(classid, objid);
+            let detail = holders.map_or_else(
+                || "Its holder has let it go since.".to_owned(),
+                |h| format!("{h}."),
+            );
+            pgrx::PgTryBuilder::new(|| {
+                pg_sys::LockAcquire(&tag, mode, false, false);
+            })
+            .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| {
+                raise!(
+                    PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                    format!("could not lock {what} within lock_timeout ({timeout})"),
+                    detail.as_str(),
+                    "End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed."
+                )
+            })
+            .execute();
+        }
+        pg_sys::AcceptInvalidationMessages();
+    }
+}
+
+/// What a wait for object (classid, objid) reports: the object, who holds
+/// it (None: no one any longer), and lock_timeout.
+///
+/// # Safety
+/// In a transaction, with the catalogs readable.
+unsafe fn wait_report(
+    classid: pg_sys::Oid,
+    objid: pg_sys::Oid,
+) -> (String, Option<String>, String) {
+    const QUERY: &std::ffi::CStr =
+        c"SELECT pg_catalog.pg_describe_object($1, $2, 0), insta_id._lock_holders($1, $2),
+                                            pg_catalog.current_setting('lock_timeout')";
+    // SAFETY: SPI connected and finished here; three text columns, copied
+    // out before SPI_finish frees them.
+    unsafe {
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise!(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+        let mut types = [pg_sys::OIDOID, pg_sys::OIDOID];
+        let mut values = [Datum::from(classid), Datum::from(objid)];
+        if pg_sys::SPI_execute_with_args(
+            QUERY.as_ptr(),
+            2,
+            types.as_mut_ptr(),
+            values.as_mut_ptr(),
+            std::ptr::null(),
+            true,
+            1,
+        ) != pg_sys::SPI_OK_SELECT as i32
+            || pg_sys::SPI_processed != 1
+        {
+            raise!(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "reading who holds a lock failed"
+            );
+        }
+        let table = pg_sys::SPI_tuptable;
+        let column = |n: i32| {
+            let value = pg_sys::SPI_getvalue(*(*table).vals, (*table).tupdesc, n);
+            (!value.is_null()).then(|| {
+                std::ffi::CStr::from_ptr(value)
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        };
+        let report = (
+            column(1).unwrap_or_else(|| "an object".to_owned()),
+            column(2),
+            column(3).unwrap_or_default(),
+        );
+        pg_sys::SPI_finish();
+        report
+    }
+}
+
 v1!(pg_finfo_insta_id_held_owner);
 /// `insta_id._held_owner(classid oid, objid oid) RETURNS oid`: the owner of
 /// an object whose code the gate counts, read once the object is held, so
@@ -304,12 +407,7 @@ pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) ->
             if !may || classid == pg_sys::RelationRelationId {
                 return Some(first);
             }
-            pg_sys::LockDatabaseObject(
-                classid,
-                objid,
-                0,
-                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
-            );
+            hold_object(classid, objid);
             cached_owner(classid, objid)
         });
     match owner {

@@ -22,8 +22,9 @@
 --      keys link in both directions (PostgreSQL re-validates a key,
 --      cascades and checks rows through them), transitively. Each owner
 --      is read once its object is held (_held_owner: a function or an
---      operator locked ACCESS SHARE, which ALTER ... OWNER TO waits for),
---      so that code does not change hands before it runs; a type's owner
+--      operator locked ACCESS SHARE, which ALTER ... OWNER TO waits for;
+--      a wait bounded and reported as the relations' are), so that code
+--      does not change hands before it runs; a type's owner
 --      is read, not held (ALTER TYPE ... OWNER TO takes no lock). One
 --      owner: the statement runs as it. Several: refused (42501), naming
 --      each owner's objects;
