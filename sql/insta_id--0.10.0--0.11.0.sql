@@ -2530,6 +2530,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._is_next_id_default(text)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
@@ -2588,6 +2589,14 @@ FROM PUBLIC;
 -- shard_drift in one call at any number of shards (issue 58): views
 -- deparsed a schema at a time, each schema's locks released before the
 -- next (src/sql/drift.sql).
+-- Whether a default as pg_get_expr prints it is a call of next_id
+-- (src/sql_text.rs): insta_id.next_id(<digits>, '<name>'::regclass).
+CREATE FUNCTION insta_id._is_next_id_default(printed text)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_is_next_id_default';
+REVOKE ALL ON FUNCTION insta_id._is_next_id_default(text) FROM PUBLIC;
+
 -- The definitions of the views and materialized views of schemas nsps.
 -- pg_get_viewdef locks the view and every relation it reads until the end
 -- of the transaction: here each schema's are deparsed in a subtransaction
@@ -2691,7 +2700,7 @@ AS $$
                c.attidentity, c.attgenerated,
                -- (the pattern tried only where it can match: a regular
                -- expression on every default was 7% of a call)
-               CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND c.printed ~ '^insta_id\.next_id\(\d+, ''[^'']*''::regclass\)$'
+               CASE WHEN c.printed LIKE 'insta_id.next_id(%' AND insta_id._is_next_id_default(c.printed)
                     THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
         FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
                      a.attnotnull, a.attidentity, a.attgenerated,

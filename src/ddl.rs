@@ -382,6 +382,16 @@ pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) 
     Datum::from(sql_text::names_schema(&body, schema.to_bytes(), &clip))
 }
 
+v1!(pg_finfo_insta_id_is_next_id_default);
+/// `insta_id._is_next_id_default(printed text) RETURNS boolean`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_is_next_id_default(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let printed = unsafe { arg_bytes(fcinfo, 0) };
+    Datum::from(sql_text::is_next_id_default(&printed))
+}
+
 v1!(pg_finfo_insta_id_in_transaction_block);
 /// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
 /// runs inside a transaction block (BEGIN ... COMMIT, or several statements
