@@ -2563,6 +2563,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
+        ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.
@@ -2596,6 +2597,15 @@ RETURNS boolean
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_is_next_id_default';
 REVOKE ALL ON FUNCTION insta_id._is_next_id_default(text) FROM PUBLIC;
+
+-- A node tree's text without its tokens' positions (src/sql_text.rs):
+-- ' :location N' removed, which moves with the length of the schema's
+-- name a statement was written with.
+CREATE FUNCTION insta_id._without_locations(tree text)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_without_locations';
+REVOKE ALL ON FUNCTION insta_id._without_locations(text) FROM PUBLIC;
 
 -- The definitions of the views and materialized views of schemas nsps.
 -- pg_get_viewdef locks the view and every relation it reads until the end
@@ -2757,8 +2767,8 @@ AS $$
         -- sets those, whatever the version's other columns)
         LEFT JOIN (SELECT x.indrelid, string_agg(ROW(i.relname, i.relkind, i.relam, i.reloptions,
                                                      jsonb_populate_record(x, '{"indexrelid": 0, "indrelid": 0, "indexprs": null, "indpred": null}'),
-                                                     regexp_replace(x.indexprs::text, ' :location -?[0-9]+', '', 'g'),
-                                                     regexp_replace(x.indpred::text, ' :location -?[0-9]+', '', 'g'),
+                                                     insta_id._without_locations(x.indexprs::text),
+                                                     insta_id._without_locations(x.indpred::text),
                                                      ARRAY(SELECT ia.attoptions::text FROM pg_attribute ia
                                                            WHERE ia.attrelid = i.oid AND ia.attoptions IS NOT NULL ORDER BY ia.attnum))::text,
                                                  ' ' ORDER BY i.relname) AS key
@@ -2766,7 +2776,7 @@ AS $$
                    GROUP BY x.indrelid) i ON i.indrelid = r.oid
         LEFT JOIN (SELECT k.conrelid, string_agg(ROW(jsonb_populate_record(k, '{"oid": 0, "conrelid": 0, "connamespace": 0, "conindid": 0,
                                                                                 "confrelid": 0, "conparentid": 0, "conbin": null}'),
-                                                     regexp_replace(k.conbin::text, ' :location -?[0-9]+', '', 'g'), ci.relname,
+                                                     insta_id._without_locations(k.conbin::text), ci.relname,
                                                      -- (a foreign key's target in the schema: its name, and the
                                                      -- names of the columns it references, which it prints)
                                                      CASE WHEN f.relnamespace = r.relnamespace THEN ROW(f.relname, fa.names)
@@ -2780,7 +2790,7 @@ AS $$
                    GROUP BY k.conrelid) k ON k.conrelid = r.oid
         LEFT JOIN (SELECT t.tgrelid, string_agg(ROW(jsonb_populate_record(t, '{"oid": 0, "tgrelid": 0, "tgparentid": 0, "tgfoid": 0,
                                                                                "tgconstrrelid": 0, "tgconstrindid": 0, "tgconstraint": 0, "tgqual": null}'),
-                                                    regexp_replace(t.tgqual::text, ' :location -?[0-9]+', '', 'g'),
+                                                    insta_id._without_locations(t.tgqual::text),
                                                     CASE WHEN p.pronamespace = r.relnamespace THEN ROW(p.proname) ELSE ROW(t.tgfoid) END,
                                                     CASE WHEN cr.relnamespace = r.relnamespace THEN ROW(cr.relname) ELSE ROW(t.tgconstrrelid) END)::text,
                                                 ' ' ORDER BY t.tgname) AS key
@@ -2791,8 +2801,8 @@ AS $$
                                       WHERE cr.oid = t.tgconstrrelid AND t.tgconstrrelid <> 0 OFFSET 0) cr ON true
                    GROUP BY t.tgrelid) t ON t.tgrelid = r.oid
         LEFT JOIN (SELECT p.polrelid, string_agg(ROW(p.polname, p.polcmd, p.polpermissive, p.polroles,
-                                                     regexp_replace(p.polqual::text, ' :location -?[0-9]+', '', 'g'),
-                                                     regexp_replace(p.polwithcheck::text, ' :location -?[0-9]+', '', 'g'))::text,
+                                                     insta_id._without_locations(p.polqual::text),
+                                                     insta_id._without_locations(p.polwithcheck::text))::text,
                                                  ' ' ORDER BY p.polname) AS key
                    FROM rel r JOIN pg_policy p ON p.polrelid = r.oid
                    GROUP BY p.polrelid) p ON p.polrelid = r.oid),

@@ -392,6 +392,18 @@ pub unsafe extern "C-unwind" fn insta_id_is_next_id_default(fcinfo: FunctionCall
     Datum::from(sql_text::is_next_id_default(&printed))
 }
 
+v1!(pg_finfo_insta_id_without_locations);
+/// `insta_id._without_locations(tree text) RETURNS text`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_without_locations(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument; the result is a
+    // palloc'd text of the bytes given.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    let out = sql_text::without_locations(&tree);
+    Datum::from(unsafe { pg_sys::cstring_to_text_with_len(out.as_ptr().cast(), out.len() as i32) })
+}
+
 v1!(pg_finfo_insta_id_in_transaction_block);
 /// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
 /// runs inside a transaction block (BEGIN ... COMMIT, or several statements

@@ -96,6 +96,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
+        ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.
