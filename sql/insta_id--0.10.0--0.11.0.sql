@@ -483,7 +483,7 @@ $$;
 
 -- Puts back what the owner's code left in the session since state: every
 -- session-level hold of an advisory lock it took (one pg_advisory_unlock
--- a hold, until pg_locks no longer shows it: no release is asked of a lock
+-- a hold, until _session_state no longer lists it: no release is asked of a lock
 -- not held), its prepared statements; its cursors and transaction-level
 -- locks go with the subtransaction rolled back before. What it released
 -- of the caller's cannot be given back: 42501.
@@ -580,7 +580,7 @@ BEGIN
         END IF;
         RAISE;
     END;
-    -- (the same state, sorted alike: nothing to put back; a pg_locks read
+    -- (the same state, sorted alike: nothing to put back; a read of the locks
     -- a call saved, three a shard in a migration)
     IF after IS DISTINCT FROM state THEN
         PERFORM insta_id._restore_session(state, nsp);
@@ -2505,8 +2505,8 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
         -- what they call
         ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
-        ('EXECUTE', 'FUNCTION insta_id._advisory_holds()'),
         ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._advisory_holds()'),
         ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
         ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),

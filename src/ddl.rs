@@ -357,19 +357,7 @@ pub unsafe extern "C-unwind" fn insta_id_identifier_list(fcinfo: FunctionCallInf
             format!("The setting is: {}", String::from_utf8_lossy(&list)),
         );
     };
-    // SAFETY: cstring_to_text_with_len copies len bytes into a palloc'd text.
-    let mut datums: Vec<Datum> = names
-        .iter()
-        .map(|n| {
-            Datum::from(unsafe {
-                pg_sys::cstring_to_text_with_len(n.as_ptr().cast(), n.len() as i32)
-            })
-        })
-        .collect();
-    // SAFETY: construct_array_builtin copies the palloc'd texts into an array.
-    Datum::from(unsafe {
-        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::TEXTOID)
-    })
+    crate::functions::text_array(&names)
 }
 
 v1!(pg_finfo_insta_id_names_schema);

@@ -956,6 +956,25 @@ fn text(s: &str) -> Datum {
     Datum::from(unsafe { pg_sys::cstring_to_text(s.as_ptr()) })
 }
 
+/// A text[] Datum of the given byte strings, each copied into a palloc'd
+/// text and the texts into an array.
+pub(crate) fn text_array<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Datum {
+    let mut datums: Vec<Datum> = items
+        .into_iter()
+        .map(|item| {
+            let bytes = item.as_ref();
+            // SAFETY: cstring_to_text_with_len copies len bytes.
+            Datum::from(unsafe {
+                pg_sys::cstring_to_text_with_len(bytes.as_ptr().cast(), bytes.len() as i32)
+            })
+        })
+        .collect();
+    // SAFETY: construct_array_builtin copies the texts into an array.
+    Datum::from(unsafe {
+        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::TEXTOID)
+    })
+}
+
 /// The counts' columns shared by both stats functions: issued, waits,
 /// wait_time (ms), borrowed_ms, refused.
 fn stats_columns(s: &Stats) -> [Datum; 5] {

@@ -268,8 +268,9 @@ pub(crate) unsafe fn cached_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
 
 /// Locks object (classid, objid) ACCESS SHARE until the transaction ends,
 /// and takes in what committed before the lock, as LockDatabaseObject
-/// does. A wait that lock_timeout ends raises 55P03 naming the object and
-/// the processes holding it, as the gate's waits for relations do: read
+/// does. A wait that lock_timeout ends (2 s when the caller has none, as
+/// for the gate's relations) raises 55P03 naming the object and the
+/// processes holding it, as the gate's waits for relations do: read
 /// before waiting (`_lock_holders`), since nothing can be read once the
 /// wait has failed.
 ///
@@ -292,6 +293,22 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         if pg_sys::LockAcquire(&tag, mode, false, true)
             == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
         {
+            // (a caller without lock_timeout waits 2 s, as _gate_lock's
+            // waits do: never without bound)
+            let nest_level = (pg_sys::LockTimeout == 0).then(|| {
+                let level = pg_sys::NewGUCNestLevel();
+                pg_sys::set_config_option(
+                    c"lock_timeout".as_ptr(),
+                    c"2s".as_ptr(),
+                    pg_sys::GucContext::PGC_USERSET,
+                    pg_sys::GucSource::PGC_S_SESSION,
+                    pg_sys::GucAction::GUC_ACTION_SAVE,
+                    true,
+                    0,
+                    false,
+                );
+                level
+            });
             let (what, holders, timeout) = wait_report(classid, objid);
             let detail = holders.map_or_else(
                 || "Its holder has let it go since.".to_owned(),
@@ -309,6 +326,9 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
                 )
             })
             .execute();
+            if let Some(level) = nest_level {
+                pg_sys::AtEOXact_GUC(false, level);
+            }
         }
         pg_sys::AcceptInvalidationMessages();
     }
@@ -491,23 +511,29 @@ v1!(pg_finfo_insta_id_advisory_holds);
 /// a migration, where pg_locks cost a fifth of the time (its scan of the
 /// lock table grows with max_locks_per_transaction x max_connections). The
 /// backend's own list of the locks it holds or awaits is read instead, a
-/// partition at a time under that partition's lock, shared, as the lock
-/// manager reads it (lock.c, LockReleaseAll). Advisory locks never take
-/// the fast path, so they are all on that list.
+/// partition at a time under that partition's lock, shared, as
+/// GetLockStatusData reads the lock table (every change to a PROCLOCK
+/// takes that lock exclusive). Advisory locks never take the fast path, so
+/// they are all on that list. Every mode held is listed, as pg_locks lists
+/// them (SQL takes two; C code may take others).
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_advisory_holds(_fcinfo: FunctionCallInfo) -> Datum {
     let mut held: Vec<(pg_sys::LOCKTAG, pg_sys::LOCKMASK)> = Vec::with_capacity(64);
-    for partition in 0..pg_sys::NUM_LOCK_PARTITIONS as usize {
+    let mut partition = 0;
+    while partition < pg_sys::NUM_LOCK_PARTITIONS as usize {
+        let start = held.len();
         // SAFETY: the partition's LWLock (LockHashPartitionLockByIndex)
         // guards the PROCLOCKs on this backend's list for it and the LOCKs
-        // they point to; nothing here can raise while it is held (the
-        // vector grows with Rust's allocator, outside PostgreSQL's errors).
-        unsafe {
+        // they point to. Nothing allocates while it is held: the vector is
+        // filled within its capacity, and a partition that does not fit is
+        // read again once the vector has grown, the lock released.
+        let fits = unsafe {
             let lwlock = &raw mut (*pg_sys::MainLWLockArray
                 .add(pg_sys::LOCK_MANAGER_LWLOCK_OFFSET as usize + partition))
             .lock;
             let head = own_lock_list(partition);
+            let mut fits = true;
             pg_sys::LWLockAcquire(lwlock, pg_sys::LWLockMode::LW_SHARED);
             let mut link = (*head).next;
             while !link.is_null() && link != head {
@@ -518,29 +544,27 @@ pub unsafe extern "C-unwind" fn insta_id_advisory_holds(_fcinfo: FunctionCallInf
                 if tag.locktag_type == pg_sys::LockTagType::LOCKTAG_ADVISORY as u8
                     && (*proclock).holdMask != 0
                 {
+                    if held.len() == held.capacity() {
+                        fits = false;
+                        break;
+                    }
                     held.push((tag, (*proclock).holdMask));
                 }
                 link = (*link).next;
             }
             pg_sys::LWLockRelease(lwlock);
+            fits
+        };
+        if fits {
+            partition += 1;
+        } else {
+            held.truncate(start);
+            held.reserve(held.capacity());
         }
     }
-    let holds = held.iter().flat_map(|(tag, mask)| {
-        [pg_sys::ShareLock, pg_sys::ExclusiveLock]
-            .into_iter()
+    crate::functions::text_array(held.iter().flat_map(|(tag, mask)| {
+        (1..pg_sys::MAX_LOCKMODES)
             .filter(move |&m| (*mask as u32) & (1 << m) != 0)
             .map(move |m| hold_text(tag, m == pg_sys::ShareLock))
-    });
-    // SAFETY: cstring_to_text_with_len copies each text into a palloc'd
-    // one; construct_array_builtin copies them into an array.
-    let mut datums: Vec<Datum> = holds
-        .map(|h| {
-            Datum::from(unsafe {
-                pg_sys::cstring_to_text_with_len(h.as_ptr().cast(), h.len() as i32)
-            })
-        })
-        .collect();
-    Datum::from(unsafe {
-        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::TEXTOID)
-    })
+    }))
 }

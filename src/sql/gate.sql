@@ -481,7 +481,7 @@ $$;
 
 -- Puts back what the owner's code left in the session since state: every
 -- session-level hold of an advisory lock it took (one pg_advisory_unlock
--- a hold, until pg_locks no longer shows it: no release is asked of a lock
+-- a hold, until _session_state no longer lists it: no release is asked of a lock
 -- not held), its prepared statements; its cursors and transaction-level
 -- locks go with the subtransaction rolled back before. What it released
 -- of the caller's cannot be given back: 42501.
@@ -577,7 +577,7 @@ BEGIN
         END IF;
         RAISE;
     END;
-    -- (the same state, sorted alike: nothing to put back; a pg_locks read
+    -- (the same state, sorted alike: nothing to put back; a read of the locks
     -- a call saved, three a shard in a migration)
     IF after IS DISTINCT FROM state THEN
         PERFORM insta_id._restore_session(state, nsp);

@@ -38,8 +38,8 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id.shard_drift(text, int, int)'),
         -- what they call
         ('EXECUTE', 'FUNCTION insta_id._admin_write(text, jsonb)'),
-        ('EXECUTE', 'FUNCTION insta_id._advisory_holds()'),
         ('EXECUTE', 'FUNCTION insta_id._admin_write_check(regrole, text, jsonb)'),
+        ('EXECUTE', 'FUNCTION insta_id._advisory_holds()'),
         ('EXECUTE', 'FUNCTION insta_id._check_below_ids(regclass, name, int)'),
         ('EXECUTE', 'FUNCTION insta_id._check_lock_budget(jsonb, int, int, text)'),
         ('EXECUTE', 'FUNCTION insta_id._check_name(text)'),
