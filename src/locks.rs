@@ -559,7 +559,8 @@ pub unsafe extern "C-unwind" fn insta_id_advisory_holds(_fcinfo: FunctionCallInf
             partition += 1;
         } else {
             held.truncate(start);
-            held.reserve(held.capacity());
+            // (twice the capacity: this partition's may fill it alone)
+            held.reserve(2 * held.capacity() - held.len());
         }
     }
     crate::functions::text_array(held.iter().flat_map(|(tag, mask)| {
