@@ -64,9 +64,10 @@ ALLOWED = [
     ("src/ddl.rs:run_as_role", "SPI_execute(statement",
      "the gate's executor: runs as the owner the gate decided, in a security-restricted operation"),
     ("src/ddl.rs:temporary_objects", "SPI_execute(QUERY", "reads pg_type and pg_collation"),
-    ("src/registry.rs:execute", "SPI_execute_with_args(",
+    ("src/registry.rs:execute", "SPI_execute_plan(",
      "_admin_write's check and write of insta_id's own tables"),
-    ("src/registry.rs:owner_of_registry", "SPI_execute(", "reads pg_class"),
+    ("src/locks.rs:wait_report", "SPI_execute_with_args(",
+     "reads pg_describe_object, pg_locks and pg_stat_activity: who holds an object"),
     # The fleet tool, cli/src (SQL it formats; its other statements are
     # constant text calling insta_id's functions or reading catalogs)
     ("cli/src/bouncer.rs", "SET server_login_retry", "PgBouncer's admin console"),
