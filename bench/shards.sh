@@ -17,7 +17,11 @@
 # - pg_dump of the plain 8192-shard database, which locks every table in one
 #   transaction: with the default lock table, then with
 #   max_locks_per_transaction raised to what the tables need.
-# Raw figures go to target/bench/shards-pgNN; bench/report.py reports them.
+# Raw figures go to target/bench/shards-pgNN; bench/report.py reports them,
+# with what else ran beside each call over all shards (activity-*.txt:
+# autovacuum workers, the checkpointer, wait events, sampled each second)
+# and the server's log of checkpoints and autovacuum (server.log): a first
+# round's migration once took ten times its second's, unexplained.
 #   ROUNDS=2 PG=18 bench/shards.sh
 source "$(dirname "$0")/../scripts/dev/harness.sh"
 source "$(dirname "$0")/../tests/checks.sh"
@@ -27,7 +31,8 @@ SIZES=${SIZES:-100 1000 8192}; largest=${SIZES##* }
 out="$repo/target/bench/shards-pg$PG"; rm -rf "$out"; mkdir -p "$out"
 raw="$out/raw.tsv"; : >"$raw"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$raw"; echo "round $1  $2  $3"; }
-stock=(--conf 'max_connections = 100' --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'full_page_writes = on')
+stock=(--conf 'max_connections = 100' --conf 'fsync = on' --conf 'synchronous_commit = on' --conf 'full_page_writes = on'
+       --conf 'log_checkpoints = on' --conf 'log_autovacuum_min_duration = 0')
 cluster_destroy bench-shards
 cluster_start bench-shards "${stock[@]}" --conf 'max_locks_per_transaction = 64'
 trap 'stop_cluster bench-shards' EXIT
@@ -41,6 +46,21 @@ declare -A table_count=([plain]=3 [rich]=6) altered=([plain]=photos [rich]=order
 fresh() { # $1: database, $2: plain or rich; insta_id and the template in it
   q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
   q -d "$1" -c "SET client_min_messages = error" -c "CREATE EXTENSION insta_id" -f "${fixture[$2]}" >/dev/null
+}
+# watched FILE COMMAND...: runs the command while sampling, each second,
+# the server's other work into FILE.
+watched() {
+  local file=$1 sampler; shift
+  while sleep 1; do
+    q -d postgres -c "SELECT clock_timestamp()::time(0), a.backend_type, coalesce(a.wait_event_type || ':' || a.wait_event, 'on CPU'),
+                             left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 60)
+                      FROM pg_stat_activity a
+                      WHERE a.pid <> pg_backend_pid() AND a.state IS DISTINCT FROM 'idle'
+                        AND a.backend_type IN ('client backend', 'autovacuum worker', 'checkpointer', 'background writer')" >>"$file" || true
+  done >/dev/null 2>&1 &  # (not the caller's output: a $(...) would wait for it)
+  sampler=$!
+  "$@"
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
 }
 timed() { # $1: round, $2: name, $3: database, $4...: psql's arguments
   local round=$1 name=$2 db=$3 t; shift 3
@@ -78,10 +98,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
       fresh "$db" "$kind"
       timed "$round" "$kind/create/$n" "$db" -c "CALL insta_id.create_shards_in_batches(0, $((n - 1)), '${template[$kind]}')"
       t=$(now)
-      [ "$(q -d "$db" -c "SELECT count(*) FROM insta_id.shard_drift('${template[$kind]}')")" = 0 ] || echo "$kind drift/$n: shards differ" >&2
+      drifted=$(watched "$out/activity-$round-$kind-drift.txt" q -d "$db" -c "SELECT count(*) FROM insta_id.shard_drift('${template[$kind]}')")
+      [ "$drifted" = 0 ] || echo "$kind drift/$n: shards differ" >&2
       record "$round" "$kind/drift/$n" "$(echo "$(now) - $t" | bc)"
     done
-    timed "$round" "$kind/migrate/$largest" "${kind}_$largest" -c "SET client_min_messages = warning" \
+    watched "$out/activity-$round-$kind-migrate.txt" timed "$round" "$kind/migrate/$largest" "${kind}_$largest" -c "SET client_min_messages = warning" \
       -c "CALL insta_id.migrate('bench_$round', '${template[$kind]}', 'ALTER TABLE ${altered[$kind]} ADD COLUMN bench_$round int')"
     # (The last round's 8192-shard databases stay, for the checks and pg_dump below.)
   done
@@ -130,4 +151,5 @@ rm -f "$out/shards.dump"
   echo "postgres: $(q -d postgres -c 'SELECT version()')"
   echo "insta_id: $(q -d plain_$largest -c "SELECT extversion FROM pg_extension WHERE extname = 'insta_id'"), guard $(q -d plain_$largest -c 'SELECT insta_id.guard_mode()'); rounds: $ROUNDS; date: $(date -u +%Y-%m-%d)"
 } >"$out/machine.txt"
+cp "$(cluster_dir bench-shards)/server.log" "$out/server.log"
 finish
