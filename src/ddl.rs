@@ -246,17 +246,7 @@ unsafe fn run_as_role(
                 | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
                 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
-        let nest_level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            path.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        let nest_level = crate::functions::save_setting(c"search_path", &path);
         for statement in statements {
             // (a value read: read-only, so that no write, DDL or row lock
             // passes as one: the gate of a read follows no foreign key)

@@ -956,6 +956,31 @@ fn text(s: &str) -> Datum {
     Datum::from(unsafe { pg_sys::cstring_to_text(s.as_ptr()) })
 }
 
+/// Sets `name` to `value` in a new nesting level of the settings, as a
+/// function's SET clause does, and returns that level: AtEOXact_GUC(false,
+/// level) puts back what was there (so does the end of the transaction,
+/// after an error).
+///
+/// # Safety
+/// In a transaction; `name` a setting any role may set.
+pub(crate) unsafe fn save_setting(name: &std::ffi::CStr, value: &std::ffi::CStr) -> i32 {
+    // SAFETY: PostgreSQL's settings API, as fmgr_security_definer uses it.
+    unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    }
+}
+
 /// A text[] Datum of the given byte strings, each copied into a palloc'd
 /// text and the texts into an array.
 pub(crate) fn text_array<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Datum {

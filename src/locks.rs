@@ -295,20 +295,8 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         {
             // (a caller without lock_timeout waits 2 s, as _gate_lock's
             // waits do: never without bound)
-            let nest_level = (pg_sys::LockTimeout == 0).then(|| {
-                let level = pg_sys::NewGUCNestLevel();
-                pg_sys::set_config_option(
-                    c"lock_timeout".as_ptr(),
-                    c"2s".as_ptr(),
-                    pg_sys::GucContext::PGC_USERSET,
-                    pg_sys::GucSource::PGC_S_SESSION,
-                    pg_sys::GucAction::GUC_ACTION_SAVE,
-                    true,
-                    0,
-                    false,
-                );
-                level
-            });
+            let nest_level = (pg_sys::LockTimeout == 0)
+                .then(|| crate::functions::save_setting(c"lock_timeout", c"2s"));
             let (what, holders, timeout) = wait_report(classid, objid);
             let detail = holders.map_or_else(
                 || "Its holder has let it go since.".to_owned(),
@@ -415,8 +403,8 @@ pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) ->
         )
     };
     // SAFETY: catalog-cache reads of a kind owned_kind accepts; the lock
-    // manager (LockDatabaseObject takes in the invalidations committed
-    // before the lock); role checks of the current user.
+    // manager (hold_object takes in the invalidations committed before
+    // the lock); role checks of the current user.
     let owner = owned_kind(classid)
         .then(|| unsafe { cached_owner(classid, objid) })
         .flatten()

@@ -48,17 +48,7 @@ pub unsafe extern "C-unwind" fn insta_id_admin_write(fcinfo: FunctionCallInfo) -
             owner,
             sec_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
         );
-        let nest_level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"pg_catalog, pg_temp".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        let nest_level = crate::functions::save_setting(c"search_path", c"pg_catalog, pg_temp");
         execute(&APPLY, &mut values);
         pg_sys::AtEOXact_GUC(false, nest_level);
         pg_sys::SetUserIdAndSecContext(caller, sec_context);
