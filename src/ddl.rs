@@ -69,31 +69,18 @@ fn clip(name: &[u8]) -> usize {
 
 /// The elements of a text[] argument, NULLs refused.
 unsafe fn arg_text_array(fcinfo: FunctionCallInfo, n: usize) -> Vec<CString> {
-    // SAFETY: a text[] Datum; deconstruct_array_builtin handles TEXTOID.
+    // SAFETY: a text[] argument; each element a text.
     unsafe {
-        let array =
-            pg_sys::pg_detoast_datum(arg(fcinfo, n).cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let mut elems: *mut Datum = std::ptr::null_mut();
-        let mut nulls: *mut bool = std::ptr::null_mut();
-        let mut count: i32 = 0;
-        pg_sys::deconstruct_array_builtin(
-            array,
-            pg_sys::TEXTOID,
-            &mut elems,
-            &mut nulls,
-            &mut count,
-        );
-        (0..count as usize)
-            .map(|i| {
-                if *nulls.add(i) {
-                    raise!(
-                        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                        "a statement must not be NULL"
-                    );
+        crate::functions::arg_array(fcinfo, n, pg_sys::TEXTOID)
+            .into_iter()
+            .map(|text| match text {
+                None => raise!(
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    "a statement must not be NULL"
+                ),
+                Some(text) => {
+                    CString::from(CStr::from_ptr(pg_sys::text_to_cstring(text.cast_mut_ptr())))
                 }
-                CString::from(CStr::from_ptr(pg_sys::text_to_cstring(
-                    (*elems.add(i)).cast_mut_ptr(),
-                )))
             })
             .collect()
     }

@@ -981,6 +981,30 @@ pub(crate) unsafe fn save_setting(name: &std::ffi::CStr, value: &std::ffi::CStr)
     }
 }
 
+/// The elements of array argument n of a built-in element type, each None
+/// for a NULL.
+///
+/// # Safety
+/// Argument n is a non-NULL array of `elemtype`.
+pub(crate) unsafe fn arg_array(
+    fcinfo: FunctionCallInfo,
+    n: usize,
+    elemtype: pg_sys::Oid,
+) -> Vec<Option<Datum>> {
+    // SAFETY: deconstruct_array_builtin handles the built-in types.
+    unsafe {
+        let array =
+            pg_sys::pg_detoast_datum(arg(fcinfo, n).cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let mut elems: *mut Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count: i32 = 0;
+        pg_sys::deconstruct_array_builtin(array, elemtype, &mut elems, &mut nulls, &mut count);
+        (0..count as usize)
+            .map(|i| (!*nulls.add(i)).then(|| *elems.add(i)))
+            .collect()
+    }
+}
+
 /// A text[] Datum of the given byte strings, each copied into a palloc'd
 /// text and the texts into an array.
 pub(crate) fn text_array<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Datum {

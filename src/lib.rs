@@ -97,6 +97,7 @@ pub mod clock;
 pub mod commits;
 pub mod ddl;
 pub mod functions;
+pub mod gate_walk;
 pub mod guard;
 pub mod guard_segment;
 pub mod guard_store;

@@ -90,74 +90,33 @@ END;
 -- and parents, the tables their foreign keys link in either direction
 -- (with keys: a statement that writes, whose rows PostgreSQL checks and
 -- cascades through them), and the tables their rules' actions and
--- policies' subqueries name, until nothing new is found. A read (keys
--- false) runs no foreign key's code: followed, a table many shards
--- reference would bring every shard into each read's reach, its locks
--- and its owners. Foreign keys are followed through pg_depend (indexed
--- both ways; pg_constraint has no index on the referenced table).
+-- policies' subqueries name, until nothing new is found; in OID order.
+-- A read (keys false) runs no foreign key's code: followed, a table many
+-- shards reference would bring every shard into each read's reach, its
+-- locks and its owners. The walk: src/gate_walk.rs, over index scans of
+-- the catalogs under the catalog snapshot (what committed before the
+-- call), as DDL reads them.
 CREATE FUNCTION insta_id._gate_relations(nsp oid, rels oid[], keys boolean)
 RETURNS oid[]
-LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
--- (the planner's estimate of a recursive walk over a handful of rows
--- crosses jit_above_cost: compiling it took 0.7 s a call, a migration over
--- 8192 shards hours)
-SET jit = off
--- (one plan for every call, each step an index probe whatever the
--- arguments: planning the walk cost 3-5 ms, running it 0.2, and the plan
--- cache kept choosing to plan it afresh at each call of a migration)
-SET plan_cache_mode = force_generic_plan
-AS $$
-BEGIN
-    -- (PL/pgSQL: its plan is kept for the session)
-    RETURN (WITH RECURSIVE reach(rel) AS (
-        SELECT r FROM unnest(rels) r
-        UNION
-        -- (the schema's relations by their dependency on it: pg_depend is
-        -- indexed so, pg_class is not by schema alone)
-        SELECT d.objid FROM pg_depend d
-        WHERE nsp IS NOT NULL AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp AND d.refobjsubid = 0
-          AND d.classid = 'pg_class'::regclass AND d.deptype = 'n'
-        UNION
-        SELECT y.rel FROM reach x, LATERAL (
-            SELECT h.inhrelid FROM pg_inherits h WHERE h.inhparent = x.rel
-            UNION ALL
-            SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = x.rel
-            UNION ALL
-            -- the tables a rule's actions or a policy's subqueries name (a
-            -- view's too, through its rule), whose own code then runs
-            -- (their dependencies looked up by the relation's rules and
-            -- policies, by nothing else (OFFSET 0 keeps the other conditions
-            -- out of the index's reach): as a join the planner may turn it,
-            -- and with the statistics of a database still small at its last
-            -- ANALYZE it read every policy's dependency at each step, 0.3 s
-            -- a call at 8192 shards)
-            SELECT d.refobjid FROM (SELECT d.refclassid, d.refobjid FROM pg_depend d
-                                    WHERE d.classid = 'pg_rewrite'::regclass
-                                      AND d.objid = ANY (ARRAY(SELECT w.oid FROM pg_rewrite w WHERE w.ev_class = x.rel))
-                                    OFFSET 0) d
-            WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid <> x.rel
-            UNION ALL
-            SELECT d.refobjid FROM (SELECT d.refclassid, d.refobjid FROM pg_depend d
-                                    WHERE d.classid = 'pg_policy'::regclass
-                                      AND d.objid = ANY (ARRAY(SELECT p.oid FROM pg_policy p WHERE p.polrelid = x.rel))
-                                    OFFSET 0) d
-            WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid <> x.rel
-            UNION ALL
-            -- (a foreign key records its dependency on both of its tables:
-            -- found from either, the other read from the constraint; its
-            -- own dependencies looked up by constraint made this walk's
-            -- generic plan scan every foreign key of the database, each
-            -- call, and a migration over N shards O(N^2))
-            SELECT CASE WHEN k.conrelid = x.rel THEN k.confrelid ELSE k.conrelid END FROM pg_depend d
-            JOIN pg_constraint k ON k.oid = d.objid AND k.contype = 'f'
-            WHERE keys AND d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel AND d.classid = 'pg_constraint'::regclass
-        ) y(rel))
-    SELECT coalesce(array_agg(DISTINCT reach.rel ORDER BY reach.rel), '{}')
-    FROM reach
-    WHERE (SELECT c.relkind FROM pg_class c WHERE c.oid = reach.rel) IN ('r', 'p', 'v', 'm', 'f'));
-END
-$$;
+-- (not STRICT: nsp NULL walks rels alone)
+LANGUAGE c STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_gate_relations';
+
+-- The objects whose owners decide who runs a statement in schema nsp on
+-- relations reach (_gate_relations' answer): the relations, every object
+-- of the schema (first on search_path while the statement runs: an
+-- unqualified name may resolve to any of them) and the relations'
+-- statistics objects, whoever owns them (used false); and the code their
+-- parts (indexes, constraints, defaults and generated columns, triggers,
+-- policies, rules, statistics) use, and the code that code uses,
+-- functions, operators and their commutators and negators, operator
+-- classes' families, types, domains' CHECKs, ranges' functions, composite
+-- types' fields, built-in objects skipped (used true: a superuser's does
+-- not count). The walk and what it follows: src/gate_walk.rs.
+CREATE FUNCTION insta_id._gate_objects(nsp oid, reach oid[])
+RETURNS TABLE (classid oid, objid oid, used boolean)
+LANGUAGE c STABLE STRICT PARALLEL SAFE ROWS 100
+AS 'MODULE_PATHNAME', 'insta_id_gate_objects';
 
 -- Who runs a statement on rels (and on schema nsp's relations and objects,
 -- when nsp is given, as a migration does): the one owner of the relations
@@ -173,8 +132,7 @@ RETURNS regrole
 -- (VOLATILE: a run's decision locks what it read)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
--- (as _gate_relations: no JIT for a walk of a few catalog rows, and one
--- plan, of index probes whatever the arguments, kept for every call)
+-- (no JIT for a query over a few rows, and one plan kept for every call)
 SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
@@ -192,107 +150,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    WITH RECURSIVE reach AS (
-        SELECT unnest(coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true))) AS rel),
-    -- What counts whoever owns it: the relations, and every object of the
-    -- schema, which is first on search_path while the statement runs: an
-    -- unqualified name in it (a migration's, or an owner's function
-    -- body's) may resolve to any of them, an operator planted there by a
-    -- role with CREATE on the schema among them.
-    inside(classid, objid) AS (
-        SELECT 'pg_class'::regclass::oid, r.rel FROM reach r
-        UNION
-        SELECT d.classid, d.objid FROM pg_depend d
-        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = nsp_oid
-          AND d.refobjsubid = 0 AND d.deptype = 'n'),
-    -- Their parts: indexes, constraints, defaults and generated columns,
-    -- triggers, policies, rules, statistics objects.
-    parts(classid, objid) AS (
-        SELECT i.classid, i.objid FROM inside i
-        UNION
-        SELECT d.classid, d.objid FROM inside i
-        JOIN pg_depend d ON d.refclassid = i.classid AND d.refobjid = i.objid AND d.deptype IN ('a', 'i')
-        WHERE d.classid IN ('pg_trigger'::regclass, 'pg_constraint'::regclass, 'pg_attrdef'::regclass, 'pg_policy'::regclass,
-                            'pg_rewrite'::regclass, 'pg_class'::regclass, 'pg_statistic_ext'::regclass)
-        UNION
-        -- every index, a constraint's too: an exclusion constraint's index
-        -- depends on its table only through a column its expression
-        -- names, and on its constraint alone when it names none
-        SELECT 'pg_class'::regclass, x.indexrelid FROM inside i JOIN pg_index x ON x.indrelid = i.objid
-        WHERE i.classid = 'pg_class'::regclass),
-    -- The code they use, and the code that code uses: functions, their
-    -- types and what their SQL-standard bodies call, operators and their
-    -- functions, commutators and negators, operator classes and their
-    -- families' support functions and operators, domains and their
-    -- CHECKs, range types' functions and operator classes, the fields of
-    -- composite types. (Built-in objects are skipped: a superuser's, and
-    -- far too many to walk.) Calls inside function bodies are text, not
-    -- dependencies: not seen; they run as the owner chosen, as that
-    -- function's own caller would run them. So do the triggers of a table
-    -- a function's body writes outside the statement's reach (PostgreSQL
-    -- runs a trigger as whoever writes the table), and event triggers (a
-    -- superuser's choice, for every role's DDL).
-    used(classid, objid) AS (
-        SELECT d.refclassid, d.refobjid FROM parts p, LATERAL (
-            SELECT d.refclassid, d.refobjid FROM pg_depend d
-            WHERE d.classid = p.classid AND d.objid = p.objid
-              AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_opclass'::regclass, 'pg_type'::regclass)
-              AND d.refobjid >= 16384
-            -- (OFFSET 0: a probe of the index an object, whatever the
-            -- planner guesses of a schema filled since its last ANALYZE)
-            OFFSET 0) d
-        UNION
-        SELECT y.classid, y.objid FROM used u, LATERAL (
-            -- an operator's function; a function's argument and result
-            -- types (a domain's CHECK runs on the value a function returns)
-            -- and what a body of SQL's own calls; a type's functions
-            SELECT d.refclassid, d.refobjid FROM pg_depend d
-            WHERE u.classid IN ('pg_operator'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
-              AND d.classid = u.classid AND d.objid = u.objid
-              AND d.refclassid IN ('pg_proc'::regclass, 'pg_type'::regclass, 'pg_operator'::regclass)
-            UNION ALL
-            -- an operator's commutator and negator (no dependency records
-            -- them, and the planner puts them in place of the operator: a
-            -- NOT (a = b) in a CHECK runs the negator's function)
-            SELECT 'pg_operator'::regclass, x FROM pg_operator o, unnest(ARRAY[o.oprcom, o.oprnegate]::oid[]) x
-            WHERE u.classid = 'pg_operator'::regclass AND o.oid = u.objid AND x <> 0
-            UNION ALL
-            -- an operator class's family's support functions and operators
-            SELECT 'pg_proc'::regclass, a.amproc FROM pg_opclass c JOIN pg_amproc a ON a.amprocfamily = c.opcfamily
-            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
-            UNION ALL
-            SELECT 'pg_operator'::regclass, a.amopopr FROM pg_opclass c JOIN pg_amop a ON a.amopfamily = c.opcfamily
-            WHERE u.classid = 'pg_opclass'::regclass AND c.oid = u.objid
-            UNION ALL
-            -- a domain's CHECKs and what they use (its CHECKs found by
-            -- their dependency on it: by pg_constraint.contypid, whose
-            -- statistics see 0 alone until a domain is analyzed, the plan
-            -- read every constraint of the database for each type used)
-            SELECT d.refclassid, d.refobjid FROM pg_depend k
-            JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.objid
-            WHERE u.classid = 'pg_type'::regclass AND k.refclassid = 'pg_type'::regclass AND k.refobjid = u.objid
-              AND k.classid = 'pg_constraint'::regclass
-              AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_type'::regclass)
-            UNION ALL
-            -- a range type's subtype difference and canonical functions,
-            -- and its subtype's operator class
-            SELECT f.classid, f.objid FROM pg_range g,
-                   LATERAL (VALUES ('pg_proc'::regclass::oid, g.rngsubdiff::oid), ('pg_proc'::regclass, g.rngcanonical),
-                                   ('pg_opclass'::regclass, g.rngsubopc)) f(classid, objid)
-            WHERE u.classid = 'pg_type'::regclass AND g.rngtypid = u.objid AND f.objid <> 0
-            UNION ALL
-            -- a composite type's fields
-            SELECT d.refclassid, d.refobjid FROM pg_type t
-            JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = t.typrelid AND d.refclassid = 'pg_type'::regclass
-            WHERE u.classid = 'pg_type'::regclass AND t.oid = u.objid AND t.typrelid <> 0
-        ) y(classid, objid)
-        WHERE y.objid >= 16384),
-    objects(classid, objid, used) AS (
-        SELECT i.classid, i.objid, false FROM inside i
-        UNION ALL
-        SELECT p.classid, p.objid, false FROM parts p WHERE p.classid = 'pg_statistic_ext'::regclass
-        UNION ALL
-        SELECT DISTINCT u.classid, u.objid, true FROM used u),
+    -- (the objects and code that count: _gate_objects)
+    WITH objects AS (
+        SELECT x.classid, x.objid, x.used
+        FROM insta_id._gate_objects(nsp_oid, coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true))) x),
     -- Their owners: for a run (walked), each read once the object is held
     -- (_held_owner: locked, as ALTER ... OWNER TO locks it), a superuser's
     -- too, so that no owner changes between this decision and the

@@ -55,6 +55,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._gate(name, regclass[], text[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[], boolean)'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_objects(oid, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[], oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[], boolean)'),

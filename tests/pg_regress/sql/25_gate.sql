@@ -464,6 +464,16 @@ COMMIT;
 SELECT pg_advisory_unlock_all();
 SELECT insta_id._advisory_holds() AS none_left;
 
+-- The walks in C agree with the recursive SQL they replaced, from every
+-- schema and every relation of the database (tests/fixtures/gate_walk_oracle.sql).
+\getenv fixtures INSTA_ID_FIXTURES
+\set ECHO none
+\i :fixtures/gate_walk_oracle.sql
+\set ECHO all
+SELECT count(*) FILTER (WHERE rels IS NULL) AS from_schemas, count(*) FILTER (WHERE rels IS NOT NULL) AS from_relations FROM gate_oracle.starts;
+SELECT * FROM gate_oracle.differences();
+DROP SCHEMA gate_oracle CASCADE;
+
 SELECT insta_id.grant_shard_admin('insta_id_regress_delegate', revoke => true);
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_delegate', current_database()) \gexec
 DROP OWNED BY insta_id_regress_delegate;

@@ -162,6 +162,16 @@ WHERE NOT EXISTS (SELECT FROM evaluation_sites.seen n WHERE n.site = s.site AND 
 SELECT count(insta_id.drop_shard(shard_id, force => true)) AS dropped FROM insta_id.shards() WHERE shard_id BETWEEN 701 AND 705;
 DELETE FROM insta_id_admin.applied_migrations WHERE migration = 'm_every_site';
 DELETE FROM insta_id_admin.migrations WHERE name = 'm_every_site';
+-- The walks in C agree with the recursive SQL they replaced, from every
+-- schema and every relation of the database (tests/fixtures/gate_walk_oracle.sql).
+\getenv fixtures INSTA_ID_FIXTURES
+\set ECHO none
+\i :fixtures/gate_walk_oracle.sql
+\set ECHO all
+SELECT count(*) FILTER (WHERE rels IS NULL) AS from_schemas, count(*) FILTER (WHERE rels IS NOT NULL) AS from_relations FROM gate_oracle.starts;
+SELECT * FROM gate_oracle.differences();
+DROP SCHEMA gate_oracle CASCADE;
+
 DROP SCHEMA m_tmpl, matrix, evaluation_sites CASCADE;
 SELECT format('REVOKE CREATE ON DATABASE %I FROM insta_id_regress_matrix', current_database()) \gexec
 DROP ROLE insta_id_regress_matrix;
