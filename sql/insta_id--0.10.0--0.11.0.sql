@@ -16,9 +16,10 @@ AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
 -- The owner of an object whose code the gate counts, read once the object
 -- is held (locked ACCESS SHARE, which ALTER ... OWNER TO waits for; a
 -- relation by the gate's own lock): the gate's decision stands until the
--- statements have run (src/locks.rs, src/sql/gate.sql). Held only when
--- the caller is a superuser, or the owner is one or a role whose rights
--- the caller has (the gate runs as no other role).
+-- statements have run (src/locks.rs; the gate reads owners so in
+-- _gate_owners, src/sql/gate.sql). Held only when the caller is a
+-- superuser, or the owner is one or a role whose rights the caller has
+-- (the gate runs as no other role).
 CREATE FUNCTION insta_id._held_owner(classid oid, objid oid)
 RETURNS oid
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
@@ -114,6 +115,17 @@ RETURNS TABLE (classid oid, objid oid, used boolean)
 LANGUAGE c STABLE STRICT PARALLEL SAFE ROWS 100
 AS 'MODULE_PATHNAME', 'insta_id_gate_objects';
 
+-- The owners that decide who runs a statement in schema nsp on relations
+-- reach: of every object _gate_objects finds, code used whose owner is a
+-- superuser not counted; each once, in OID order. hold: each owner read
+-- once its object is held, as _held_owner reads it (a run: no owner
+-- changes before the statements); else as the catalogs have it (a check).
+CREATE FUNCTION insta_id._gate_owners(nsp oid, reach oid[], hold boolean)
+RETURNS oid[]
+-- (VOLATILE: with hold, it locks what it read)
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_gate_owners';
+
 
 -- Who runs a statement on rels (and on schema nsp's relations and objects,
 -- when nsp is given, as a migration does): the one owner of the relations
@@ -136,6 +148,7 @@ AS $$
 DECLARE
     nsp_oid oid;
     schema_owner regrole;
+    reach oid[];
     owners regrole[];
     classids oid[];
     objids oid[];
@@ -147,32 +160,24 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    -- (the objects and code that count: _gate_objects)
-    WITH objects AS (
-        SELECT x.classid, x.objid, x.used
-        FROM insta_id._gate_objects(nsp_oid, coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true))) x),
-    -- Their owners: for a run (walked), each read once the object is held
-    -- (_held_owner: locked, as ALTER ... OWNER TO locks it), a superuser's
-    -- too, so that no owner changes between this decision and the
-    -- statements (the code's new owner could then replace its body, to
-    -- run as the role decided); for a check, as the catalogs read.
-    o AS (
-        SELECT x.classid, x.objid, w.owner::regrole AS owner, x.used
-        FROM objects x, LATERAL (SELECT insta_id._held_owner(x.classid, x.objid) WHERE walked IS NOT NULL
-                                 UNION ALL
-                                 SELECT w.owner FROM insta_id._object_owner(x.classid, x.objid) w WHERE walked IS NULL) w(owner)
-        -- (what the code used is superusers' does not count)
-        WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
-    -- (kept as arrays: the objects are described only to refuse, which
-    -- is what a walk of a large schema would spend most of its time on)
-    SELECT array_agg(o.classid), array_agg(o.objid), array_agg(o.owner), array_agg(o.used)
-    INTO classids, objids, object_owners, used_by FROM o;
-    owners := ARRAY(SELECT DISTINCT x FROM unnest(object_owners) x ORDER BY 1);
+    reach := coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true));
+    -- For a run (walked), each owner is read once its object is held
+    -- (locked, as ALTER ... OWNER TO locks it), a superuser's too, so that
+    -- no owner changes between this decision and the statements (the
+    -- code's new owner could then replace its body, to run as the role
+    -- decided); for a check, as the catalogs read.
+    owners := insta_id._gate_owners(nsp_oid, reach, walked IS NOT NULL)::regrole[];
     IF coalesce(cardinality(owners), 0) = 0 THEN
         RETURN schema_owner;
     ELSIF cardinality(owners) = 1 THEN
         RETURN owners[1];
     END IF;
+    -- Refused: each owner's objects (held already, for a run).
+    SELECT array_agg(x.classid), array_agg(x.objid), array_agg(w.owner), array_agg(x.used)
+    INTO classids, objids, object_owners, used_by
+    FROM insta_id._gate_objects(nsp_oid, reach) x, insta_id._object_owner(x.classid, x.objid) w
+    -- (what the code used is superusers' does not count)
+    WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner));
     -- (the first five of each owner's, in name order, and how many more)
     SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
                              CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),
@@ -2385,6 +2390,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._gate_lock(name, oid[], boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_objects(oid, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._gate_owner(name, regclass[], oid[])'),
+        ('EXECUTE', 'FUNCTION insta_id._gate_owners(oid, oid[], boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_query(name, regclass[], text)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_relations(oid, oid[], boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._gate_run(name, regrole, text[], text)'),
@@ -2399,7 +2405,6 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
-        ('EXECUTE', 'FUNCTION insta_id._held_owner(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
@@ -2442,7 +2447,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 REVOKE ALL ON FUNCTION
     insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._held_owner(oid, oid), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_objects(oid, oid[]),
-    insta_id._gate_owner(name, regclass[], oid[]),
+    insta_id._gate_owner(name, regclass[], oid[]), insta_id._gate_owners(oid, oid[], boolean),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),
     insta_id._gate(name, regclass[], text[]), insta_id._gate_query(name, regclass[], text), insta_id._admin_write(text, jsonb),

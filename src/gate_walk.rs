@@ -81,6 +81,8 @@ pub trait Catalogs {
     fn rules(&mut self, rel: u32) -> Vec<u32>;
     /// pg_policy: the relation's policies.
     fn policies(&mut self, rel: u32) -> Vec<u32>;
+    /// pg_constraint: the tables the relation's own foreign keys reference.
+    fn referenced(&mut self, rel: u32) -> Vec<u32>;
     /// pg_constraint: a foreign key's (table, referenced table); None for
     /// any other constraint.
     fn foreign_key(&mut self, constraint: u32) -> Option<(u32, u32)>;
@@ -152,16 +154,18 @@ pub fn relations(cat: &mut impl Catalogs, nsp: Option<u32>, rels: &[u32], keys: 
             );
         }
         if keys {
-            // (a foreign key records its dependency on both of its tables,
-            // once a column: found from either, the other read from the
-            // constraint)
-            let constraints: BTreeSet<u32> = cat
+            // Its own foreign keys, read by table; the keys of others that
+            // reference it, found by their dependency on it, which is
+            // normal (a constraint's on its own table is automatic: NOT
+            // NULLs' and CHECKs' too, far more of them).
+            next.extend(cat.referenced(x));
+            let referencing: BTreeSet<u32> = cat
                 .dependents((CLASS, x))
                 .into_iter()
-                .filter(|&((c, _), _, _)| c == CONSTRAINT)
+                .filter(|&((c, _), _, t)| c == CONSTRAINT && t == b'n')
                 .map(|((_, con), _, _)| con)
                 .collect();
-            for con in constraints {
+            for con in referencing {
                 if let Some((from, to)) = cat.foreign_key(con) {
                     next.push(if from == x { to } else { from });
                 }
@@ -371,6 +375,13 @@ mod tests {
         }
         fn policies(&mut self, rel: u32) -> Vec<u32> {
             self.parts(rel, POLICY)
+        }
+        fn referenced(&mut self, rel: u32) -> Vec<u32> {
+            self.keys
+                .values()
+                .filter(|k| k.0 == rel)
+                .map(|k| k.1)
+                .collect()
         }
         fn foreign_key(&mut self, constraint: u32) -> Option<(u32, u32)> {
             self.keys.get(&constraint).copied()

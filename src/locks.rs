@@ -377,6 +377,43 @@ unsafe fn wait_report(
     }
 }
 
+/// `_held_owner`'s answer: the owner of (classid, objid), read once the
+/// object is held (see it below), or None for a kind without an owner or
+/// an object gone.
+///
+/// # Safety
+/// In a transaction, with the catalogs readable.
+pub(crate) unsafe fn held_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // SAFETY: catalog-cache reads of a kind owned_kind accepts; the lock
+    // manager (hold_object takes in the invalidations committed before
+    // the lock); role checks of the current user.
+    owned_kind(classid)
+        .then(|| unsafe { cached_owner(classid, objid) })
+        .flatten()
+        .and_then(|first| unsafe {
+            let may = pg_sys::superuser()
+                || pg_sys::superuser_arg(first)
+                || pg_sys::has_privs_of_role(pg_sys::GetUserId(), first);
+            if !may || classid == pg_sys::RelationRelationId {
+                return Some(first);
+            }
+            hold_object(classid, objid);
+            cached_owner(classid, objid)
+        })
+}
+
+/// The owner of (classid, objid) as the catalog cache has it, None for a
+/// kind without an owner or an object gone (`_object_owner`'s answer).
+///
+/// # Safety
+/// In a transaction, with the catalogs readable.
+pub(crate) unsafe fn object_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // SAFETY: a catalog-cache read of a kind owned_kind accepts.
+    owned_kind(classid)
+        .then(|| unsafe { cached_owner(classid, objid) })
+        .flatten()
+}
+
 v1!(pg_finfo_insta_id_held_owner);
 /// `insta_id._held_owner(classid oid, objid oid) RETURNS oid`: the owner of
 /// an object whose code the gate counts, read once the object is held, so
@@ -402,22 +439,8 @@ pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) ->
             pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
         )
     };
-    // SAFETY: catalog-cache reads of a kind owned_kind accepts; the lock
-    // manager (hold_object takes in the invalidations committed before
-    // the lock); role checks of the current user.
-    let owner = owned_kind(classid)
-        .then(|| unsafe { cached_owner(classid, objid) })
-        .flatten()
-        .and_then(|first| unsafe {
-            let may = pg_sys::superuser()
-                || pg_sys::superuser_arg(first)
-                || pg_sys::has_privs_of_role(pg_sys::GetUserId(), first);
-            if !may || classid == pg_sys::RelationRelationId {
-                return Some(first);
-            }
-            hold_object(classid, objid);
-            cached_owner(classid, objid)
-        });
+    // SAFETY: in a transaction, with the catalogs readable.
+    let owner = unsafe { held_owner(classid, objid) };
     match owner {
         Some(owner) => Datum::from(owner),
         None => {

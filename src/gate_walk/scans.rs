@@ -20,8 +20,9 @@ enum Table {
     Index,
     Amproc,
     Amop,
+    Constraint,
 }
-const TABLES: usize = 7;
+const TABLES: usize = 8;
 
 /// Where things are in this server's catalogs: found by name once a
 /// session (they do not change while it runs).
@@ -40,6 +41,8 @@ struct Layout {
     index_rel: Oid,
     amproc_family: Oid,
     amop_family: Oid,
+    /// pg_constraint's by table.
+    constraint_rel: Oid,
     /// Column numbers: pg_depend's (classid, objid, refclassid, refobjid,
     /// refobjsubid, deptype), pg_inherits' (inhrelid, inhparent), the
     /// oid and relation of pg_rewrite and pg_policy, pg_index's
@@ -98,6 +101,7 @@ impl Layout {
                 catalog(c"pg_index"),
                 catalog(c"pg_amproc"),
                 catalog(c"pg_amop"),
+                catalog(c"pg_constraint"),
             ];
             // (the kinds the walks compare pg_depend's classids with)
             for (name, oid) in [
@@ -118,7 +122,6 @@ impl Layout {
                     pgrx::error!("insta_id: catalog {name:?} is not OID {oid}");
                 }
             }
-            let constraint = catalog(c"pg_constraint");
             let range = catalog(c"pg_range");
             Layout {
                 tables,
@@ -131,6 +134,7 @@ impl Layout {
                 index_rel: catalog(c"pg_index_indrelid_index"),
                 amproc_family: catalog(c"pg_amproc_fam_proc_index"),
                 amop_family: catalog(c"pg_amop_fam_strat_index"),
+                constraint_rel: catalog(c"pg_constraint_conrelid_contypid_conname_index"),
                 depend: columns(
                     tables[Table::Depend as usize],
                     [
@@ -151,7 +155,10 @@ impl Layout {
                 index: columns(tables[Table::Index as usize], [c"indexrelid", c"indrelid"]),
                 amproc: columns(tables[Table::Amproc as usize], [c"amprocfamily", c"amproc"]),
                 amop: columns(tables[Table::Amop as usize], [c"amopfamily", c"amopopr"]),
-                constraint: columns(constraint, [c"contype", c"conrelid", c"confrelid"]),
+                constraint: columns(
+                    tables[Table::Constraint as usize],
+                    [c"contype", c"conrelid", c"confrelid"],
+                ),
                 range: columns(range, [c"rngsubopc", c"rngcanonical", c"rngsubdiff"]),
             }
         };
@@ -375,6 +382,20 @@ impl Catalogs for Scans {
         .collect()
     }
 
+    fn referenced(&mut self, rel: u32) -> Vec<u32> {
+        let [contype, conrelid, confrelid] = self.layout.constraint;
+        self.scan(
+            Table::Constraint,
+            self.layout.constraint_rel,
+            &[(conrelid, rel)],
+            [contype, confrelid],
+        )
+        .into_iter()
+        .filter(|&[kind, _]| kind as u8 == b'f')
+        .map(|[_, to]| to)
+        .collect()
+    }
+
     fn foreign_key(&mut self, constraint: u32) -> Option<(u32, u32)> {
         Scans::cached(
             pg_sys::SysCacheIdentifier::CONSTROID,
@@ -468,6 +489,18 @@ impl Catalogs for Scans {
     }
 }
 
+/// An oid[] Datum of the given OIDs.
+fn oid_array(oids: impl IntoIterator<Item = u32>) -> Datum {
+    let mut datums: Vec<Datum> = oids
+        .into_iter()
+        .map(|o| Datum::from(Oid::from(o)))
+        .collect();
+    // SAFETY: construct_array_builtin copies the OIDs into an array.
+    Datum::from(unsafe {
+        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::OIDOID)
+    })
+}
+
 /// The non-NULL elements of an oid[] argument (a NULL array: none).
 unsafe fn arg_oids(fcinfo: FunctionCallInfo, n: usize) -> Vec<u32> {
     // SAFETY: an oid[] argument, read when not NULL.
@@ -500,15 +533,21 @@ pub unsafe extern "C-unwind" fn insta_id_gate_relations(fcinfo: FunctionCallInfo
         let mut scans = Scans::new();
         let reach = super::relations(&mut scans, nsp, &rels, keys);
         scans.close();
-        let mut datums: Vec<Datum> = reach
-            .into_iter()
-            .map(|r| Datum::from(Oid::from(r)))
-            .collect();
-        Datum::from(pg_sys::construct_array_builtin(
-            datums.as_mut_ptr(),
-            datums.len() as i32,
-            pg_sys::OIDOID,
-        ))
+        oid_array(reach)
+    }
+}
+
+/// `super::objects` for arguments (nsp oid, reach oid[]), both not NULL.
+unsafe fn arg_objects(fcinfo: FunctionCallInfo) -> Vec<(u32, u32, bool)> {
+    // SAFETY: arguments (oid, oid[]) of a STRICT function; scans in a
+    // transaction.
+    unsafe {
+        let nsp = arg(fcinfo, 0).value() as u32;
+        let reach = arg_oids(fcinfo, 1);
+        let mut scans = Scans::new();
+        let objects = super::objects(&mut scans, nsp, &reach);
+        scans.close();
+        objects
     }
 }
 
@@ -522,11 +561,7 @@ pub unsafe extern "C-unwind" fn insta_id_gate_objects(fcinfo: FunctionCallInfo) 
     // transaction; the materialize-mode SRF protocol, InitMaterializedSRF
     // checking that the caller accepts a set.
     unsafe {
-        let nsp = arg(fcinfo, 0).value() as u32;
-        let reach = arg_oids(fcinfo, 1);
-        let mut scans = Scans::new();
-        let objects = super::objects(&mut scans, nsp, &reach);
-        scans.close();
+        let objects = arg_objects(fcinfo);
         pg_sys::InitMaterializedSRF(fcinfo, 0);
         let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
         for (classid, objid, used) in objects {
@@ -545,4 +580,39 @@ pub unsafe extern "C-unwind" fn insta_id_gate_objects(fcinfo: FunctionCallInfo) 
         }
     }
     Datum::from(0)
+}
+
+v1!(pg_finfo_insta_id_gate_owners);
+/// `insta_id._gate_owners(nsp oid, reach oid[], hold boolean) RETURNS
+/// oid[]`: the owners, in OID order, each once, of what `super::objects`
+/// finds, code used whose owner is a superuser not counted. With hold,
+/// each owner is read once its object is held (`locks::held_owner`, as
+/// `_held_owner`), so that none changes before the statements run;
+/// without, as the catalog cache has it (a check that runs nothing).
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_gate_owners(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (oid, oid[], boolean);
+    // scans, catalog-cache reads and object locks in a transaction; an
+    // oid[] built by construct_array_builtin.
+    unsafe {
+        let objects = arg_objects(fcinfo);
+        let hold = arg(fcinfo, 2).value() != 0;
+        let mut owners = std::collections::BTreeSet::new();
+        for (classid, objid, used) in objects {
+            let (classid, objid) = (Oid::from(classid), Oid::from(objid));
+            let owner = if hold {
+                crate::locks::held_owner(classid, objid)
+            } else {
+                crate::locks::object_owner(classid, objid)
+            };
+            match owner {
+                Some(owner) if !(used && pg_sys::superuser_arg(owner)) => {
+                    owners.insert(owner.to_u32());
+                }
+                _ => {}
+            }
+        }
+        oid_array(owners)
+    }
 }

@@ -118,6 +118,17 @@ RETURNS TABLE (classid oid, objid oid, used boolean)
 LANGUAGE c STABLE STRICT PARALLEL SAFE ROWS 100
 AS 'MODULE_PATHNAME', 'insta_id_gate_objects';
 
+-- The owners that decide who runs a statement in schema nsp on relations
+-- reach: of every object _gate_objects finds, code used whose owner is a
+-- superuser not counted; each once, in OID order. hold: each owner read
+-- once its object is held, as _held_owner reads it (a run: no owner
+-- changes before the statements); else as the catalogs have it (a check).
+CREATE FUNCTION insta_id._gate_owners(nsp oid, reach oid[], hold boolean)
+RETURNS oid[]
+-- (VOLATILE: with hold, it locks what it read)
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'insta_id_gate_owners';
+
 -- Who runs a statement on rels (and on schema nsp's relations and objects,
 -- when nsp is given, as a migration does): the one owner of the relations
 -- _gate_relations finds, of their parts, and of the code outside them that
@@ -139,6 +150,7 @@ AS $$
 DECLARE
     nsp_oid oid;
     schema_owner regrole;
+    reach oid[];
     owners regrole[];
     classids oid[];
     objids oid[];
@@ -150,32 +162,24 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'schema % does not exist', quote_ident(nsp) USING ERRCODE = 'invalid_schema_name';
     END IF;
-    -- (the objects and code that count: _gate_objects)
-    WITH objects AS (
-        SELECT x.classid, x.objid, x.used
-        FROM insta_id._gate_objects(nsp_oid, coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true))) x),
-    -- Their owners: for a run (walked), each read once the object is held
-    -- (_held_owner: locked, as ALTER ... OWNER TO locks it), a superuser's
-    -- too, so that no owner changes between this decision and the
-    -- statements (the code's new owner could then replace its body, to
-    -- run as the role decided); for a check, as the catalogs read.
-    o AS (
-        SELECT x.classid, x.objid, w.owner::regrole AS owner, x.used
-        FROM objects x, LATERAL (SELECT insta_id._held_owner(x.classid, x.objid) WHERE walked IS NOT NULL
-                                 UNION ALL
-                                 SELECT w.owner FROM insta_id._object_owner(x.classid, x.objid) w WHERE walked IS NULL) w(owner)
-        -- (what the code used is superusers' does not count)
-        WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner)))
-    -- (kept as arrays: the objects are described only to refuse, which
-    -- is what a walk of a large schema would spend most of its time on)
-    SELECT array_agg(o.classid), array_agg(o.objid), array_agg(o.owner), array_agg(o.used)
-    INTO classids, objids, object_owners, used_by FROM o;
-    owners := ARRAY(SELECT DISTINCT x FROM unnest(object_owners) x ORDER BY 1);
+    reach := coalesce(walked, insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels::oid[], true));
+    -- For a run (walked), each owner is read once its object is held
+    -- (locked, as ALTER ... OWNER TO locks it), a superuser's too, so that
+    -- no owner changes between this decision and the statements (the
+    -- code's new owner could then replace its body, to run as the role
+    -- decided); for a check, as the catalogs read.
+    owners := insta_id._gate_owners(nsp_oid, reach, walked IS NOT NULL)::regrole[];
     IF coalesce(cardinality(owners), 0) = 0 THEN
         RETURN schema_owner;
     ELSIF cardinality(owners) = 1 THEN
         RETURN owners[1];
     END IF;
+    -- Refused: each owner's objects (held already, for a run).
+    SELECT array_agg(x.classid), array_agg(x.objid), array_agg(w.owner), array_agg(x.used)
+    INTO classids, objids, object_owners, used_by
+    FROM insta_id._gate_objects(nsp_oid, reach) x, insta_id._object_owner(x.classid, x.objid) w
+    -- (what the code used is superusers' does not count)
+    WHERE w.owner IS NOT NULL AND NOT (x.used AND (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = w.owner));
     -- (the first five of each owner's, in name order, and how many more)
     SELECT string_agg(format('%s: %s%s', w.owner, array_to_string(w.objects[1:5], ', '),
                              CASE WHEN cardinality(w.objects) > 5 THEN format(' and %s more', cardinality(w.objects) - 5) END),

@@ -431,10 +431,11 @@ DROP TABLE delegate_rows;
 -- where the gate could run as its owner (a superuser's code, which does
 -- not count, or a role whose rights it has): another role's function is
 -- read, not held, so the delegate cannot hold up its ALTER or DROP.
+-- (dba_only holds a table and both functions: three objects, two owners)
 BEGIN;
+SELECT ARRAY(SELECT CASE WHEN r.rolsuper THEN 'a superuser' ELSE r.rolname END FROM pg_roles r
+             WHERE r.oid = ANY (insta_id._gate_owners('dba_only'::regnamespace, '{}', true)) ORDER BY 1) AS owners;
 SELECT f::regproc AS function,
-       (SELECT CASE WHEN r.rolsuper THEN 'a superuser' ELSE r.rolname END FROM pg_roles r
-        WHERE r.oid = insta_id._held_owner('pg_proc'::regclass, f)) AS owner,
        (SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'object'
           AND l.classid = 'pg_proc'::regclass AND l.objid = f) AS held
 FROM unnest(ARRAY['dba_only.dbas'::regproc, 'dba_only.others'::regproc]::oid[]) f ORDER BY 1;
