@@ -13,17 +13,6 @@ CREATE FUNCTION insta_id._lock_relation(rel oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
--- The owner of an object whose code the gate counts, read once the object
--- is held (locked ACCESS SHARE, which ALTER ... OWNER TO waits for; a
--- relation by the gate's own lock): the gate's decision stands until the
--- statements have run (src/locks.rs; the gate reads owners so in
--- _gate_owners, src/sql/gate.sql). Held only when the caller is a
--- superuser, or the owner is one or a role whose rights the caller has
--- (the gate runs as no other role).
-CREATE FUNCTION insta_id._held_owner(classid oid, objid oid)
-RETURNS oid
-LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
 -- The advisory locks this session holds, one text a lock and mode
 -- (src/locks.rs): what the gate's _session_state reads, without pg_locks'
@@ -118,7 +107,7 @@ AS 'MODULE_PATHNAME', 'insta_id_gate_objects';
 -- The owners that decide who runs a statement in schema nsp on relations
 -- reach: of every object _gate_objects finds, code used whose owner is a
 -- superuser not counted; each once, in OID order. hold: each owner read
--- once its object is held, as _held_owner reads it (a run: no owner
+-- once its object is held (src/locks.rs, held_owner: a run: no owner
 -- changes before the statements); else as the catalogs have it (a check).
 CREATE FUNCTION insta_id._gate_owners(nsp oid, reach oid[], hold boolean)
 RETURNS oid[]
@@ -2446,7 +2435,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._held_owner(oid, oid), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_objects(oid, oid[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_objects(oid, oid[]),
     insta_id._gate_owner(name, regclass[], oid[]), insta_id._gate_owners(oid, oid[], boolean),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),

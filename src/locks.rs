@@ -377,9 +377,19 @@ unsafe fn wait_report(
     }
 }
 
-/// `_held_owner`'s answer: the owner of (classid, objid), read once the
-/// object is held (see it below), or None for a kind without an owner or
-/// an object gone.
+/// The owner of an object whose code the gate counts (`_gate_owners`,
+/// src/gate_walk/scans.rs), read once the object is held, so that it stays
+/// the owner until the statements have run. A relation is held by the
+/// gate's own lock already (`_lock_relation`, which ALTER TABLE ... OWNER
+/// TO waits for); any other object is locked ACCESS SHARE until the
+/// transaction ends, which ALTER FUNCTION (OPERATOR, ...) ... OWNER TO
+/// waits for (it takes ACCESS EXCLUSIVE on the object), and its owner read
+/// again from the catalog cache after the lock, which has the backend take
+/// in what committed before it. None: gone, or a kind without an owner.
+/// Locked only when the caller is a superuser, or the owner is one or a
+/// role whose rights the caller has: an object of any other role is one
+/// the gate refuses to run as (the caller may not act as its owner), and
+/// no caller holds up another role's ALTER or DROP through the gate.
 ///
 /// # Safety
 /// In a transaction, with the catalogs readable.
@@ -412,43 +422,6 @@ pub(crate) unsafe fn object_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
     owned_kind(classid)
         .then(|| unsafe { cached_owner(classid, objid) })
         .flatten()
-}
-
-v1!(pg_finfo_insta_id_held_owner);
-/// `insta_id._held_owner(classid oid, objid oid) RETURNS oid`: the owner of
-/// an object whose code the gate counts, read once the object is held, so
-/// that it stays the owner until the statements have run. A relation is
-/// held by the gate's own lock already (`_lock_relation`, which ALTER
-/// TABLE ... OWNER TO waits for); any other object is locked ACCESS SHARE
-/// until the transaction ends, which ALTER FUNCTION (OPERATOR, ...) ...
-/// OWNER TO waits for (it takes ACCESS EXCLUSIVE on the object), and its
-/// owner read again from the catalog cache after the lock, which has the
-/// backend take in what committed before it. NULL: gone, or a kind
-/// without an owner.
-/// Locked only when the caller is a superuser, or the owner is one or a
-/// role whose rights the caller has: an object of any other role is one
-/// the gate refuses to run as (the caller may not act as its owner), and
-/// no caller holds up another role's ALTER or DROP through this function.
-#[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_held_owner(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with arguments (oid, oid).
-    let (classid, objid) = unsafe {
-        (
-            pg_sys::Oid::from(arg(fcinfo, 0).value() as u32),
-            pg_sys::Oid::from(arg(fcinfo, 1).value() as u32),
-        )
-    };
-    // SAFETY: in a transaction, with the catalogs readable.
-    let owner = unsafe { held_owner(classid, objid) };
-    match owner {
-        Some(owner) => Datum::from(owner),
-        None => {
-            // SAFETY: a NULL result of a function called through fmgr.
-            unsafe { (*fcinfo).isnull = true };
-            Datum::from(0)
-        }
-    }
 }
 
 v1!(pg_finfo_insta_id_lock_relation);

@@ -587,7 +587,7 @@ v1!(pg_finfo_insta_id_gate_owners);
 /// oid[]`: the owners, in OID order, each once, of what `super::objects`
 /// finds, code used whose owner is a superuser not counted. With hold,
 /// each owner is read once its object is held (`locks::held_owner`, as
-/// `_held_owner`), so that none changes before the statements run;
+/// the gate always has), so that none changes before the statements run;
 /// without, as the catalog cache has it (a check that runs nothing).
 #[unsafe(no_mangle)]
 #[pg_guard]

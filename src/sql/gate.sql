@@ -21,7 +21,7 @@
 --      parents, and for a statement that writes the tables their foreign
 --      keys link in both directions (PostgreSQL re-validates a key,
 --      cascades and checks rows through them), transitively. Each owner
---      is read once its object is held (_held_owner: a function or an
+--      is read once its object is held (held_owner, src/locks.rs: a function or an
 --      operator locked ACCESS SHARE, which ALTER ... OWNER TO waits for;
 --      a wait bounded and reported as the relations' are), so that code
 --      does not change hands before it runs; a type's owner
@@ -121,7 +121,7 @@ AS 'MODULE_PATHNAME', 'insta_id_gate_objects';
 -- The owners that decide who runs a statement in schema nsp on relations
 -- reach: of every object _gate_objects finds, code used whose owner is a
 -- superuser not counted; each once, in OID order. hold: each owner read
--- once its object is held, as _held_owner reads it (a run: no owner
+-- once its object is held (src/locks.rs, held_owner: a run: no owner
 -- changes before the statements); else as the catalogs have it (a check).
 CREATE FUNCTION insta_id._gate_owners(nsp oid, reach oid[], hold boolean)
 RETURNS oid[]

@@ -56,17 +56,6 @@ CREATE FUNCTION insta_id._lock_relation(rel oid)
 RETURNS boolean
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
--- The owner of an object whose code the gate counts, read once the object
--- is held (locked ACCESS SHARE, which ALTER ... OWNER TO waits for; a
--- relation by the gate's own lock): the gate's decision stands until the
--- statements have run (src/locks.rs; the gate reads owners so in
--- _gate_owners, src/sql/gate.sql). Held only when the caller is a
--- superuser, or the owner is one or a role whose rights the caller has
--- (the gate runs as no other role).
-CREATE FUNCTION insta_id._held_owner(classid oid, objid oid)
-RETURNS oid
-LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_held_owner';
 
 -- The advisory locks this session holds, one text a lock and mode
 -- (src/locks.rs): what the gate's _session_state reads, without pg_locks'
