@@ -1005,6 +1005,46 @@ pub(crate) unsafe fn arg_array(
     }
 }
 
+/// Returns rows, none NULL, from a set-returning function by the
+/// materialize-mode protocol (InitMaterializedSRF checks that the caller
+/// accepts a set, and raises otherwise).
+///
+/// # Safety
+/// `fcinfo` is the call of a function declared to return a set of rows of
+/// N columns, of the types the Datums hold.
+pub(crate) unsafe fn materialize_rows<const N: usize>(
+    fcinfo: FunctionCallInfo,
+    rows: impl IntoIterator<Item = [Datum; N]>,
+) -> Datum {
+    // SAFETY: as the caller promises; tuplestore_putvalues copies each row.
+    unsafe {
+        pg_sys::InitMaterializedSRF(fcinfo, 0);
+        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+        let mut nulls = [false; N];
+        for mut values in rows {
+            pg_sys::tuplestore_putvalues(
+                (*rsinfo).setResult,
+                (*rsinfo).setDesc,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+        }
+    }
+    Datum::from(0)
+}
+
+/// An oid[] Datum of the given OIDs.
+pub(crate) fn oid_array(oids: impl IntoIterator<Item = u32>) -> Datum {
+    let mut datums: Vec<Datum> = oids
+        .into_iter()
+        .map(|o| Datum::from(pg_sys::Oid::from(o)))
+        .collect();
+    // SAFETY: construct_array_builtin copies the OIDs into an array.
+    Datum::from(unsafe {
+        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::OIDOID)
+    })
+}
+
 /// A text[] Datum of the given byte strings, each copied into a palloc'd
 /// text and the texts into an array.
 pub(crate) fn text_array<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Datum {
@@ -1058,33 +1098,21 @@ pub unsafe extern "C-unwind" fn insta_id_guard_stats_sequences(fcinfo: FunctionC
     let rows = guard_store::sequences()
         .into_iter()
         .filter(|r| all || r.key.database == mine);
-    // SAFETY: materialize-mode SRF protocol; InitMaterializedSRF checks the
-    // caller accepts a set and raises otherwise.
-    unsafe {
-        pg_sys::InitMaterializedSRF(fcinfo, 0);
-        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
-        for r in rows {
-            let [issued, waits, wait_time, borrowed, refused] = stats_columns(&r.stats);
-            let mut values = [
-                Datum::from(r.key.database),
-                Datum::from(r.key.relation),
-                Datum::from(clock::unix_ms_to_timestamptz(r.last_ms)),
-                issued,
-                waits,
-                wait_time,
-                borrowed,
-                refused,
-            ];
-            let mut nulls = [false; 8];
-            pg_sys::tuplestore_putvalues(
-                (*rsinfo).setResult,
-                (*rsinfo).setDesc,
-                values.as_mut_ptr(),
-                nulls.as_mut_ptr(),
-            );
-        }
-    }
-    Datum::from(0)
+    let rows = rows.map(|r| {
+        let [issued, waits, wait_time, borrowed, refused] = stats_columns(&r.stats);
+        [
+            Datum::from(r.key.database),
+            Datum::from(r.key.relation),
+            Datum::from(clock::unix_ms_to_timestamptz(r.last_ms)),
+            issued,
+            waits,
+            wait_time,
+            borrowed,
+            refused,
+        ]
+    });
+    // SAFETY: called as a set-returning function.
+    unsafe { materialize_rows(fcinfo, rows) }
 }
 
 v1!(pg_finfo_insta_id_guard_stats_total);

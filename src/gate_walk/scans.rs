@@ -5,7 +5,7 @@
 
 use super::kind::*;
 use super::{Catalogs, Object, Relation};
-use crate::functions::arg;
+use crate::functions::{arg, oid_array};
 use crate::BackendCell;
 use pgrx::pg_guard;
 use pgrx::pg_sys::{self, Datum, FunctionCallInfo, Oid};
@@ -489,18 +489,6 @@ impl Catalogs for Scans {
     }
 }
 
-/// An oid[] Datum of the given OIDs.
-fn oid_array(oids: impl IntoIterator<Item = u32>) -> Datum {
-    let mut datums: Vec<Datum> = oids
-        .into_iter()
-        .map(|o| Datum::from(Oid::from(o)))
-        .collect();
-    // SAFETY: construct_array_builtin copies the OIDs into an array.
-    Datum::from(unsafe {
-        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::OIDOID)
-    })
-}
-
 /// The non-NULL elements of an oid[] argument (a NULL array: none).
 unsafe fn arg_oids(fcinfo: FunctionCallInfo, n: usize) -> Vec<u32> {
     // SAFETY: an oid[] argument, read when not NULL.
@@ -557,29 +545,20 @@ v1!(pg_finfo_insta_id_gate_objects);
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_gate_objects(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with arguments (oid, oid[]); scans in a
-    // transaction; the materialize-mode SRF protocol, InitMaterializedSRF
-    // checking that the caller accepts a set.
+    // SAFETY: a STRICT function with arguments (oid, oid[]) returning a
+    // set of (oid, oid, boolean); scans in a transaction.
     unsafe {
-        let objects = arg_objects(fcinfo);
-        pg_sys::InitMaterializedSRF(fcinfo, 0);
-        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
-        for (classid, objid, used) in objects {
-            let mut values = [
-                Datum::from(Oid::from(classid)),
-                Datum::from(Oid::from(objid)),
-                Datum::from(used),
-            ];
-            let mut nulls = [false; 3];
-            pg_sys::tuplestore_putvalues(
-                (*rsinfo).setResult,
-                (*rsinfo).setDesc,
-                values.as_mut_ptr(),
-                nulls.as_mut_ptr(),
-            );
-        }
+        let rows = arg_objects(fcinfo)
+            .into_iter()
+            .map(|(classid, objid, used)| {
+                [
+                    Datum::from(Oid::from(classid)),
+                    Datum::from(Oid::from(objid)),
+                    Datum::from(used),
+                ]
+            });
+        crate::functions::materialize_rows(fcinfo, rows)
     }
-    Datum::from(0)
 }
 
 v1!(pg_finfo_insta_id_gate_owners);
