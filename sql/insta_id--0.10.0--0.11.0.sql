@@ -2399,6 +2399,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
         ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
         ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._names_objects(text)'),
         ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
         ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
         ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
@@ -2416,10 +2417,12 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._time_partitions(regclass)'),
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
         ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._without_relids(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.
@@ -2464,42 +2467,63 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_without_locations';
 REVOKE ALL ON FUNCTION insta_id._without_locations(text) FROM PUBLIC;
 
--- The definitions of the views and materialized views of schemas nsps.
--- pg_get_viewdef locks the view and every relation it reads until the end
--- of the transaction: here each schema's are deparsed in a subtransaction
--- rolled back at once, which releases its locks (the variables keep what
--- was read), so that one call holds one schema's locks at a time, whatever
--- the number of schemas: shard_drift over 8192 shards with views, in one
--- call, on a stock server. A schema whose views cannot be read within
--- lock_timeout (a tenant's lock on them), or whose tables went meanwhile
--- (a drop_shard beside the call), is reported, not left out: each of its
--- views' definition reads "not read (why)". PARALLEL UNSAFE:
--- subtransactions.
-CREATE FUNCTION insta_id._view_definitions(nsps oid[])
+-- A view's query tree (pg_rewrite.ev_action) without its tokens' positions
+-- and without the OIDs of the relations it reads (src/sql_text.rs), and
+-- those OIDs in order: what shard_drift compares of a view, its
+-- relations by their names in the view's own schema.
+CREATE FUNCTION insta_id._without_relids(tree text)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_without_relids';
+REVOKE ALL ON FUNCTION insta_id._without_relids(text) FROM PUBLIC;
+
+CREATE FUNCTION insta_id._tree_relids(tree text)
+RETURNS oid[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_tree_relids';
+REVOKE ALL ON FUNCTION insta_id._tree_relids(text) FROM PUBLIC;
+
+-- Whether such a tree may name a user's object by OID (src/sql_text.rs):
+-- a template view whose tree does is never taken for a shard's.
+CREATE FUNCTION insta_id._names_objects(tree text)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_names_objects';
+REVOKE ALL ON FUNCTION insta_id._names_objects(text) FROM PUBLIC;
+
+-- The definitions of views and materialized views. pg_get_viewdef locks
+-- the view and every relation it reads until the end of the transaction:
+-- here each schema's are deparsed in a subtransaction rolled back at once,
+-- which releases its locks (the variables keep what was read), so that
+-- one call holds one schema's locks at a time, whatever the number of
+-- schemas: shard_drift over 8192 shards with views, in one call, on a
+-- stock server. A schema whose views cannot be read within lock_timeout
+-- (a tenant's lock on them), or whose tables went meanwhile (a drop_shard
+-- beside the call), is reported, not left out: each of its views'
+-- definition reads "not read (why)". PARALLEL UNSAFE: subtransactions.
+CREATE FUNCTION insta_id._view_definitions(views oid[])
 RETURNS TABLE (view oid, definition text)
 LANGUAGE plpgsql STABLE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '5s'
 AS $$
 DECLARE
-    views oid[];
+    one oid[];
     defs text[];
 BEGIN
-    -- Each schema's views, from one pass over pg_class (it has no index on
-    -- the schema alone: a pass a schema took minutes at 8192).
-    FOR views IN SELECT array_agg(c.oid ORDER BY c.oid) FROM pg_class c
-                 WHERE c.relnamespace = ANY (_view_definitions.nsps) AND c.relkind IN ('v', 'm')
-                 GROUP BY c.relnamespace LOOP
+    FOR one IN SELECT array_agg(c.oid ORDER BY c.oid) FROM pg_class c
+               WHERE c.oid = ANY (_view_definitions.views) AND c.relkind IN ('v', 'm')
+               GROUP BY c.relnamespace LOOP
         BEGIN
-            defs := ARRAY(SELECT pg_get_viewdef(v.oid) FROM unnest(views) WITH ORDINALITY v(oid, i) ORDER BY v.i);
+            defs := ARRAY(SELECT pg_get_viewdef(v.oid) FROM unnest(one) WITH ORDINALITY v(oid, i) ORDER BY v.i);
             RAISE EXCEPTION 'read' USING ERRCODE = 'raise_exception';
         EXCEPTION
             WHEN raise_exception THEN
                 NULL;    -- (the locks released; defs kept)
             WHEN lock_not_available OR undefined_table OR internal_error THEN
-                defs := array_fill(format('not read (%s)', SQLERRM), ARRAY[cardinality(views)]);
+                defs := array_fill(format('not read (%s)', SQLERRM), ARRAY[cardinality(one)]);
         END;
-        RETURN QUERY SELECT * FROM unnest(views, defs);
+        RETURN QUERY SELECT * FROM unnest(one, defs);
     END LOOP;
 END
 $$;
@@ -2517,19 +2541,19 @@ DROP FUNCTION insta_id._describe_schemas(oid[]);
 -- types. For many schemas at once: one pass over each catalog (pg_class has
 -- no index on the schema alone).
 -- Described once per template, not once per shard (issue 58): a table
--- whose catalog rows are its namesake's in schema template (key, below)
--- is not described at all. Its rows would be the template table's, so
--- one row stands for them all: object and detail NULL, rel the template
--- table. (Deparsing each table's indexes, constraints, triggers and
--- policies built its relation cache entry, and its columns were a row
--- each: most of a call over thousands of shards.) template 0: every
--- relation described.
+-- or view whose catalog rows are its namesake's in schema template (key,
+-- below) is not described at all. Its rows would be the template's, so
+-- one row stands for them all: object and detail NULL, rel the template's
+-- relation. (Deparsing each table's indexes, constraints, triggers and
+-- policies, and each view, built their relation cache entries, and
+-- columns were a row each: most of a call over thousands of shards.)
+-- template 0: every relation described.
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of
 -- object, so each catalog is read once for all schemas; the branches are
 -- independent and each is short.
--- Views are deparsed by _view_definitions, the one deparser that locks (a
--- schema at a time); the others read the catalogs without locks. PARALLEL
--- UNSAFE: _view_definitions is.
+-- Views described are deparsed by _view_definitions, the one deparser that
+-- locks (a schema at a time); the rest is read from the catalogs without
+-- locks. PARALLEL UNSAFE: _view_definitions is.
 CREATE FUNCTION insta_id._describe_schemas(nsps oid[], template oid)
 RETURNS TABLE (nsp oid, rel oid, object text, detail text)
 LANGUAGE sql STABLE STRICT PARALLEL UNSAFE
@@ -2545,31 +2569,30 @@ AS $$
     WITH s AS (SELECT n.oid, n.nspname, ARRAY[quote_ident(n.nspname) || '.',
                                    '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix
                FROM pg_namespace n WHERE n.oid = ANY (nsps)),
-    views AS MATERIALIZED (SELECT * FROM insta_id._view_definitions(nsps)),
     -- The schemas' relations and indexes, from one pass over pg_class
     -- (past a quarter of shared_buffers a scan reads through a small ring:
     -- each pass over thousands of shards' pg_class was read again).
     classes AS MATERIALIZED (
         SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
-               c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, c.relam, s.prefix
+               c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, c.relam
         FROM pg_class c JOIN s ON s.oid = c.relnamespace
         WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'i', 'I')),
     rel AS (SELECT c.oid, c.relnamespace, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relowner,
-                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions, c.prefix, v.definition
-            FROM classes c LEFT JOIN views v ON v.view = c.oid
+                   c.relforcerowsecurity, c.relreplident, c.relacl, c.reloptions
+            FROM classes c
             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
     -- Each relation's columns (pg_attribute read once), with their
     -- defaults as their rows print them (a generated column's names
     -- columns: deparsed with its table, whose relation cache entry that
     -- builds; a default names none).
     cols AS MATERIALIZED (
-        SELECT c.attrelid, c.relnamespace, c.prefix, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
+        SELECT c.attrelid, c.relnamespace, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
                c.attidentity, c.attgenerated,
                -- (a check in Rust: a regular expression, its automaton
                -- built at each match, was 7% of a call)
                CASE WHEN insta_id._is_next_id_default(c.printed)
                     THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
-        FROM (SELECT a.attrelid, r.relnamespace, r.prefix, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
+        FROM (SELECT a.attrelid, r.relnamespace, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
                      a.attnotnull, a.attidentity, a.attgenerated,
                      pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
               FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -2601,24 +2624,43 @@ AS $$
     columns_key AS MATERIALIZED (
         SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod, c.attcollation,
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
-                                               WHEN strpos(y.printed, c.prefix[1]) > 0 THEN regexp_replace(y.printed, c.prefix[2], '\1<schema>.', 'g')
+                                               WHEN strpos(y.printed, s.prefix[1]) > 0 THEN regexp_replace(y.printed, s.prefix[2], '\1<schema>.', 'g')
                                                ELSE y.printed END,
                                           y.typcollation, c.attnotnull, c.attidentity, c.attgenerated,
                                           -- (the default with the placeholder, as the end of
                                           -- this statement writes every row: a default of the
                                           -- schema's own enum is the template's)
-                                          CASE WHEN strpos(c.expr, c.prefix[1]) > 0 THEN regexp_replace(c.expr, c.prefix[2], '\1<schema>.', 'g')
+                                          CASE WHEN strpos(c.expr, s.prefix[1]) > 0 THEN regexp_replace(c.expr, s.prefix[2], '\1<schema>.', 'g')
                                                ELSE c.expr END)::text,
                                       ' ' ORDER BY c.attnum) AS key
-        FROM cols c
+        FROM cols c JOIN s ON s.oid = c.relnamespace
         LEFT JOIN LATERAL (SELECT y.typcollation, format_type(c.atttypid, c.atttypmod) AS printed FROM pg_type y
                            WHERE y.oid = c.atttypid AND c.atttypid >= 16384 OFFSET 0) y ON true
         GROUP BY c.attrelid),
+    -- A view's query: its tree without positions and relations, then the
+    -- relations it reads, in order, by name in its own schema, quoted
+    -- (elsewhere, by oid). Every other object the tree names, it names by
+    -- oid.
+    view_trees AS MATERIALIZED (
+        SELECT r.oid, r.relnamespace, insta_id._without_relids(w.tree) AS tree, insta_id._tree_relids(w.tree) AS relids
+        FROM rel r
+        CROSS JOIN LATERAL (SELECT w.ev_action::text AS tree FROM pg_rewrite w
+                            WHERE w.ev_class = r.oid AND w.rulename = '_RETURN' OFFSET 0) w    -- (read once)
+        WHERE r.relkind IN ('v', 'm')),
+    -- (the key's parts side by side, each '' where there is none: a row
+    -- of them all as text quoted each part again, a tenth of a call)
     keyed AS MATERIALIZED (
         SELECT r.oid, r.relnamespace, r.relname, r.relkind,
                ROW(r.relkind, r.relpersistence, r.relrowsecurity, r.relforcerowsecurity, r.relreplident, r.reloptions,
-                   r.relowner, r.relacl, c.key, i.key, k.key, t.key, p.key)::text AS key
+                   r.relowner, r.relacl)::text AS own,
+               coalesce(c.key, '') AS columns, coalesce(i.key, '') AS indexes, coalesce(k.key, '') AS constraints,
+               coalesce(t.key, '') AS triggers, coalesce(p.key, '') AS policies,
+               CASE WHEN w.oid IS NULL THEN ''
+                    ELSE ROW(w.tree, ARRAY(SELECT CASE WHEN x.relnamespace = r.relnamespace THEN quote_ident(x.relname) ELSE u.relid::text END
+                                           FROM unnest(w.relids) WITH ORDINALITY u(relid, n)
+                                           LEFT JOIN pg_class x ON x.oid = u.relid ORDER BY u.n))::text END AS query
         FROM rel r
+        LEFT JOIN view_trees w ON w.oid = r.oid
         LEFT JOIN columns_key c ON c.attrelid = r.oid
         -- (a catalog row whole but for some columns: jsonb_populate_record
         -- sets those, whatever the version's other columns)
@@ -2669,7 +2711,10 @@ AS $$
     -- uses that same object, printed as <schema>.x in one of the two and
     -- by its schema's name in the other. (A trigger's own function is
     -- keyed by its name in the schema; a foreign key's target, by its
-    -- name there.) A few rows: the template's tables only.
+    -- name there.) A few rows: the template's tables only. (A view's
+    -- tree is checked for any oid a user's object can have instead:
+    -- PostgreSQL records no dependency for some, an empty ARRAY[] of a
+    -- type or a regclass[] constant.)
     pinned AS MATERIALIZED (
         SELECT DISTINCT r.oid FROM rel r
         CROSS JOIN LATERAL (
@@ -2684,15 +2729,40 @@ AS $$
                         AND d.refobjid <> r.oid AND d.refobjid <> part.by_name
         JOIN s ON s.nspname = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
         WHERE r.relnamespace = template),
-    -- The shards' tables whose rows are their template namesake's (a
-    -- view's definition is not in its key: views are described).
-    reuse AS MATERIALIZED (
+    -- The shards' tables whose rows are their template namesake's.
+    reuse_tables AS MATERIALIZED (
         SELECT k.oid, k.relnamespace, t.oid AS template_rel
-        FROM keyed k JOIN keyed t ON t.relname = k.relname AND t.key = k.key
+        FROM keyed k JOIN keyed t ON t.relname = k.relname
+             AND (t.own, t.columns, t.indexes, t.constraints, t.triggers, t.policies, t.query)
+               = (k.own, k.columns, k.indexes, k.constraints, k.triggers, k.policies, k.query)
         WHERE t.relnamespace = template AND k.relnamespace <> template AND k.relkind IN ('r', 'p', 'f')
           AND NOT EXISTS (SELECT FROM pinned p WHERE p.oid = t.oid)),
+    -- The views that read a relation of their own schema that is not
+    -- such a table (a view prints the names of the columns it reads as
+    -- they are now).
+    -- (NOT IN: a hashed subplan, whatever the estimate of reuse_tables)
+    views_apart AS MATERIALIZED (
+        SELECT DISTINCT w.oid
+        FROM view_trees w CROSS JOIN LATERAL unnest(w.relids) u(relid)
+        JOIN pg_class x ON x.oid = u.relid AND x.relnamespace = w.relnamespace AND x.oid <> w.oid
+        WHERE x.oid NOT IN (SELECT y.oid FROM reuse_tables y)),
+    -- Those tables, and the other views whose rows are their template
+    -- namesake's, the template's tree naming no user's object by oid.
+    reuse AS MATERIALIZED (
+        SELECT * FROM reuse_tables
+        UNION ALL
+        SELECT k.oid, k.relnamespace, t.oid
+        FROM keyed k JOIN keyed t ON t.relname = k.relname
+             AND (t.own, t.columns, t.indexes, t.constraints, t.triggers, t.policies, t.query)
+               = (k.own, k.columns, k.indexes, k.constraints, k.triggers, k.policies, k.query)
+        JOIN view_trees tw ON tw.oid = t.oid AND NOT insta_id._names_objects(tw.tree)
+        WHERE t.relnamespace = template AND k.relnamespace <> template AND k.relkind IN ('v', 'm')
+          AND NOT EXISTS (SELECT FROM pinned p WHERE p.oid = t.oid)
+          AND NOT EXISTS (SELECT FROM views_apart a WHERE a.oid = k.oid)),
     -- Every other relation (few, found first), described.
     deparsed_rel AS MATERIALIZED (SELECT r.* FROM rel r WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
+    views AS MATERIALIZED (
+        SELECT * FROM insta_id._view_definitions(ARRAY(SELECT r.oid FROM deparsed_rel r WHERE r.relkind IN ('v', 'm')))),
     -- Each relation's grants, written once per distinct ACL and owner (a
     -- shard's tables have their template's: thousands alike).
     rel_grants AS (SELECT x.acl, x.relowner,
@@ -2702,33 +2772,33 @@ AS $$
                    FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
                                 r.relowner, r.relacl
                          FROM deparsed_rel r) x),
-    parts (rel, nsp, prefix, object, detail) AS (
-        SELECT r.oid, r.relnamespace, r.prefix, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
+    parts (rel, nsp, object, detail) AS (
+        SELECT r.oid, r.relnamespace, format('index %I', i.relname), pg_get_indexdef(x.indexrelid)
         FROM deparsed_rel r JOIN pg_index x ON x.indrelid = r.oid JOIN classes i ON i.oid = x.indexrelid
         UNION ALL
-        SELECT r.oid, r.relnamespace, r.prefix, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
+        SELECT r.oid, r.relnamespace, format('constraint %I on %I', k.conname, r.relname), pg_get_constraintdef(k.oid)
         FROM deparsed_rel r JOIN pg_constraint k ON k.conrelid = r.oid
         WHERE k.contype <> 'n'
         UNION ALL
         -- (and whether it fires, which ALTER TABLE ... TRIGGER sets and
         -- pg_get_triggerdef does not print)
-        SELECT r.oid, r.relnamespace, r.prefix, format('trigger %I on %I', t.tgname, r.relname),
+        SELECT r.oid, r.relnamespace, format('trigger %I on %I', t.tgname, r.relname),
                concat_ws('; ', pg_get_triggerdef(t.oid),
                          CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' WHEN 'A' THEN 'ENABLE ALWAYS' END)
         FROM deparsed_rel r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
         UNION ALL
-        SELECT r.oid, r.relnamespace, r.prefix, format('policy %I on %I', p.polname, r.relname),
+        SELECT r.oid, r.relnamespace, format('policy %I on %I', p.polname, r.relname),
                concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
                          (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM deparsed_rel r JOIN pg_policy p ON p.polrelid = r.oid),
-    raw (nsp, prefix, rel, object, detail) AS (
-        SELECT s.oid, s.prefix, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+    raw (nsp, rel, object, detail) AS (
+        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
         FROM s
         UNION ALL
-        SELECT r.relnamespace, r.prefix, r.oid, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+        SELECT r.relnamespace, r.oid, format('%s %I', CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
                    WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' ELSE 'foreign table' END, r.relname),
                concat_ws('; ', 'owner ' || r.relowner::regrole::text, CASE r.relpersistence WHEN 'u' THEN 'unlogged' END,
                          CASE WHEN r.relrowsecurity THEN 'row level security' END,
@@ -2736,10 +2806,11 @@ AS $$
                          'replica identity ' || r.relreplident::text,
                          'options ' || array_to_string(r.reloptions, ','),
                          'grants ' || rg.grants,
-                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || r.definition END)
+                         CASE WHEN r.relkind IN ('v', 'm') THEN 'definition ' || v.definition END)
         FROM deparsed_rel r JOIN rel_grants rg ON rg.acl = coalesce(r.relacl::text, '') AND rg.relowner = r.relowner
+        LEFT JOIN views v ON v.view = r.oid
         UNION ALL
-        SELECT r.relnamespace, r.prefix, r.oid, format('column %I.%I', r.relname, a.attname),
+        SELECT r.relnamespace, r.oid, format('column %I.%I', r.relname, a.attname),
                concat_ws(' ', format_type(a.atttypid, a.atttypmod),
                          CASE WHEN a.attnotnull THEN 'NOT NULL' END,
                          CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
@@ -2750,11 +2821,11 @@ AS $$
                                             THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END)
         FROM deparsed_rel r JOIN cols a ON a.attrelid = r.oid
         UNION ALL
-        SELECT r.relnamespace, r.prefix, 0::oid, format('statistics %I on %I', x.stxname, r.relname),
+        SELECT r.relnamespace, 0::oid, format('statistics %I on %I', x.stxname, r.relname),
                regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
         FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
         UNION ALL
-        SELECT y.typnamespace, s.prefix, 0::oid, format('type %I', y.typname),
+        SELECT y.typnamespace, 0::oid, format('type %I', y.typname),
                concat_ws('; ', 'owner ' || y.typowner::regrole::text, CASE y.typtype
                    WHEN 'e' THEN 'enum (' || (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
                                               FROM pg_enum e WHERE e.enumtypid = y.oid) || ')'
@@ -2778,7 +2849,7 @@ AS $$
         WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
         UNION ALL
         -- (its search_path setting, if it names the schema, as the placeholder too)
-        SELECT p.pronamespace, s.prefix, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
+        SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
                          'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
@@ -2789,16 +2860,16 @@ AS $$
         FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE p.prokind <> 'a'
         UNION ALL
-        SELECT p.nsp, p.prefix, p.rel, p.object, p.detail FROM parts p
+        SELECT p.nsp, p.rel, p.object, p.detail FROM parts p
         UNION ALL
-        -- (a table as its template namesake: one row)
-        SELECT u.relnamespace, NULL, u.template_rel, NULL, NULL FROM reuse u)
+        -- (a relation as its template namesake: one row)
+        SELECT u.relnamespace, u.template_rel, NULL, NULL FROM reuse u)
     -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
     -- compiled, and each schema has its own; the pattern tried only on
     -- text that holds the name, which most does not)
     SELECT nsp, rel, CASE WHEN strpos(object, prefix[1]) > 0 THEN regexp_replace(object, prefix[2], '\1<schema>.', 'g') ELSE object END,
            CASE WHEN strpos(detail, prefix[1]) > 0 THEN regexp_replace(detail, prefix[2], '\1<schema>.', 'g') ELSE detail END
-    FROM (SELECT * FROM raw ORDER BY nsp) r
+    FROM (SELECT r.*, s.prefix FROM raw r JOIN s ON s.oid = r.nsp ORDER BY r.nsp) r
 $$;
 REVOKE ALL ON FUNCTION insta_id._describe_schemas(oid[], oid) FROM PUBLIC;
 
@@ -2806,14 +2877,15 @@ REVOKE ALL ON FUNCTION insta_id._describe_schemas(oid[], oid) FROM PUBLIC;
 -- difference (missing, extra, or the shard's detail beside the template's).
 -- Empty right after create_shards and after a change applied to the template
 -- and every shard alike. All the template's shards at once by default, or
--- those numbered first_shard to last_shard. Tables, columns, indexes and
--- the rest are read from the catalogs without locks; views are deparsed a
+-- those numbered first_shard to last_shard. Tables, columns, indexes,
+-- views' query trees and the rest are read from the catalogs without
+-- locks; the views that are not their template namesake's are deparsed a
 -- schema at a time, each schema's locks released before the next
 -- (_view_definitions), so one call covers every shard on a server with
 -- default settings (0.10.0 needed a lock per view and relation it read,
 -- all held to the end: thousands of shards with views took 54000 and
--- ranges). Under concurrent DDL: views are read each schema at its turn,
--- the rest as the call's snapshot has it. PARALLEL UNSAFE:
+-- ranges). Under concurrent DDL: views deparsed are read each schema at
+-- its turn, the rest as the call's snapshot has it. PARALLEL UNSAFE:
 -- _describe_schemas is.
 CREATE OR REPLACE FUNCTION insta_id.shard_drift(template_schema text, first_shard int DEFAULT 0, last_shard int DEFAULT 8191)
 RETURNS TABLE (shard_id int, schema_name name, object text, difference text)

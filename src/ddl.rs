@@ -369,6 +369,38 @@ pub unsafe extern "C-unwind" fn insta_id_without_locations(fcinfo: FunctionCallI
     Datum::from(unsafe { pg_sys::cstring_to_text_with_len(out.as_ptr().cast(), out.len() as i32) })
 }
 
+v1!(pg_finfo_insta_id_without_relids);
+/// `insta_id._without_relids(tree text) RETURNS text`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_without_relids(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument; the result is a
+    // palloc'd text of the bytes given.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    let out = sql_text::without_relids(&tree);
+    Datum::from(unsafe { pg_sys::cstring_to_text_with_len(out.as_ptr().cast(), out.len() as i32) })
+}
+
+v1!(pg_finfo_insta_id_tree_relids);
+/// `insta_id._tree_relids(tree text) RETURNS oid[]`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_tree_relids(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    crate::functions::oid_array(sql_text::tree_relids(&tree))
+}
+
+v1!(pg_finfo_insta_id_names_objects);
+/// `insta_id._names_objects(tree text) RETURNS boolean`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_names_objects(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    Datum::from(sql_text::names_objects(&tree))
+}
+
 v1!(pg_finfo_insta_id_in_transaction_block);
 /// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
 /// runs inside a transaction block (BEGIN ... COMMIT, or several statements

@@ -250,25 +250,126 @@ pub fn is_next_id_default(printed: &[u8]) -> bool {
 /// `regexp_replace(tree, ' :location -?[0-9]+', '', 'g')`, at a tenth of
 /// its cost (a regular expression's automaton is built at each call).
 pub fn without_locations(tree: &[u8]) -> Vec<u8> {
-    const TOKEN: &[u8] = b" :location ";
-    let mut out = Vec::with_capacity(tree.len());
+    cut_fields(tree, &[b" :location "]).0
+}
+
+/// A view's query tree (pg_rewrite.ev_action) as shard_drift keys it:
+/// without positions and without the OIDs of the relations it reads (a
+/// range table entry's and its permissions' ` :relid N`, and ` :resorigtbl
+/// N`, the table a column of its own comes from), which `tree_relids`
+/// gives in their order. Two views print alike, their schemas' names
+/// aside, when these trees are equal and each relation is, in each view's
+/// own schema, the same name (or the same relation, elsewhere): every other
+/// object a tree names, it names by OID, and a difference there is a
+/// difference of the trees. (A string in a tree has its spaces escaped, so
+/// ` :relid ` is a field, never text.)
+pub fn without_relids(tree: &[u8]) -> Vec<u8> {
+    without_locations(&cut_fields(tree, RELATION_FIELDS).0)
+}
+
+/// The OIDs of the relations a query tree names (0 for a column that is
+/// not a table's), in order; see `without_relids`.
+pub fn tree_relids(tree: &[u8]) -> Vec<u32> {
+    cut_fields(tree, RELATION_FIELDS)
+        .1
+        .into_iter()
+        .filter_map(|n| u32::try_from(n).ok())
+        .collect()
+}
+
+const RELATION_FIELDS: &[&[u8]] = &[b" :relid ", b" :resorigtbl "];
+
+/// Whether a query tree, as `without_relids` leaves it, may name an
+/// object of a user's by OID: an integer token of FirstNormalObjectId
+/// (16384) or more anywhere (a field, an OID list; a type modifier can be
+/// that large too, which only makes this say yes), or a constant of a
+/// reg* type, whose value is an OID printed as a name. shard_drift takes
+/// no shard's view for a template view whose tree does: the same OID in
+/// both trees is one object, printed with the template's schema in one
+/// and not in the other. (A token starting with a digit inside a string
+/// or a name is written after a backslash, so it never stands alone.)
+pub fn names_objects(tree: &[u8]) -> bool {
+    const FIRST_NORMAL_OBJECT_ID: u64 = 16384;
+    // regproc, regprocedure, regoper, regoperator, regclass, regtype,
+    // regconfig, regdictionary, regnamespace, regrole, regcollation, and
+    // their arrays (pg_type.h)
+    const REG_TYPES: [u64; 22] = [
+        24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191, 1008, 2207, 2208, 2209,
+        2210, 2211, 3735, 3770, 4090, 4097, 4192,
+    ];
+    let standalone = |at: usize, end: usize| {
+        (at == 0 || matches!(tree[at - 1], b' ' | b'('))
+            && (end == tree.len() || matches!(tree[end], b' ' | b')' | b'}'))
+    };
     let mut i = 0;
     while i < tree.len() {
-        if tree[i..].starts_with(TOKEN) {
-            let mut j = i + TOKEN.len();
-            if tree.get(j) == Some(&b'-') {
+        if !tree[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let end = i + tree[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if standalone(i, end) {
+            // (past u64: a number that large is past any OID's reach too)
+            let n = std::str::from_utf8(&tree[i..end])
+                .ok()
+                .and_then(|d| d.parse::<u64>().ok())
+                .unwrap_or(u64::MAX);
+            if n >= FIRST_NORMAL_OBJECT_ID
+                || (tree[..i].ends_with(b" :consttype ") && REG_TYPES.contains(&n))
+            {
+                return true;
+            }
+        }
+        i = end;
+    }
+    false
+}
+
+/// `tree` without each of `tokens` (each ` :<field> `) followed by an
+/// integer (the token and the integer cut), and those integers in order.
+/// A token followed by anything else is kept. (Tokens are looked for only
+/// where a field starts, and the rest copied a run at a time: this runs
+/// over every view's and constraint's tree of thousands of shards.)
+fn cut_fields(tree: &[u8], tokens: &[&[u8]]) -> (Vec<u8>, Vec<i64>) {
+    let mut out = Vec::with_capacity(tree.len());
+    let mut values = Vec::new();
+    let mut copied = 0;
+    let mut i = 0;
+    while i + 1 < tree.len() {
+        if tree[i] != b' ' || tree[i + 1] != b':' {
+            i += 1;
+            continue;
+        }
+        let cut = tokens.iter().find_map(|token| {
+            let mut j = i + token.len();
+            if !tree[i..].starts_with(token) {
+                return None;
+            }
+            let negative = tree.get(j) == Some(&b'-');
+            if negative {
                 j += 1;
             }
             let digits = tree[j..].iter().take_while(|b| b.is_ascii_digit()).count();
-            if digits > 0 {
-                i = j + digits;
-                continue;
+            (digits > 0).then(|| {
+                let n = std::str::from_utf8(&tree[j..j + digits])
+                    .ok()
+                    .and_then(|d| d.parse::<i64>().ok())
+                    .map_or(i64::MAX, |n| if negative { -n } else { n });
+                (j + digits, n)
+            })
+        });
+        match cut {
+            Some((end, n)) => {
+                out.extend_from_slice(&tree[copied..i]);
+                values.push(n);
+                copied = end;
+                i = end;
             }
+            None => i += 1,
         }
-        out.push(tree[i]);
-        i += 1;
     }
-    out
+    out.extend_from_slice(&tree[copied..]);
+    (out, values)
 }
 
 #[cfg(test)]
@@ -295,6 +396,71 @@ mod tests {
                 expected,
                 "{tree}"
             );
+        }
+    }
+
+    #[test]
+    fn view_trees_without_relids() {
+        // (PostgreSQL 16's form: a range table entry and its permissions)
+        let tree = "({QUERY :rtable ({RANGETBLENTRY :eref {ALIAS :aliasname o :colnames (\"id\" \"a\\ :relid\\ 5\")} \
+                    :rtekind 0 :relid 16523 :relkind r :location 14}) \
+                    :rteperminfos ({RTEPERMISSIONINFO :relid 16523 :inh true}) \
+                    :jointree {FROMEXPR :fromlist ({RANGETBLREF :rtindex 1}) :quals {OPEXPR :opno 96 :location 40}} \
+                    :targetList ({TARGETENTRY :expr {VAR :varno 1 :varattno 1 :location 7} :resno 1 \
+                    :resorigtbl 16523 :resorigcol 1} {TARGETENTRY :resno 2 :resorigtbl 0 :resorigcol 0})})";
+        assert_eq!(tree_relids(tree.as_bytes()), [16523, 16523, 16523, 0]);
+        let cut = String::from_utf8(without_relids(tree.as_bytes())).unwrap();
+        assert!(
+            !cut.contains("16523") && !cut.contains(":location "),
+            "{cut}"
+        );
+        // (an escaped string that reads like the field: kept)
+        assert!(cut.contains("\"a\\ :relid\\ 5\""), "{cut}");
+        assert!(cut.contains(":rtekind 0 :relkind r}"), "{cut}");
+        assert!(cut.contains(":resno 1 :resorigcol 1}"), "{cut}");
+        for (tree, relids) in [
+            (" :relid 4294967295", vec![u32::MAX]),
+            (" :relid 4294967296", vec![]),
+            (" :relid x", vec![]),
+            (":relid 5", vec![]),
+            ("", vec![]),
+        ] {
+            assert_eq!(tree_relids(tree.as_bytes()), relids, "{tree}");
+        }
+    }
+
+    #[test]
+    fn view_trees_that_name_objects() {
+        for (tree, names) in [
+            (
+                "{FUNCEXPR :funcid 2108 :funcresulttype 1700 :args <>}",
+                false,
+            ),
+            ("{FUNCEXPR :funcid 16390 :funcresulttype 16}", true),
+            ("{VAR :vartype 16401}", true),
+            ("{SORTGROUPCLAUSE :eqop 96 :sortop 97} (o 23 16405)", true),
+            (
+                "{CONST :consttype 2205 :constvalue 4 [ 1 64 0 0 0 0 0 0 ]}",
+                true,
+            ),
+            ("{CONST :consttype 2210 :constlen -1}", true),
+            (
+                "{CONST :consttype 23 :constvalue 4 [ 5 0 0 0 0 0 0 0 ]}",
+                false,
+            ),
+            (
+                "{CONST :consttype 25 :consttypmod -1 :constcollid 100}",
+                false,
+            ),
+            // (inside names and strings: never alone)
+            (
+                "{ALIAS :aliasname \\16400 :colnames (\"a\\ 16400\")}",
+                false,
+            ),
+            (":typmod 16384}", true),
+            ("", false),
+        ] {
+            assert_eq!(names_objects(tree.as_bytes()), names, "{tree}");
         }
     }
 
@@ -454,6 +620,37 @@ mod tests {
         ) {
             let body = format!("{before} {}.{after}", quote_identifier(&schema));
             prop_assert!(names_schema(&body, &schema));
+        }
+
+        // Cutting fields out of any text (made of what fields are made
+        // of) is what a byte-at-a-time reading of the same rule gives:
+        // `regexp_replace(tree, ' :(relid|location) -?[0-9]+', '', 'g')`.
+        #[test]
+        fn fields_cut_as_a_plain_reading_cuts_them(
+            parts in prop::collection::vec(prop::sample::select(
+                vec![" :relid ", " :location ", " :relid", " ", ":", "relid", "-", "7", "42", "x", "}", "\\ "]), 0..40)
+        ) {
+            let tree = parts.concat().into_bytes();
+            let tokens: &[&[u8]] = &[b" :relid ", b" :location "];
+            let (mut out, mut values, mut i) = (Vec::new(), Vec::new(), 0);
+            'plain: while i < tree.len() {
+                for token in tokens {
+                    if tree[i..].starts_with(token) {
+                        let start = i + token.len();
+                        let sign = usize::from(tree.get(start) == Some(&b'-'));
+                        let digits = tree[start + sign..].iter().take_while(|b| b.is_ascii_digit()).count();
+                        if digits > 0 {
+                            let n: i64 = std::str::from_utf8(&tree[start..start + sign + digits]).unwrap().parse().unwrap();
+                            values.push(n);
+                            i = start + sign + digits;
+                            continue 'plain;
+                        }
+                    }
+                }
+                out.push(tree[i]);
+                i += 1;
+            }
+            prop_assert_eq!(cut_fields(&tree, tokens), (out, values));
         }
     }
 }

@@ -77,6 +77,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
         ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
         ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
+        ('EXECUTE', 'FUNCTION insta_id._names_objects(text)'),
         ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
         ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
         ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
@@ -94,10 +95,12 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._time_partitions(regclass)'),
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
         ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._without_relids(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
         -- goes through functions, insta_id.shards() and the like). They
         -- write them only through _admin_write, which checks each write.

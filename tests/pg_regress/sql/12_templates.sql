@@ -106,14 +106,14 @@ SELECT count(*) AS drift FROM insta_id.shard_drift('full_tmpl');
 -- from it is what deparsing each of them gives, for every kind of object.
 WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),
      taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'full_tmpl'::regnamespace::oid) d),
-     -- (a table described as its template namesake: the template table's rows, in its schema)
+     -- (a relation described as its template namesake: the template's rows, in its schema)
      expanded AS (SELECT t.nsp, t.object, t.detail FROM taken t WHERE t.object IS NOT NULL
                   UNION ALL
                   SELECT m.nsp, t.object, t.detail FROM taken m
                   JOIN taken t ON t.rel = m.rel AND t.nsp = 'full_tmpl'::regnamespace AND t.object IS NOT NULL
                   WHERE m.object IS NULL),
      deparsed AS (SELECT d.nsp, d.object, d.detail FROM n, insta_id._describe_schemas(n.nsps, 0) d)
-SELECT (SELECT count(*) FROM taken WHERE object IS NULL) AS tables_taken,
+SELECT (SELECT count(*) FROM taken WHERE object IS NULL) AS relations_taken,
        (SELECT count(*) FROM (TABLE expanded EXCEPT ALL TABLE deparsed) x) AS only_taken,
        (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE expanded) x) AS only_deparsed;
 SELECT nspowner::regrole AS schema_owner FROM pg_namespace WHERE nspname = 'insta201';

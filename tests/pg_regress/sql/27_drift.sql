@@ -43,10 +43,16 @@ CREATE STATISTICS dr_tmpl.items_stats (dependencies) ON sku, qty FROM dr_tmpl.it
 -- is __b, the enum _b having taken _b).
 CREATE FUNCTION dr_tmpl.positive(int) RETURNS boolean LANGUAGE sql IMMUTABLE RETURN $1 > 0;
 CREATE TABLE dr_tmpl.notes (n int CONSTRAINT notes_n_check CHECK (dr_tmpl.positive(n)));
+-- Views naming the schema's objects by oid in their query trees: its own
+-- function; a regclass constant (whose value is an oid); an empty array of
+-- its enum (of which PostgreSQL records no dependency).
+CREATE VIEW dr_tmpl.positive_orders AS SELECT id FROM dr_tmpl.orders WHERE dr_tmpl.positive(total::int);
+CREATE VIEW dr_tmpl.tagged_orders AS SELECT id, tableoid = 'dr_tmpl.orders'::regclass AS here FROM dr_tmpl.orders;
+CREATE VIEW dr_tmpl.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n;
 CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
-SELECT insta_id.create_shards(400, 445, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 449, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -96,7 +102,11 @@ INSERT INTO drift_cases VALUES
     (443, 'column: identity', 'ALTER TABLE %1$I.items ALTER COLUMN qty ADD GENERATED ALWAYS AS IDENTITY'),
     (444, 'check: the template''s function', 'ALTER TABLE %1$I.notes DROP CONSTRAINT notes_n_check, ADD CONSTRAINT notes_n_check CHECK (dr_tmpl.positive(n))'),
     (445, 'column: another array type of the same own name',
-     'DROP TABLE %1$I.z; DROP TYPE %1$I._b; DROP TYPE %1$I.b; CREATE TYPE %1$I._b AS ENUM (''x''); CREATE TYPE %1$I.b AS ENUM (''x''); CREATE TABLE %1$I.z (c %1$I._b[])');
+     'DROP TABLE %1$I.z; DROP TYPE %1$I._b; DROP TYPE %1$I.b; CREATE TYPE %1$I._b AS ENUM (''x''); CREATE TYPE %1$I.b AS ENUM (''x''); CREATE TABLE %1$I.z (c %1$I._b[])'),
+    (446, 'view: the template''s function', 'CREATE OR REPLACE VIEW %1$I.positive_orders AS SELECT id FROM %1$I.orders WHERE dr_tmpl.positive(total::int)'),
+    (447, 'view: a table of the shard it reads, another', 'CREATE TABLE %1$I.orders2 (LIKE %1$I.orders); CREATE OR REPLACE VIEW %1$I.open_orders AS SELECT id, total FROM %1$I.orders2 WHERE state = ''open'''),
+    (448, 'view: a regclass constant, the template''s table', 'CREATE OR REPLACE VIEW %1$I.tagged_orders AS SELECT id, tableoid = ''dr_tmpl.orders''::regclass AS here FROM %1$I.orders'),
+    (449, 'view: an empty array of the template''s enum', 'CREATE OR REPLACE VIEW %1$I.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n');
 DO $$
 DECLARE
     c record;
@@ -115,12 +125,12 @@ GROUP BY 1, 2 ORDER BY 1;
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 402);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
 
--- The tables taken from the template stand for the rows describing each
--- shard gives (template 0: none taken), for the shards that differ and
--- those that do not.
+-- The tables and views taken from the template stand for the rows
+-- describing each shard gives (template 0: none taken), for the shards
+-- that differ and those that do not.
 WITH n AS (SELECT ARRAY(SELECT oid FROM pg_namespace WHERE nspname = 'dr_tmpl' OR nspname LIKE 'insta4__') AS nsps),
      taken AS (SELECT d.* FROM n, insta_id._describe_schemas(n.nsps, 'dr_tmpl'::regnamespace::oid) d),
-     -- (a table described as its template namesake: the template table's rows, in its schema)
+     -- (a relation described as its template namesake: the template's rows, in its schema)
      expanded AS (SELECT t.nsp, t.object, t.detail FROM taken t WHERE t.object IS NOT NULL
                   UNION ALL
                   SELECT m.nsp, t.object, t.detail FROM taken m
@@ -128,13 +138,13 @@ WITH n AS (SELECT ARRAY(SELECT oid FROM pg_namespace WHERE nspname = 'dr_tmpl' O
                   WHERE m.object IS NULL),
      deparsed AS (SELECT d.nsp, d.object, d.detail FROM n, insta_id._describe_schemas(n.nsps, 0) d)
 SELECT (SELECT count(*) FROM deparsed) AS described,
-       (SELECT count(*) FROM taken WHERE object IS NULL) AS tables_taken,
+       (SELECT count(*) FROM taken WHERE object IS NULL) AS relations_taken,
        (SELECT count(*) FROM (TABLE expanded EXCEPT ALL TABLE deparsed) x) AS only_taken,
        (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE expanded) x) AS only_deparsed;
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 445) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 449) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
