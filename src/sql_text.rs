@@ -280,14 +280,16 @@ pub fn tree_relids(tree: &[u8]) -> Vec<u32> {
 const RELATION_FIELDS: &[&[u8]] = &[b" :relid ", b" :resorigtbl "];
 
 /// Whether a query tree, as `without_relids` leaves it, may name an
-/// object of a user's by OID: an integer token of FirstNormalObjectId
-/// (16384) or more anywhere (a field, an OID list; a type modifier can be
-/// that large too, which only makes this say yes), or a constant of a
-/// reg* type, whose value is an OID printed as a name. shard_drift takes
-/// no shard's view for a template view whose tree does: the same OID in
-/// both trees is one object, printed with the template's schema in one
-/// and not in the other. (A token starting with a digit inside a string
-/// or a name is written after a backslash, so it never stands alone.)
+/// object of a user's by OID: an integer of FirstNormalObjectId (16384)
+/// or more in any field or OID list but those that hold no OID (type
+/// modifiers, a constant's length, a statement's length and position,
+/// integer lists and bitmapsets), or a constant of a reg* type, whose
+/// value is an OID printed as a name. shard_drift takes no shard's view
+/// for a template view whose tree does: the same OID in both trees is one
+/// object, printed with the template's schema in one and not the other.
+/// (A token starting with a digit inside a string or a name is written
+/// after a backslash, so it never stands alone; a field not listed here
+/// can only make this say yes.)
 pub fn names_objects(tree: &[u8]) -> bool {
     const FIRST_NORMAL_OBJECT_ID: u64 = 16384;
     // regproc, regprocedure, regoper, regoperator, regclass, regtype,
@@ -297,26 +299,53 @@ pub fn names_objects(tree: &[u8]) -> bool {
         24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191, 1008, 2207, 2208, 2209,
         2210, 2211, 3735, 3770, 4090, 4097, 4192,
     ];
-    let standalone = |at: usize, end: usize| {
-        (at == 0 || matches!(tree[at - 1], b' ' | b'('))
-            && (end == tree.len() || matches!(tree[end], b' ' | b')' | b'}'))
+    let no_oid = |field: &[u8]| {
+        field
+            .to_ascii_lowercase()
+            .windows(6)
+            .any(|w| w == b"typmod")
+            || matches!(field, b"constvalue" | b"stmt_len" | b"stmt_location")
     };
+    let mut field: &[u8] = b"";
+    let mut list = 0u8;
     let mut i = 0;
     while i < tree.len() {
-        if !tree[i].is_ascii_digit() {
+        let b = tree[i];
+        if b == b':' && i > 0 && tree[i - 1] == b' ' {
+            let name = tree[i + 1..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            field = &tree[i + 1..i + 1 + name];
+            list = 0;
+            i += 1 + name;
+            continue;
+        }
+        if b == b'('
+            && matches!(tree.get(i + 1), Some(b'i' | b'o' | b'b' | b'x'))
+            && tree.get(i + 2) == Some(&b' ')
+        {
+            list = tree[i + 1];
+            i += 3;
+            continue;
+        }
+        if b == b')' {
+            list = 0;
+        }
+        if !b.is_ascii_digit() {
             i += 1;
             continue;
         }
-        let end = i + tree[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-        if standalone(i, end) {
-            // (past u64: a number that large is past any OID's reach too)
+        let end = i + tree[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let standalone = (i == 0 || matches!(tree[i - 1], b' ' | b'('))
+            && (end == tree.len() || matches!(tree[end], b' ' | b')' | b'}'));
+        if standalone && !matches!(list, b'i' | b'b' | b'x') && !no_oid(field) {
+            // (past u64: past any OID's reach too)
             let n = std::str::from_utf8(&tree[i..end])
                 .ok()
                 .and_then(|d| d.parse::<u64>().ok())
                 .unwrap_or(u64::MAX);
-            if n >= FIRST_NORMAL_OBJECT_ID
-                || (tree[..i].ends_with(b" :consttype ") && REG_TYPES.contains(&n))
-            {
+            if n >= FIRST_NORMAL_OBJECT_ID || (field == b"consttype" && REG_TYPES.contains(&n)) {
                 return true;
             }
         }
@@ -457,7 +486,19 @@ mod tests {
                 "{ALIAS :aliasname \\16400 :colnames (\"a\\ 16400\")}",
                 false,
             ),
-            (":typmod 16384}", true),
+            // (no OID there)
+            ("{VAR :vartype 1700 :vartypmod 786438 :varcollid 0}", false),
+            (
+                "{RANGETBLENTRY :coltypes (o 1700) :coltypmods (i 786438) :colcollations (o 0)}",
+                false,
+            ),
+            ("{QUERY :stmt_location 20000 :stmt_len 17000}", false),
+            (
+                "{CONST :consttype 25 :constlen -1 :constbyval false :constvalue 20004 [ 0 ]}",
+                false,
+            ),
+            ("{RTEPERMISSIONINFO :selectedCols (b 9 10)}", false),
+            (" :typmod 16384}", false),
             ("", false),
         ] {
             assert_eq!(names_objects(tree.as_bytes()), names, "{tree}");
