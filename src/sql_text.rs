@@ -283,21 +283,26 @@ const RELATION_FIELDS: &[&[u8]] = &[b" :relid ", b" :resorigtbl "];
 /// object of a user's by OID: an integer of FirstNormalObjectId (16384)
 /// or more in any field or OID list but those that hold no OID (type
 /// modifiers, a constant's length, a statement's length and position,
-/// integer lists and bitmapsets), or a constant of a reg* type, whose
-/// value is an OID printed as a name. shard_drift takes no shard's view
-/// for a template view whose tree does: the same OID in both trees is one
-/// object, printed with the template's schema in one and not the other.
-/// (A token starting with a digit inside a string or a name is written
-/// after a backslash, so it never stands alone; a field not listed here
-/// can only make this say yes.)
+/// integer lists and bitmapsets), or a constant of any type but the
+/// scalars below, whose values hold no OID (a regclass holds one and
+/// prints it as a name; so can a catalog's row type, `'(...)'::pg_amproc`).
+/// shard_drift takes no shard's view for a template view whose tree does:
+/// the same OID in both trees is one object, printed with the template's
+/// schema in one and not the other. (A token starting with a digit inside
+/// a string or a name is written after a backslash, so it never stands
+/// alone; a field not listed here can only make this say yes.)
 pub fn names_objects(tree: &[u8]) -> bool {
     const FIRST_NORMAL_OBJECT_ID: u64 = 16384;
-    // regproc, regprocedure, regoper, regoperator, regclass, regtype,
-    // regconfig, regdictionary, regnamespace, regrole, regcollation, and
-    // their arrays (pg_type.h)
-    const REG_TYPES: [u64; 22] = [
-        24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191, 1008, 2207, 2208, 2209,
-        2210, 2211, 3735, 3770, 4090, 4097, 4192,
+    // bool, bytea, char, name, int8, int2, int4, text, oid (printed as a
+    // number), json, cidr, float4, float8, unknown, money, macaddr, inet,
+    // bpchar, varchar, date, time, timestamp, timestamptz, interval,
+    // timetz, bit, varbit, numeric, uuid, jsonb, and their arrays
+    // (pg_type.h)
+    const SCALAR_TYPES: [u64; 50] = [
+        16, 17, 18, 19, 20, 21, 23, 25, 26, 114, 650, 700, 701, 705, 790, 829, 869, 1042, 1043,
+        1082, 1083, 1114, 1184, 1186, 1266, 1560, 1562, 1700, 2950, 3802, 1000, 1001, 1002, 1003,
+        1016, 1005, 1007, 1009, 1028, 199, 1021, 1022, 1014, 1015, 1182, 1115, 1185, 1187, 1231,
+        3807,
     ];
     let no_oid = |field: &[u8]| {
         field
@@ -345,7 +350,8 @@ pub fn names_objects(tree: &[u8]) -> bool {
                 .ok()
                 .and_then(|d| d.parse::<u64>().ok())
                 .unwrap_or(u64::MAX);
-            if n >= FIRST_NORMAL_OBJECT_ID || (field == b"consttype" && REG_TYPES.contains(&n)) {
+            if n >= FIRST_NORMAL_OBJECT_ID || (field == b"consttype" && !SCALAR_TYPES.contains(&n))
+            {
                 return true;
             }
         }
@@ -481,6 +487,10 @@ mod tests {
                 "{CONST :consttype 25 :consttypmod -1 :constcollid 100}",
                 false,
             ),
+            ("{CONST :consttype 1231 :consttypmod -1}", false),
+            // (pg_amproc's row type on 18: its regproc fields are OIDs; aclitem)
+            ("{CONST :consttype 10019 :constlen -1}", true),
+            ("{CONST :consttype 1033 :constlen 16}", true),
             // (inside names and strings: never alone)
             (
                 "{ALIAS :aliasname \\16400 :colnames (\"a\\ 16400\")}",
