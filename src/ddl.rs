@@ -362,11 +362,9 @@ v1!(pg_finfo_insta_id_without_locations);
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_without_locations(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one text argument; the result is a
-    // palloc'd text of the bytes given.
+    // SAFETY: a STRICT function with one text argument.
     let tree = unsafe { arg_bytes(fcinfo, 0) };
-    let out = sql_text::without_locations(&tree);
-    Datum::from(unsafe { pg_sys::cstring_to_text_with_len(out.as_ptr().cast(), out.len() as i32) })
+    crate::functions::text_datum(&sql_text::without_locations(&tree))
 }
 
 v1!(pg_finfo_insta_id_without_relids);
@@ -374,11 +372,9 @@ v1!(pg_finfo_insta_id_without_relids);
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_without_relids(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one text argument; the result is a
-    // palloc'd text of the bytes given.
+    // SAFETY: a STRICT function with one text argument.
     let tree = unsafe { arg_bytes(fcinfo, 0) };
-    let out = sql_text::without_relids(&tree);
-    Datum::from(unsafe { pg_sys::cstring_to_text_with_len(out.as_ptr().cast(), out.len() as i32) })
+    crate::functions::text_datum(&sql_text::without_relids(&tree))
 }
 
 v1!(pg_finfo_insta_id_tree_relids);

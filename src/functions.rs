@@ -1045,18 +1045,20 @@ pub(crate) fn oid_array(oids: impl IntoIterator<Item = u32>) -> Datum {
     })
 }
 
+/// A text Datum of the given bytes, copied into a palloc'd text.
+pub(crate) fn text_datum(bytes: &[u8]) -> Datum {
+    // SAFETY: cstring_to_text_with_len copies len bytes.
+    Datum::from(unsafe {
+        pg_sys::cstring_to_text_with_len(bytes.as_ptr().cast(), bytes.len() as i32)
+    })
+}
+
 /// A text[] Datum of the given byte strings, each copied into a palloc'd
 /// text and the texts into an array.
 pub(crate) fn text_array<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Datum {
     let mut datums: Vec<Datum> = items
         .into_iter()
-        .map(|item| {
-            let bytes = item.as_ref();
-            // SAFETY: cstring_to_text_with_len copies len bytes.
-            Datum::from(unsafe {
-                pg_sys::cstring_to_text_with_len(bytes.as_ptr().cast(), bytes.len() as i32)
-            })
-        })
+        .map(|item| text_datum(item.as_ref()))
         .collect();
     // SAFETY: construct_array_builtin copies the texts into an array.
     Datum::from(unsafe {

@@ -264,7 +264,11 @@ pub fn without_locations(tree: &[u8]) -> Vec<u8> {
 /// difference of the trees. (A string in a tree has its spaces escaped, so
 /// ` :relid ` is a field, never text.)
 pub fn without_relids(tree: &[u8]) -> Vec<u8> {
-    without_locations(&cut_fields(tree, RELATION_FIELDS).0)
+    cut_fields(
+        tree,
+        &[RELATION_FIELDS[0], RELATION_FIELDS[1], b" :location "],
+    )
+    .0
 }
 
 /// The OIDs of the relations a query tree names (0 for a column that is
