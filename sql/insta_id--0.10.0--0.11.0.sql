@@ -1554,16 +1554,48 @@ COMMENT ON FUNCTION insta_id.adopt_id_column(regclass, name, int, boolean, text,
 'Makes a live serial, bigserial or identity key a next_id key in place: values kept, integer widened to bigint with the keys referencing it; dry_run returns the plan';
 
 
+-- The types of a node tree's constants and of its empty ARRAY[]s
+-- (src/sql_text.rs).
+CREATE FUNCTION insta_id._tree_const_types(tree text)
+RETURNS oid[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_tree_const_types';
+REVOKE ALL ON FUNCTION insta_id._tree_const_types(text) FROM PUBLIC;
+
+-- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
+-- policy's node tree may name an object of schemas nsps where PostgreSQL
+-- records no dependency: an empty ARRAY[] of one of their types, or a
+-- constant whose value may hold OIDs, whatever it names (an array of a
+-- reg* type; a row value, whose type may be a catalog's with regproc
+-- fields). A scalar reg* constant and a constant's type are recorded.
+CREATE FUNCTION insta_id._names_unrecorded(tree pg_node_tree, nsps oid[])
+RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT FROM unnest(insta_id._tree_const_types(tree::text)) u(type)
+        JOIN pg_type y ON y.oid = u.type
+        LEFT JOIN pg_type e ON e.oid = y.typelem AND e.typarray = y.oid
+        WHERE y.typnamespace = ANY (nsps) OR y.typtype = 'c' OR e.typtype = 'c'
+           OR e.oid = ANY ('{regproc, regprocedure, regoper, regoperator, regclass, regtype, regconfig,
+                             regdictionary, regnamespace, regrole, regcollation}'::regtype[]))
+$$;
+REVOKE ALL ON FUNCTION insta_id._names_unrecorded(pg_node_tree, oid[]) FROM PUBLIC;
+
 -- (template_plan.sql: probed by object, not by a scan of pg_depend)
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
 -- a column of one of the schema's types (or an array of one), or a default
--- or CHECK using one of its types or functions.
+-- or CHECK naming any of its objects (a type, a function, an operator, a
+-- relation by a regclass constant, ...), recorded as a dependency or not
+-- (_names_unrecorded). LIKE copies their node trees, OIDs and all.
 CREATE OR REPLACE FUNCTION insta_id._tied_to_schema(tbl oid)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH nsp AS (SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = tbl)
+    WITH nsp AS (SELECT c.relnamespace AS oid, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = tbl)
     SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
                    LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
                    WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
@@ -1575,8 +1607,15 @@ AS $$
                                 SELECT 'pg_constraint'::regclass, k.oid FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c'
                                ) o(classid, objid)
                    JOIN pg_depend d ON d.classid = o.classid AND d.objid = o.objid, nsp
-                   WHERE (d.refclassid = 'pg_proc'::regclass AND (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.refobjid) = nsp.oid)
-                      OR (d.refclassid = 'pg_type'::regclass AND (SELECT y.typnamespace FROM pg_type y WHERE y.oid = d.refobjid) = nsp.oid))
+                   WHERE NOT (d.refclassid = 'pg_class'::regclass AND d.refobjid = tbl)
+                     -- (a next_id default's sequence: each copy is given its own)
+                     AND NOT (o.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_class'::regclass
+                              AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.refobjid) = 'S')
+                     AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = nsp.nspname)
+        OR EXISTS (SELECT FROM (SELECT ad.adbin FROM pg_attrdef ad WHERE ad.adrelid = tbl
+                                UNION ALL
+                                SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
+                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]))
 $$;
 
 -- Longer than a screen: the plan's steps must run in this order in one
@@ -2400,6 +2439,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._migrations_of(name)'),
         ('EXECUTE', 'FUNCTION insta_id._move_lock_key()'),
         ('EXECUTE', 'FUNCTION insta_id._names_objects(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._names_unrecorded(pg_node_tree, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
         ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
         ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
@@ -2417,6 +2457,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._time_partitions(regclass)'),
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._tree_const_types(text)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
@@ -2714,9 +2755,10 @@ AS $$
     -- name there.) A few rows: the template's tables only. (A view's
     -- tree is checked for any oid a user's object can have instead:
     -- PostgreSQL records no dependency for some, an empty ARRAY[] of a
-    -- type or a regclass[] constant.)
+    -- type or a regclass[] constant.) What those trees may name with no
+    -- dependency recorded (_names_unrecorded) pins the table too.
     pinned AS MATERIALIZED (
-        SELECT DISTINCT r.oid FROM rel r
+        SELECT r.oid FROM rel r
         CROSS JOIN LATERAL (
             SELECT 'pg_constraint'::regclass::oid, k.oid, 0::oid FROM pg_constraint k WHERE k.conrelid = r.oid AND k.contype NOT IN ('f', 'n')
             UNION ALL
@@ -2728,7 +2770,18 @@ AS $$
         JOIN pg_depend d ON d.classid = part.classid AND d.objid = part.objid AND d.deptype = 'n'
                         AND d.refobjid <> r.oid AND d.refobjid <> part.by_name
         JOIN s ON s.nspname = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
-        WHERE r.relnamespace = template),
+        WHERE r.relnamespace = template
+        UNION
+        SELECT r.oid FROM rel r
+        CROSS JOIN LATERAL (
+            SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = r.oid AND k.contype NOT IN ('f', 'n')
+            UNION ALL
+            SELECT e.tree FROM pg_index x CROSS JOIN LATERAL (VALUES (x.indexprs), (x.indpred)) e(tree) WHERE x.indrelid = r.oid
+            UNION ALL
+            SELECT t.tgqual FROM pg_trigger t WHERE t.tgrelid = r.oid AND NOT t.tgisinternal
+            UNION ALL
+            SELECT e.tree FROM pg_policy p CROSS JOIN LATERAL (VALUES (p.polqual), (p.polwithcheck)) e(tree) WHERE p.polrelid = r.oid) part(tree)
+        WHERE r.relnamespace = template AND insta_id._names_unrecorded(part.tree, nsps)),
     -- The shards' tables whose rows are their template namesake's.
     reuse_tables AS MATERIALIZED (
         SELECT k.oid, k.relnamespace, t.oid AS template_rel

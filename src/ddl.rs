@@ -397,6 +397,16 @@ pub unsafe extern "C-unwind" fn insta_id_names_objects(fcinfo: FunctionCallInfo)
     Datum::from(sql_text::names_objects(&tree))
 }
 
+v1!(pg_finfo_insta_id_tree_const_types);
+/// `insta_id._tree_const_types(tree text) RETURNS oid[]`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_tree_const_types(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    crate::functions::oid_array(sql_text::tree_const_types(&tree))
+}
+
 v1!(pg_finfo_insta_id_in_transaction_block);
 /// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
 /// runs inside a transaction block (BEGIN ... COMMIT, or several statements

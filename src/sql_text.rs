@@ -283,6 +283,45 @@ pub fn tree_relids(tree: &[u8]) -> Vec<u32> {
 
 const RELATION_FIELDS: &[&[u8]] = &[b" :relid ", b" :resorigtbl "];
 
+/// The type of each constant in a node tree (` :consttype N`), then of
+/// each empty ARRAY[] (an ARRAYEXPR's ` :array_typeid N` when its
+/// ` :elements` are `<>`): what PostgreSQL may record no dependency for
+/// in a CHECK's, an index's, a trigger's or a policy's expression. A
+/// constant's value can hold OIDs (a `regclass[]`, a row value), and an
+/// empty ARRAY[] has no element to depend through; shard_drift looks
+/// those types up. (`{` in a string is escaped: a node starts a node.)
+pub fn tree_const_types(tree: &[u8]) -> Vec<u32> {
+    const ARRAY: &[u8] = b"{ARRAYEXPR :array_typeid ";
+    const ELEMENTS: &[u8] = b" :elements ";
+    let mut types: Vec<u32> = cut_fields(tree, &[b" :consttype "])
+        .1
+        .into_iter()
+        .filter_map(|n| u32::try_from(n).ok())
+        .collect();
+    let mut i = 0;
+    while let Some(at) = tree[i..].windows(ARRAY.len()).position(|w| w == ARRAY) {
+        let start = i + at + ARRAY.len();
+        let digits = tree[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        // (the fields before :elements are scalars: the next one is its own)
+        let rest = &tree[start + digits..];
+        let empty = rest
+            .windows(ELEMENTS.len())
+            .position(|w| w == ELEMENTS)
+            .is_some_and(|e| rest[e + ELEMENTS.len()..].starts_with(b"<>"));
+        if let (true, Ok(Ok(n))) = (
+            empty && digits > 0,
+            std::str::from_utf8(&tree[start..start + digits]).map(str::parse::<u32>),
+        ) {
+            types.push(n);
+        }
+        i = start;
+    }
+    types
+}
+
 /// Whether a query tree, as `without_relids` leaves it, may name an
 /// object of a user's by OID: an integer of FirstNormalObjectId (16384)
 /// or more in any field or OID list but those that hold no OID (type
@@ -516,6 +555,39 @@ mod tests {
             ("", false),
         ] {
             assert_eq!(names_objects(tree.as_bytes()), names, "{tree}");
+        }
+    }
+
+    #[test]
+    fn constant_types_of_a_tree() {
+        // (PostgreSQL 18's text of CHECK (tableoid <> ALL ('{o}'::regclass[]))
+        // and of CHECK (cardinality(ARRAY[]::e[]) = 0))
+        let regarr = "{SCALARARRAYOPEXPR :opno 608 :args ({VAR :varno 1 :varattno -6 :vartype 26} \
+                      {ARRAYCOERCEEXPR :arg {CONST :consttype 2210 :consttypmod -1 :constlen -1 \
+                      :constvalue 28 [ 112 0 0 0 1 0 0 0 ]} :resulttype 1028}) :location -1}";
+        assert_eq!(tree_const_types(regarr.as_bytes()), [2210]);
+        let empty = "{OPEXPR :opno 96 :args ({FUNCEXPR :funcid 2176 :args ({ARRAYEXPR :array_typeid 16385 \
+                     :array_collid 0 :element_typeid 16386 :elements <> :multidims false :location -1})} \
+                     {CONST :consttype 23 :constvalue 4 [ 0 0 0 0 0 0 0 0 ]})}";
+        assert_eq!(tree_const_types(empty.as_bytes()), [23, 16385]);
+        for (tree, types) in [
+            // (an array with elements: their types are the constants')
+            (
+                "{ARRAYEXPR :array_typeid 16385 :element_typeid 16386 :elements ({CONST :consttype 16386})}",
+                vec![16386],
+            ),
+            (
+                "{ARRAYEXPR :array_typeid 1007 :elements <>} {ARRAYEXPR :array_typeid 1009 :elements <>}",
+                vec![1007, 1009],
+            ),
+            // (in a string, a node's brace is escaped)
+            ("{ALIAS :aliasname a\\{ARRAYEXPR\\ :array_typeid\\ 5}", vec![]),
+            ("{ARRAYEXPR :array_typeid x :elements <>}", vec![]),
+            ("{ARRAYEXPR :array_typeid 4294967296 :elements <>}", vec![]),
+            ("{ARRAYEXPR :array_typeid 7", vec![]),
+            ("", vec![]),
+        ] {
+            assert_eq!(tree_const_types(tree.as_bytes()), types, "{tree}");
         }
     }
 

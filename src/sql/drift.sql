@@ -259,9 +259,10 @@ AS $$
     -- name there.) A few rows: the template's tables only. (A view's
     -- tree is checked for any oid a user's object can have instead:
     -- PostgreSQL records no dependency for some, an empty ARRAY[] of a
-    -- type or a regclass[] constant.)
+    -- type or a regclass[] constant.) What those trees may name with no
+    -- dependency recorded (_names_unrecorded) pins the table too.
     pinned AS MATERIALIZED (
-        SELECT DISTINCT r.oid FROM rel r
+        SELECT r.oid FROM rel r
         CROSS JOIN LATERAL (
             SELECT 'pg_constraint'::regclass::oid, k.oid, 0::oid FROM pg_constraint k WHERE k.conrelid = r.oid AND k.contype NOT IN ('f', 'n')
             UNION ALL
@@ -273,7 +274,18 @@ AS $$
         JOIN pg_depend d ON d.classid = part.classid AND d.objid = part.objid AND d.deptype = 'n'
                         AND d.refobjid <> r.oid AND d.refobjid <> part.by_name
         JOIN s ON s.nspname = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
-        WHERE r.relnamespace = template),
+        WHERE r.relnamespace = template
+        UNION
+        SELECT r.oid FROM rel r
+        CROSS JOIN LATERAL (
+            SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = r.oid AND k.contype NOT IN ('f', 'n')
+            UNION ALL
+            SELECT e.tree FROM pg_index x CROSS JOIN LATERAL (VALUES (x.indexprs), (x.indpred)) e(tree) WHERE x.indrelid = r.oid
+            UNION ALL
+            SELECT t.tgqual FROM pg_trigger t WHERE t.tgrelid = r.oid AND NOT t.tgisinternal
+            UNION ALL
+            SELECT e.tree FROM pg_policy p CROSS JOIN LATERAL (VALUES (p.polqual), (p.polwithcheck)) e(tree) WHERE p.polrelid = r.oid) part(tree)
+        WHERE r.relnamespace = template AND insta_id._names_unrecorded(part.tree, nsps)),
     -- The shards' tables whose rows are their template namesake's.
     reuse_tables AS MATERIALIZED (
         SELECT k.oid, k.relnamespace, t.oid AS template_rel

@@ -305,15 +305,45 @@ BEGIN
 END
 $$;
 
+-- The types of a node tree's constants and of its empty ARRAY[]s
+-- (src/sql_text.rs).
+CREATE FUNCTION insta_id._tree_const_types(tree text)
+RETURNS oid[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_tree_const_types';
+
+-- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
+-- policy's node tree may name an object of schemas nsps where PostgreSQL
+-- records no dependency: an empty ARRAY[] of one of their types, or a
+-- constant whose value may hold OIDs, whatever it names (an array of a
+-- reg* type; a row value, whose type may be a catalog's with regproc
+-- fields). A scalar reg* constant and a constant's type are recorded.
+CREATE FUNCTION insta_id._names_unrecorded(tree pg_node_tree, nsps oid[])
+RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT FROM unnest(insta_id._tree_const_types(tree::text)) u(type)
+        JOIN pg_type y ON y.oid = u.type
+        LEFT JOIN pg_type e ON e.oid = y.typelem AND e.typarray = y.oid
+        WHERE y.typnamespace = ANY (nsps) OR y.typtype = 'c' OR e.typtype = 'c'
+           OR e.oid = ANY ('{regproc, regprocedure, regoper, regoperator, regclass, regtype, regconfig,
+                             regdictionary, regnamespace, regrole, regcollation}'::regtype[]))
+$$;
+
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
 -- a column of one of the schema's types (or an array of one), or a default
--- or CHECK using one of its types or functions.
+-- or CHECK naming any of its objects (a type, a function, an operator, a
+-- relation by a regclass constant, ...), recorded as a dependency or not
+-- (_names_unrecorded). LIKE copies their node trees, OIDs and all.
 CREATE FUNCTION insta_id._tied_to_schema(tbl oid)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH nsp AS (SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = tbl)
+    WITH nsp AS (SELECT c.relnamespace AS oid, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = tbl)
     SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid
                    LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A', nsp
                    WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped AND nsp.oid IN (y.typnamespace, e.typnamespace))
@@ -325,8 +355,15 @@ AS $$
                                 SELECT 'pg_constraint'::regclass, k.oid FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c'
                                ) o(classid, objid)
                    JOIN pg_depend d ON d.classid = o.classid AND d.objid = o.objid, nsp
-                   WHERE (d.refclassid = 'pg_proc'::regclass AND (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.refobjid) = nsp.oid)
-                      OR (d.refclassid = 'pg_type'::regclass AND (SELECT y.typnamespace FROM pg_type y WHERE y.oid = d.refobjid) = nsp.oid))
+                   WHERE NOT (d.refclassid = 'pg_class'::regclass AND d.refobjid = tbl)
+                     -- (a next_id default's sequence: each copy is given its own)
+                     AND NOT (o.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_class'::regclass
+                              AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.refobjid) = 'S')
+                     AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = nsp.nspname)
+        OR EXISTS (SELECT FROM (SELECT ad.adbin FROM pg_attrdef ad WHERE ad.adrelid = tbl
+                                UNION ALL
+                                SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
+                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]))
 $$;
 
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of

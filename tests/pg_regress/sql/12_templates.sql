@@ -77,6 +77,12 @@ CREATE UNIQUE INDEX caption_counts_caption ON full_tmpl.caption_counts (caption)
 ALTER TABLE full_tmpl.users ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_rows ON full_tmpl.users FOR ALL TO insta_id_regress_writer
     USING (full_tmpl.tenant_ok(tenant)) WITH CHECK (full_tmpl.tenant_ok(tenant));
+-- Defaults and CHECKs naming the template's objects by OID, with or
+-- without a dependency recorded (a table each): a copy's name its own.
+CREATE TABLE full_tmpl.refs_table (t oid CONSTRAINT refs_table_check CHECK (t <> 'full_tmpl.users'::regclass));
+CREATE TABLE full_tmpl.refs_tables (t oid CONSTRAINT refs_tables_check CHECK (t <> ALL ('{full_tmpl.users}'::regclass[])));
+CREATE TABLE full_tmpl.refs_states (s text CONSTRAINT refs_states_check CHECK (s <> ALL (ARRAY[]::full_tmpl.status[]::text[])));
+CREATE TABLE full_tmpl.refs_default (t regclass[] DEFAULT '{full_tmpl.photos}');
 GRANT USAGE ON SCHEMA full_tmpl TO insta_id_regress_writer, insta_id_regress_reader;
 GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_regress_writer;
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
@@ -102,6 +108,10 @@ SELECT insta_id.create_shards(201, 202, 'full_tmpl');
 -- What shard 201 holds, object by object; none differs from the template.
 SELECT object FROM insta_id._describe_schemas(ARRAY['insta201'::regnamespace::oid], 0) ORDER BY 1;
 SELECT count(*) AS drift FROM insta_id.shard_drift('full_tmpl');
+SELECT c.relname, coalesce(pg_get_constraintdef(k.oid), pg_get_expr(d.adbin, d.adrelid)) AS definition
+FROM pg_class c LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
+LEFT JOIN pg_attrdef d ON d.adrelid = c.oid
+WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'refs%' ORDER BY 1;
 -- shard_drift describes once per template (27_drift): what the shards take
 -- from it is what deparsing each of them gives, for every kind of object.
 WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),

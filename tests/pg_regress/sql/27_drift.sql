@@ -49,10 +49,17 @@ CREATE TABLE dr_tmpl.notes (n int CONSTRAINT notes_n_check CHECK (dr_tmpl.positi
 CREATE VIEW dr_tmpl.positive_orders AS SELECT id FROM dr_tmpl.orders WHERE dr_tmpl.positive(total::int);
 CREATE VIEW dr_tmpl.tagged_orders AS SELECT id, tableoid = 'dr_tmpl.orders'::regclass AS here FROM dr_tmpl.orders;
 CREATE VIEW dr_tmpl.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n;
+-- Tables whose expressions name the schema's objects where PostgreSQL
+-- records no dependency: a CHECK with an empty array of its enum, one and
+-- an index's predicate with a regclass[] constant.
+CREATE TABLE dr_tmpl.marks (m int CONSTRAINT marks_check CHECK (cardinality(ARRAY[]::dr_tmpl.state[]) = 0));
+CREATE TABLE dr_tmpl.tags (t oid CONSTRAINT tags_check CHECK (tableoid <> ALL ('{dr_tmpl.orders}'::regclass[])));
+CREATE TABLE dr_tmpl.flags (f oid);
+CREATE INDEX flags_f_idx ON dr_tmpl.flags (f) WHERE f <> ALL ('{dr_tmpl.orders}'::regclass[]);
 CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
-SELECT insta_id.create_shards(400, 449, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 452, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -106,7 +113,10 @@ INSERT INTO drift_cases VALUES
     (446, 'view: the template''s function', 'CREATE OR REPLACE VIEW %1$I.positive_orders AS SELECT id FROM %1$I.orders WHERE dr_tmpl.positive(total::int)'),
     (447, 'view: a table of the shard it reads, another', 'CREATE TABLE %1$I.orders2 (LIKE %1$I.orders); CREATE OR REPLACE VIEW %1$I.open_orders AS SELECT id, total FROM %1$I.orders2 WHERE state = ''open'''),
     (448, 'view: a regclass constant, the template''s table', 'CREATE OR REPLACE VIEW %1$I.tagged_orders AS SELECT id, tableoid = ''dr_tmpl.orders''::regclass AS here FROM %1$I.orders'),
-    (449, 'view: an empty array of the template''s enum', 'CREATE OR REPLACE VIEW %1$I.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n');
+    (449, 'view: an empty array of the template''s enum', 'CREATE OR REPLACE VIEW %1$I.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n'),
+    (450, 'check: an empty array of the template''s enum', 'ALTER TABLE %1$I.marks DROP CONSTRAINT marks_check, ADD CONSTRAINT marks_check CHECK (cardinality(ARRAY[]::dr_tmpl.state[]) = 0)'),
+    (451, 'check: a regclass[] constant, the template''s table', 'ALTER TABLE %1$I.tags DROP CONSTRAINT tags_check, ADD CONSTRAINT tags_check CHECK (tableoid <> ALL (''{dr_tmpl.orders}''::regclass[]))'),
+    (452, 'index: a regclass[] constant, the template''s table', 'DROP INDEX %1$I.flags_f_idx; CREATE INDEX flags_f_idx ON %1$I.flags (f) WHERE f <> ALL (''{dr_tmpl.orders}''::regclass[])');
 DO $$
 DECLARE
     c record;
@@ -144,7 +154,7 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 449) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 452) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
