@@ -2426,7 +2426,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
-        ('EXECUTE', 'FUNCTION insta_id._is_next_id_default(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._is_next_id_call(text, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
@@ -2491,13 +2491,13 @@ FROM PUBLIC;
 -- shard_drift in one call at any number of shards (issue 58): views
 -- deparsed a schema at a time, each schema's locks released before the
 -- next (src/sql/drift.sql).
--- Whether a default as pg_get_expr prints it is a call of next_id
--- (src/sql_text.rs): insta_id.next_id(<digits>, '<name>'::regclass).
-CREATE FUNCTION insta_id._is_next_id_default(printed text)
+-- Whether a default's node tree, without positions, is a call of next_id
+-- (of OID next_id) on an integer and a regclass constant (src/sql_text.rs).
+CREATE FUNCTION insta_id._is_next_id_call(tree text, next_id oid)
 RETURNS boolean
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'insta_id_is_next_id_default';
-REVOKE ALL ON FUNCTION insta_id._is_next_id_default(text) FROM PUBLIC;
+AS 'MODULE_PATHNAME', 'insta_id_is_next_id_call';
+REVOKE ALL ON FUNCTION insta_id._is_next_id_call(text, oid) FROM PUBLIC;
 
 -- A node tree's text without its tokens' positions (src/sql_text.rs):
 -- ' :location N' removed, which moves with the length of the schema's
@@ -2623,22 +2623,27 @@ AS $$
             FROM classes c
             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')),
     -- Each relation's columns (pg_attribute read once), with their
-    -- defaults as their rows print them (a generated column's names
-    -- columns: deparsed with its table, whose relation cache entry that
-    -- builds; a default names none).
+    -- defaults as keyed, each printed only if it must be (pg_get_expr was
+    -- a sixth of a call): next_id's call as a placeholder for the shard
+    -- and its sequence; a default naming no user's object (now()) by its
+    -- node tree without positions, which prints alike wherever it is alike
+    -- (a generated column's names columns: by number, and the columns'
+    -- names are keyed); any other as printed (a generated column's
+    -- deparsed with its table, whose relation cache entry that builds; a
+    -- default names no column). The relations described print theirs.
     cols AS MATERIALIZED (
         SELECT c.attrelid, c.relnamespace, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
                c.attidentity, c.attgenerated,
-               -- (a check in Rust: a regular expression, its automaton
-               -- built at each match, was 7% of a call)
-               CASE WHEN insta_id._is_next_id_default(c.printed)
-                    THEN 'insta_id.next_id(<shard>, <its sequence>)' ELSE c.printed END AS expr
+               CASE WHEN insta_id._is_next_id_call(c.tree, 'insta_id.next_id(integer, regclass)'::regprocedure)
+                    THEN 'insta_id.next_id(<shard>, <its sequence>)'
+                    WHEN NOT insta_id._names_objects(c.tree) THEN c.tree
+                    ELSE pg_get_expr(c.adbin, CASE WHEN c.attgenerated <> '' THEN c.adrelid ELSE 0 END) END AS expr
         FROM (SELECT a.attrelid, r.relnamespace, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
-                     a.attnotnull, a.attidentity, a.attgenerated,
-                     pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END) AS printed
+                     a.attnotnull, a.attidentity, a.attgenerated, d.adbin, d.adrelid,
+                     insta_id._without_locations(d.adbin::text) AS tree
               FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
               LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-              OFFSET 0) c),    -- (printed once)
+              OFFSET 0) c),    -- (each read once)
     -- A relation's key: what its own rows print (owner, grants, options,
     -- columns) and what the deparsers of its indexes, constraints,
     -- triggers and policies read, as one value: the relation's kind, its
@@ -2868,7 +2873,9 @@ AS $$
                          CASE WHEN a.attnotnull THEN 'NOT NULL' END,
                          CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
                          CASE WHEN a.attgenerated <> '' THEN 'generated' END,
-                         'DEFAULT ' || a.expr,
+                         'DEFAULT ' || CASE WHEN a.expr = 'insta_id.next_id(<shard>, <its sequence>)' THEN a.expr
+                                            ELSE (SELECT pg_get_expr(d.adbin, CASE WHEN a.attgenerated <> '' THEN d.adrelid ELSE 0 END)
+                                                  FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) END,
                          -- (a column of a type without collation has none: no lookup)
                          'COLLATE ' || CASE WHEN a.attcollation <> 0
                                             THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END)

@@ -347,14 +347,14 @@ pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) 
     Datum::from(sql_text::names_schema(&body, schema.to_bytes(), &clip))
 }
 
-v1!(pg_finfo_insta_id_is_next_id_default);
-/// `insta_id._is_next_id_default(printed text) RETURNS boolean`.
+v1!(pg_finfo_insta_id_is_next_id_call);
+/// `insta_id._is_next_id_call(tree text, next_id oid) RETURNS boolean`.
 #[unsafe(no_mangle)]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_is_next_id_default(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one text argument.
-    let printed = unsafe { arg_bytes(fcinfo, 0) };
-    Datum::from(sql_text::is_next_id_default(&printed))
+pub unsafe extern "C-unwind" fn insta_id_is_next_id_call(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with a text and an oid argument.
+    let (tree, next_id) = unsafe { (arg_bytes(fcinfo, 0), arg(fcinfo, 1).value() as u32) };
+    Datum::from(sql_text::is_next_id_call(&tree, next_id))
 }
 
 v1!(pg_finfo_insta_id_without_locations);

@@ -56,10 +56,12 @@ CREATE TABLE dr_tmpl.marks (m int CONSTRAINT marks_check CHECK (cardinality(ARRA
 CREATE TABLE dr_tmpl.tags (t oid CONSTRAINT tags_check CHECK (tableoid <> ALL ('{dr_tmpl.orders}'::regclass[])));
 CREATE TABLE dr_tmpl.flags (f oid);
 CREATE INDEX flags_f_idx ON dr_tmpl.flags (f) WHERE f <> ALL ('{dr_tmpl.orders}'::regclass[]);
+-- A default naming no object of a user's (keyed by its node tree).
+CREATE TABLE dr_tmpl.stamps (at timestamptz DEFAULT now());
 CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
-SELECT insta_id.create_shards(400, 452, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 453, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -116,7 +118,8 @@ INSERT INTO drift_cases VALUES
     (449, 'view: an empty array of the template''s enum', 'CREATE OR REPLACE VIEW %1$I.no_states AS SELECT cardinality(ARRAY[]::dr_tmpl.state[]) AS n'),
     (450, 'check: an empty array of the template''s enum', 'ALTER TABLE %1$I.marks DROP CONSTRAINT marks_check, ADD CONSTRAINT marks_check CHECK (cardinality(ARRAY[]::dr_tmpl.state[]) = 0)'),
     (451, 'check: a regclass[] constant, the template''s table', 'ALTER TABLE %1$I.tags DROP CONSTRAINT tags_check, ADD CONSTRAINT tags_check CHECK (tableoid <> ALL (''{dr_tmpl.orders}''::regclass[]))'),
-    (452, 'index: a regclass[] constant, the template''s table', 'DROP INDEX %1$I.flags_f_idx; CREATE INDEX flags_f_idx ON %1$I.flags (f) WHERE f <> ALL (''{dr_tmpl.orders}''::regclass[])');
+    (452, 'index: a regclass[] constant, the template''s table', 'DROP INDEX %1$I.flags_f_idx; CREATE INDEX flags_f_idx ON %1$I.flags (f) WHERE f <> ALL (''{dr_tmpl.orders}''::regclass[])'),
+    (453, 'column: a default of built-in functions, another', 'ALTER TABLE %1$I.stamps ALTER COLUMN at SET DEFAULT clock_timestamp()');
 DO $$
 DECLARE
     c record;
@@ -154,7 +157,7 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 452) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 453) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
