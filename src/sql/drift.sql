@@ -302,11 +302,13 @@ AS $$
     -- The views that read a relation of their own schema that is not
     -- such a table (a view prints the names of the columns it reads as
     -- they are now).
-    -- (NOT IN: a hashed subplan, whatever the estimate of reuse_tables)
+    -- (NOT IN: a hashed subplan, whatever the estimate of reuse_tables;
+    -- each relation looked up: a join read all of pg_class)
     views_apart AS MATERIALIZED (
         SELECT DISTINCT w.oid
         FROM view_trees w CROSS JOIN LATERAL unnest(w.relids) u(relid)
-        JOIN pg_class x ON x.oid = u.relid AND x.relnamespace = w.relnamespace AND x.oid <> w.oid
+        CROSS JOIN LATERAL (SELECT x.oid FROM pg_class x
+                            WHERE x.oid = u.relid AND x.relnamespace = w.relnamespace AND x.oid <> w.oid OFFSET 0) x
         WHERE x.oid NOT IN (SELECT y.oid FROM reuse_tables y)),
     -- Those tables, and the other views whose rows are their template
     -- namesake's, the template's tree naming no user's object by oid.
