@@ -278,7 +278,8 @@ AS $$
             SELECT 'pg_policy'::regclass::oid, p.oid, 0::oid FROM pg_policy p WHERE p.polrelid = r.oid) part(classid, objid, by_name)
         JOIN pg_depend d ON d.classid = part.classid AND d.objid = part.objid AND d.deptype = 'n'
                         AND d.refobjid <> r.oid AND d.refobjid <> part.by_name
-        JOIN s ON s.nspname = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
+        -- (pg_identify_object quotes the schema's name as a name is written)
+        JOIN s ON quote_ident(s.nspname) = (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
         WHERE r.relnamespace = template
         UNION
         SELECT r.oid FROM rel r

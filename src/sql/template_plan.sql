@@ -216,20 +216,23 @@ BEGIN
         WHERE n.oid = tmpl AND r.rulename <> '_RETURN'
         UNION ALL
         -- A generation expression is copied as it is (it cannot be set anew).
-        SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname,
-                   CASE d.refclassid WHEN 'pg_proc'::regclass THEN format('function %s', d.refobjid::regprocedure)
-                        ELSE format('type %s', d.refobjid::regtype) END)
+        SELECT DISTINCT format('generated column %I.%I.%I (uses %s)', template, c.relname, a.attname, d.what)
         -- (each table's generated columns, then their dependencies, in that
         -- order (OFFSET 0): from the dependencies of every default of the
-        -- database, 160 ms at 3000 shards)
+        -- database, 160 ms at 3000 shards). Any object of the template's
+        -- (pg_identify_object quotes the schema's name), and what no
+        -- dependency records (_tied_to_schema).
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
-        LATERAL (SELECT a.attname, ad.oid FROM pg_attribute a JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+        LATERAL (SELECT a.attname, ad.oid, ad.adbin FROM pg_attribute a JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
                  WHERE a.attrelid = c.oid AND a.attgenerated <> '' OFFSET 0) a,
-        LATERAL (SELECT d.refclassid, d.refobjid FROM pg_depend d
-                 WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid OFFSET 0) d
+        LATERAL (SELECT pg_describe_object(d.refclassid, d.refobjid, 0) AS what FROM pg_depend d
+                 WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid
+                   AND NOT (d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid)
+                   AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = quote_ident(template)
+                 UNION ALL
+                 SELECT 'a constant or an empty ARRAY[] that may name an object by OID' WHERE insta_id._names_unrecorded(a.adbin, ARRAY[tmpl])
+                 OFFSET 0) d
         WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
-          AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = n.oid))
-            OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN (SELECT y.oid FROM pg_type y WHERE y.typnamespace = n.oid)))
         UNION ALL
         -- Types are made before functions.
         SELECT DISTINCT format('domain %I.%I (its constraint or default uses function %s)', template, y.typname, d.refobjid::regprocedure)
@@ -315,21 +318,30 @@ AS 'MODULE_PATHNAME', 'insta_id_tree_const_types';
 -- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
 -- policy's node tree may name an object of schemas nsps where PostgreSQL
 -- records no dependency: an empty ARRAY[] of one of their types, or a
--- constant whose value may hold OIDs, whatever it names (an array of a
--- reg* type; a row value, whose type may be a catalog's with regproc
--- fields). A scalar reg* constant and a constant's type are recorded.
+-- constant whose value may hold OIDs, whatever it names: of a reg* type
+-- or a row type (a catalog's has regproc fields), or an array, domain,
+-- range or multirange over one. A scalar reg* constant and a constant's
+-- own type are recorded.
 CREATE FUNCTION insta_id._names_unrecorded(tree pg_node_tree, nsps oid[])
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    WITH RECURSIVE types(oid, inner_type) AS (
+        SELECT u.type, false FROM unnest(insta_id._tree_const_types(tree::text)) u(type)
+        UNION
+        -- (what a value of the type is made of: a domain's base type, an
+        -- array's element, a range's subtype, a multirange's range)
+        SELECT x.oid, true FROM types t JOIN pg_type y ON y.oid = t.oid
+        CROSS JOIN LATERAL (VALUES (y.typbasetype), (y.typelem),
+                                   ((SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = y.oid)),
+                                   ((SELECT r.rngtypid FROM pg_range r WHERE r.rngmultitypid = y.oid))) x(oid)
+        WHERE x.oid <> 0)
     SELECT EXISTS (
-        SELECT FROM unnest(insta_id._tree_const_types(tree::text)) u(type)
-        JOIN pg_type y ON y.oid = u.type
-        LEFT JOIN pg_type e ON e.oid = y.typelem AND e.typarray = y.oid
-        WHERE y.typnamespace = ANY (nsps) OR y.typtype = 'c' OR e.typtype = 'c'
-           OR e.oid = ANY ('{regproc, regprocedure, regoper, regoperator, regclass, regtype, regconfig,
-                             regdictionary, regnamespace, regrole, regcollation}'::regtype[]))
+        SELECT FROM types t JOIN pg_type y ON y.oid = t.oid
+        WHERE y.typnamespace = ANY (nsps) OR y.typtype = 'c'
+           OR (t.inner_type AND y.oid = ANY ('{regproc, regprocedure, regoper, regoperator, regclass, regtype, regconfig,
+                                               regdictionary, regnamespace, regrole, regcollation}'::regtype[])))
 $$;
 
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
@@ -359,7 +371,8 @@ AS $$
                      -- (a next_id default's sequence: each copy is given its own)
                      AND NOT (o.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_class'::regclass
                               AND (SELECT c.relkind FROM pg_class c WHERE c.oid = d.refobjid) = 'S')
-                     AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = nsp.nspname)
+                     -- (pg_identify_object quotes the schema's name as a name is written)
+                     AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = quote_ident(nsp.nspname))
         OR EXISTS (SELECT FROM (SELECT ad.adbin FROM pg_attrdef ad WHERE ad.adrelid = tbl
                                 UNION ALL
                                 SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp

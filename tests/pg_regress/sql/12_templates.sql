@@ -83,6 +83,8 @@ CREATE TABLE full_tmpl.refs_table (t oid CONSTRAINT refs_table_check CHECK (t <>
 CREATE TABLE full_tmpl.refs_tables (t oid CONSTRAINT refs_tables_check CHECK (t <> ALL ('{full_tmpl.users}'::regclass[])));
 CREATE TABLE full_tmpl.refs_states (s text CONSTRAINT refs_states_check CHECK (s <> ALL (ARRAY[]::full_tmpl.status[]::text[])));
 CREATE TABLE full_tmpl.refs_default (t regclass[] DEFAULT '{full_tmpl.photos}');
+CREATE DOMAIN public.regress_rel AS regclass;
+CREATE TABLE full_tmpl.refs_domains (t oid CONSTRAINT refs_domains_check CHECK (t <> ALL ('{full_tmpl.users}'::public.regress_rel[])));
 GRANT USAGE ON SCHEMA full_tmpl TO insta_id_regress_writer, insta_id_regress_reader;
 GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_regress_writer;
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
@@ -187,7 +189,9 @@ CREATE AGGREGATE bad_tmpl.total(int) (sfunc = int4pl, stype = int);
 CREATE TABLE bad_tmpl.t (a int);
 CREATE FUNCTION bad_tmpl.pick() RETURNS int LANGUAGE sql AS $$ SELECT a FROM bad_tmpl.t LIMIT 1 $$;
 CREATE FUNCTION bad_tmpl.one() RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
-CREATE TABLE bad_tmpl.u (a int GENERATED ALWAYS AS (bad_tmpl.one()) STORED, r bad_tmpl.t);
+CREATE TABLE bad_tmpl.u (a int GENERATED ALWAYS AS (bad_tmpl.one()) STORED, r bad_tmpl.t,
+                         o oid GENERATED ALWAYS AS ('bad_tmpl.t'::regclass) STORED,
+                         n int GENERATED ALWAYS AS (cardinality(ARRAY[]::bad_tmpl.kind[])) STORED);
 CREATE DOMAIN bad_tmpl.positive AS int CHECK (VALUE > bad_tmpl.one());
 CREATE RULE no_delete AS ON DELETE TO bad_tmpl.t DO INSTEAD NOTHING;
 SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
@@ -254,3 +258,4 @@ DROP SCHEMA clash_tmpl CASCADE;
 SELECT insta_id.drop_shard(201, force => true), insta_id.drop_shard(202, force => true);
 DROP OWNED BY insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
 DROP ROLE insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
+DROP DOMAIN public.regress_rel;

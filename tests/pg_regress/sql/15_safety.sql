@@ -82,12 +82,18 @@ CREATE FUNCTION t.last_event() RETURNS int LANGUAGE sql SET search_path = t AS '
 SELECT insta_id.create_shards(406, 406, 't');
 SELECT insta406.last_event(), (SELECT proconfig FROM pg_proc WHERE oid = 'insta406.last_event()'::regprocedure);
 
--- Case 7: a quoted template's statistics keep their names.
+-- Case 7: a quoted template's statistics keep their names; a CHECK naming
+-- its table names the copy's in each copy, and one naming the template's
+-- is a difference shard_drift finds.
 CREATE SCHEMA "Tmpl";
 CREATE TABLE "Tmpl".users (a int, b int);
 CREATE STATISTICS "Tmpl".users_stats ON a, b FROM "Tmpl".users;
-SELECT insta_id.create_shards(407, 407, 'Tmpl');
+CREATE TABLE "Tmpl".refs (r oid CONSTRAINT refs_r_check CHECK (r <> '"Tmpl".users'::regclass));
+SELECT insta_id.create_shards(407, 408, 'Tmpl');
 SELECT stxname FROM pg_statistic_ext WHERE stxnamespace = 'insta407'::regnamespace;
+SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'insta407.refs'::regclass;
+ALTER TABLE insta408.refs DROP CONSTRAINT refs_r_check, ADD CONSTRAINT refs_r_check CHECK (r <> '"Tmpl".users'::regclass);
+SELECT shard_id, object FROM insta_id.shard_drift('Tmpl');
 
 -- Case 8: two templates; a migration reaches its own template's shards only.
 CREATE SCHEMA ta;
