@@ -2439,7 +2439,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
-        ('EXECUTE', 'FUNCTION insta_id._is_next_id_call(text, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._next_id_call(text, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
@@ -2504,13 +2504,14 @@ FROM PUBLIC;
 -- shard_drift in one call at any number of shards (issue 58): views
 -- deparsed a schema at a time, each schema's locks released before the
 -- next (src/sql/drift.sql).
--- Whether a default's node tree, without positions, is a call of next_id
--- (of OID next_id) on an integer and a regclass constant (src/sql_text.rs).
-CREATE FUNCTION insta_id._is_next_id_call(tree text, next_id oid)
-RETURNS boolean
+-- If a default's node tree, without positions, is a call of next_id (of
+-- OID next_id) on an integer and a regclass constant: {shard, sequence's
+-- OID} (src/sql_text.rs); else NULL.
+CREATE FUNCTION insta_id._next_id_call(tree text, next_id oid)
+RETURNS bigint[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'insta_id_is_next_id_call';
-REVOKE ALL ON FUNCTION insta_id._is_next_id_call(text, oid) FROM PUBLIC;
+AS 'MODULE_PATHNAME', 'insta_id_next_id_call';
+REVOKE ALL ON FUNCTION insta_id._next_id_call(text, oid) FROM PUBLIC;
 
 -- A node tree's text without its tokens' positions (src/sql_text.rs):
 -- ' :location N' removed, which moves with the length of the schema's
@@ -2620,9 +2621,12 @@ AS $$
     -- The schema's name: as written in a qualified name, and as a pattern
     -- matching it only where a name starts (schema t must not turn
     -- events_rest.at into events_res<schema>.at).
+    -- And its shard number, if it is a registered shard's.
     WITH s AS (SELECT n.oid, n.nspname, ARRAY[quote_ident(n.nspname) || '.',
-                                   '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix
-               FROM pg_namespace n WHERE n.oid = ANY (nsps)),
+                                   '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix,
+                      g.shard_id
+               FROM pg_namespace n LEFT JOIN insta_id_admin.shard_registry g ON g.schema_name = n.nspname
+               WHERE n.oid = ANY (nsps)),
     -- The schemas' relations and indexes, from one pass over pg_class
     -- (past a quarter of shared_buffers a scan reads through a small ring:
     -- each pass over thousands of shards' pg_class was read again).
@@ -2638,7 +2642,7 @@ AS $$
     -- Each relation's columns (pg_attribute read once), with their
     -- defaults as keyed, each printed only if it must be (pg_get_expr was
     -- a sixth of a call): next_id's call as a placeholder for the shard
-    -- and its sequence; a default naming no user's object (now()) by its
+    -- and its sequence, once they are the shard's own; a default naming no user's object (now()) by its
     -- node tree without positions, which prints alike wherever it is alike
     -- (a generated column's names columns: by number, and the columns'
     -- names are keyed); any other as printed (a generated column's
@@ -2647,16 +2651,23 @@ AS $$
     cols AS MATERIALIZED (
         SELECT c.attrelid, c.relnamespace, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
                c.attidentity, c.attgenerated,
-               CASE WHEN insta_id._is_next_id_call(c.tree, 'insta_id.next_id(integer, regclass)'::regprocedure)
+               -- (a registered shard's own number and sequence only: any
+               -- other is printed, and differs from the template's)
+               CASE WHEN c.call IS NOT NULL
+                         AND (c.relnamespace = template OR c.shard_id IS NULL
+                              OR (c.call[1] = c.shard_id
+                                  AND (SELECT q.relnamespace FROM pg_class q WHERE q.oid = c.call[2]::oid) = c.relnamespace))
                     THEN 'insta_id.next_id(<shard>, <its sequence>)'
-                    WHEN NOT insta_id._names_objects(c.tree) THEN c.tree
+                    WHEN c.call IS NULL AND NOT insta_id._names_objects(c.tree) THEN c.tree
                     ELSE pg_get_expr(c.adbin, CASE WHEN c.attgenerated <> '' THEN c.adrelid ELSE 0 END) END AS expr
-        FROM (SELECT a.attrelid, r.relnamespace, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
-                     a.attnotnull, a.attidentity, a.attgenerated, d.adbin, d.adrelid,
-                     insta_id._without_locations(d.adbin::text) AS tree
-              FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
-              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-              OFFSET 0) c),    -- (each read once)
+        FROM (SELECT x.*, insta_id._next_id_call(x.tree, 'insta_id.next_id(integer, regclass)'::regprocedure) AS call
+              FROM (SELECT a.attrelid, r.relnamespace, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
+                           a.attnotnull, a.attidentity, a.attgenerated, d.adbin, d.adrelid, s.shard_id,
+                           insta_id._without_locations(d.adbin::text) AS tree
+                    FROM rel r JOIN s ON s.oid = r.relnamespace
+                    JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+                    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                    OFFSET 0) x) c),    -- (each read once)
     -- A relation's key: what its own rows print (owner, grants, options,
     -- columns) and what the deparsers of its indexes, constraints,
     -- triggers and policies read, as one value: the relation's kind, its

@@ -347,14 +347,22 @@ pub unsafe extern "C-unwind" fn insta_id_names_schema(fcinfo: FunctionCallInfo) 
     Datum::from(sql_text::names_schema(&body, schema.to_bytes(), &clip))
 }
 
-v1!(pg_finfo_insta_id_is_next_id_call);
-/// `insta_id._is_next_id_call(tree text, next_id oid) RETURNS boolean`.
+v1!(pg_finfo_insta_id_next_id_call);
+/// `insta_id._next_id_call(tree text, next_id oid) RETURNS bigint[]`:
+/// `{shard, sequence}`, or NULL.
 #[unsafe(no_mangle)]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_is_next_id_call(fcinfo: FunctionCallInfo) -> Datum {
+pub unsafe extern "C-unwind" fn insta_id_next_id_call(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with a text and an oid argument.
     let (tree, next_id) = unsafe { (arg_bytes(fcinfo, 0), arg(fcinfo, 1).value() as u32) };
-    Datum::from(sql_text::is_next_id_call(&tree, next_id))
+    match sql_text::next_id_call(&tree, next_id) {
+        Some((shard, seq)) => crate::functions::int8_array(&[i64::from(shard), i64::from(seq)]),
+        None => {
+            // SAFETY: fcinfo is the caller's; a NULL result.
+            unsafe { (*fcinfo).isnull = true };
+            Datum::from(0)
+        }
+    }
 }
 
 v1!(pg_finfo_insta_id_without_locations);

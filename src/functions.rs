@@ -1045,6 +1045,15 @@ pub(crate) fn oid_array(oids: impl IntoIterator<Item = u32>) -> Datum {
     })
 }
 
+/// A bigint[] Datum of the given integers.
+pub(crate) fn int8_array(values: &[i64]) -> Datum {
+    let mut datums: Vec<Datum> = values.iter().map(|v| Datum::from(*v)).collect();
+    // SAFETY: construct_array_builtin copies the (by-value) integers into an array.
+    Datum::from(unsafe {
+        pg_sys::construct_array_builtin(datums.as_mut_ptr(), datums.len() as i32, pg_sys::INT8OID)
+    })
+}
+
 /// A text Datum of the given bytes, copied into a palloc'd text.
 pub(crate) fn text_datum(bytes: &[u8]) -> Datum {
     // SAFETY: cstring_to_text_with_len copies len bytes.

@@ -223,51 +223,54 @@ pub fn names_schema(body: &[u8], schema: &[u8], clip: Clip) -> bool {
     false
 }
 
-/// Whether a column default's node tree, as `without_locations` leaves
-/// it, is a call of next_id (the function of OID `next_id`) on two
-/// constants, neither NULL: an integer (the shard) and a regclass (its
-/// sequence). shard_drift keys and prints such a default with
-/// placeholders for the shard and its sequence, without deparsing it (six
-/// of the ten defaults of a rich shard, 0.7 s of a shard_drift over 8192).
-pub fn is_next_id_call(tree: &[u8], next_id: u32) -> bool {
+/// If a column default's node tree, as `without_locations` leaves it, is
+/// a call of next_id (the function of OID `next_id`) on two constants,
+/// neither NULL, an integer and a regclass: the shard number and the
+/// sequence's OID it draws from. shard_drift keys and prints such a
+/// default with placeholders for them, without deparsing it (six of the
+/// ten defaults of a rich shard), once they are checked to be the shard's
+/// own. (A by-value constant's text is its Datum's eight bytes, in the
+/// machine's order, each a signed decimal.)
+pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
     const ARGS: &[u8] = b" :args (";
+    const VALUE: &[u8] = b" :constvalue 4 [ ";
     let head = format!("{{FUNCEXPR :funcid {next_id} ");
-    let Some(rest) = tree.strip_prefix(head.as_bytes()) else {
-        return false;
-    };
+    let rest = tree.strip_prefix(head.as_bytes())?;
     // (the fields before :args are scalars)
-    let Some(at) = rest.windows(ARGS.len()).position(|w| w == ARGS) else {
-        return false;
-    };
+    let at = rest.windows(ARGS.len()).position(|w| w == ARGS)?;
     if rest[..at].contains(&b'{') {
-        return false;
+        return None;
     }
     let mut args = &rest[at + ARGS.len()..];
+    let mut values = [0u32; 2];
     for (n, constant) in [&b"{CONST :consttype 23 "[..], b"{CONST :consttype 2205 "]
         .into_iter()
         .enumerate()
     {
-        let Some(fields) = args.strip_prefix(constant) else {
-            return false;
-        };
-        let Some(end) = fields.iter().position(|b| *b == b'}') else {
-            return false;
-        };
+        let fields = args.strip_prefix(constant)?;
+        let end = fields.iter().position(|b| *b == b'}')?;
+        let fields_text = &fields[..end];
         let not_null = b" :constisnull false ";
-        if fields[..end].contains(&b'{')
-            || !fields[..end].windows(not_null.len()).any(|w| w == not_null)
+        if fields_text.contains(&b'{')
+            || !fields_text.windows(not_null.len()).any(|w| w == not_null)
         {
-            return false;
+            return None;
         }
+        let v = fields_text.windows(VALUE.len()).position(|w| w == VALUE)? + VALUE.len();
+        let bytes: Vec<u8> = std::str::from_utf8(fields_text[v..].strip_suffix(b" ]")?)
+            .ok()?
+            .split(' ')
+            .map(|b| b.parse::<i8>().map(|b| b as u8))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let datum = u64::from_ne_bytes(<[u8; 8]>::try_from(bytes.as_slice()).ok()?);
+        values[n] = datum as u32;
         args = &fields[end + 1..];
         if n == 0 {
-            let Some(next) = args.strip_prefix(b" ") else {
-                return false;
-            };
-            args = next;
+            args = args.strip_prefix(b" ")?;
         }
     }
-    args == b")}"
+    (args == b")}").then_some((values[0] as i32, values[1]))
 }
 
 /// A node tree's text (pg_node_tree) without its tokens' positions
@@ -621,44 +624,75 @@ mod tests {
     #[test]
     fn next_id_calls_as_stored() {
         // (PostgreSQL 18's pg_attrdef.adbin of next_id(401, 'insta401.orders_id_seq'),
-        // without positions; next_id's OID 17003)
+        // the sequence's OID 17687, without positions; next_id's OID 17003;
+        // a little-endian machine's bytes)
         let call = |shard: &str, seq: &str| {
             format!(
                 "{{FUNCEXPR :funcid 17003 :funcresulttype 20 :funcretset false :funcvariadic false \
                  :funcformat 0 :funccollid 0 :inputcollid 0 :args ({shard} {seq})}}"
             )
         };
-        let shard =
-            "{CONST :consttype 23 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
-                     :constisnull false :constvalue 4 [ -111 1 0 0 0 0 0 0 ]}";
-        let seq =
-            "{CONST :consttype 2205 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
-                   :constisnull false :constvalue 4 [ 23 69 0 0 0 0 0 0 ]}";
-        assert!(is_next_id_call(call(shard, seq).as_bytes(), 17003));
+        let constant = |ty: u32, datum: u64| {
+            let bytes: Vec<String> = datum
+                .to_ne_bytes()
+                .iter()
+                .map(|b| (*b as i8).to_string())
+                .collect();
+            format!(
+                "{{CONST :consttype {ty} :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
+                 :constisnull false :constvalue 4 [ {} ]}}",
+                bytes.join(" ")
+            )
+        };
+        let shard = constant(23, 401);
+        let seq = constant(2205, 17687);
+        assert_eq!(
+            next_id_call(call(&shard, &seq).as_bytes(), 17003),
+            Some((401, 17687))
+        );
+        // (a negative shard number, as stored: sign-extended)
+        assert_eq!(
+            next_id_call(call(&constant(23, (-5i64) as u64), &seq).as_bytes(), 17003),
+            Some((-5, 17687))
+        );
+        if cfg!(target_endian = "little") {
+            let stored =
+                "{CONST :consttype 23 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
+                          :constisnull false :constvalue 4 [ -111 1 0 0 0 0 0 0 ]}";
+            assert_eq!(
+                next_id_call(call(stored, &seq).as_bytes(), 17003),
+                Some((401, 17687))
+            );
+        }
         let null_seq =
             "{CONST :consttype 2205 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
                         :constisnull true :constvalue <>}";
+        let short_seq = seq.replace(" 0 0 0 0 ]", " ]");
         let cast_shard = format!("{{FUNCEXPR :funcid 481 :funcresulttype 23 :args ({shard})}}");
         for (tree, next_id) in [
             // another function, or next_id's OID another
-            (call(shard, seq), 17004),
-            (call(shard, seq).replace("17003", "1700"), 17003),
-            // not two constants of those types, or one NULL
-            (call(seq, shard), 17003),
-            (call(shard, null_seq), 17003),
-            (call(&cast_shard, seq), 17003),
-            (call(shard, &format!("{seq} {seq}")), 17003),
-            (call(shard, "").replace(" )", ")"), 17003),
+            (call(&shard, &seq), 17004),
+            (call(&shard, &seq).replace("17003", "1700"), 17003),
+            // not two constants of those types, or one NULL or misread
+            (call(&seq, &shard), 17003),
+            (call(&shard, null_seq), 17003),
+            (call(&shard, &short_seq), 17003),
+            (call(&cast_shard, &seq), 17003),
+            (call(&shard, &format!("{seq} {seq}")), 17003),
+            (call(&shard, "").replace(" )", ")"), 17003),
             // more than the call
             (
-                format!("{{OPEXPR :opno 684 :args ({} {shard})}}", call(shard, seq)),
+                format!(
+                    "{{OPEXPR :opno 684 :args ({} {shard})}}",
+                    call(&shard, &seq)
+                ),
                 17003,
             ),
-            (call(shard, seq) + " ", 17003),
-            (call(shard, seq).replace(" :args", " :x {A} :args"), 17003),
+            (call(&shard, &seq) + " ", 17003),
+            (call(&shard, &seq).replace(" :args", " :x {A} :args"), 17003),
             (String::new(), 17003),
         ] {
-            assert!(!is_next_id_call(tree.as_bytes(), next_id), "{tree}");
+            assert_eq!(next_id_call(tree.as_bytes(), next_id), None, "{tree}");
         }
     }
 

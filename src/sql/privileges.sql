@@ -65,7 +65,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._grant_statements(jsonb, text, text, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._grants(aclitem[], oid)'),
         ('EXECUTE', 'FUNCTION insta_id._identifier_list(text)'),
-        ('EXECUTE', 'FUNCTION insta_id._is_next_id_call(text, oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._next_id_call(text, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock(int, int, boolean, boolean, boolean)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holder(int, int)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),

@@ -61,7 +61,7 @@ CREATE TABLE dr_tmpl.stamps (at timestamptz DEFAULT now());
 CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
-SELECT insta_id.create_shards(400, 453, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 455, 'dr_tmpl');
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -119,7 +119,9 @@ INSERT INTO drift_cases VALUES
     (450, 'check: an empty array of the template''s enum', 'ALTER TABLE %1$I.marks DROP CONSTRAINT marks_check, ADD CONSTRAINT marks_check CHECK (cardinality(ARRAY[]::dr_tmpl.state[]) = 0)'),
     (451, 'check: a regclass[] constant, the template''s table', 'ALTER TABLE %1$I.tags DROP CONSTRAINT tags_check, ADD CONSTRAINT tags_check CHECK (tableoid <> ALL (''{dr_tmpl.orders}''::regclass[]))'),
     (452, 'index: a regclass[] constant, the template''s table', 'DROP INDEX %1$I.flags_f_idx; CREATE INDEX flags_f_idx ON %1$I.flags (f) WHERE f <> ALL (''{dr_tmpl.orders}''::regclass[])'),
-    (453, 'column: a default of built-in functions, another', 'ALTER TABLE %1$I.stamps ALTER COLUMN at SET DEFAULT clock_timestamp()');
+    (453, 'column: a default of built-in functions, another', 'ALTER TABLE %1$I.stamps ALTER COLUMN at SET DEFAULT clock_timestamp()'),
+    (454, 'column: next_id with another shard''s number', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(400, ''%1$I.orders_id_seq''::regclass)'),
+    (455, 'column: next_id with another shard''s sequence', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(455, ''insta400.orders_id_seq''::regclass)');
 DO $$
 DECLARE
     c record;
@@ -137,6 +139,7 @@ GROUP BY 1, 2 ORDER BY 1;
 -- A difference as it reads: the shard's, then the template's.
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 402);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 454, 454);
 
 -- The tables and views taken from the template stand for the rows
 -- describing each shard gives (template 0: none taken), for the shards
@@ -157,7 +160,8 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
 
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 453) d;
+-- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 455 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
