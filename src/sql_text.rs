@@ -223,6 +223,11 @@ pub fn names_schema(body: &[u8], schema: &[u8], clip: Clip) -> bool {
     false
 }
 
+/// Where `needle` first starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 /// If a column default's node tree, as `without_locations` leaves it, is
 /// a call of next_id (the function of OID `next_id`) on two constants,
 /// neither NULL, an integer and a regclass: the shard number and the
@@ -237,7 +242,7 @@ pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
     let head = format!("{{FUNCEXPR :funcid {next_id} ");
     let rest = tree.strip_prefix(head.as_bytes())?;
     // (the fields before :args are scalars)
-    let at = rest.windows(ARGS.len()).position(|w| w == ARGS)?;
+    let at = find(rest, ARGS)?;
     if rest[..at].contains(&b'{') {
         return None;
     }
@@ -251,12 +256,10 @@ pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
         let end = fields.iter().position(|b| *b == b'}')?;
         let fields_text = &fields[..end];
         let not_null = b" :constisnull false ";
-        if fields_text.contains(&b'{')
-            || !fields_text.windows(not_null.len()).any(|w| w == not_null)
-        {
+        if fields_text.contains(&b'{') || find(fields_text, not_null).is_none() {
             return None;
         }
-        let v = fields_text.windows(VALUE.len()).position(|w| w == VALUE)? + VALUE.len();
+        let v = find(fields_text, VALUE)? + VALUE.len();
         let bytes: Vec<u8> = std::str::from_utf8(fields_text[v..].strip_suffix(b" ]")?)
             .ok()?
             .split(' ')
@@ -329,7 +332,7 @@ pub fn tree_const_types(tree: &[u8]) -> Vec<u32> {
         .filter_map(|n| u32::try_from(n).ok())
         .collect();
     let mut i = 0;
-    while let Some(at) = tree[i..].windows(ARRAY.len()).position(|w| w == ARRAY) {
+    while let Some(at) = find(&tree[i..], ARRAY) {
         let start = i + at + ARRAY.len();
         let digits = tree[start..]
             .iter()
@@ -337,10 +340,8 @@ pub fn tree_const_types(tree: &[u8]) -> Vec<u32> {
             .count();
         // (the fields before :elements are scalars: the next one is its own)
         let rest = &tree[start + digits..];
-        let empty = rest
-            .windows(ELEMENTS.len())
-            .position(|w| w == ELEMENTS)
-            .is_some_and(|e| rest[e + ELEMENTS.len()..].starts_with(b"<>"));
+        let empty =
+            find(rest, ELEMENTS).is_some_and(|e| rest[e + ELEMENTS.len()..].starts_with(b"<>"));
         if let (true, Ok(Ok(n))) = (
             empty && digits > 0,
             std::str::from_utf8(&tree[start..start + digits]).map(str::parse::<u32>),
