@@ -652,18 +652,36 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    nsp name := insta_id._new_shard_schema(create_shard.shard_id, create_shard.schema_name);
+BEGIN
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+-- create_shard's schema, not yet registered: the checks, then CREATE SCHEMA.
+-- (_create_copies makes every schema of its shards before registering
+-- them: see there.)
+CREATE FUNCTION insta_id._new_shard_schema(shard_id int, schema_name text)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     nsp name;
     taken name;
 BEGIN
-    IF create_shard.shard_id IS NULL THEN
+    IF _new_shard_schema.shard_id IS NULL THEN
         RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM insta_id._check_shard_id(create_shard.shard_id);
-    PERFORM insta_id._check_name(create_shard.schema_name);
-    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
-    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    PERFORM insta_id._check_shard_id(_new_shard_schema.shard_id);
+    PERFORM insta_id._check_name(_new_shard_schema.schema_name);
+    nsp := coalesce(_new_shard_schema.schema_name, 'insta' || _new_shard_schema.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = _new_shard_schema.shard_id;
     IF FOUND THEN
-        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+        RAISE EXCEPTION 'shard % already exists', _new_shard_schema.shard_id
             USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
     END IF;
     IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp)
@@ -673,12 +691,10 @@ BEGIN
                   HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
     END IF;
     EXECUTE format('CREATE SCHEMA %I', nsp);
-    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
     RETURN nsp;
 END
 $$;
-COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
-'Creates the schema of a logical shard (default name insta<N>) and registers it';
+REVOKE ALL ON FUNCTION insta_id._new_shard_schema(int, text) FROM PUBLIC;
 
 
 CREATE OR REPLACE FUNCTION insta_id.adopt_shard(schema_name text, shard_id int)
@@ -1631,13 +1647,55 @@ AS $$
                    WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]))
 $$;
 
+-- Copies the template's plan into new shards `shards`, in the caller's
+-- transaction, as create_shard and _copy_planned would one by one, but each
+-- step for every shard before the next step: their schemas made, then
+-- registered, then granted, commented and owned as the template's, then
+-- each copy made. A change to a schema makes PostgreSQL drop every cached
+-- plan of the session, so with one between two copies, each copy (and each
+-- registration) planned all its statements again: 15% of a shard's time.
+CREATE FUNCTION insta_id._create_copies(plan jsonb, shards int[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    extra jsonb := plan->'extra';
+    targets name[] := '{}';
+BEGIN
+    FOR i IN 1..cardinality(shards) LOOP
+        targets := targets || insta_id._new_shard_schema(shards[i], NULL);
+    END LOOP;
+    -- (registered while the caller owns them, as create_shard registers)
+    FOR i IN 1..cardinality(shards) LOOP
+        PERFORM insta_id._admin_write('add', jsonb_build_object('shard', shards[i], 'schema', targets[i]));
+    END LOOP;
+    -- Each schema as the template's: its grants and owner, before anything
+    -- is made in it (the owner of its objects may need its CREATE).
+    FOR i IN 1..cardinality(shards) LOOP
+        PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', targets[i]));
+        IF extra->>'schema_comment' IS NOT NULL THEN
+            EXECUTE format('COMMENT ON SCHEMA %I IS %L', targets[i], extra->>'schema_comment');
+        END IF;
+        IF extra->>'schema_owner' IS NOT NULL THEN
+            -- (read back as a role, so printed quoted as PostgreSQL quotes it)
+            EXECUTE format('ALTER SCHEMA %I OWNER TO %s', targets[i], (extra->>'schema_owner')::regrole);
+        END IF;
+    END LOOP;
+    FOR i IN 1..cardinality(shards) LOOP
+        PERFORM insta_id._copy_planned(plan, targets[i], shards[i]);
+    END LOOP;
+END
+$$;
+REVOKE ALL ON FUNCTION insta_id._create_copies(jsonb, int[]) FROM PUBLIC;
+
 -- Longer than a screen: the plan's steps must run in this order in one
--- schema (the schema, tables, sequences, then functions, views, keys,
--- triggers, grants); each step is a loop over one kind of planned object.
--- Copies every table of a template into schema target, from the template's
--- plan: LIKE ... INCLUDING ALL, then each next_id column gets a sequence of
--- its own and shard's number, then the foreign keys, pointed at the copies
--- when they point into the template.
+-- schema (tables, sequences, then functions, views, keys, triggers,
+-- grants); each step is a loop over one kind of planned object.
+-- Copies every table of a template into schema target, made for it by
+-- _create_copies, from the template's plan: LIKE ... INCLUDING ALL, then
+-- each next_id column gets a sequence of its own and shard's number, then
+-- the foreign keys, pointed at the copies when they point into the template.
 CREATE OR REPLACE FUNCTION insta_id._copy_planned(plan jsonb, target name, shard int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1667,16 +1725,6 @@ DECLARE
     -- objects unqualified), never under this function's own path.
     owner regrole := (plan->'extra'->>'code_owner')::regrole;
 BEGIN
-    -- The schema first, as the template's: its grants and owner, before
-    -- anything is made in it (the owner of its objects may need its CREATE).
-    PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', target));
-    IF extra->>'schema_comment' IS NOT NULL THEN
-        EXECUTE format('COMMENT ON SCHEMA %I IS %L', target, extra->>'schema_comment');
-    END IF;
-    IF extra->>'schema_owner' IS NOT NULL THEN
-        -- (read back as a role, so printed quoted as PostgreSQL quotes it)
-        EXECUTE format('ALTER SCHEMA %I OWNER TO %s', target, (extra->>'schema_owner')::regrole);
-    END IF;
     pending := ARRAY(SELECT jsonb_array_elements_text(extra->'types'));
     FOR src IN SELECT jsonb_array_elements(plan->'tables') LOOP
         tbl := format('%I.%I', target, src->>'rel');
@@ -1790,14 +1838,69 @@ BEGIN
     PERFORM insta_id._check_lock_budget(plan, first_shard, last_shard - first_shard + 1,
         format('CALL insta_id.create_shards_in_batches(%s, %s, %L) commits every few shards; or raise max_locks_per_transaction.',
                first_shard, last_shard, template_schema));
-    FOR shard IN first_shard..last_shard LOOP
-        PERFORM insta_id._copy_planned(plan, insta_id.create_shard(shard), shard);
-    END LOOP;
+    PERFORM insta_id._create_copies(plan, ARRAY(SELECT generate_series(first_shard, last_shard)));
     RETURN last_shard - first_shard + 1;
 END
 $$;
 COMMENT ON FUNCTION insta_id.create_shards(int, int, text) IS
 'Creates shards first..last (schemas insta<N>), each with a copy of every table of the template schema';
+
+-- create_shards and create_shards_in_batches measure one shard's locks
+-- through _create_copies, as they make shards (src/sql/template_copy.sql).
+CREATE OR REPLACE FUNCTION insta_id._check_lock_budget(plan jsonb, first_shard int, shards int, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held bigint;
+    per_shard bigint;
+    backends bigint;
+    capacity bigint;
+    lock_objects CONSTANT text := 'SELECT count(*) FROM (SELECT DISTINCT locktype, database, relation, page, tuple,
+        virtualxid, transactionid, classid, objid, objsubid FROM pg_locks WHERE pid = pg_backend_pid()) l';
+BEGIN
+    -- A lock table of 64 locks per process holds thousands: small ranges always fit.
+    IF shards <= 16 THEN
+        RETURN;
+    END IF;
+    EXECUTE lock_objects INTO held;
+    BEGIN
+        PERFORM insta_id._create_copies(plan, ARRAY[first_shard]);
+        EXECUTE lock_objects INTO per_shard;
+        RAISE EXCEPTION USING ERRCODE = 'II001';
+    EXCEPTION WHEN SQLSTATE 'II001' THEN
+        per_shard := per_shard - held;
+    END;
+    capacity := insta_id._lock_table_capacity();
+    backends := capacity / current_setting('max_locks_per_transaction')::int;
+    IF held + per_shard * shards > capacity THEN
+        RAISE EXCEPTION 'creating % shards in one transaction needs about % locks, more than the server''s lock table holds (about %)',
+                        shards, held + per_shard * shards, capacity
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = format('Each shard of template %I takes %s locks until the transaction ends; the lock table holds max_locks_per_transaction (%s) locks for each of %s server processes.',
+                                  plan->>'template', per_shard, current_setting('max_locks_per_transaction'), backends),
+                  HINT = hint;
+    END IF;
+END
+$$;
+
+-- One batch of create_shards_in_batches: its missing shards made by
+-- _create_copies, every schema before any copy (src/sql/template_copy.sql).
+CREATE OR REPLACE FUNCTION insta_id._create_shard_batch(lo int, hi int, plan jsonb)
+RETURNS int
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing int[] := ARRAY(SELECT s FROM generate_series(lo, hi) s
+                           WHERE NOT EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.shard_id = s)
+                           ORDER BY s);
+BEGIN
+    PERFORM insta_id._create_copies(plan, missing);
+    RETURN cardinality(missing);
+END
+$$;
 
 
 -- create_shards for any number of shards: commits every shards_per_commit
@@ -2424,6 +2527,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._check_template(name)'),
         ('EXECUTE', 'FUNCTION insta_id._code_owner(name)'),
         ('EXECUTE', 'FUNCTION insta_id._copy_planned(jsonb, name, int)'),
+        ('EXECUTE', 'FUNCTION insta_id._create_copies(jsonb, int[])'),
         ('EXECUTE', 'FUNCTION insta_id._create_shard_batch(int, int, jsonb)'),
         ('EXECUTE', 'FUNCTION insta_id._deparse(name, text, oid, pg_node_tree, int)'),
         ('EXECUTE', 'FUNCTION insta_id._describe_schemas(oid[], oid)'),
@@ -2454,6 +2558,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._names_objects(text)'),
         ('EXECUTE', 'FUNCTION insta_id._names_unrecorded(pg_node_tree, oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._names_schema(text, name)'),
+        ('EXECUTE', 'FUNCTION insta_id._new_shard_schema(int, text)'),
         ('EXECUTE', 'FUNCTION insta_id._next_id_default_shard(regclass, name)'),
         ('EXECUTE', 'FUNCTION insta_id._object_owner(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._options(text[])'),

@@ -22,13 +22,13 @@ import sys
 # no tenant code). One row a site; a new site is a new row, or a gate call.
 ALLOWED = [
     # PL/pgSQL, src/sql
-    ("src/sql/registry.sql:create_shard", "EXECUTE format('CREATE SCHEMA %I', nsp)",
+    ("src/sql/registry.sql:_new_shard_schema", "EXECUTE format('CREATE SCHEMA %I', nsp)",
      "makes an empty schema, the caller's: nothing of a tenant exists in it yet"),
     ("src/sql/registry.sql:drop_shard", "EXECUTE format('DROP SCHEMA %I CASCADE'",
      "DROP evaluates no expression and fires no trigger (event triggers are superusers'); what it would take outside the shard is refused first"),
-    ("src/sql/template_copy.sql:_copy_planned", "EXECUTE format('COMMENT ON SCHEMA %I IS %L'",
+    ("src/sql/template_copy.sql:_create_copies", "EXECUTE format('COMMENT ON SCHEMA %I IS %L'",
      "a comment on the new schema: no code"),
-    ("src/sql/template_copy.sql:_copy_planned", "EXECUTE format('ALTER SCHEMA %I OWNER TO %s'",
+    ("src/sql/template_copy.sql:_create_copies", "EXECUTE format('ALTER SCHEMA %I OWNER TO %s'",
      "gives the new schema to the template schema's owner: no code"),
     ("src/sql/template_copy.sql:_copy_planned", "PERFORM insta_id._run_in_schema(target, owner,",
      "the copy of a template into a new schema, as the template's code owner: decided by the gate's _gate_owner over the template once per template (_template_plan), under the template's lock; every object of the copy is made by that owner (gathered, in order, in as few calls as what must run between them allows)", 3),

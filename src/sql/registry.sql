@@ -160,18 +160,36 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    nsp name := insta_id._new_shard_schema(create_shard.shard_id, create_shard.schema_name);
+BEGIN
+    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
+    RETURN nsp;
+END
+$$;
+COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
+'Creates the schema of a logical shard (default name insta<N>) and registers it';
+
+-- create_shard's schema, not yet registered: the checks, then CREATE SCHEMA.
+-- (_create_copies makes every schema of its shards before registering
+-- them: see there.)
+CREATE FUNCTION insta_id._new_shard_schema(shard_id int, schema_name text)
+RETURNS name
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     nsp name;
     taken name;
 BEGIN
-    IF create_shard.shard_id IS NULL THEN
+    IF _new_shard_schema.shard_id IS NULL THEN
         RAISE EXCEPTION 'shard id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM insta_id._check_shard_id(create_shard.shard_id);
-    PERFORM insta_id._check_name(create_shard.schema_name);
-    nsp := coalesce(create_shard.schema_name, 'insta' || create_shard.shard_id);
-    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = create_shard.shard_id;
+    PERFORM insta_id._check_shard_id(_new_shard_schema.shard_id);
+    PERFORM insta_id._check_name(_new_shard_schema.schema_name);
+    nsp := coalesce(_new_shard_schema.schema_name, 'insta' || _new_shard_schema.shard_id);
+    SELECT r.schema_name INTO taken FROM insta_id_admin.shard_registry r WHERE r.shard_id = _new_shard_schema.shard_id;
     IF FOUND THEN
-        RAISE EXCEPTION 'shard % already exists', create_shard.shard_id
+        RAISE EXCEPTION 'shard % already exists', _new_shard_schema.shard_id
             USING ERRCODE = 'unique_violation', DETAIL = format('Its schema is %I.', taken);
     END IF;
     IF EXISTS (SELECT FROM insta_id_admin.shard_registry r WHERE r.schema_name = nsp)
@@ -181,12 +199,9 @@ BEGIN
                   HINT = 'To register a schema restored from another server, use insta_id.adopt_shard.';
     END IF;
     EXECUTE format('CREATE SCHEMA %I', nsp);
-    PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
     RETURN nsp;
 END
 $$;
-COMMENT ON FUNCTION insta_id.create_shard(int, text) IS
-'Creates the schema of a logical shard (default name insta<N>) and registers it';
 
 -- What of another schema (or of none) DROP SCHEMA ... CASCADE of shard
 -- schema `nsp` would drop with it, described, NULL when nothing: drop_shard

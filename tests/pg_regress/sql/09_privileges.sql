@@ -172,6 +172,7 @@ INSERT INTO public.admin_attempts VALUES
 ('run SQL as a superuser', $$SELECT insta_id._run_in_schema('public', 'postgres', ARRAY['ALTER ROLE insta_id_regress_admin SUPERUSER'])$$),
 ('run SQL as another role', $$SELECT insta_id._run_in_schema('public', 'insta_id_regress_other', ARRAY['SELECT 1'])$$),
 ('a crafted copy plan', $$SELECT insta_id._copy_planned('{"template": "x", "extra": {"code_owner": "postgres", "types": ["ALTER ROLE insta_id_regress_admin SUPERUSER"]}}', 'public', 1)$$),
+('a crafted plan giving new shards to a superuser', $$SELECT insta_id._create_copies('{"template": "x", "extra": {"schema_owner": "postgres"}}', ARRAY[78])$$),
 ('IDs ahead of the clock', $$SELECT insta_id.raise_high_water_mark(now() + interval '1 hour')$$),
 ('reset the guard''s counters', $$SELECT insta_id.guard_stats_reset()$$),
 ('fence a shard', $$SELECT insta_id.move_fence('theirs', 77)$$),
