@@ -160,8 +160,9 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    nsp name := insta_id._new_shard_schema(create_shard.shard_id, create_shard.schema_name);
+    nsp name;
 BEGIN
+    nsp := insta_id._new_shard_schema(create_shard.shard_id, create_shard.schema_name);
     PERFORM insta_id._admin_write('add', jsonb_build_object('shard', create_shard.shard_id, 'schema', nsp));
     RETURN nsp;
 END

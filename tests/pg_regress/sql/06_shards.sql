@@ -113,6 +113,16 @@ CALL insta_id.create_shards_in_batches(NULL, 61, 'template');
 \echo :LAST_ERROR_SQLSTATE
 CALL insta_id.create_shards_in_batches(61, 60, 'template');
 \echo :LAST_ERROR_SQLSTATE
+-- One bad shard in a batch and none is made (every schema is made, then
+-- every copy: the schema insta61 that exists stops it before any copy).
+CREATE SCHEMA insta61;
+SELECT insta_id.create_shards(60, 61, 'template');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS shards_60_61, (SELECT count(*) FROM pg_namespace WHERE nspname = 'insta60') AS schema_60
+FROM insta_id.shards() WHERE shard_id IN (60, 61);
+DROP SCHEMA insta61;
+SELECT insta_id._create_copies(NULL, ARRAY[60]);
+\echo :LAST_ERROR_SQLSTATE
 -- create_shards refuses, before making anything, a range whose locks would not
 -- fit in the server's lock table (the message has the numbers: sqlstate only here).
 \set VERBOSITY sqlstate
