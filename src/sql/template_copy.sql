@@ -22,26 +22,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     extra jsonb := plan->'extra';
-    shard int;
-    -- (each shard's schema, in the order of shards)
+    -- (the shards as given, numbered from 1 whatever the array's bounds)
+    ids int[] := ARRAY(SELECT unnest(shards));
+    -- (each shard's schema, in the same order)
     targets name[] := '{}';
-    i int;
 BEGIN
     IF plan IS NULL OR shards IS NULL THEN
         RAISE EXCEPTION 'arguments must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    FOREACH shard IN ARRAY shards LOOP
-        targets := targets || insta_id._new_shard_schema(shard, NULL);
+    FOR i IN 1..cardinality(ids) LOOP
+        targets := targets || insta_id._new_shard_schema(ids[i], NULL);
     END LOOP;
     -- (registered while the caller owns them, as create_shard registers)
-    i := 0;
-    FOREACH shard IN ARRAY shards LOOP
-        i := i + 1;
-        PERFORM insta_id._admin_write('add', jsonb_build_object('shard', shard, 'schema', targets[i]));
+    FOR i IN 1..cardinality(ids) LOOP
+        PERFORM insta_id._admin_write('add', jsonb_build_object('shard', ids[i], 'schema', targets[i]));
     END LOOP;
     -- Each schema as the template's: its grants and owner, before anything
     -- is made in it (the owner of its objects may need its CREATE).
-    FOR i IN 1..cardinality(targets) LOOP
+    FOR i IN 1..cardinality(ids) LOOP
         PERFORM insta_id._grant(plan->'schema_grants', format('SCHEMA %I', targets[i]));
         IF extra->>'schema_comment' IS NOT NULL THEN
             EXECUTE format('COMMENT ON SCHEMA %I IS %L', targets[i], extra->>'schema_comment');
@@ -51,10 +49,8 @@ BEGIN
             EXECUTE format('ALTER SCHEMA %I OWNER TO %s', targets[i], (extra->>'schema_owner')::regrole);
         END IF;
     END LOOP;
-    i := 0;
-    FOREACH shard IN ARRAY shards LOOP
-        i := i + 1;
-        PERFORM insta_id._copy_planned(plan, targets[i], shard);
+    FOR i IN 1..cardinality(ids) LOOP
+        PERFORM insta_id._copy_planned(plan, targets[i], ids[i]);
     END LOOP;
 END
 $$;
