@@ -131,6 +131,11 @@ def shards_of(out):
             f"| {n} | {med[f'{kind}/create/{n}']:.1f} s | {ms(kind, n):.1f} ms | {ms(kind, n) / ms(kind, 100):.2f}x | "
             f"{med[f'{kind}/drift/{n}']:.2f} s |" for n in sizes)
 
+    def range_of(kind):
+        # (recorded from 0.11.0 on)
+        x = med.get(f"{kind}/drift_range/1000")
+        return "not measured" if x is None else f"{x:.2f} s"
+
     def table(kind, what):
         return f"""{what}
 
@@ -145,6 +150,7 @@ a transaction a shard (earlier releases' figures had a hand-written floor):
 {floor(kind, "_at_8192"):.1f} ms a shard into the database that holds 8192 shards. A
 migration of one statement (`ALTER TABLE ... ADD COLUMN`) over the
 template and the 8192 shards: {med[f"{kind}/migrate/8192"]:.1f} s.
+shard_drift over the first 1000 of the 8192 shards (a range): {range_of(kind)}.
 """
 
     worst = max(ms("rich", 1000), ms("rich", 8192))
