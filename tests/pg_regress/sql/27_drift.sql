@@ -158,6 +158,38 @@ SELECT (SELECT count(*) FROM deparsed) AS described,
        (SELECT count(*) FROM (TABLE expanded EXCEPT ALL TABLE deparsed) x) AS only_taken,
        (SELECT count(*) FROM (TABLE deparsed EXCEPT ALL TABLE expanded) x) AS only_deparsed;
 
+-- Whether a template view's tree names a user's object by OID is read
+-- once a template view, whatever the plan: a join's filter read it for
+-- every pair of a shard's view and a template view when the planner chose
+-- a nested loop (11.7 s over 1000 shards). Nested loops forced here; the
+-- other reader of _names_objects reads each default that is not a
+-- next_id call once, subtracted. (The calls as the cumulative
+-- statistics count them once flushed: PostgreSQL 15 shows no pending
+-- count of a function called inside a statement.)
+SET track_functions = 'all';
+SET stats_fetch_consistency = 'none';
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+SELECT pg_stat_force_next_flush();
+SELECT coalesce(pg_stat_get_function_calls('insta_id._names_objects(text)'::regprocedure), 0) AS names_objects_calls \gset
+SELECT count(*) > 0 AS drift_found FROM insta_id.shard_drift('dr_tmpl');
+SELECT pg_stat_force_next_flush();
+WITH n AS (SELECT n.oid FROM pg_namespace n
+           WHERE n.nspname = 'dr_tmpl'
+              OR n.nspname IN (SELECT s.schema_name FROM insta_id.shards() s
+                               WHERE s.template_schema IS NULL OR s.template_schema = 'dr_tmpl'))
+SELECT pg_stat_get_function_calls('insta_id._names_objects(text)'::regprocedure) - :names_objects_calls
+       - (SELECT count(*) FROM n JOIN pg_class c ON c.relnamespace = n.oid AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+          WHERE insta_id._next_id_call(insta_id._without_locations(d.adbin::text),
+                                       'insta_id.next_id(integer, regclass)'::regprocedure) IS NULL) AS template_views_read,
+       (SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'dr_tmpl'::regnamespace AND c.relkind IN ('v', 'm')) AS template_views;
+RESET enable_mergejoin;
+RESET enable_hashjoin;
+RESET stats_fetch_consistency;
+RESET track_functions;
+
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
