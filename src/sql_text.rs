@@ -276,14 +276,22 @@ pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
     (args == b")}").then_some((values[0] as i32, values[1]))
 }
 
-/// A node tree's text (pg_node_tree) without its tokens' positions
-/// (` :location N`), which move with the length of the schema's name the
-/// statement was written with: what shard_drift compares of an index's,
-/// a constraint's, a trigger's or a policy's expression. The same as
-/// `regexp_replace(tree, ' :location -?[0-9]+', '', 'g')`, at a tenth of
-/// its cost (a regular expression's automaton is built at each call).
+/// Where in its statement's text a node was written: a token's position
+/// (` :location N`), which moves with the length of the schema's name the
+/// statement was written with, and a query's own (` :stmt_location N
+/// :stmt_len N`), which PostgreSQL 15 keeps in a view's query as the view
+/// was written (later versions store neither), so that no copy of a view
+/// made by hand matched it.
+const POSITION_FIELDS: [&[u8]; 3] = [b" :location ", b" :stmt_location ", b" :stmt_len "];
+
+/// A node tree's text (pg_node_tree) without its positions
+/// (`POSITION_FIELDS`): what shard_drift compares of an index's, a
+/// constraint's, a trigger's or a policy's expression. The same as
+/// `regexp_replace(tree, ' :(location|stmt_location|stmt_len) -?[0-9]+',
+/// '', 'g')`, at a tenth of its cost (a regular expression's automaton is
+/// built at each call).
 pub fn without_locations(tree: &[u8]) -> Vec<u8> {
-    cut_fields(tree, &[b" :location "]).0
+    cut_fields(tree, &POSITION_FIELDS).0
 }
 
 /// A view's query tree (pg_rewrite.ev_action) as shard_drift keys it:
@@ -295,21 +303,9 @@ pub fn without_locations(tree: &[u8]) -> Vec<u8> {
 /// own schema, the same name (or the same relation, elsewhere): every other
 /// object a tree names, it names by OID, and a difference there is a
 /// difference of the trees. (A string in a tree has its spaces escaped, so
-/// ` :relid ` is a field, never text.) Also without the statement's own
-/// position (` :stmt_location N :stmt_len N`): PostgreSQL 15 keeps them
-/// as the view was written, so no copy of a view made by hand matched it.
+/// ` :relid ` is a field, never text.)
 pub fn without_relids(tree: &[u8]) -> Vec<u8> {
-    cut_fields(
-        tree,
-        &[
-            RELATION_FIELDS[0],
-            RELATION_FIELDS[1],
-            b" :location ",
-            b" :stmt_location ",
-            b" :stmt_len ",
-        ],
-    )
-    .0
+    cut_fields(tree, &[RELATION_FIELDS, &POSITION_FIELDS].concat()).0
 }
 
 /// The OIDs of the relations a query tree names (0 for a column that is
@@ -502,6 +498,8 @@ mod tests {
                 "{OPEXPR :opno 1755 :args ({VAR :varno 1})}",
             ),
             ("{CONST :location 7}", "{CONST}"),
+            // (a query's own position, as PostgreSQL 15 keeps it)
+            ("{QUERY :stmt_location 0 :stmt_len 36}", "{QUERY}"),
             // (not a position: kept, as the regular expression keeps it)
             (" :location x", " :location x"),
             (" :location -", " :location -"),
