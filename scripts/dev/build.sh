@@ -55,6 +55,21 @@ copy_chain() { # $1: destination extension directory, $2...: command prefix (sud
   "$@" cp sql/insta_id--*.sql "$dest/"
 }
 
+# A copy of PG_CONFIG's installation under $1 (binaries, libraries and share
+# directory, and any more directories given, at their paths below it, from
+# which PostgreSQL finds them), made when missing or when the installation's
+# version changed; true when made. Its pg_config is $1 followed by
+# PG_CONFIG's bindir.
+copy_installation() {
+  local root=$1 d; shift
+  [ "$(cat "$root/.version" 2>/dev/null)" = "$("$PG_CONFIG" --version)" ] && return 1
+  rm -rf "$root"
+  for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)" "$@"; do
+    mkdir -p "$root$(dirname "$d")"; cp -a "$d" "$root$d"
+  done
+  "$PG_CONFIG" --version >"$root/.version"
+}
+
 # Release $1's source (its commit in sql/RELEASES), unpacked once under
 # target/previous/$1/src: sets $dir.
 release_source() {
@@ -158,12 +173,7 @@ case "${1:-}" in
     # from which PostgreSQL finds them; this version's chain (copied with the
     # share directory) installs the previous version's SQL there.
     root="$repo/target/previous/$prev/pg$PG/install"
-    if [ ! -x "$root$("$PG_CONFIG" --bindir)/pg_config" ]; then
-      for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)"; do
-        mkdir -p "$root$(dirname "$d")"; cp -a "$d" "$root$d"
-      done
-      cp "$lib" "$root$("$PG_CONFIG" --pkglibdir)/insta_id.so"
-    fi
+    copy_installation "$root" && cp "$lib" "$root$("$PG_CONFIG" --pkglibdir)/insta_id.so"
     echo "$root$("$PG_CONFIG" --bindir)/pg_config"
     ;;
   release-library)
@@ -178,12 +188,20 @@ case "${1:-}" in
     cargo test --profile ci -p insta-id
     ;;
   test-pg)
+    # cargo pgrx test installs its test build into the installation it runs
+    # (cp over insta_id.so, in place), so it gets a copy of PG's, under
+    # target/pgrx-test/pgNN, and suites using the installed build can run
+    # beside it. pgrx's bindings follow that pg_config (the same headers):
+    # the next build for PG against its own generates them again.
+    root="$repo/target/pgrx-test/pg$PG"
+    copy_installation "$root" "$("$PG_CONFIG" --includedir-server)" || true
     # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
     # (its build, in the test profile, is part of that suite's time)
-    data="$repo/target/pgrx-test-data-$PG"; mkdir -p "$data"
+    data="$root/data"; mkdir -p "$data"
     runas=$(id -un)
     if [ "$(id -u)" = 0 ]; then runas=postgres; chown postgres "$data"; fi
-    CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test --profile ci "pg$PG"
+    PGRX_PG_CONFIG_PATH="$root$("$PG_CONFIG" --bindir)/pg_config" \
+      CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test --profile ci "pg$PG"
     ;;
   lint)
     cargo fmt --all -- --check

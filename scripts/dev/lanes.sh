@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test's suites in two lanes side by side (issue 55): the machine has
+# make test's suites in lanes side by side (issue 55): the machine has
 # two cores, and most suites wait on servers, clocks and sessions more than
 # they compute.
 #
@@ -8,8 +8,8 @@
 # An item is a make target and, optionally, the PostgreSQL major it runs on
 # (PG=NN). A lane runs its items in order, each timed (scripts/dev/timed.sh),
 # its output in target/lanes/<item>.log, printed when it fails. A failure
-# lets the other lane finish the suite it is in, then stops both; the exit
-# status is 1. What two lanes may share is the Makefile's to decide (its
+# lets the other lanes finish the suite each is in, then stops them; the exit
+# status is 1. What lanes may share is the Makefile's to decide (its
 # test target says which lane has what).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
