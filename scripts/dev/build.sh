@@ -70,6 +70,18 @@ copy_installation() {
   "$PG_CONFIG" --version >"$root/.version"
 }
 
+# The installation test-pg tests in: a copy of PG's, under
+# target/pgrx-test/pgNN, because cargo pgrx test installs its test build into
+# the installation it runs (cp over insta_id.so, in place), and suites using
+# the installed build run beside it. pgrx's bindings follow its pg_config
+# (the same headers; the next build for PG against PG's own generates them
+# again). Sets root and PGRX_PG_CONFIG_PATH.
+test_installation() {
+  root="$repo/target/pgrx-test/pg$PG"
+  copy_installation "$root" "$("$PG_CONFIG" --includedir-server)" || true
+  export PGRX_PG_CONFIG_PATH="$root$("$PG_CONFIG" --bindir)/pg_config"
+}
+
 # Release $1's source (its commit in sql/RELEASES), unpacked once under
 # target/previous/$1/src: sets $dir.
 release_source() {
@@ -183,25 +195,20 @@ case "${1:-}" in
     release_tool "${2:?a release of sql/RELEASES}"
     ;;
   test-rust)
-    # (the ci profile: pgrx and its bindings are the installs' own build)
+    # (the ci profile, the bindings of test-pg's installation: one build of
+    # pgrx and pgrx-tests for both suites)
+    test_installation
     cargo test --profile ci --lib "${features[@]}"
     cargo test --profile ci -p insta-id
     ;;
   test-pg)
-    # cargo pgrx test installs its test build into the installation it runs
-    # (cp over insta_id.so, in place), so it gets a copy of PG's, under
-    # target/pgrx-test/pgNN, and suites using the installed build can run
-    # beside it. pgrx's bindings follow that pg_config (the same headers):
-    # the next build for PG against its own generates them again.
-    root="$repo/target/pgrx-test/pg$PG"
-    copy_installation "$root" "$("$PG_CONFIG" --includedir-server)" || true
+    test_installation
     # initdb and postgres refuse root: pgrx's harness then runs them as postgres.
     # (its build, in the test profile, is part of that suite's time)
     data="$root/data"; mkdir -p "$data"
     runas=$(id -un)
     if [ "$(id -u)" = 0 ]; then runas=postgres; chown postgres "$data"; fi
-    PGRX_PG_CONFIG_PATH="$root$("$PG_CONFIG" --bindir)/pg_config" \
-      CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test --profile ci "pg$PG"
+    CARGO_PGRX_TEST_RUNAS=$runas CARGO_PGRX_TEST_PGDATA=$data cargo pgrx test --profile ci "pg$PG"
     ;;
   lint)
     cargo fmt --all -- --check
