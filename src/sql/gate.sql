@@ -332,16 +332,21 @@ $$;
 -- What a session holds that the owner's code could leave behind or take
 -- away: its advisory locks (_advisory_holds, as pg_locks shows them: database, classid, objid, objsubid
 -- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
--- prepared statements, one text each.
+-- prepared statements, one text each. PL/pgSQL, whose plan a session
+-- keeps: before PostgreSQL 18 a SQL function's was made again in each
+-- transaction, twice a shard for a migration (a sixth of the gate's time
+-- on 15).
 CREATE FUNCTION insta_id._session_state()
 RETURNS text[]
-LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY(SELECT h FROM unnest(insta_id._advisory_holds()) h
+BEGIN
+    RETURN ARRAY(SELECT h FROM unnest(insta_id._advisory_holds()) h
                  UNION ALL SELECT 'cursor ' || c.name FROM pg_cursors c
                  UNION ALL SELECT 'prepared ' || p.name FROM pg_prepared_statements p
-                 ORDER BY 1)
+                 ORDER BY 1);
+END
 $$;
 
 -- Puts back what the owner's code left in the session since state: every
