@@ -325,7 +325,7 @@ $$;
 -- (1 and 2: SQL's forms; 3: insta_id's own), shared), its cursors and its
 -- prepared statements, one text each. PL/pgSQL, whose plan a session
 -- keeps: before PostgreSQL 18 a SQL function's was made again in each
--- transaction, twice a shard for a migration (a sixth of the gate's time
+-- transaction, twice a shard for a migration (a fifth of the gate's time
 -- on 15).
 CREATE FUNCTION insta_id._session_state()
 RETURNS text[]
