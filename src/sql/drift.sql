@@ -303,51 +303,46 @@ AS $$
             UNION ALL
             SELECT e.tree FROM pg_policy p CROSS JOIN LATERAL (VALUES (p.polqual), (p.polwithcheck)) e(tree) WHERE p.polrelid = r.oid) part(tree)
         WHERE r.relnamespace = template AND insta_id._names_unrecorded(part.tree, nsps)),
-    -- The template's relations a shard's may stand for, apart, and each
-    -- shard's relation probing them, whatever the estimates: keyed holds
-    -- every shard's (past work_mem, in a temporary file), and its join with
-    -- itself, planned once the catalogs had been analyzed, read that file
-    -- once per shard's view: 119 s of a call over 8192 shards on
-    -- PostgreSQL 15, 6 s now.
-    template_keyed AS MATERIALIZED (
-        SELECT t.* FROM keyed t
-        WHERE t.relnamespace = template AND NOT EXISTS (SELECT FROM pinned p WHERE p.oid = t.oid)),
-    -- The shards' tables whose rows are their template namesake's.
-    reuse_tables AS MATERIALIZED (
-        SELECT k.oid, k.relnamespace, t.oid AS template_rel
-        FROM keyed k CROSS JOIN LATERAL (SELECT t.oid FROM template_keyed t WHERE t.relname = k.relname
-             AND (t.own, t.columns, t.indexes, t.constraints, t.triggers, t.policies, t.query)
-               = (k.own, k.columns, k.indexes, k.constraints, k.triggers, k.policies, k.query) OFFSET 0) t
-        WHERE k.relnamespace <> template AND k.relkind IN ('r', 'p', 'f')),
-    -- The views that read a relation of their own schema that is not
-    -- such a table (a view prints the names of the columns it reads as
-    -- they are now).
-    -- (NOT IN: a hashed subplan, whatever the estimate of reuse_tables;
-    -- each relation looked up: a join read all of pg_class)
-    views_apart AS MATERIALIZED (
-        SELECT DISTINCT w.oid
-        FROM view_trees w CROSS JOIN LATERAL unnest(w.relids) u(relid)
-        CROSS JOIN LATERAL (SELECT x.oid FROM pg_class x
-                            WHERE x.oid = u.relid AND x.relnamespace = w.relnamespace AND x.oid <> w.oid OFFSET 0) x
-        WHERE x.oid NOT IN (SELECT y.oid FROM reuse_tables y)),
     -- The template's views whose trees name no user's object by oid, each
     -- tree read once (a join's filter read one a pair of views, when the
     -- plan was a nested loop: 9.6 s of a call over 1000 shards).
     plain_template_views AS MATERIALIZED (
         SELECT w.oid FROM (SELECT w.oid, w.tree FROM view_trees w WHERE w.relnamespace = template OFFSET 0) w
         WHERE NOT insta_id._names_objects(w.tree)),
-    -- Those tables, and the other views whose rows are their template
-    -- namesake's, the template's tree naming no user's object by oid.
-    reuse AS MATERIALIZED (
-        SELECT * FROM reuse_tables
-        UNION ALL
-        SELECT k.oid, k.relnamespace, t.oid
+    -- The template's relations a shard's may stand for (not pinned; a
+    -- view, only if its tree names no user's object by oid), apart, and
+    -- each shard's relation probing them, whatever the estimates: keyed
+    -- holds every shard's (past work_mem, in a temporary file), and its
+    -- join with itself, planned once the catalogs had been analyzed, read
+    -- that file once per shard's view: 119 s of a call over 8192 shards
+    -- on PostgreSQL 15, 6 s now.
+    template_keyed AS MATERIALIZED (
+        SELECT t.* FROM keyed t
+        WHERE t.relnamespace = template AND NOT EXISTS (SELECT FROM pinned p WHERE p.oid = t.oid)
+          AND (t.relkind NOT IN ('v', 'm') OR t.oid IN (SELECT w.oid FROM plain_template_views w))),
+    -- The shards' relations whose rows are their template namesake's.
+    matched AS MATERIALIZED (
+        SELECT k.oid, k.relnamespace, k.relkind, t.oid AS template_rel
         FROM keyed k CROSS JOIN LATERAL (SELECT t.oid FROM template_keyed t WHERE t.relname = k.relname
              AND (t.own, t.columns, t.indexes, t.constraints, t.triggers, t.policies, t.query)
-               = (k.own, k.columns, k.indexes, k.constraints, k.triggers, k.policies, k.query)
-             AND t.oid IN (SELECT tw.oid FROM plain_template_views tw) OFFSET 0) t
-        WHERE k.relnamespace <> template AND k.relkind IN ('v', 'm')
-          AND NOT EXISTS (SELECT FROM views_apart a WHERE a.oid = k.oid)),
+               = (k.own, k.columns, k.indexes, k.constraints, k.triggers, k.policies, k.query) OFFSET 0) t
+        WHERE k.relnamespace <> template),
+    -- The views that read a relation of their own schema that is not
+    -- such a table (a view prints the names of the columns it reads as
+    -- they are now).
+    -- (NOT IN: a hashed subplan, whatever the estimate of matched;
+    -- each relation looked up: a join read all of pg_class)
+    views_apart AS MATERIALIZED (
+        SELECT DISTINCT w.oid
+        FROM view_trees w CROSS JOIN LATERAL unnest(w.relids) u(relid)
+        CROSS JOIN LATERAL (SELECT x.oid FROM pg_class x
+                            WHERE x.oid = u.relid AND x.relnamespace = w.relnamespace AND x.oid <> w.oid OFFSET 0) x
+        WHERE x.oid NOT IN (SELECT y.oid FROM matched y WHERE y.relkind IN ('r', 'p', 'f'))),
+    -- Those tables, and the views matched that read none apart.
+    reuse AS MATERIALIZED (
+        SELECT m.oid, m.relnamespace, m.template_rel FROM matched m
+        WHERE m.relkind IN ('r', 'p', 'f')
+           OR NOT EXISTS (SELECT FROM views_apart a WHERE a.oid = m.oid)),
     -- Every other relation (few, found first), described.
     deparsed_rel AS MATERIALIZED (SELECT r.* FROM rel r WHERE NOT EXISTS (SELECT FROM reuse u WHERE u.oid = r.oid)),
     views AS MATERIALIZED (
