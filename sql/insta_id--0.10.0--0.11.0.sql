@@ -1026,6 +1026,10 @@ CREATE OR REPLACE FUNCTION insta_id._check_template(template name)
 RETURNS void
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
+-- (no JIT: its one query's estimate grows with every shard's catalog rows
+-- and crossed jit_above_cost at a few hundred shards; compiling it took
+-- 1.2 s a call at 4000 shards, for a query that reads the template's rows)
+SET jit = off
 AS $$
 DECLARE
     tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
@@ -1182,6 +1186,9 @@ BEGIN
     PERFORM insta_id._code_owner(template);
 END
 $$;
+
+-- (no JIT, as _check_template: its estimates grow with the shards)
+ALTER FUNCTION insta_id._template_objects(name) SET jit = off;
 
 -- The shard id of the next_id DEFAULT of a column, or NULL when the column
 -- has no such default (found through the dependency of the default on next_id).
