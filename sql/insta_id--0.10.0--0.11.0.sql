@@ -1190,6 +1190,27 @@ $$;
 -- (no JIT, as _check_template: its estimates grow with the shards)
 ALTER FUNCTION insta_id._template_objects(name) SET jit = off;
 
+-- GRANT statements giving what _grants listed on an object ("TABLE
+-- insta7.users", "FUNCTION f(integer)", ...), to columns when given
+-- ("(name)"); first a REVOKE from PUBLIC when revoke_public (an ACL other
+-- than the default one, which may have taken PUBLIC's rights away).
+-- (PL/pgSQL, whose plan the session keeps: a copy calls it for each of its
+-- tables, columns and sequences, and before PostgreSQL 18 a SQL function
+-- with a SET clause was planned again at each call)
+CREATE OR REPLACE FUNCTION insta_id._grant_statements(grants jsonb, object text, columns text DEFAULT '',
+                                           revoke_public boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN CASE WHEN revoke_public THEN jsonb_build_array(format('REVOKE ALL ON %s FROM PUBLIC', object)) ELSE '[]' END
+        || coalesce((SELECT jsonb_agg(format('GRANT %s%s ON %s TO %s%s', g->>'privilege', columns, object, g->>'grantee',
+                                             CASE WHEN (g->>'grantable')::boolean THEN ' WITH GRANT OPTION' ELSE '' END))
+                     FROM jsonb_array_elements(coalesce(grants, '[]')) g), '[]');
+END
+$$;
+
 -- The shard id of the next_id DEFAULT of a column, or NULL when the column
 -- has no such default (found through the dependency of the default on next_id).
 CREATE OR REPLACE FUNCTION insta_id._next_id_default_shard(tbl regclass, col name)
