@@ -415,6 +415,13 @@ SET jit = off
 AS $$
 DECLARE
     tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
+    -- The template's tables and views, by their dependency on the schema:
+    -- one index read, where each read of pg_class by relnamespace (no index
+    -- leads with it) scanned an index of every relation of the database,
+    -- 13 ms at 5000 shards, 21 times a call.
+    rels oid[] := ARRAY(SELECT d.objid FROM pg_depend d
+                        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = tmpl AND d.refobjsubid = 0
+                          AND d.classid = 'pg_class'::regclass AND d.deptype = 'n');
     pending jsonb;
     ready jsonb;
     placed text[] := '{}';
@@ -457,7 +464,7 @@ BEGIN
                      FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
                      WHERE r.ev_class = c.oid AND d.refobjid <> c.oid
                        AND d.refclassid IN ('pg_proc'::regclass, 'pg_class'::regclass))
-        FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('v', 'm'))
+        FROM pg_class c WHERE c.oid = ANY (rels) AND c.relkind IN ('v', 'm'))
     SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('key', o.key, 'sort', o.sort,
                'uses', to_jsonb(ARRAY(SELECT u FROM unnest(o.uses) u WHERE u IN (SELECT key FROM obj) AND u <> o.key)),
                'sql', o.ddl
@@ -484,23 +491,23 @@ BEGIN
             -- (a partitioned table's trigger is cloned onto its partitions)
             SELECT 1 AS ord, c.relname AS rel, t.tgname AS name, insta_id._deparse(template, 'trigger', t.oid) AS stmt
             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgparentid = 0
+            WHERE c.oid = ANY (rels) AND NOT t.tgisinternal AND t.tgparentid = 0
             UNION ALL
             SELECT 2, c.relname, t.tgname, format('ALTER TABLE %I %s TRIGGER %I', c.relname,
                        CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-            WHERE c.relnamespace = tmpl AND NOT t.tgisinternal AND t.tgenabled <> 'O'
+            WHERE c.oid = ANY (rels) AND NOT t.tgisinternal AND t.tgenabled <> 'O'
             UNION ALL
             SELECT 3, c.relname, t.tgname, format('COMMENT ON TRIGGER %I ON %I IS %L', t.tgname, c.relname, d.description)
             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
             JOIN pg_description d ON d.objoid = t.oid AND d.classoid = 'pg_trigger'::regclass
-            WHERE c.relnamespace = tmpl
+            WHERE c.oid = ANY (rels)
             UNION ALL
             SELECT 4, c.relname, '', format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', c.relname)
-            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relrowsecurity
+            FROM pg_class c WHERE c.oid = ANY (rels) AND c.relrowsecurity
             UNION ALL
             SELECT 4, c.relname, '', format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', c.relname)
-            FROM pg_class c WHERE c.relnamespace = tmpl AND c.relforcerowsecurity
+            FROM pg_class c WHERE c.oid = ANY (rels) AND c.relforcerowsecurity
             UNION ALL
             SELECT 5, c.relname, p.polname,
                    format('CREATE POLICY %I ON %I AS %s FOR %s TO %s%s%s', p.polname, c.relname,
@@ -511,7 +518,7 @@ BEGIN
                            FROM unnest(p.polroles) r),
                           ' USING (' || insta_id._deparse(template, 'expr', p.polrelid, p.polqual) || ')',
                           ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
-            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = tmpl) s), '[]'),
+            FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.oid = ANY (rels)) s), '[]'),
         -- Enum, composite and domain types, in creation order, with their
         -- constraints, grants and comments.
         'types', coalesce((
@@ -534,7 +541,10 @@ BEGIN
                       OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
                 UNION ALL
                 SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
-                FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid AND k.contype = 'c'
+                -- (each domain's constraints by index (OFFSET 0): not from a
+                -- read of every CHECK of the database, 35 ms at 5000 shards)
+                FROM pg_type y, LATERAL (SELECT k.oid, k.conname FROM pg_constraint k
+                                         WHERE k.contypid = y.oid AND k.contype = 'c' OFFSET 0) k
                 WHERE y.typnamespace = tmpl AND y.typtype = 'd'
                 UNION ALL
                 SELECT y.oid, 3, g
@@ -547,14 +557,14 @@ BEGIN
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
         -- Materialized views the copy fills (REFRESH) once it is complete.
         'populated', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.oid) FROM pg_class c
-                               WHERE c.relnamespace = tmpl AND c.relkind = 'm' AND c.relispopulated), '[]'),
+                               WHERE c.oid = ANY (rels) AND c.relkind = 'm' AND c.relispopulated), '[]'),
         -- Tables LIKE would leave tied to the template: a column of one of its
         -- types, a default or CHECK using one of its types or functions.
         -- Their copies are made without defaults and CHECKs, the columns
         -- given the copy's types ('retype'), and once the copy's functions
         -- exist, the defaults and CHECKs deparsed ('late').
         'deparsed_tables', coalesce((SELECT jsonb_agg(c.relname ORDER BY c.relname) FROM pg_class c
-                                     WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND insta_id._tied_to_schema(c.oid)), '[]'),
+                                     WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND insta_id._tied_to_schema(c.oid)), '[]'),
         'retype', coalesce((
             SELECT jsonb_object_agg(relname, stmts) FROM (
             SELECT c.relname, jsonb_agg(format('ALTER TABLE %I ALTER COLUMN %I TYPE %s%s USING NULL', c.relname, a.attname,
@@ -563,7 +573,7 @@ BEGIN
             FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
             JOIN pg_type y ON y.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typcategory = 'A'
             -- (a partition's follow its parent's)
-            WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
+            WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
             GROUP BY c.relname) r), '{}'),
         'late', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
@@ -571,26 +581,26 @@ BEGIN
                        format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) AS stmt
                 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
                 JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
                   AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
                 UNION ALL
                 SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
                 UNION ALL
                 -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
                 SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
-                FROM pg_class c WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
+                FROM pg_class c WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
                 UNION ALL
                 -- A partition is made without LIKE: its own comments.
                 SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
                 FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-                WHERE c.relnamespace = tmpl AND c.relispartition
+                WHERE c.oid = ANY (rels) AND c.relispartition
                 UNION ALL
                 SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
                 JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
                   AND k.conislocal) s), '[]'),
         'indexes', coalesce((
             SELECT jsonb_agg(stmt ORDER BY rel, ord, o) FROM (
@@ -604,33 +614,33 @@ BEGIN
                             ELSE insta_id._deparse(template, 'index', x.indexrelid) END AS stmt
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid
                 LEFT JOIN pg_constraint k ON k.conindid = x.indexrelid AND k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')
                   AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = x.indexrelid)
                 UNION ALL
                 SELECT c.relname, 2, d.objoid, format('COMMENT ON INDEX %I IS %L', i.relname, d.description)
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
                 JOIN pg_description d ON d.objoid = i.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT c.relname, 2, d.objoid, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype IN ('p', 'u', 'x')
                 JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p') AND k.conparentid = 0
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND k.conparentid = 0
                 UNION ALL
                 SELECT c.relname, 3, x.indexrelid, format('ALTER TABLE %I CLUSTER ON %I', c.relname, i.relname)
                 FROM pg_class c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
-                WHERE c.relnamespace = tmpl AND c.relkind = 'r' AND x.indisclustered
+                WHERE c.oid = ANY (rels) AND c.relkind = 'r' AND x.indisclustered
                 UNION ALL
                 -- CREATE STATISTICS <its schema>.name ON ... as CREATE STATISTICS name ON ...
                 SELECT c.relname, 4, x.oid, insta_id._unqualified_create(insta_id._deparse(template, 'statistics', x.oid),
                            'CREATE STATISTICS', n.nspname, x.stxname)
                 FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid JOIN pg_namespace n ON n.oid = x.stxnamespace
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT c.relname, 5, x.oid, format('COMMENT ON STATISTICS %I IS %L', x.stxname, d.description)
                 FROM pg_class c JOIN pg_statistic_ext x ON x.stxrelid = c.oid
                 JOIN pg_description d ON d.objoid = x.oid AND d.classoid = 'pg_statistic_ext'::regclass
-                WHERE c.relnamespace = tmpl AND c.relkind IN ('r', 'p')) s), '[]'),
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')) s), '[]'),
         'schema_comment', obj_description(tmpl, 'pg_namespace'),
         'schema_owner', (SELECT n.nspowner::regrole::text FROM pg_namespace n
                          WHERE n.oid = tmpl AND n.nspowner <> current_user::regrole),
