@@ -105,9 +105,10 @@ CREATE FUNCTION insta_id._check_template(template name)
 RETURNS void
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
--- (no JIT: its one query's estimate grows with every shard's catalog rows
--- and crossed jit_above_cost at a few hundred shards; compiling it took
--- 1.2 s a call at 4000 shards, for a query that reads the template's rows)
+-- (no JIT: its one query's estimate grows with every shard's catalog rows,
+-- 3.7 million at 4000 rich shards against jit_above_cost's 100,000;
+-- compiling it took 1.2 s a call there, for a query that reads the
+-- template's rows)
 SET jit = off
 AS $$
 DECLARE
@@ -415,10 +416,10 @@ SET jit = off
 AS $$
 DECLARE
     tmpl oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = template);
-    -- The template's tables and views, by their dependency on the schema:
-    -- one index read, where each read of pg_class by relnamespace (no index
-    -- leads with it) scanned an index of every relation of the database,
-    -- 13 ms at 5000 shards, 21 times a call.
+    -- The template's tables and views, by their dependency on the schema
+    -- (as _gate_lock reads a schema's): one index read, where each read of
+    -- pg_class by relnamespace (no index leads with it) scanned an index of
+    -- every relation of the database, 13 ms at 5000 shards, 21 times a call.
     rels oid[] := ARRAY(SELECT d.objid FROM pg_depend d
                         WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = tmpl AND d.refobjsubid = 0
                           AND d.classid = 'pg_class'::regclass AND d.deptype = 'n');
