@@ -8,11 +8,12 @@
 -- 0.11.0 install.
 \echo Use "ALTER EXTENSION insta_id UPDATE TO '0.11.0'" to load this file. \quit
 
--- A relation's lock for the gate (src/locks.rs, src/sql/gate.sql).
-CREATE FUNCTION insta_id._lock_relation(rel oid)
-RETURNS boolean
+-- The gate's lock on relations, in the order given (src/locks.rs,
+-- src/sql/gate.sql).
+CREATE FUNCTION insta_id._lock_relations(rels oid[])
+RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+AS 'MODULE_PATHNAME', 'insta_id_lock_relations';
 
 -- The advisory locks this session holds, one text a lock and mode
 -- (src/locks.rs): what the gate's _session_state reads, without pg_locks'
@@ -262,7 +263,6 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    rel oid;
     nsp_oid oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     caller_timeout text := current_setting('lock_timeout');
     locked oid[] := '{}';
@@ -291,20 +291,11 @@ BEGIN
                  ORDER BY c.oid)
              ELSE insta_id._gate_relations(NULL, rels, keys) END;
     FOR turn IN 1..10 LOOP
-        -- (one subtransaction a round, not one a relation: rel names the
-        -- one whose wait timed out)
-        BEGIN
-            FOREACH rel IN ARRAY reach LOOP
-                CONTINUE WHEN rel = ANY (locked);
-                PERFORM insta_id._lock_relation(rel);
-                locked := locked || rel;
-            END LOOP;
-        EXCEPTION WHEN lock_not_available THEN
-            RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
-                USING ERRCODE = 'lock_not_available',
-                      DETAIL = coalesce(insta_id._lock_holders('pg_class'::regclass, rel) || '.', 'Its holder has let it go since.'),
-                      HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
-        END;
+        -- (one call a round, in reach's order; what an earlier round locked
+        -- is taken again at once. A wait that times out: 55P03 naming the
+        -- relation and who holds it)
+        PERFORM insta_id._lock_relations(reach);
+        locked := locked || reach;
         -- (a statement of its own: a snapshot taken after the locks)
         reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels, keys);
         IF reach <@ locked THEN
@@ -2849,7 +2840,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
-        ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_relations(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),
@@ -2897,7 +2888,7 @@ COMMENT ON FUNCTION insta_id.shard_admin_privileges() IS
 
 
 REVOKE ALL ON FUNCTION
-    insta_id._object_owner(oid, oid), insta_id._lock_relation(oid), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_objects(oid, oid[]),
+    insta_id._object_owner(oid, oid), insta_id._lock_relations(oid[]), insta_id._advisory_holds(), insta_id._gate_relations(oid, oid[], boolean), insta_id._gate_objects(oid, oid[]),
     insta_id._gate_owner(name, regclass[], oid[]), insta_id._gate_owners(oid, oid[], boolean),
     insta_id._lock_holders(oid, oid), insta_id._lock_holders_in(oid), insta_id._gate_lock(name, oid[], boolean),
     insta_id._session_state(), insta_id._restore_session(text[], name), insta_id._gate_run(name, regrole, text[], text),

@@ -268,11 +268,8 @@ pub(crate) unsafe fn cached_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
 
 /// Locks object (classid, objid) ACCESS SHARE until the transaction ends,
 /// and takes in what committed before the lock, as LockDatabaseObject
-/// does. A wait that lock_timeout ends (2 s when the caller has none, as
-/// for the gate's relations) raises 55P03 naming the object and the
-/// processes holding it, as the gate's waits for relations do: read
-/// before waiting (`_lock_holders`), since nothing can be read once the
-/// wait has failed.
+/// does: at once when no one holds it, else waited for as `wait_reported`
+/// says.
 ///
 /// # Safety
 /// In a transaction, with the catalogs readable.
@@ -288,23 +285,63 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
     };
     // SAFETY: the lock manager with a tag built as SET_LOCKTAG_OBJECT
-    // builds it; SPI for the report, connected and finished here.
+    // builds it.
     unsafe {
         if pg_sys::LockAcquire(&tag, mode, false, true)
             == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
         {
-            // (a caller without lock_timeout waits 2 s, as _gate_lock's
-            // waits do: never without bound)
-            let nest_level = (pg_sys::LockTimeout == 0)
-                .then(|| crate::functions::save_setting(c"lock_timeout", c"2s"));
-            let (what, holders, timeout) = wait_report(classid, objid);
-            let detail = holders.map_or_else(
-                || "Its holder has let it go since.".to_owned(),
-                |h| format!("{h}."),
-            );
-            pgrx::PgTryBuilder::new(|| {
+            wait_reported(classid, objid, || {
                 pg_sys::LockAcquire(&tag, mode, false, false);
-            })
+            });
+        }
+        pg_sys::AcceptInvalidationMessages();
+    }
+}
+
+/// Relation rel locked ROW EXCLUSIVE until the transaction ends, as
+/// LockRelationOid takes it (the invalidations committed before the lock
+/// taken in): at once when no one holds a lock it conflicts with, else
+/// waited for as `wait_reported` says.
+///
+/// # Safety
+/// In a transaction, with the catalogs readable.
+unsafe fn hold_relation(rel: pg_sys::Oid) {
+    let mode = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: the lock manager, as LOCK TABLE uses it.
+    unsafe {
+        if !pg_sys::ConditionalLockRelationOid(rel, mode) {
+            wait_reported(pg_sys::RelationRelationId, rel, || {
+                pg_sys::LockRelationOid(rel, mode)
+            });
+        }
+    }
+}
+
+/// Waits for the lock on (classid, objid) that `lock` takes, under
+/// lock_timeout (2 s for a caller without one, as _gate_lock's waits: never
+/// without bound). On timeout, 55P03 naming the object and the processes
+/// that held it when the wait began (SPI, which cannot run once the wait
+/// has failed).
+///
+/// # Safety
+/// In a transaction, with the catalogs readable; `lock` waits for a lock
+/// and raises only its timeout or a cancel.
+unsafe fn wait_reported(
+    classid: pg_sys::Oid,
+    objid: pg_sys::Oid,
+    lock: impl FnOnce() + std::panic::UnwindSafe,
+) {
+    // SAFETY: SPI for the report, connected and finished in wait_report;
+    // the settings API as save_setting documents.
+    unsafe {
+        let nest_level = (pg_sys::LockTimeout == 0)
+            .then(|| crate::functions::save_setting(c"lock_timeout", c"2s"));
+        let (what, holders, timeout) = wait_report(classid, objid);
+        let detail = holders.map_or_else(
+            || "Its holder has let it go since.".to_owned(),
+            |h| format!("{h}."),
+        );
+        pgrx::PgTryBuilder::new(lock)
             .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| {
                 raise!(
                     PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -314,11 +351,9 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
                 )
             })
             .execute();
-            if let Some(level) = nest_level {
-                pg_sys::AtEOXact_GUC(false, level);
-            }
+        if let Some(level) = nest_level {
+            pg_sys::AtEOXact_GUC(false, level);
         }
-        pg_sys::AcceptInvalidationMessages();
     }
 }
 
@@ -380,7 +415,7 @@ unsafe fn wait_report(
 /// The owner of an object whose code the gate counts (`_gate_owners`,
 /// src/gate_walk/scans.rs), read once the object is held, so that it stays
 /// the owner until the statements have run. A relation is held by the
-/// gate's own lock already (`_lock_relation`, which ALTER TABLE ... OWNER
+/// gate's own lock already (`_lock_relations`, which ALTER TABLE ... OWNER
 /// TO waits for); any other object is locked ACCESS SHARE until the
 /// transaction ends, which ALTER FUNCTION (OPERATOR, ...) ... OWNER TO
 /// waits for (it takes ACCESS EXCLUSIVE on the object), and its owner read
@@ -424,26 +459,30 @@ pub(crate) unsafe fn object_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
         .flatten()
 }
 
-v1!(pg_finfo_insta_id_lock_relation);
-/// `insta_id._lock_relation(rel oid) RETURNS boolean`: relation rel locked
-/// ROW EXCLUSIVE until the transaction ends, and whether it still exists
-/// once held. The gate's lock (src/sql/gate.sql): writers share it, while
-/// CREATE TRIGGER, CREATE INDEX and ALTER TABLE wait for it, so the code
-/// the gate found on a relation is the code its statement runs. Taken by
-/// OID, by its owner or a superuser (`check_may_lock`), waited for under
-/// lock_timeout, ended by a cancel.
+v1!(pg_finfo_insta_id_lock_relations);
+/// `insta_id._lock_relations(rels oid[]) RETURNS void`: each relation of
+/// rels, in their order, locked ROW EXCLUSIVE until the transaction ends;
+/// one gone skipped. The gate's lock (src/sql/gate.sql): writers share it,
+/// while CREATE TRIGGER, CREATE INDEX and ALTER TABLE wait for it, so the
+/// code the gate found on a relation is the code its statement runs. Taken
+/// by OID, by its owner or a superuser (`check_may_lock`), each at once
+/// where no one holds it (one call for a schema's relations, no
+/// subtransaction), else waited for under lock_timeout (55P03 naming the
+/// relation and who holds it), ended by a cancel.
 #[unsafe(no_mangle)]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn insta_id_lock_relation(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with one oid argument.
-    let rel = pg_sys::Oid::from(unsafe { arg(fcinfo, 0) }.value() as u32);
-    if !exists(pg_sys::SysCacheIdentifier::RELOID, rel) {
-        return Datum::from(false);
+pub unsafe extern "C-unwind" fn insta_id_lock_relations(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one oid[] argument.
+    let rels = unsafe { crate::functions::arg_array(fcinfo, 0, pg_sys::OIDOID) };
+    for rel in rels.into_iter().flatten() {
+        let rel = pg_sys::Oid::from(rel.value() as u32);
+        if exists(pg_sys::SysCacheIdentifier::RELOID, rel) {
+            check_may_lock(pg_sys::RelationRelationId, rel);
+            // SAFETY: in the transaction of the function's call.
+            unsafe { hold_relation(rel) };
+        }
     }
-    check_may_lock(pg_sys::RelationRelationId, rel);
-    // SAFETY: the lock manager, as LOCK TABLE uses it.
-    unsafe { pg_sys::LockRelationOid(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE) };
-    Datum::from(exists(pg_sys::SysCacheIdentifier::RELOID, rel))
+    Datum::from(0)
 }
 
 /// One advisory lock held, as `_session_state` lists it: `lock <database>

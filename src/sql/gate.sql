@@ -272,7 +272,6 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    rel oid;
     nsp_oid oid := (SELECT n.oid FROM pg_namespace n WHERE n.nspname = nsp);
     caller_timeout text := current_setting('lock_timeout');
     locked oid[] := '{}';
@@ -301,20 +300,11 @@ BEGIN
                  ORDER BY c.oid)
              ELSE insta_id._gate_relations(NULL, rels, keys) END;
     FOR turn IN 1..10 LOOP
-        -- (one subtransaction a round, not one a relation: rel names the
-        -- one whose wait timed out)
-        BEGIN
-            FOREACH rel IN ARRAY reach LOOP
-                CONTINUE WHEN rel = ANY (locked);
-                PERFORM insta_id._lock_relation(rel);
-                locked := locked || rel;
-            END LOOP;
-        EXCEPTION WHEN lock_not_available THEN
-            RAISE EXCEPTION 'could not lock % within lock_timeout (%)', rel::regclass, current_setting('lock_timeout')
-                USING ERRCODE = 'lock_not_available',
-                      DETAIL = coalesce(insta_id._lock_holders('pg_class'::regclass, rel) || '.', 'Its holder has let it go since.'),
-                      HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
-        END;
+        -- (one call a round, in reach's order; what an earlier round locked
+        -- is taken again at once. A wait that times out: 55P03 naming the
+        -- relation and who holds it)
+        PERFORM insta_id._lock_relations(reach);
+        locked := locked || reach;
         -- (a statement of its own: a snapshot taken after the locks)
         reach := insta_id._gate_relations(CASE WHEN rels IS NULL THEN nsp_oid END, rels, keys);
         IF reach <@ locked THEN

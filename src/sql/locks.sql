@@ -51,11 +51,12 @@ RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'insta_id_lock_object';
 
--- A relation's lock for the gate (src/locks.rs, src/sql/gate.sql).
-CREATE FUNCTION insta_id._lock_relation(rel oid)
-RETURNS boolean
+-- The gate's lock on relations, in the order given (src/locks.rs,
+-- src/sql/gate.sql).
+CREATE FUNCTION insta_id._lock_relations(rels oid[])
+RETURNS void
 LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'insta_id_lock_relation';
+AS 'MODULE_PATHNAME', 'insta_id_lock_relations';
 
 -- The advisory locks this session holds, one text a lock and mode
 -- (src/locks.rs): what the gate's _session_state reads, without pg_locks'

@@ -72,7 +72,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._lock_holders(oid, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_holders_in(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_object(oid, oid)'),
-        ('EXECUTE', 'FUNCTION insta_id._lock_relation(oid)'),
+        ('EXECUTE', 'FUNCTION insta_id._lock_relations(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._lock_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._lock_table_capacity()'),
         ('EXECUTE', 'FUNCTION insta_id._lock_template_shared()'),

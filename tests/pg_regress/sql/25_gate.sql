@@ -406,10 +406,10 @@ INSERT INTO delegate_rows VALUES
 (7, 'call the write itself', 'SELECT insta_id._admin_write_apply(''add'', ''{"shard": 796, "schema": "dba_only"}'')'),
 (8, 'an unknown write', 'SELECT insta_id._admin_write(''truncate'', ''{}'')'),
 -- insta_id's lock primitives, by OID: only what the caller owns
-(9, 'lock pg_authid (every login would wait)', 'SELECT insta_id._lock_relation(''pg_authid''::regclass)'),
+(9, 'lock pg_authid (every login would wait)', 'SELECT insta_id._lock_relations(ARRAY[''pg_authid''::regclass::oid])'),
 (10, 'lock pg_authid as DROP would', 'SELECT insta_id._lock_object(''pg_class''::regclass, ''pg_authid''::regclass)'),
 (11, 'lock schema pg_catalog', 'SELECT insta_id._lock_schema(''pg_catalog''::regnamespace)'),
-(12, 'lock the DBA''s table', 'SELECT insta_id._lock_relation(''dba_only.secrets''::regclass)'),
+(12, 'lock the DBA''s table', 'SELECT insta_id._lock_relations(ARRAY[''dba_only.secrets''::regclass::oid])'),
 -- a shard being moved here: only the move registers it (its fence opens)
 (13, 'register a shard being moved here', 'SELECT insta_id.create_shard(797)'),
 -- insta_id's session-level locks (the mover's), and the registry's rows
