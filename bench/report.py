@@ -105,7 +105,12 @@ insta_id.create_shards_in_batches(0, N - 1, template)` into a fresh
 database, 50 shards per commit, the two templates and their floors
 interleaved in each round. Then `SELECT count(*) FROM
 insta_id.shard_drift(template)` over all of them, in one call (no drift
-found).
+found), twice: the first call after the shards are made is the first to
+read the catalog rows their creation wrote, and PostgreSQL sets their hint
+bits as it reads them, which with data checksums on (the bench's servers,
+as initdb makes them from 18 on) writes each page whole to the WAL once
+after a checkpoint. Beside each call's time, the WAL the server wrote
+meanwhile; a later call does not pay that.
 """ + "".join(shards_of(d) for d in dirs)
 
 
@@ -129,7 +134,16 @@ def shards_of(out):
     def rows(kind):
         return "\n".join(
             f"| {n} | {med[f'{kind}/create/{n}']:.1f} s | {ms(kind, n):.1f} ms | {ms(kind, n) / ms(kind, 100):.2f}x | "
-            f"{med[f'{kind}/drift/{n}']:.2f} s |" for n in sizes)
+            f"{med[f'{kind}/drift/{n}']:.2f} s, {drift_wal(kind, 'drift', n)} | {again(kind, n)} |" for n in sizes)
+
+    def drift_wal(kind, name, n):
+        x = med.get(f"{kind}/{name}_wal/{n}")
+        return "WAL not measured" if x is None else f"{x / 2**20:.1f} MB of WAL"
+
+    def again(kind, n):
+        # (recorded from 0.11.0 on)
+        x = med.get(f"{kind}/drift_again/{n}")
+        return "not measured" if x is None else f"{x:.2f} s, {drift_wal(kind, 'drift_again', n)}"
 
     def range_of(kind):
         # (recorded from 0.11.0 on)
@@ -139,8 +153,8 @@ def shards_of(out):
     def table(kind, what):
         return f"""{what}
 
-| shards | time | per shard | per shard / at 100 | shard_drift, all shards |
-|---|---|---|---|---|
+| shards | time | per shard | per shard / at 100 | shard_drift, all shards | again |
+|---|---|---|---|---|---|
 {rows(kind)}
 
 The floor, the same shards as plain DDL (pg_dump -s of a shard, its names
@@ -161,7 +175,10 @@ shard_drift over the first 1000 of the 8192 shards (a range): {range_of(kind)}.
         ("at most 1.5x the plain DDL at 8192", f"{ratio:.2f}x", ratio <= 1.5),
         ("flat from 100 to 8192 (at 8192 within 1.2x of at 100)", f"{flat:.2f}x", flat <= 1.2),
         ("a migration over 8192 shards in at most 10 s", f"{med['rich/migrate/8192']:.1f} s", med["rich/migrate/8192"] <= 10),
-        ("shard_drift over 8192 shards in one call, at most 5 s", f"{med['rich/drift/8192']:.2f} s", med["rich/drift/8192"] <= 5)))
+        ("shard_drift over 8192 shards in one call, at most 5 s",
+         f"{med['rich/drift/8192']:.2f} s the first call after making them"
+         + ("" if "rich/drift_again/8192" not in med else f", {med['rich/drift_again/8192']:.2f} s the next"),
+         med["rich/drift/8192"] <= 5)))
     floor_growth = floor("rich", "_at_8192") / floor("rich", "")
     # (runs before dump/locked was recorded locked tables only: PostgreSQL 18)
     locked = med.get("dump/locked", med["dump/tables"])
