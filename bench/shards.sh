@@ -11,7 +11,8 @@
 #   shard_drift over all of them in one call, twice (the first call after
 #   the shards are made sets the hint bits of what they wrote), and at 8192
 #   over the first 1000 of them (a range) and a migration of one statement
-#   over every shard;
+#   over every shard, then the same statement as plain DDL on each shard
+#   (what the migration's checks cost);
 # - the floor: the same shards as plain DDL, pg_dump -s of a shard made by
 #   insta_id with its names changed, one transaction per shard, for 100
 #   shards into an empty database and 100 more into the 8192-shard one (what
@@ -106,6 +107,20 @@ floor_of() { # $1: plain or rich
   q -d postgres -c "DROP DATABASE floor_src"
 }
 for kind in plain rich; do floor_of $kind; done
+# migrate_floor DATABASE TABLE COLUMN: a migration's statement as plain
+# DDL on each shard, as psql would run it at its best: a shard's
+# transaction in one round trip (\;), committed without waiting for its
+# WAL, and one wait at the end, as migrate commits and waits.
+migrate_floor() {
+  echo "SET synchronous_commit = off;"
+  q -d "$1" -c "SELECT format('BEGIN\; SET LOCAL ROLE %I\; ALTER TABLE %I.%I ADD COLUMN %I int\; COMMIT;',
+                              o.rolname, g.schema_name, '$2', '$3')
+                FROM insta_id_admin.shard_registry g
+                JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', g.schema_name, '$2'))
+                JOIN pg_roles o ON o.oid = c.relowner
+                ORDER BY g.shard_id"
+  echo "SET synchronous_commit = on; BEGIN; SELECT pg_current_xact_id(); COMMIT;"
+}
 
 for ((round = 1; round <= ROUNDS; round++)); do
   for kind in plain rich; do
@@ -126,6 +141,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
     record "$round" "$kind/drift_range/1000" "$(echo "$(now) - $t" | bc)"
     watched "$out/activity-$round-$kind-migrate.txt" timed "$round" "$kind/migrate/$largest" "${kind}_$largest" -c "SET client_min_messages = warning" \
       -c "CALL insta_id.migrate('bench_$round', '${template[$kind]}', 'ALTER TABLE ${altered[$kind]} ADD COLUMN bench_$round int')"
+    # Its floor: the same statement as plain DDL on each shard, a
+    # transaction a shard, as the table's owner, without insta_id's checks.
+    migrate_floor "${kind}_$largest" "${altered[$kind]}" "floor_$round" >"$out/migrate_floor_$kind.sql"
+    timed "$round" "$kind/migrate_floor/$largest" "${kind}_$largest" -f "$out/migrate_floor_$kind.sql"
     # (The last round's 8192-shard databases stay, for the checks and pg_dump below.)
   done
 done
@@ -137,6 +156,8 @@ for kind in plain rich; do
     "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM insta_id.shards() WHERE tables = ${table_count[$kind]}")" "$largest"
   check "the $kind template's migration on every shard" \
     "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM insta_id_admin.applied_migrations WHERE migration = 'bench_$ROUNDS'")" $((largest + 1))
+  check "its floor's column on every shard" \
+    "$(q -d "${kind}_$largest" -c "SELECT count(*) FROM pg_attribute WHERE attname = 'floor_$ROUNDS' AND NOT attisdropped")" "$largest"
 done
 for kind in plain rich; do
   for n in $SIZES; do [ "$n" = "$largest" ] || q -d postgres -c "DROP DATABASE ${kind}_$n"; done
