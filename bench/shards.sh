@@ -141,8 +141,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     record "$round" "$kind/drift_range/1000" "$(echo "$(now) - $t" | bc)"
     watched "$out/activity-$round-$kind-migrate.txt" timed "$round" "$kind/migrate/$largest" "${kind}_$largest" -c "SET client_min_messages = warning" \
       -c "CALL insta_id.migrate('bench_$round', '${template[$kind]}', 'ALTER TABLE ${altered[$kind]} ADD COLUMN bench_$round int')"
-    # Its floor: the same statement as plain DDL on each shard, a
-    # transaction a shard, as the table's owner, without insta_id's checks.
+    # (its floor: migrate_floor, above)
     migrate_floor "${kind}_$largest" "${altered[$kind]}" "floor_$round" >"$out/migrate_floor_$kind.sql"
     timed "$round" "$kind/migrate_floor/$largest" "${kind}_$largest" -f "$out/migrate_floor_$kind.sql"
     # (The last round's 8192-shard databases stay, for the checks and pg_dump below.)
