@@ -241,8 +241,9 @@ $$;
 -- CREATE in it holds shared: no object arrives in it between the decision
 -- and the statements, where an unqualified name could resolve to it), and
 -- the relations a statement on rels (NULL: on any relation of schema nsp)
--- may reach (see the header; keys: whether it writes, _gate_relations), each wait bounded by lock_timeout: 55P03
--- names the relation and who holds it. Returns those relations: walked
+-- may reach (see the header; keys: whether it writes, _gate_relations),
+-- each wait bounded by lock_timeout: 55P03 names the schema or relation
+-- and who holds it. Returns those relations: walked
 -- (_gate_relations) after each round of locks, until a walk finds none
 -- unlocked, so that the last walk read a reach all locked before it began
 -- (in READ COMMITTED, where each statement reads what committed before
@@ -271,17 +272,10 @@ BEGIN
     IF caller_timeout = '0' THEN
         PERFORM set_config('lock_timeout', '2s', true);
     END IF;
-    BEGIN
-        PERFORM insta_id._lock_schema(nsp_oid);
-    EXCEPTION WHEN lock_not_available THEN
-        -- (a transaction creating objects in it, another insta_id helper
-        -- acting on it, or ALTER DEFAULT PRIVILEGES IN SCHEMA, which any
-        -- role may run)
-        RAISE EXCEPTION 'could not lock schema % within lock_timeout (%)', quote_ident(nsp), current_setting('lock_timeout')
-            USING ERRCODE = 'lock_not_available',
-                  DETAIL = coalesce(insta_id._lock_holders('pg_namespace'::regclass, nsp_oid) || '.', 'Its holder has let it go since.'),
-                  HINT = 'End or wait for that transaction (pg_stat_activity; pg_terminate_backend), or raise lock_timeout; nothing was changed.';
-    END;
+    -- (a transaction creating objects in it, another insta_id helper
+    -- acting on it, or ALTER DEFAULT PRIVILEGES IN SCHEMA, which any role
+    -- may run, make it wait: 55P03 naming the schema and who holds it)
+    PERFORM insta_id._lock_schema(nsp_oid);
     -- (the schema's relations by their dependency on it, as _gate_relations
     -- reads them, of the kinds it returns)
     reach := CASE WHEN rels IS NULL THEN ARRAY(
@@ -2513,7 +2507,7 @@ BEGIN
                     GET STACKED DIAGNOSTICS err_detail = PG_EXCEPTION_DETAIL;
                     attempt := attempt + 1;
                     IF attempt > lock_retries AND target_shard IS NOT NULL THEN
-                        -- Who holds it: named by the gate, else read now.
+                        -- Who holds it: named by the lock that gave up, else read now.
                         busy := coalesce(nullif(err_detail, ''),
                                          insta_id._lock_holders_in((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target)),
                                          'its holder has let go since');

@@ -161,7 +161,10 @@ v1!(pg_finfo_insta_id_lock_schema);
 /// exists once it is held. Every CREATE of an object in a schema holds that
 /// lock in ACCESS SHARE mode until its transaction ends, so after this no
 /// object arrives in the schema unseen (drop_shard's check, then its DROP).
-/// Waits like any lock: lock_timeout and a cancel end the wait.
+/// Taken at once where no one holds it (the gate's call a shard, no
+/// subtransaction), else waited for under the caller's lock_timeout, as
+/// migrate and drop_shard set it (0: without bound, as asked; the gate sets
+/// 2 s then): 55P03 naming the schema and who holds it, or a cancel.
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -> Datum {
@@ -171,13 +174,14 @@ pub unsafe extern "C-unwind" fn insta_id_lock_schema(fcinfo: FunctionCallInfo) -
         return Datum::from(false);
     }
     check_may_lock(pg_sys::NamespaceRelationId, nsp);
-    // SAFETY: the lock manager, as DROP SCHEMA uses it.
+    // SAFETY: in the transaction of the function's call; the mode DROP
+    // SCHEMA takes.
     unsafe {
-        pg_sys::LockDatabaseObject(
+        hold_object(
             pg_sys::NamespaceRelationId,
             nsp,
-            0,
             pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
+            Unset::AsIs,
         );
     }
     Datum::from(exists(pg_sys::SysCacheIdentifier::NAMESPACEOID, nsp))
@@ -266,15 +270,18 @@ pub(crate) unsafe fn cached_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> O
     }
 }
 
-/// Locks object (classid, objid) ACCESS SHARE until the transaction ends,
-/// and takes in what committed before the lock, as LockDatabaseObject
-/// does: at once when no one holds it, else waited for as `wait_reported`
-/// says.
+/// Locks object (classid, objid) in mode until the transaction ends, and
+/// takes in what committed before the lock, as LockDatabaseObject does: at
+/// once when no one holds it, else waited for as `wait_reported` says.
 ///
 /// # Safety
 /// In a transaction, with the catalogs readable.
-unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
-    let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+unsafe fn hold_object(
+    classid: pg_sys::Oid,
+    objid: pg_sys::Oid,
+    mode: pg_sys::LOCKMODE,
+    unset: Unset,
+) {
     let tag = pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set once the backend is connected.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
@@ -290,7 +297,7 @@ unsafe fn hold_object(classid: pg_sys::Oid, objid: pg_sys::Oid) {
         if pg_sys::LockAcquire(&tag, mode, false, true)
             == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
         {
-            wait_reported(classid, objid, || {
+            wait_reported(classid, objid, unset, || {
                 pg_sys::LockAcquire(&tag, mode, false, false);
             });
         }
@@ -310,18 +317,28 @@ unsafe fn hold_relation(rel: pg_sys::Oid) {
     // SAFETY: the lock manager, as LOCK TABLE uses it.
     unsafe {
         if !pg_sys::ConditionalLockRelationOid(rel, mode) {
-            wait_reported(pg_sys::RelationRelationId, rel, || {
+            wait_reported(pg_sys::RelationRelationId, rel, Unset::Bounded, || {
                 pg_sys::LockRelationOid(rel, mode)
             });
         }
     }
 }
 
+/// What a wait does when the caller has no lock_timeout (0).
+#[derive(Clone, Copy, PartialEq)]
+enum Unset {
+    /// Waits 2 s, as _gate_lock's waits: never without bound (the gate's
+    /// locks, which a role without grants may hold).
+    Bounded,
+    /// Waits without bound, as the caller asked (migrate's and
+    /// drop_shard's lock_timeout argument).
+    AsIs,
+}
+
 /// Waits for the lock on (classid, objid) that `lock` takes, under
-/// lock_timeout (2 s for a caller without one, as _gate_lock's waits: never
-/// without bound). On timeout, 55P03 naming the object and the processes
-/// that held it when the wait began (SPI, which cannot run once the wait
-/// has failed).
+/// lock_timeout (without one: as `unset` says). On timeout, 55P03 naming
+/// the object and the processes that held it when the wait began (SPI,
+/// which cannot run once the wait has failed).
 ///
 /// # Safety
 /// In a transaction, with the catalogs readable; `lock` waits for a lock
@@ -329,12 +346,13 @@ unsafe fn hold_relation(rel: pg_sys::Oid) {
 unsafe fn wait_reported(
     classid: pg_sys::Oid,
     objid: pg_sys::Oid,
+    unset: Unset,
     lock: impl FnOnce() + std::panic::UnwindSafe,
 ) {
     // SAFETY: SPI for the report, connected and finished in wait_report;
     // the settings API as save_setting documents.
     unsafe {
-        let nest_level = (pg_sys::LockTimeout == 0)
+        let nest_level = (pg_sys::LockTimeout == 0 && unset == Unset::Bounded)
             .then(|| crate::functions::save_setting(c"lock_timeout", c"2s"));
         let (what, holders, timeout) = wait_report(classid, objid);
         let detail = holders.map_or_else(
@@ -442,7 +460,12 @@ pub(crate) unsafe fn held_owner(classid: pg_sys::Oid, objid: pg_sys::Oid) -> Opt
             if !may || classid == pg_sys::RelationRelationId {
                 return Some(first);
             }
-            hold_object(classid, objid);
+            hold_object(
+                classid,
+                objid,
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+                Unset::Bounded,
+            );
             cached_owner(classid, objid)
         })
 }

@@ -307,7 +307,7 @@ BEGIN
                     GET STACKED DIAGNOSTICS err_detail = PG_EXCEPTION_DETAIL;
                     attempt := attempt + 1;
                     IF attempt > lock_retries AND target_shard IS NOT NULL THEN
-                        -- Who holds it: named by the gate, else read now.
+                        -- Who holds it: named by the lock that gave up, else read now.
                         busy := coalesce(nullif(err_detail, ''),
                                          insta_id._lock_holders_in((SELECT n.oid FROM pg_namespace n WHERE n.nspname = target)),
                                          'its holder has let go since');
