@@ -3075,14 +3075,19 @@ AS $$
     -- text.) Each catalog is read in one pass, grouped by relation (a
     -- subquery per relation and kind cost 0.1 ms a relation).
     -- The columns' part: number, name,
-    -- NOT NULL, identity, generated, the default as printed, the collation,
-    -- and the type: a built-in one (below FirstNormalObjectId) by oid,
-    -- any other as printed, with the placeholder (an array's own name
-    -- depends on the order its schema's types were made in), and its
-    -- collation. (The type looked up for those columns only: a join
-    -- probed pg_type for every column.)
+    -- NOT NULL, identity, generated, the default as printed, the
+    -- collation and the type: a built-in one (below FirstNormalObjectId)
+    -- by oid, any other as printed, with the placeholder (an array's own
+    -- name depends on the order its schema's types were made in; a
+    -- shard's column of the template's collation prints its name, where
+    -- the template's prints the placeholder: by oid they were keyed
+    -- alike), and the type's collation.
+    -- (The type looked up for those columns only: a join probed pg_type
+    -- for every column.)
     columns_key AS MATERIALIZED (
-        SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod, c.attcollation,
+        SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod,
+                                          CASE WHEN c.attcollation < 16384 THEN c.attcollation::text
+                                               ELSE regexp_replace(c.attcollation::regcollation::text, s.prefix[2], '\1<schema>.', 'g') END,
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
                                                WHEN strpos(y.printed, s.prefix[1]) > 0 THEN regexp_replace(y.printed, s.prefix[2], '\1<schema>.', 'g')
                                                ELSE y.printed END,

@@ -61,7 +61,19 @@ CREATE TABLE dr_tmpl.stamps (at timestamptz DEFAULT now());
 CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
-SELECT insta_id.create_shards(400, 455, 'dr_tmpl');
+CREATE TABLE dr_tmpl.labels (l text);
+SELECT insta_id.create_shards(400, 456, 'dr_tmpl');
+-- A column of a collation each schema got once its copies were made (its
+-- own: create_shards copies none).
+DO $$
+DECLARE
+    s text;
+BEGIN
+    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 456) g LOOP
+        EXECUTE format('CREATE COLLATION %1$I.c (provider = libc, locale = ''C''); ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE %1$I.c', s);
+    END LOOP;
+END
+$$;
 
 -- %1$I: the shard's schema.
 CREATE TABLE drift_cases (shard int PRIMARY KEY, label text NOT NULL, change text NOT NULL);
@@ -121,7 +133,8 @@ INSERT INTO drift_cases VALUES
     (452, 'index: a regclass[] constant, the template''s table', 'DROP INDEX %1$I.flags_f_idx; CREATE INDEX flags_f_idx ON %1$I.flags (f) WHERE f <> ALL (''{dr_tmpl.orders}''::regclass[])'),
     (453, 'column: a default of built-in functions, another', 'ALTER TABLE %1$I.stamps ALTER COLUMN at SET DEFAULT clock_timestamp()'),
     (454, 'column: next_id with another shard''s number', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(400, ''%1$I.orders_id_seq''::regclass)'),
-    (455, 'column: next_id with another shard''s sequence', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(455, ''insta400.orders_id_seq''::regclass)');
+    (455, 'column: next_id with another shard''s sequence', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(455, ''insta400.orders_id_seq''::regclass)'),
+    (456, 'column: the template''s collation', 'ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE dr_tmpl.c');
 DO $$
 DECLARE
     c record;
@@ -140,6 +153,7 @@ GROUP BY 1, 2 ORDER BY 1;
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 402);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 454, 454);
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 456, 456);
 
 -- The tables and views taken from the template stand for the rows
 -- describing each shard gives (template 0: none taken), for the shards
@@ -193,7 +207,7 @@ RESET track_functions;
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 455 ORDER BY shard_id DESC) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 456 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 DROP TABLE drift_cases;
