@@ -2865,6 +2865,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
+        ('EXECUTE', 'FUNCTION insta_id._with_placeholder(text, text)'),
         ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
         ('EXECUTE', 'FUNCTION insta_id._without_relids(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
@@ -2927,6 +2928,16 @@ RETURNS oid[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_relids';
 REVOKE ALL ON FUNCTION insta_id._tree_relids(text) FROM PUBLIC;
+
+-- A row of _describe_schemas with <schema>. for prefix, a schema's name as
+-- a qualified name writes it, where it qualifies a name: in names, in a
+-- constant's literal (a regclass's; any type's but a string's) and in a
+-- function's body, never in a string or a quoted name (src/sql_text.rs).
+CREATE FUNCTION insta_id._with_placeholder(detail text, prefix text)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_with_placeholder';
+REVOKE ALL ON FUNCTION insta_id._with_placeholder(text, text) FROM PUBLIC;
 
 -- Whether such a tree may name a user's object by OID (src/sql_text.rs):
 -- a template view whose tree does is never taken for a shard's.
@@ -3008,13 +3019,14 @@ SET search_path = pg_catalog, pg_temp
 -- 4 s a call, the whole call 0.13 s without it, at 100 shards)
 SET jit = off
 AS $$
-    -- The schema's name: as written in a qualified name, and as a pattern
-    -- matching it only where a name starts (schema t must not turn
-    -- events_rest.at into events_res<schema>.at).
+    -- The schema's name as written in a qualified name, which
+    -- _with_placeholder replaces where it qualifies a name (schema t must
+    -- not turn events_rest.at into events_res<schema>.at, nor a string
+    -- 't.x' into '<schema>.x': src/sql_text.rs), and what text holding it
+    -- holds, in a name or in a literal (which doubles a quote).
     -- And its shard number, if it is a registered shard's.
-    WITH s AS (SELECT n.oid, n.nspname, ARRAY[quote_ident(n.nspname) || '.',
-                                   '(^|[^[:alnum:]_$"])' || regexp_replace(quote_ident(n.nspname) || '.', '([^[:alnum:]_])', '\\\1', 'g')] AS prefix,
-                      g.shard_id
+    WITH s AS (SELECT n.oid, n.nspname, quote_ident(n.nspname) || '.' AS prefix,
+                      split_part(quote_ident(n.nspname) || '.', '''', 1) AS probe, g.shard_id
                FROM pg_namespace n LEFT JOIN insta_id_admin.shard_registry g ON g.schema_name = n.nspname
                WHERE n.oid = ANY (nsps)),
     -- The schemas' relations and indexes, from one pass over pg_class
@@ -3087,15 +3099,15 @@ AS $$
     columns_key AS MATERIALIZED (
         SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod,
                                           CASE WHEN c.attcollation < 16384 THEN c.attcollation::text
-                                               ELSE regexp_replace(c.attcollation::regcollation::text, s.prefix[2], '\1<schema>.', 'g') END,
+                                               ELSE insta_id._with_placeholder(c.attcollation::regcollation::text, s.prefix) END,
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
-                                               WHEN strpos(y.printed, s.prefix[1]) > 0 THEN regexp_replace(y.printed, s.prefix[2], '\1<schema>.', 'g')
+                                               WHEN strpos(y.printed, s.probe) > 0 THEN insta_id._with_placeholder(y.printed, s.prefix)
                                                ELSE y.printed END,
                                           y.typcollation, c.attnotnull, c.attidentity, c.attgenerated,
                                           -- (the default with the placeholder, as the end of
                                           -- this statement writes every row: a default of the
                                           -- schema's own enum is the template's)
-                                          CASE WHEN strpos(c.expr, s.prefix[1]) > 0 THEN regexp_replace(c.expr, s.prefix[2], '\1<schema>.', 'g')
+                                          CASE WHEN strpos(c.expr, s.probe) > 0 THEN insta_id._with_placeholder(c.expr, s.prefix)
                                                ELSE c.expr END)::text,
                                       ' ' ORDER BY c.attnum) AS key
         FROM cols c JOIN s ON s.oid = c.relnamespace
@@ -3267,7 +3279,7 @@ AS $$
     -- Each relation's grants, written once per distinct ACL and owner (a
     -- shard's tables have their template's: thousands alike).
     rel_grants AS (SELECT x.acl, x.relowner,
-                          (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                          (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                            FROM aclexplode(x.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                            WHERE a.grantee <> x.relowner) AS grants
                    FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
@@ -3294,7 +3306,7 @@ AS $$
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM deparsed_rel r JOIN pg_policy p ON p.polrelid = r.oid),
     raw (nsp, rel, object, detail) AS (
-        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
         FROM s
@@ -3325,7 +3337,9 @@ AS $$
         FROM deparsed_rel r JOIN cols a ON a.attrelid = r.oid
         UNION ALL
         SELECT r.relnamespace, 0::oid, format('statistics %I on %I', x.stxname, r.relname),
-               regexp_replace(pg_get_statisticsobjdef(x.oid), '^CREATE STATISTICS \S+ ', 'CREATE STATISTICS ')
+               -- (without its name, which PostgreSQL prints qualified)
+               'CREATE STATISTICS ' || substr(pg_get_statisticsobjdef(x.oid),
+                                              length(format('CREATE STATISTICS %s.%I ', x.stxnamespace::regnamespace, x.stxname)) + 1)
         FROM rel r JOIN pg_statistic_ext x ON x.stxrelid = r.oid
         UNION ALL
         SELECT y.typnamespace, 0::oid, format('type %I', y.typname),
@@ -3339,7 +3353,7 @@ AS $$
                                             FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
                    ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
                                           FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
-                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                  FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
         -- (a schema's types by their dependency on it, which every type
         -- but a table's row type and an array type records: pg_type has no
@@ -3355,7 +3369,7 @@ AS $$
         SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
-                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(g.rolname, 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE a.grantee <> p.proowner),
                          replace(pg_get_functiondef(p.oid), 'search_path TO ' || quote_literal(quote_ident(n.nspname)),
@@ -3367,12 +3381,11 @@ AS $$
         UNION ALL
         -- (a relation as its template namesake: one row)
         SELECT u.relnamespace, u.template_rel, NULL, NULL FROM reuse u)
-    -- (a schema's rows together: PostgreSQL keeps the last 32 patterns
-    -- compiled, and each schema has its own; the pattern tried only on
-    -- text that holds the name, which most does not)
-    SELECT nsp, rel, CASE WHEN strpos(object, prefix[1]) > 0 THEN regexp_replace(object, prefix[2], '\1<schema>.', 'g') ELSE object END,
-           CASE WHEN strpos(detail, prefix[1]) > 0 THEN regexp_replace(detail, prefix[2], '\1<schema>.', 'g') ELSE detail END
-    FROM (SELECT r.*, s.prefix FROM raw r JOIN s ON s.oid = r.nsp ORDER BY r.nsp) r
+    -- (the placeholder looked for only in text that holds the name,
+    -- which most does not)
+    SELECT r.nsp, r.rel, CASE WHEN strpos(r.object, s.probe) > 0 THEN insta_id._with_placeholder(r.object, s.prefix) ELSE r.object END,
+           CASE WHEN strpos(r.detail, s.probe) > 0 THEN insta_id._with_placeholder(r.detail, s.prefix) ELSE r.detail END
+    FROM raw r JOIN s ON s.oid = r.nsp
 $$;
 REVOKE ALL ON FUNCTION insta_id._describe_schemas(oid[], oid) FROM PUBLIC;
 

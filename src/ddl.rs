@@ -405,6 +405,16 @@ pub unsafe extern "C-unwind" fn insta_id_names_objects(fcinfo: FunctionCallInfo)
     Datum::from(sql_text::names_objects(&tree))
 }
 
+v1!(pg_finfo_insta_id_with_placeholder);
+/// `insta_id._with_placeholder(detail text, prefix text) RETURNS text`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_with_placeholder(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with two text arguments.
+    let (detail, prefix) = unsafe { (arg_bytes(fcinfo, 0), arg_bytes(fcinfo, 1)) };
+    crate::functions::text_datum(&sql_text::with_placeholder(&detail, &prefix))
+}
+
 v1!(pg_finfo_insta_id_tree_const_types);
 /// `insta_id._tree_const_types(tree text) RETURNS oid[]`.
 #[unsafe(no_mangle)]

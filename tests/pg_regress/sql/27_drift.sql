@@ -62,14 +62,26 @@ CREATE TYPE dr_tmpl.b AS ENUM ('x');
 CREATE TYPE dr_tmpl._b AS ENUM ('x');
 CREATE TABLE dr_tmpl.z (c dr_tmpl.b[]);
 CREATE TABLE dr_tmpl.labels (l text);
-SELECT insta_id.create_shards(400, 456, 'dr_tmpl');
+-- Strings spelling the schema's name, which create_shards copies as they
+-- are (a copy's default reads 'dr_tmpl.x' too): a default, CHECKs (one
+-- of a tsvector), a view's. A statistics object whose name holds a space
+-- and a quote. And a grant of the template's function to a role whose
+-- name holds a quote (a row prints grants, then the function's
+-- definition).
+CREATE TABLE dr_tmpl.strings (s text DEFAULT 'dr_tmpl.x' CONSTRAINT strings_s_check CHECK (s <> 'dr_tmpl.y'), n int,
+                              v tsvector CONSTRAINT strings_v_check CHECK (v <> 'dr_tmpl.z'::tsvector));
+CREATE STATISTICS dr_tmpl."strings ""stats" (dependencies) ON s, n FROM dr_tmpl.strings;
+CREATE VIEW dr_tmpl.named AS SELECT to_regclass('dr_tmpl.orders') AS r;
+CREATE ROLE "insta_id_regress_o'drift";
+GRANT EXECUTE ON FUNCTION dr_tmpl.positive(int) TO "insta_id_regress_o'drift";
+SELECT insta_id.create_shards(400, 460, 'dr_tmpl');
 -- A column of a collation each schema got once its copies were made (its
 -- own: create_shards copies none).
 DO $$
 DECLARE
     s text;
 BEGIN
-    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 456) g LOOP
+    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 460) g LOOP
         EXECUTE format('CREATE COLLATION %1$I.c (provider = libc, locale = ''C''); ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE %1$I.c', s);
     END LOOP;
 END
@@ -134,7 +146,11 @@ INSERT INTO drift_cases VALUES
     (453, 'column: a default of built-in functions, another', 'ALTER TABLE %1$I.stamps ALTER COLUMN at SET DEFAULT clock_timestamp()'),
     (454, 'column: next_id with another shard''s number', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(400, ''%1$I.orders_id_seq''::regclass)'),
     (455, 'column: next_id with another shard''s sequence', 'ALTER TABLE %1$I.orders ALTER COLUMN id SET DEFAULT insta_id.next_id(455, ''insta400.orders_id_seq''::regclass)'),
-    (456, 'column: the template''s collation', 'ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE dr_tmpl.c');
+    (456, 'column: the template''s collation', 'ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE dr_tmpl.c'),
+    (457, 'column: a default spelling the shard''s schema in a string', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET DEFAULT ''%1$s.x'''),
+    (458, 'check: a string spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_s_check, ADD CONSTRAINT strings_s_check CHECK (s <> ''%1$s.y'')'),
+    (459, 'view: a string spelling the shard''s schema', 'CREATE OR REPLACE VIEW %1$I.named AS SELECT to_regclass(''%1$s.orders'') AS r'),
+    (460, 'check: a tsvector spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_v_check, ADD CONSTRAINT strings_v_check CHECK (v <> ''%1$s.z''::tsvector)');
 DO $$
 DECLARE
     c record;
@@ -154,6 +170,7 @@ SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 402, 40
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 418) WHERE object LIKE 'trigger%';
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 454, 454);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 456, 456);
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 457, 457);
 
 -- The tables and views taken from the template stand for the rows
 -- describing each shard gives (template 0: none taken), for the shards
@@ -207,8 +224,19 @@ RESET track_functions;
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 456 ORDER BY shard_id DESC) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 460 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
+
+-- A template whose name holds a quote, which a literal doubles: its
+-- regclass constants naming its table are its copies' own, no difference.
+CREATE SCHEMA "dr 'q";
+CREATE TABLE "dr 'q".p (id int);
+CREATE TABLE "dr 'q".o (id int PRIMARY KEY, r regclass DEFAULT '"dr ''q".p'::regclass CONSTRAINT o_r_check CHECK (r <> '"dr ''q".p'::regclass));
+SELECT insta_id.create_shards(470, 471, 'dr ''q');
+SELECT * FROM insta_id.shard_drift('dr ''q');
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id) FROM insta_id.shards() WHERE shard_id IN (470, 471)) d;
+DROP SCHEMA "dr 'q" CASCADE;
 DROP TABLE drift_cases;
 DROP ROLE insta_id_regress_drift;
+DROP ROLE "insta_id_regress_o'drift";
