@@ -1142,6 +1142,9 @@ BEGIN
                    AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = quote_ident(template)
                  UNION ALL
                  SELECT 'a constant or an empty ARRAY[] that may name an object by OID' WHERE insta_id._names_unrecorded(a.adbin, ARRAY[tmpl])
+                 UNION ALL
+                 -- (its own table, by a regclass constant: no dependency recorded)
+                 SELECT pg_describe_object('pg_class'::regclass, c.oid, 0) WHERE c.oid = ANY (insta_id._tree_regclasses(a.adbin::text))
                  OFFSET 0) d
         WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
         UNION ALL
@@ -1857,6 +1860,15 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_const_types';
 REVOKE ALL ON FUNCTION insta_id._tree_const_types(text) FROM PUBLIC;
 
+-- The OIDs of a node tree's regclass constants (src/sql_text.rs): a
+-- CHECK's or a generated column's naming its own table is recorded as no
+-- dependency.
+CREATE FUNCTION insta_id._tree_regclasses(tree text)
+RETURNS oid[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_tree_regclasses';
+REVOKE ALL ON FUNCTION insta_id._tree_regclasses(text) FROM PUBLIC;
+
 -- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
 -- policy's node tree may name an object of schemas nsps where PostgreSQL
 -- records no dependency: an empty ARRAY[] of one of their types, or a
@@ -1887,12 +1899,15 @@ AS $$
 $$;
 REVOKE ALL ON FUNCTION insta_id._names_unrecorded(pg_node_tree, oid[]) FROM PUBLIC;
 
--- (template_plan.sql: probed by object, not by a scan of pg_depend)
+-- (template_plan.sql: probed by object, not by a scan of pg_depend; a
+-- regclass constant naming tbl itself ties it too)
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
 -- a column of one of the schema's types (or an array of one), or a default
 -- or CHECK naming any of its objects (a type, a function, an operator, a
--- relation by a regclass constant, ...), recorded as a dependency or not
--- (_names_unrecorded). LIKE copies their node trees, OIDs and all.
+-- relation by a regclass constant, tbl itself too, ...), recorded as a
+-- dependency or not (_names_unrecorded; a CHECK's regclass constant
+-- naming tbl: PostgreSQL records its columns only). LIKE copies their
+-- node trees, OIDs and all.
 CREATE OR REPLACE FUNCTION insta_id._tied_to_schema(tbl oid)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -1923,7 +1938,7 @@ AS $$
         OR EXISTS (SELECT FROM (SELECT ad.adbin FROM pg_attrdef ad WHERE ad.adrelid = tbl
                                 UNION ALL
                                 SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
-                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]))
+                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]) OR tbl = ANY (insta_id._tree_regclasses(o.tree::text)))
 $$;
 
 -- Copies the template's plan into new shards `shards`, in the caller's
@@ -2861,6 +2876,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._template_plan(name)'),
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_const_types(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._tree_regclasses(text)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),

@@ -425,6 +425,16 @@ pub unsafe extern "C-unwind" fn insta_id_tree_const_types(fcinfo: FunctionCallIn
     crate::functions::oid_array(sql_text::tree_const_types(&tree))
 }
 
+v1!(pg_finfo_insta_id_tree_regclasses);
+/// `insta_id._tree_regclasses(tree text) RETURNS oid[]`.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_tree_regclasses(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with one text argument.
+    let tree = unsafe { arg_bytes(fcinfo, 0) };
+    crate::functions::oid_array(sql_text::tree_regclasses(&tree))
+}
+
 v1!(pg_finfo_insta_id_in_transaction_block);
 /// `insta_id._in_transaction_block() RETURNS boolean`: whether the caller
 /// runs inside a transaction block (BEGIN ... COMMIT, or several statements

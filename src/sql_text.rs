@@ -425,7 +425,6 @@ fn dollar_quote(b: &[u8], i: usize) -> Option<(usize, usize, usize)> {
 /// machine's order, each a signed decimal.)
 pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
     const ARGS: &[u8] = b" :args (";
-    const VALUE: &[u8] = b" :constvalue 4 [ ";
     let head = format!("{{FUNCEXPR :funcid {next_id} ");
     let rest = tree.strip_prefix(head.as_bytes())?;
     // (the fields before :args are scalars)
@@ -441,26 +440,52 @@ pub fn next_id_call(tree: &[u8], next_id: u32) -> Option<(i32, u32)> {
     {
         let fields = args.strip_prefix(constant)?;
         let end = fields.iter().position(|b| *b == b'}')?;
-        let fields_text = &fields[..end];
-        let not_null = b" :constisnull false ";
-        if fields_text.contains(&b'{') || find(fields_text, not_null).is_none() {
-            return None;
-        }
-        let v = find(fields_text, VALUE)? + VALUE.len();
-        let bytes: Vec<u8> = std::str::from_utf8(fields_text[v..].strip_suffix(b" ]")?)
-            .ok()?
-            .split(' ')
-            .map(|b| b.parse::<i8>().map(|b| b as u8))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let datum = u64::from_ne_bytes(<[u8; 8]>::try_from(bytes.as_slice()).ok()?);
-        values[n] = datum as u32;
+        values[n] = const_value(&fields[..end])?;
         args = &fields[end + 1..];
         if n == 0 {
             args = args.strip_prefix(b" ")?;
         }
     }
     (args == b")}").then_some((values[0] as i32, values[1]))
+}
+
+/// The value of a 4-byte by-value constant, from the fields of its CONST
+/// node after its type (none if NULL or if a node is nested): its Datum's
+/// eight bytes, in the machine's order, each a signed decimal.
+fn const_value(fields: &[u8]) -> Option<u32> {
+    const VALUE: &[u8] = b" :constvalue 4 [ ";
+    if fields.contains(&b'{') || find(fields, b" :constisnull false ").is_none() {
+        return None;
+    }
+    let v = find(fields, VALUE)? + VALUE.len();
+    let bytes: Vec<u8> = std::str::from_utf8(fields[v..].strip_suffix(b" ]")?)
+        .ok()?
+        .split(' ')
+        .map(|b| b.parse::<i8>().map(|b| b as u8))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some(u64::from_ne_bytes(<[u8; 8]>::try_from(bytes.as_slice()).ok()?) as u32)
+}
+
+/// The OIDs of a node tree's regclass constants (not NULL), in order. A
+/// CHECK's or a generated column's that names its own table is the one
+/// reference PostgreSQL records no dependency for (on the table as a
+/// whole: it records its columns), and LIKE would copy it as it is, the
+/// template's table in every copy.
+pub fn tree_regclasses(tree: &[u8]) -> Vec<u32> {
+    const CONST: &[u8] = b"{CONST :consttype 2205 ";
+    let mut oids = Vec::new();
+    let mut i = 0;
+    while let Some(at) = find(&tree[i..], CONST) {
+        let fields = &tree[i + at + CONST.len()..];
+        let end = fields
+            .iter()
+            .position(|b| *b == b'}')
+            .unwrap_or(fields.len());
+        oids.extend(const_value(&fields[..end]));
+        i += at + CONST.len();
+    }
+    oids
 }
 
 /// Where in its statement's text a node was written: a token's position
@@ -1129,6 +1154,26 @@ mod tests {
         ] {
             assert_eq!(placeholder(text, schema), expected, "{text:?}");
         }
+    }
+
+    #[test]
+    fn regclass_constants_of_a_tree() {
+        // (a CHECK (tableoid <> 'tm.o'::regclass OR r IS NULL), as stored,
+        // OID 16390 = 6 + 64 * 256; a NULL one; a regclass[] holds none)
+        let tree = "{BOOLEXPR :boolop or :args ({OPEXPR :opno 607 :args ({VAR :varno 1} \
+                    {CONST :consttype 2205 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
+                    :constisnull false :location 22 :constvalue 4 [ 6 64 0 0 0 0 0 0 ]})} \
+                    {CONST :consttype 2205 :consttypmod -1 :constcollid 0 :constlen 4 :constbyval true \
+                    :constisnull true :location 40 :constvalue <>} \
+                    {CONST :consttype 2210 :consttypmod -1 :constcollid 0 :constlen -1 :constbyval false \
+                    :constisnull false :location 50 :constvalue 28 [ 112 0 0 0 ]})}";
+        assert_eq!(tree_regclasses(tree.as_bytes()), vec![16390]);
+        assert_eq!(
+            tree_regclasses(
+                b"{CONST :consttype 23 :constisnull false :constvalue 4 [ 6 64 0 0 0 0 0 0 ]}"
+            ),
+            Vec::<u32>::new()
+        );
     }
 
     proptest! {

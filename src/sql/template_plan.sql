@@ -236,6 +236,9 @@ BEGIN
                    AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema = quote_ident(template)
                  UNION ALL
                  SELECT 'a constant or an empty ARRAY[] that may name an object by OID' WHERE insta_id._names_unrecorded(a.adbin, ARRAY[tmpl])
+                 UNION ALL
+                 -- (its own table, by a regclass constant: no dependency recorded)
+                 SELECT pg_describe_object('pg_class'::regclass, c.oid, 0) WHERE c.oid = ANY (insta_id._tree_regclasses(a.adbin::text))
                  OFFSET 0) d
         WHERE n.oid = tmpl AND c.relkind IN ('r', 'p')
         UNION ALL
@@ -325,6 +328,14 @@ RETURNS oid[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_const_types';
 
+-- The OIDs of a node tree's regclass constants (src/sql_text.rs): a
+-- CHECK's or a generated column's naming its own table is recorded as no
+-- dependency.
+CREATE FUNCTION insta_id._tree_regclasses(tree text)
+RETURNS oid[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_tree_regclasses';
+
 -- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
 -- policy's node tree may name an object of schemas nsps where PostgreSQL
 -- records no dependency: an empty ARRAY[] of one of their types, or a
@@ -357,8 +368,10 @@ $$;
 -- Whether LIKE would leave a copy of table tbl tied to the table's schema:
 -- a column of one of the schema's types (or an array of one), or a default
 -- or CHECK naming any of its objects (a type, a function, an operator, a
--- relation by a regclass constant, ...), recorded as a dependency or not
--- (_names_unrecorded). LIKE copies their node trees, OIDs and all.
+-- relation by a regclass constant, tbl itself too, ...), recorded as a
+-- dependency or not (_names_unrecorded; a CHECK's regclass constant
+-- naming tbl: PostgreSQL records its columns only). LIKE copies their
+-- node trees, OIDs and all.
 CREATE FUNCTION insta_id._tied_to_schema(tbl oid)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -389,7 +402,7 @@ AS $$
         OR EXISTS (SELECT FROM (SELECT ad.adbin FROM pg_attrdef ad WHERE ad.adrelid = tbl
                                 UNION ALL
                                 SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
-                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]))
+                   WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]) OR tbl = ANY (insta_id._tree_regclasses(o.tree::text)))
 $$;
 
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of

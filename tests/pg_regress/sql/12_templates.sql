@@ -85,6 +85,11 @@ CREATE TABLE full_tmpl.refs_states (s text CONSTRAINT refs_states_check CHECK (s
 CREATE TABLE full_tmpl.refs_default (t regclass[] DEFAULT '{full_tmpl.photos}');
 CREATE DOMAIN public.regress_rel AS regclass;
 CREATE TABLE full_tmpl.refs_domains (t oid CONSTRAINT refs_domains_check CHECK (t <> ALL ('{full_tmpl.users}'::public.regress_rel[])));
+-- Its own table, by a regclass constant in a default and a CHECK (of which
+-- PostgreSQL records no dependency on the table): a copy's, its own too.
+CREATE TABLE full_tmpl.refs_self (t regclass);
+ALTER TABLE full_tmpl.refs_self ALTER COLUMN t SET DEFAULT 'full_tmpl.refs_self'::regclass,
+    ADD CONSTRAINT refs_self_check CHECK (tableoid = 'full_tmpl.refs_self'::regclass);
 GRANT USAGE ON SCHEMA full_tmpl TO insta_id_regress_writer, insta_id_regress_reader;
 GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_regress_writer;
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
@@ -114,6 +119,7 @@ SELECT c.relname, coalesce(pg_get_constraintdef(k.oid), pg_get_expr(d.adbin, d.a
 FROM pg_class c LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid
 WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'refs%' ORDER BY 1;
+SELECT adrelid::regclass AS tbl, pg_get_expr(adbin, adrelid) AS default FROM pg_attrdef WHERE adrelid = 'insta201.refs_self'::regclass;
 -- shard_drift describes once per template (27_drift): what the shards take
 -- from it is what deparsing each of them gives, for every kind of object.
 WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),
@@ -192,6 +198,7 @@ CREATE FUNCTION bad_tmpl.one() RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 1
 CREATE TABLE bad_tmpl.u (a int GENERATED ALWAYS AS (bad_tmpl.one()) STORED, r bad_tmpl.t,
                          o oid GENERATED ALWAYS AS ('bad_tmpl.t'::regclass) STORED,
                          n int GENERATED ALWAYS AS (cardinality(ARRAY[]::bad_tmpl.kind[])) STORED);
+ALTER TABLE bad_tmpl.u ADD COLUMN me oid GENERATED ALWAYS AS ('bad_tmpl.u'::regclass) STORED;
 CREATE DOMAIN bad_tmpl.positive AS int CHECK (VALUE > bad_tmpl.one());
 CREATE RULE no_delete AS ON DELETE TO bad_tmpl.t DO INSTEAD NOTHING;
 SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
