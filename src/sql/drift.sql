@@ -464,16 +464,24 @@ AS $$
         JOIN pg_type y ON y.oid = d.objid
         WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
         UNION ALL
-        -- (its search_path setting, if it names the schema, as the placeholder too)
+        -- (the schema in its search_path setting, wherever in the list, as
+        -- the placeholder too: pg_get_functiondef prints each name as a
+        -- literal, on a line of its own)
         SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
                          'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
                                        FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE a.grantee <> p.proowner),
-                         replace(pg_get_functiondef(p.oid), 'search_path TO ' || quote_literal(quote_ident(n.nspname)),
-                                 'search_path TO ''<schema>'''))
-        FROM s JOIN pg_proc p ON p.pronamespace = s.oid JOIN pg_namespace n ON n.oid = p.pronamespace
+                         CASE WHEN sp.printed IS NULL THEN pg_get_functiondef(p.oid)
+                              ELSE replace(pg_get_functiondef(p.oid), sp.printed, sp.placeheld) END)
+        FROM s JOIN pg_proc p ON p.pronamespace = s.oid
+        LEFT JOIN LATERAL (
+            SELECT format(E' SET search_path TO %s\n', string_agg('''' || replace(u.e, '''', '''''') || '''', ', ' ORDER BY u.i)) AS printed,
+                   format(E' SET search_path TO %s\n', string_agg(CASE WHEN u.e = s.nspname::text THEN '''<schema>'''
+                                                                       ELSE '''' || replace(u.e, '''', '''''') || '''' END, ', ' ORDER BY u.i)) AS placeheld
+            FROM unnest(p.proconfig) c CROSS JOIN LATERAL unnest(insta_id._identifier_list(substr(c, 13))) WITH ORDINALITY u(e, i)
+            WHERE c LIKE 'search_path=%') sp ON true
         WHERE p.prokind <> 'a'
         UNION ALL
         SELECT p.nsp, p.rel, p.object, p.detail FROM parts p

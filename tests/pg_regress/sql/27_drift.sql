@@ -72,16 +72,18 @@ CREATE TABLE dr_tmpl.strings (s text DEFAULT 'dr_tmpl.x' CONSTRAINT strings_s_ch
                               v tsvector CONSTRAINT strings_v_check CHECK (v <> 'dr_tmpl.z'::tsvector));
 CREATE STATISTICS dr_tmpl."strings ""stats" (dependencies) ON s, n FROM dr_tmpl.strings;
 CREATE VIEW dr_tmpl.named AS SELECT to_regclass('dr_tmpl.orders') AS r;
+-- A function whose search_path names the schema after pg_catalog.
+CREATE FUNCTION dr_tmpl.pathed() RETURNS int LANGUAGE sql SET search_path = pg_catalog, dr_tmpl, pg_temp RETURN 1;
 CREATE ROLE "insta_id_regress_o'drift";
 GRANT EXECUTE ON FUNCTION dr_tmpl.positive(int) TO "insta_id_regress_o'drift";
-SELECT insta_id.create_shards(400, 460, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 461, 'dr_tmpl');
 -- A column of a collation each schema got once its copies were made (its
 -- own: create_shards copies none).
 DO $$
 DECLARE
     s text;
 BEGIN
-    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 460) g LOOP
+    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 461) g LOOP
         EXECUTE format('CREATE COLLATION %1$I.c (provider = libc, locale = ''C''); ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE %1$I.c', s);
     END LOOP;
 END
@@ -150,7 +152,8 @@ INSERT INTO drift_cases VALUES
     (457, 'column: a default spelling the shard''s schema in a string', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET DEFAULT ''%1$s.x'''),
     (458, 'check: a string spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_s_check, ADD CONSTRAINT strings_s_check CHECK (s <> ''%1$s.y'')'),
     (459, 'view: a string spelling the shard''s schema', 'CREATE OR REPLACE VIEW %1$I.named AS SELECT to_regclass(''%1$s.orders'') AS r'),
-    (460, 'check: a tsvector spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_v_check, ADD CONSTRAINT strings_v_check CHECK (v <> ''%1$s.z''::tsvector)');
+    (460, 'check: a tsvector spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_v_check, ADD CONSTRAINT strings_v_check CHECK (v <> ''%1$s.z''::tsvector)'),
+    (461, 'function: a search_path naming the template', 'ALTER FUNCTION %1$I.pathed() SET search_path = pg_catalog, dr_tmpl, pg_temp');
 DO $$
 DECLARE
     c record;
@@ -171,6 +174,7 @@ SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 418, 41
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 454, 454);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 456, 456);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 457, 457);
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 461, 461);
 
 -- The tables and views taken from the template stand for the rows
 -- describing each shard gives (template 0: none taken), for the shards
@@ -224,7 +228,7 @@ RESET track_functions;
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 460 ORDER BY shard_id DESC) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 461 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 
