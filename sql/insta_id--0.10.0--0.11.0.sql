@@ -2881,7 +2881,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
-        ('EXECUTE', 'FUNCTION insta_id._with_placeholder(text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._with_placeholder(text, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
         ('EXECUTE', 'FUNCTION insta_id._without_relids(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
@@ -2945,15 +2945,15 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_relids';
 REVOKE ALL ON FUNCTION insta_id._tree_relids(text) FROM PUBLIC;
 
--- A row of _describe_schemas with <schema>. for prefix, a schema's name as
--- a qualified name writes it, where it qualifies a name: in names, in a
--- constant's literal (a regclass's; any type's but a string's) and in a
--- function's body, never in a string or a quoted name (src/sql_text.rs).
-CREATE FUNCTION insta_id._with_placeholder(detail text, prefix text)
+-- A row of _describe_schemas with <schema>. for the name of schema nsp,
+-- where it qualifies a name: in names, in the literal of a constant of a
+-- reg* or a user's type and in a function's body, never in a string or a
+-- quoted name (src/sql_text.rs). The name looked up by oid, a cache hit.
+CREATE FUNCTION insta_id._with_placeholder(detail text, nsp oid)
 RETURNS text
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_with_placeholder';
-REVOKE ALL ON FUNCTION insta_id._with_placeholder(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION insta_id._with_placeholder(text, oid) FROM PUBLIC;
 
 -- Whether such a tree may name a user's object by OID (src/sql_text.rs):
 -- a template view whose tree does is never taken for a shard's.
@@ -3035,14 +3035,9 @@ SET search_path = pg_catalog, pg_temp
 -- 4 s a call, the whole call 0.13 s without it, at 100 shards)
 SET jit = off
 AS $$
-    -- The schema's name as written in a qualified name, which
-    -- _with_placeholder replaces where it qualifies a name (schema t must
-    -- not turn events_rest.at into events_res<schema>.at, nor a string
-    -- 't.x' into '<schema>.x': src/sql_text.rs), and what text holding it
-    -- holds, in a name or in a literal (which doubles a quote).
-    -- And its shard number, if it is a registered shard's.
-    WITH s AS (SELECT n.oid, n.nspname, quote_ident(n.nspname) || '.' AS prefix,
-                      split_part(quote_ident(n.nspname) || '.', '''', 1) AS probe, g.shard_id
+    -- The schemas, and each one's shard number if it is a registered
+    -- shard's.
+    WITH s AS (SELECT n.oid, n.nspname, g.shard_id
                FROM pg_namespace n LEFT JOIN insta_id_admin.shard_registry g ON g.schema_name = n.nspname
                WHERE n.oid = ANY (nsps)),
     -- The schemas' relations and indexes, from one pass over pg_class
@@ -3115,18 +3110,16 @@ AS $$
     columns_key AS MATERIALIZED (
         SELECT c.attrelid, string_agg(ROW(c.attnum, c.attname, c.atttypmod,
                                           CASE WHEN c.attcollation < 16384 THEN c.attcollation::text
-                                               ELSE insta_id._with_placeholder(c.attcollation::regcollation::text, s.prefix) END,
+                                               ELSE insta_id._with_placeholder(c.attcollation::regcollation::text, c.relnamespace) END,
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
-                                               WHEN strpos(y.printed, s.probe) > 0 THEN insta_id._with_placeholder(y.printed, s.prefix)
-                                               ELSE y.printed END,
+                                               ELSE insta_id._with_placeholder(y.printed, c.relnamespace) END,
                                           y.typcollation, c.attnotnull, c.attidentity, c.attgenerated,
                                           -- (the default with the placeholder, as the end of
                                           -- this statement writes every row: a default of the
                                           -- schema's own enum is the template's)
-                                          CASE WHEN strpos(c.expr, s.probe) > 0 THEN insta_id._with_placeholder(c.expr, s.prefix)
-                                               ELSE c.expr END)::text,
+                                          insta_id._with_placeholder(c.expr, c.relnamespace))::text,
                                       ' ' ORDER BY c.attnum) AS key
-        FROM cols c JOIN s ON s.oid = c.relnamespace
+        FROM cols c
         LEFT JOIN LATERAL (SELECT y.typcollation, format_type(c.atttypid, c.atttypmod) AS printed FROM pg_type y
                            WHERE y.oid = c.atttypid AND c.atttypid >= 16384 OFFSET 0) y ON true
         GROUP BY c.attrelid),
@@ -3405,11 +3398,11 @@ AS $$
         UNION ALL
         -- (a relation as its template namesake: one row)
         SELECT u.relnamespace, u.template_rel, NULL, NULL FROM reuse u)
-    -- (the placeholder looked for only in text that holds the name,
-    -- which most does not)
-    SELECT r.nsp, r.rel, CASE WHEN strpos(r.object, s.probe) > 0 THEN insta_id._with_placeholder(r.object, s.prefix) ELSE r.object END,
-           CASE WHEN strpos(r.detail, s.probe) > 0 THEN insta_id._with_placeholder(r.detail, s.prefix) ELSE r.detail END
-    FROM raw r JOIN s ON s.oid = r.nsp
+    -- (each row's schema looked up by _with_placeholder: a join of the
+    -- rows with s, estimated at 10 schemas, was a nested loop, 90 s over
+    -- 8192 shards)
+    SELECT r.nsp, r.rel, insta_id._with_placeholder(r.object, r.nsp), insta_id._with_placeholder(r.detail, r.nsp)
+    FROM raw r
 $$;
 REVOKE ALL ON FUNCTION insta_id._describe_schemas(oid[], oid) FROM PUBLIC;
 

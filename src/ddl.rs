@@ -406,12 +406,22 @@ pub unsafe extern "C-unwind" fn insta_id_names_objects(fcinfo: FunctionCallInfo)
 }
 
 v1!(pg_finfo_insta_id_with_placeholder);
-/// `insta_id._with_placeholder(detail text, prefix text) RETURNS text`.
+/// `insta_id._with_placeholder(detail text, nsp oid) RETURNS text`: the
+/// schema's name as a qualified name writes it, from the catalog cache
+/// (a schema dropped meanwhile: the text as it is).
 #[unsafe(no_mangle)]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn insta_id_with_placeholder(fcinfo: FunctionCallInfo) -> Datum {
-    // SAFETY: a STRICT function with two text arguments.
-    let (detail, prefix) = unsafe { (arg_bytes(fcinfo, 0), arg_bytes(fcinfo, 1)) };
+    // SAFETY: a STRICT function with a text and an oid argument.
+    let (detail, nsp) = unsafe { (arg_bytes(fcinfo, 0), arg(fcinfo, 1).value() as u32) };
+    // SAFETY: get_namespace_name returns a palloc'd name, or NULL if none.
+    let name = unsafe { pg_sys::get_namespace_name(pg_sys::Oid::from(nsp)) };
+    if name.is_null() {
+        return crate::functions::text_datum(&detail);
+    }
+    // SAFETY: a NUL-terminated string, just returned.
+    let mut prefix = quote_ident(unsafe { CStr::from_ptr(name) });
+    prefix.push(b'.');
     crate::functions::text_datum(&sql_text::with_placeholder(&detail, &prefix))
 }
 

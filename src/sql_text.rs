@@ -266,6 +266,12 @@ const REG_TYPES: &[&[u8]] = &[
 /// search_path; quote_literal as `E'...'` when it holds a backslash,
 /// doubled too. A quote never closed is read as any other byte.)
 pub fn with_placeholder(text: &[u8], prefix: &[u8]) -> Vec<u8> {
+    // (most text holds no spelling of the name: what both share, up to a
+    // quote, which a literal doubles)
+    let shared = prefix.split(|&c| c == b'\'').next().unwrap_or_default();
+    if !shared.is_empty() && find(text, shared).is_none() {
+        return text.to_vec();
+    }
     let b = text;
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

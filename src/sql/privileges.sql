@@ -104,7 +104,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
         ('EXECUTE', 'FUNCTION insta_id._wait_for_commits()'),
-        ('EXECUTE', 'FUNCTION insta_id._with_placeholder(text, text)'),
+        ('EXECUTE', 'FUNCTION insta_id._with_placeholder(text, oid)'),
         ('EXECUTE', 'FUNCTION insta_id._without_locations(text)'),
         ('EXECUTE', 'FUNCTION insta_id._without_relids(text)'),
         -- what they read of insta_id's tables (what PUBLIC reads of them
