@@ -337,6 +337,24 @@ pub unsafe extern "C-unwind" fn insta_id_identifier_list(fcinfo: FunctionCallInf
     crate::functions::text_array(&names)
 }
 
+v1!(pg_finfo_insta_id_search_path_lines);
+/// `insta_id._search_path_lines(setting text, schema name) RETURNS text[]`:
+/// `{printed, with the placeholder}`, or NULL if malformed.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_search_path_lines(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with arguments (text, name).
+    let (setting, schema) = unsafe { (arg_bytes(fcinfo, 0), arg_name(fcinfo, 1)) };
+    match sql_text::search_path_lines(&setting, schema.to_bytes(), &clip) {
+        Some((printed, placeheld)) => crate::functions::text_array(&[printed, placeheld]),
+        None => {
+            // SAFETY: fcinfo is the caller's; a NULL result.
+            unsafe { (*fcinfo).isnull = true };
+            Datum::from(0)
+        }
+    }
+}
+
 v1!(pg_finfo_insta_id_names_schema);
 /// `insta_id._names_schema(body text, schema name) RETURNS boolean`.
 #[unsafe(no_mangle)]

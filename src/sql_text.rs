@@ -41,12 +41,34 @@ pub fn clip_utf8(name: &[u8]) -> usize {
 
 /// The names of a comma-separated identifier list as PostgreSQL reads a list
 /// setting such as `search_path` (SplitIdentifierString): a name in double
-/// quotes is taken as written (`""` is one quote), any other is folded to
-/// lower case (ASCII letters) and ends at a comma or white space; names are
+/// quotes is taken as written (`""` is one quote, and `""` alone an empty
+/// name, as `SET search_path = ''` stores it), any other is folded to lower
+/// case (ASCII letters) and ends at a comma or white space; names are
 /// truncated to 63 bytes. `None` for a malformed list (an unterminated quote,
-/// an empty name, text after a name that is not a comma), which PostgreSQL
-/// would refuse too. An empty list is `Some(vec![])`.
+/// an empty unquoted name, text after a name that is not a comma), which
+/// PostgreSQL would refuse too. An empty list is `Some(vec![])`.
 pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
+    Some(
+        split_list(list)?
+            .into_iter()
+            .map(|(name, quoted)| {
+                truncate(
+                    if quoted {
+                        name
+                    } else {
+                        name.to_ascii_lowercase()
+                    },
+                    clip,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// A list's names as written, quotes taken off (`""` inside is one quote),
+/// each with whether it was quoted: what PostgreSQL's SplitGUCList gives,
+/// and what SplitIdentifierString folds and truncates.
+fn split_list(list: &[u8]) -> Option<Vec<(Vec<u8>, bool)>> {
     let b = list;
     let mut i = 0;
     let skip_space = |mut i: usize| {
@@ -81,10 +103,7 @@ pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
                     }
                 }
             }
-            if name.is_empty() {
-                return None;
-            }
-            name
+            (name, true)
         } else {
             let start = i;
             while i < b.len() && b[i] != b',' && !is_space(b[i]) {
@@ -93,9 +112,9 @@ pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
             if i == start {
                 return None;
             }
-            b[start..i].to_ascii_lowercase()
+            (b[start..i].to_vec(), false)
         };
-        names.push(truncate(name, clip));
+        names.push(name);
         i = skip_space(i);
         match b.get(i) {
             None => return Some(names),
@@ -106,6 +125,49 @@ pub fn split_identifier_list(list: &[u8], clip: Clip) -> Option<Vec<Vec<u8>>> {
             return None; // a trailing comma: an empty name
         }
     }
+}
+
+/// The line pg_get_functiondef prints for a function's stored search_path
+/// `setting` (` SET search_path TO 'a', 'b'` and a newline: each name as
+/// SplitGUCList reads it, as a literal), and the same line with
+/// `'<schema>'` for each name that is `schema` as PostgreSQL reads it
+/// (folded and truncated: `TD` is `td`). shard_drift compares a function
+/// with the second, as create_shards gives each copy its own schema in
+/// every such place. `None` for a malformed setting.
+pub fn search_path_lines(setting: &[u8], schema: &[u8], clip: Clip) -> Option<(Vec<u8>, Vec<u8>)> {
+    const HEAD: &[u8] = b" SET search_path TO ";
+    let (mut printed, mut placeheld) = (HEAD.to_vec(), HEAD.to_vec());
+    for (n, (name, quoted)) in split_list(setting)?.into_iter().enumerate() {
+        if n > 0 {
+            printed.extend_from_slice(b", ");
+            placeheld.extend_from_slice(b", ");
+        }
+        let mut literal = vec![b'\''];
+        for &c in &name {
+            if c == b'\'' {
+                literal.push(c);
+            }
+            literal.push(c);
+        }
+        literal.push(b'\'');
+        let read = truncate(
+            if quoted {
+                name
+            } else {
+                name.to_ascii_lowercase()
+            },
+            clip,
+        );
+        placeheld.extend_from_slice(if read == schema {
+            b"'<schema>'"
+        } else {
+            &literal
+        });
+        printed.extend_from_slice(&literal);
+    }
+    printed.push(b'\n');
+    placeheld.push(b'\n');
+    Some((printed, placeheld))
 }
 
 /// `name` as it must be written in SQL: bare when it is lower case letters,
@@ -967,9 +1029,53 @@ mod tests {
 
     #[test]
     fn refuses_what_postgresql_refuses() {
-        for bad in ["a,", ",a", "a,,b", "\"a", "\"\"", "a b", "a \"b\""] {
+        for bad in ["a,", ",a", "a,,b", "\"a", "a b", "a \"b\""] {
             assert_eq!(names(bad), None, "{bad:?}");
         }
+        // (a quoted empty name is one: SET search_path = '' stores it)
+        assert_eq!(names("\"\""), Some(vec![""]));
+        assert_eq!(names("\"\", public"), Some(vec!["", "public"]));
+    }
+
+    #[test]
+    fn search_path_lines_as_printed() {
+        let lines = |setting: &str, schema: &str| {
+            search_path_lines(setting.as_bytes(), schema.as_bytes(), &clip_utf8)
+                .map(|(a, b)| (String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap()))
+        };
+        for (setting, schema, printed, placeheld) in [
+            (
+                "pg_catalog, tm",
+                "tm",
+                "'pg_catalog', 'tm'",
+                "'pg_catalog', '<schema>'",
+            ),
+            (
+                "TD, pg_catalog",
+                "td",
+                "'TD', 'pg_catalog'",
+                "'<schema>', 'pg_catalog'",
+            ),
+            ("\"TD\", td", "td", "'TD', 'td'", "'TD', '<schema>'"),
+            (
+                "\"it's\", \"a\"\"b\"",
+                "it's",
+                "'it''s', 'a\"b'",
+                "'<schema>', 'a\"b'",
+            ),
+            ("\"\"", "tm", "''", "''"),
+            ("\"$user\", tm2", "tm", "'$user', 'tm2'", "'$user', 'tm2'"),
+        ] {
+            assert_eq!(
+                lines(setting, schema),
+                Some((
+                    format!(" SET search_path TO {printed}\n"),
+                    format!(" SET search_path TO {placeheld}\n")
+                )),
+                "{setting:?}"
+            );
+        }
+        assert_eq!(lines("a,", "a"), None);
     }
 
     #[test]

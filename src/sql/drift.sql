@@ -41,6 +41,14 @@ RETURNS text
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_with_placeholder';
 
+-- The line pg_get_functiondef prints for a stored search_path setting,
+-- and the same with '<schema>' for each name that is schema
+-- (src/sql_text.rs); NULL if malformed.
+CREATE FUNCTION insta_id._search_path_lines(setting text, schema name)
+RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_search_path_lines';
+
 -- Whether such a tree may name a user's object by OID (src/sql_text.rs):
 -- a template view whose tree does is never taken for a shard's.
 CREATE FUNCTION insta_id._names_objects(tree text)
@@ -313,7 +321,11 @@ AS $$
             SELECT t.tgqual FROM pg_trigger t WHERE t.tgrelid = r.oid AND NOT t.tgisinternal
             UNION ALL
             SELECT e.tree FROM pg_policy p CROSS JOIN LATERAL (VALUES (p.polqual), (p.polwithcheck)) e(tree) WHERE p.polrelid = r.oid) part(tree)
-        WHERE r.relnamespace = template AND insta_id._names_unrecorded(part.tree, nsps)),
+        WHERE r.relnamespace = template
+          AND (insta_id._names_unrecorded(part.tree, nsps)
+               -- (its own table, by a regclass constant: a shard's naming
+               -- the template's has the same oid, and no dependency is recorded)
+               OR r.oid = ANY (insta_id._tree_regclasses(part.tree::text)))),
     -- The template's views whose trees name no user's object by oid, each
     -- tree read once (a join's filter read one a pair of views, when the
     -- plan was a nested loop: 9.6 s of a call over 1000 shards).
@@ -457,9 +469,8 @@ AS $$
         JOIN pg_type y ON y.oid = d.objid
         WHERE y.typtype IN ('e', 'd') OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c')
         UNION ALL
-        -- (the schema in its search_path setting, wherever in the list, as
-        -- the placeholder too: pg_get_functiondef prints each name as a
-        -- literal, on a line of its own)
+        -- (the schema in its search_path setting, wherever in the list and
+        -- however spelt, as the placeholder too: _search_path_lines)
         SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
@@ -469,12 +480,9 @@ AS $$
                          CASE WHEN sp.printed IS NULL THEN pg_get_functiondef(p.oid)
                               ELSE replace(pg_get_functiondef(p.oid), sp.printed, sp.placeheld) END)
         FROM s JOIN pg_proc p ON p.pronamespace = s.oid
-        LEFT JOIN LATERAL (
-            SELECT format(E' SET search_path TO %s\n', string_agg('''' || replace(u.e, '''', '''''') || '''', ', ' ORDER BY u.i)) AS printed,
-                   format(E' SET search_path TO %s\n', string_agg(CASE WHEN u.e = s.nspname::text THEN '''<schema>'''
-                                                                       ELSE '''' || replace(u.e, '''', '''''') || '''' END, ', ' ORDER BY u.i)) AS placeheld
-            FROM unnest(p.proconfig) c CROSS JOIN LATERAL unnest(insta_id._identifier_list(substr(c, 13))) WITH ORDINALITY u(e, i)
-            WHERE c LIKE 'search_path=%') sp ON true
+        LEFT JOIN LATERAL (SELECT l[1] AS printed, l[2] AS placeheld
+                           FROM unnest(p.proconfig) c, insta_id._search_path_lines(substr(c, 13), s.nspname) l
+                           WHERE c LIKE 'search_path=%') sp ON true
         WHERE p.prokind <> 'a'
         UNION ALL
         SELECT p.nsp, p.rel, p.object, p.detail FROM parts p

@@ -87,6 +87,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._options(text[])'),
         ('EXECUTE', 'FUNCTION insta_id._query_in_schema(name, regrole, text)'),
         ('EXECUTE', 'FUNCTION insta_id._run_in_schema(name, regrole, text[])'),
+        ('EXECUTE', 'FUNCTION insta_id._search_path_lines(text, name)'),
         ('EXECUTE', 'FUNCTION insta_id._schema_lock_key()'),
         ('EXECUTE', 'FUNCTION insta_id._restore_session(text[], name)'),
         ('EXECUTE', 'FUNCTION insta_id._sequence_name(name, name, name)'),

@@ -72,18 +72,26 @@ CREATE TABLE dr_tmpl.strings (s text DEFAULT 'dr_tmpl.x' CONSTRAINT strings_s_ch
                               v tsvector CONSTRAINT strings_v_check CHECK (v <> 'dr_tmpl.z'::tsvector));
 CREATE STATISTICS dr_tmpl."strings ""stats" (dependencies) ON s, n FROM dr_tmpl.strings;
 CREATE VIEW dr_tmpl.named AS SELECT to_regclass('dr_tmpl.orders') AS r;
--- A function whose search_path names the schema after pg_catalog.
+-- Functions whose search_path names the schema after pg_catalog, in
+-- capitals as a session wrote it (FROM CURRENT), or nothing ('').
 CREATE FUNCTION dr_tmpl.pathed() RETURNS int LANGUAGE sql SET search_path = pg_catalog, dr_tmpl, pg_temp RETURN 1;
+SELECT set_config('search_path', 'DR_TMPL, pg_catalog', false) IS NOT NULL AS set;
+CREATE FUNCTION dr_tmpl.current_path() RETURNS int LANGUAGE sql SET search_path FROM CURRENT RETURN 1;
+RESET search_path;
+CREATE FUNCTION dr_tmpl.hardened() RETURNS int LANGUAGE sql SET search_path = '' RETURN 1;
+-- A CHECK naming its own table (a copy's names its own).
+CREATE TABLE dr_tmpl.selfref (x int);
+ALTER TABLE dr_tmpl.selfref ADD CONSTRAINT selfref_check CHECK (tableoid = 'dr_tmpl.selfref'::regclass);
 CREATE ROLE "insta_id_regress_o'drift";
 GRANT EXECUTE ON FUNCTION dr_tmpl.positive(int) TO "insta_id_regress_o'drift";
-SELECT insta_id.create_shards(400, 461, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 462, 'dr_tmpl');
 -- A column of a collation each schema got once its copies were made (its
 -- own: create_shards copies none).
 DO $$
 DECLARE
     s text;
 BEGIN
-    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 461) g LOOP
+    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 462) g LOOP
         EXECUTE format('CREATE COLLATION %1$I.c (provider = libc, locale = ''C''); ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE %1$I.c', s);
     END LOOP;
 END
@@ -153,7 +161,9 @@ INSERT INTO drift_cases VALUES
     (458, 'check: a string spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_s_check, ADD CONSTRAINT strings_s_check CHECK (s <> ''%1$s.y'')'),
     (459, 'view: a string spelling the shard''s schema', 'CREATE OR REPLACE VIEW %1$I.named AS SELECT to_regclass(''%1$s.orders'') AS r'),
     (460, 'check: a tsvector spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_v_check, ADD CONSTRAINT strings_v_check CHECK (v <> ''%1$s.z''::tsvector)'),
-    (461, 'function: a search_path naming the template', 'ALTER FUNCTION %1$I.pathed() SET search_path = pg_catalog, dr_tmpl, pg_temp');
+    (461, 'function: a search_path naming the template', 'ALTER FUNCTION %1$I.pathed() SET search_path = pg_catalog, dr_tmpl, pg_temp'),
+    (462, 'check: naming the template''s table as its own, as 0.10.0 copied it',
+     'ALTER TABLE %1$I.selfref DROP CONSTRAINT selfref_check, ADD CONSTRAINT selfref_check CHECK (tableoid = ''dr_tmpl.selfref''::regclass) NOT VALID; ALTER TABLE %1$I.selfref VALIDATE CONSTRAINT selfref_check');
 DO $$
 DECLARE
     c record;
@@ -228,7 +238,7 @@ RESET track_functions;
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 461 ORDER BY shard_id DESC) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 462 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 
