@@ -2949,7 +2949,7 @@ REVOKE ALL ON FUNCTION insta_id._tree_relids(text) FROM PUBLIC;
 -- A row of _describe_schemas with <schema>. for the name of schema nsp,
 -- where it qualifies a name: in names, in the literal of a constant of a
 -- reg* or a user's type and in a function's body, never in a string or a
--- quoted name (src/sql_text.rs). The name looked up by oid, a cache hit
+-- quoted name (src/placeholder.rs). The name looked up by oid, a cache hit
 -- (STABLE: a schema can be renamed).
 CREATE FUNCTION insta_id._with_placeholder(detail text, nsp oid)
 RETURNS text
@@ -2959,7 +2959,7 @@ REVOKE ALL ON FUNCTION insta_id._with_placeholder(text, oid) FROM PUBLIC;
 
 -- The line pg_get_functiondef prints for a stored search_path setting,
 -- and the same with '<schema>' for each name that is schema
--- (src/sql_text.rs); NULL if malformed.
+-- (src/placeholder.rs); NULL if malformed.
 CREATE FUNCTION insta_id._search_path_lines(setting text, schema name)
 RETURNS text[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE

@@ -345,7 +345,7 @@ v1!(pg_finfo_insta_id_search_path_lines);
 pub unsafe extern "C-unwind" fn insta_id_search_path_lines(fcinfo: FunctionCallInfo) -> Datum {
     // SAFETY: a STRICT function with arguments (text, name).
     let (setting, schema) = unsafe { (arg_bytes(fcinfo, 0), arg_name(fcinfo, 1)) };
-    match sql_text::search_path_lines(&setting, schema.to_bytes(), &clip) {
+    match crate::placeholder::search_path_lines(&setting, schema.to_bytes(), &clip) {
         Some((printed, placeheld)) => crate::functions::text_array(&[printed, placeheld]),
         None => {
             // SAFETY: fcinfo is the caller's; a NULL result.
@@ -440,7 +440,7 @@ pub unsafe extern "C-unwind" fn insta_id_with_placeholder(fcinfo: FunctionCallIn
     // SAFETY: a NUL-terminated string, just returned.
     let mut prefix = quote_ident(unsafe { CStr::from_ptr(name) });
     prefix.push(b'.');
-    crate::functions::text_datum(&sql_text::with_placeholder(&detail, &prefix))
+    crate::functions::text_datum(&crate::placeholder::with_placeholder(&detail, &prefix))
 }
 
 v1!(pg_finfo_insta_id_tree_const_types);

@@ -107,6 +107,7 @@ pub mod locks;
 pub mod mark;
 pub mod mark_wal;
 mod pg_extern_bench;
+pub mod placeholder;
 pub mod registry;
 pub mod settings;
 pub mod shortcode;

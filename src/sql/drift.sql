@@ -35,7 +35,7 @@ AS 'MODULE_PATHNAME', 'insta_id_tree_relids';
 -- A row of _describe_schemas with <schema>. for the name of schema nsp,
 -- where it qualifies a name: in names, in the literal of a constant of a
 -- reg* or a user's type and in a function's body, never in a string or a
--- quoted name (src/sql_text.rs). The name looked up by oid, a cache hit
+-- quoted name (src/placeholder.rs). The name looked up by oid, a cache hit
 -- (STABLE: a schema can be renamed).
 CREATE FUNCTION insta_id._with_placeholder(detail text, nsp oid)
 RETURNS text
@@ -44,7 +44,7 @@ AS 'MODULE_PATHNAME', 'insta_id_with_placeholder';
 
 -- The line pg_get_functiondef prints for a stored search_path setting,
 -- and the same with '<schema>' for each name that is schema
--- (src/sql_text.rs); NULL if malformed.
+-- (src/placeholder.rs); NULL if malformed.
 CREATE FUNCTION insta_id._search_path_lines(setting text, schema name)
 RETURNS text[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
