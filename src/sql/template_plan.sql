@@ -534,7 +534,8 @@ BEGIN
                           ' WITH CHECK (' || insta_id._deparse(template, 'expr', p.polrelid, p.polwithcheck) || ')')
             FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.oid = ANY (rels)) s), '[]'),
         -- Enum, composite and domain types, in creation order, with their
-        -- constraints, grants and comments.
+        -- constraints, grants and comments (a domain's default or constraint
+        -- naming one of the template's relations waits for it: 'late').
         'types', coalesce((
             SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
                 SELECT y.oid AS o, 1 AS ord, CASE y.typtype
@@ -548,7 +549,8 @@ BEGIN
                                              WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
                        ELSE format('CREATE DOMAIN %I AS %s%s%s%s', y.typname, insta_id._deparse(template, 'type', y.typbasetype, NULL, y.typtypmod),
                                    ' COLLATE ' || insta_id._deparse(template, 'collation', nullif(y.typcollation, b.typcollation)),
-                                   ' DEFAULT ' || insta_id._deparse(template, 'expr', 0, y.typdefaultbin),
+                                   CASE WHEN y.typdefaultbin IS NOT NULL AND NOT insta_id._tree_regclasses(y.typdefaultbin::text) && rels
+                                        THEN ' DEFAULT ' || insta_id._deparse(template, 'expr', 0, y.typdefaultbin) END,
                                    CASE WHEN y.typnotnull THEN ' NOT NULL' ELSE '' END) END AS stmt
                 FROM pg_type y LEFT JOIN pg_type b ON b.oid = y.typbasetype
                 WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
@@ -557,9 +559,9 @@ BEGIN
                 SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 -- (each domain's constraints by index (OFFSET 0): not from a
                 -- read of every CHECK of the database, 35 ms at 5000 shards)
-                FROM pg_type y, LATERAL (SELECT k.oid, k.conname FROM pg_constraint k
+                FROM pg_type y, LATERAL (SELECT k.oid, k.conname, k.conbin FROM pg_constraint k
                                          WHERE k.contypid = y.oid AND k.contype = 'c' OFFSET 0) k
-                WHERE y.typnamespace = tmpl AND y.typtype = 'd'
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd' AND NOT insta_id._tree_regclasses(k.conbin::text) && rels
                 UNION ALL
                 SELECT y.oid, 3, g
                 FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
@@ -589,29 +591,57 @@ BEGIN
             -- (a partition's follow its parent's)
             WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND tmpl IN (y.typnamespace, e.typnamespace)
             GROUP BY c.relname) r), '{}'),
+        -- Also, once the tables exist, a domain's default and constraints
+        -- that name the template's relations; and last a partition's own
+        -- defaults (made with PARTITION OF, it has its parent's), each after
+        -- its parent's, since SET DEFAULT on a table sets its partitions' too.
         'late', coalesce((
-            SELECT jsonb_agg(stmt ORDER BY rel, ord, name) FROM (
-                SELECT c.relname AS rel, 1 AS ord, a.attname AS name,
+            SELECT jsonb_agg(stmt ORDER BY stage, rel, ord, name) FROM (
+                SELECT 0 AS stage, y.typname AS rel, 1 AS ord, '' AS name,
+                       format('ALTER DOMAIN %I SET DEFAULT %s', y.typname, insta_id._deparse(template, 'expr', 0, y.typdefaultbin)) AS stmt
+                FROM pg_type y
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd' AND insta_id._tree_regclasses(y.typdefaultbin::text) && rels
+                UNION ALL
+                SELECT 0, y.typname, 2, k.conname, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                FROM pg_type y, LATERAL (SELECT k.oid, k.conname, k.conbin FROM pg_constraint k
+                                         WHERE k.contypid = y.oid AND k.contype = 'c' OFFSET 0) k
+                WHERE y.typnamespace = tmpl AND y.typtype = 'd' AND insta_id._tree_regclasses(k.conbin::text) && rels
+                UNION ALL
+                -- (a next_id column's default is the copy's own, whatever its partitions')
+                SELECT 1 + (SELECT count(*) FROM pg_partition_ancestors(c.oid)), c.relname, 1, a.attname,
+                       CASE WHEN d.adbin IS NULL THEN format('ALTER TABLE %I ALTER COLUMN %I DROP DEFAULT', c.relname, a.attname)
+                            ELSE format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) END
+                FROM pg_class c JOIN pg_inherits h ON h.inhrelid = c.oid
+                JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+                JOIN pg_attribute pa ON pa.attrelid = h.inhparent AND pa.attname = a.attname
+                LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+                LEFT JOIN pg_attrdef pd ON pd.adrelid = pa.attrelid AND pd.adnum = pa.attnum
+                WHERE c.oid = ANY (rels) AND c.relispartition
+                  AND pg_get_expr(d.adbin, d.adrelid) IS DISTINCT FROM pg_get_expr(pd.adbin, pd.adrelid)
+                  AND insta_id._next_id_default_shard(pa.attrelid, pa.attname) IS NULL
+                  AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
+                UNION ALL
+                SELECT 1 AS stage, c.relname AS rel, 1 AS ord, a.attname AS name,
                        format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) AS stmt
                 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
                 JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
                 WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND insta_id._tied_to_schema(c.oid)
                   AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
                 UNION ALL
-                SELECT c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                SELECT 1, c.relname, 2, k.conname, format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.relname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c' AND k.conislocal
                 WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)
                 UNION ALL
                 -- Storage parameters (fillfactor, autovacuum_*), which LIKE leaves out.
-                SELECT c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
+                SELECT 1, c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
                 FROM pg_class c WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
                 UNION ALL
                 -- A partition is made without LIKE: its own comments.
-                SELECT c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
+                SELECT 1, c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
                 FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
                 WHERE c.oid = ANY (rels) AND c.relispartition
                 UNION ALL
-                SELECT c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
+                SELECT 1, c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
                 JOIN pg_description d ON d.objoid = k.oid AND d.classoid = 'pg_constraint'::regclass
                 WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND (insta_id._tied_to_schema(c.oid) OR c.relispartition)

@@ -53,6 +53,11 @@ CREATE TABLE full_tmpl.events_2026_eu PARTITION OF full_tmpl.events_2026 FOR VAL
 CREATE TABLE full_tmpl.events_2026_other PARTITION OF full_tmpl.events_2026 DEFAULT;
 CREATE INDEX events_2025_at ON full_tmpl.events_2025 (at);
 ALTER TABLE full_tmpl.events_2025 ADD CONSTRAINT events_2025_what CHECK (what <> '');
+-- Partitions' own defaults (a copy's are made with PARTITION OF, its parent's):
+-- set on each level, the middle one's set for its partitions too, one dropped.
+ALTER TABLE full_tmpl.events_2025 ALTER COLUMN what SET DEFAULT 'past';
+ALTER TABLE full_tmpl.events_2026 ALTER COLUMN region SET DEFAULT 'eu';
+ALTER TABLE full_tmpl.events_2026_other ALTER COLUMN region DROP DEFAULT;
 CREATE FUNCTION full_tmpl.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
 COMMENT ON FUNCTION full_tmpl.touch() IS 'sets updated_at';
 CREATE FUNCTION full_tmpl.photo_count(uid bigint) RETURNS bigint LANGUAGE sql STABLE
@@ -90,6 +95,11 @@ CREATE TABLE full_tmpl.refs_domains (t oid CONSTRAINT refs_domains_check CHECK (
 CREATE TABLE full_tmpl.refs_self (t regclass);
 ALTER TABLE full_tmpl.refs_self ALTER COLUMN t SET DEFAULT 'full_tmpl.refs_self'::regclass,
     ADD CONSTRAINT refs_self_check CHECK (tableoid = 'full_tmpl.refs_self'::regclass);
+-- A domain whose default and CHECK name the template's tables (types are
+-- made before tables: these wait for them), and a table using it.
+CREATE DOMAIN full_tmpl.other_rel AS regclass DEFAULT 'full_tmpl.users'::regclass
+    CONSTRAINT other_rel_check CHECK (VALUE <> 'full_tmpl.photos'::regclass);
+CREATE TABLE full_tmpl.refs_by_domain (r full_tmpl.other_rel);
 GRANT USAGE ON SCHEMA full_tmpl TO insta_id_regress_writer, insta_id_regress_reader;
 GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_regress_writer;
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
@@ -120,6 +130,14 @@ FROM pg_class c LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid
 WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'refs%' ORDER BY 1;
 SELECT adrelid::regclass AS tbl, pg_get_expr(adbin, adrelid) AS default FROM pg_attrdef WHERE adrelid = 'insta201.refs_self'::regclass;
+SELECT c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid) AS default
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname IN ('what', 'region')
+LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'events%' AND c.relkind IN ('r', 'p') ORDER BY 1, 2;
+SELECT y.typname, pg_get_expr(y.typdefaultbin, 0) AS default, pg_get_constraintdef(k.oid) AS "check"
+FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid WHERE y.oid = 'insta201.other_rel'::regtype;
+INSERT INTO insta201.refs_by_domain VALUES (DEFAULT) RETURNING r;
+INSERT INTO insta201.refs_by_domain VALUES ('insta201.photos');
 -- shard_drift describes once per template (27_drift): what the shards take
 -- from it is what deparsing each of them gives, for every kind of object.
 WITH n AS (SELECT ARRAY['full_tmpl'::regnamespace::oid, 'insta201'::regnamespace::oid, 'insta202'::regnamespace::oid] AS nsps),
