@@ -98,7 +98,8 @@ $$;
 -- schema's own name, and next_id's shard number and sequence in a default,
 -- written as placeholders; rel is the relation a row describes (0: the
 -- schema, its types, functions and statistics objects). Tables, views, their columns (type, NOT NULL,
--- identity, generated, default, collation), indexes, constraints, triggers,
+-- identity, generated, default, collation, statistics target, options,
+-- storage, compression), indexes, constraints, triggers,
 -- policies and row-level security, replica identity, storage options,
 -- statistics objects, functions and procedures, enum, domain and composite
 -- types, owners, and grants on the schema, its tables, functions and
@@ -155,7 +156,7 @@ AS $$
     -- default names no column). The relations described print theirs.
     cols AS MATERIALIZED (
         SELECT c.attrelid, c.relnamespace, c.attnum, c.attname, c.atttypid, c.atttypmod, c.attcollation, c.attnotnull,
-               c.attidentity, c.attgenerated,
+               c.attidentity, c.attgenerated, c.statistics, c.options, c.attstorage, c.attcompression,
                -- (a registered shard's own number and sequence only: any
                -- other is printed, and differs from the template's)
                CASE WHEN c.call IS NOT NULL
@@ -168,6 +169,12 @@ AS $$
         FROM (SELECT x.*, insta_id._next_id_call(x.tree, 'insta_id.next_id(integer, regclass)'::regprocedure) AS call
               FROM (SELECT a.attrelid, r.relnamespace, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation,
                            a.attnotnull, a.attidentity, a.attgenerated, d.adbin, d.adrelid, s.shard_id,
+                           -- (the planner's settings: but Debian 15.20's pg_attver,
+                           -- which that build puts on every column it makes, alone
+                           -- there in most: no regexp for them)
+                           nullif(a.attstattarget, -1) AS statistics, a.attstorage, a.attcompression,
+                           CASE WHEN a.attoptions IS NULL OR (cardinality(a.attoptions) = 1 AND a.attoptions[1] LIKE 'pg\_attver=%') THEN NULL
+                                ELSE nullif(ltrim(regexp_replace(array_to_string(a.attoptions, ','), '(^|,)pg_attver=[^,]*', ''), ','), '') END AS options,
                            insta_id._without_locations(d.adbin::text) AS tree
                     FROM rel r JOIN s ON s.oid = r.relnamespace
                     JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -190,7 +197,8 @@ AS $$
     -- text.) Each catalog is read in one pass, grouped by relation (a
     -- subquery per relation and kind cost 0.1 ms a relation).
     -- The columns' part: number, name,
-    -- NOT NULL, identity, generated, the default as printed, the
+    -- NOT NULL, identity, generated, the planner's settings (statistics
+    -- target, options, storage, compression), the default as printed, the
     -- collation and the type: a built-in one (below FirstNormalObjectId)
     -- by oid, any other as printed, with the placeholder (an array's own
     -- name depends on the order its schema's types were made in; a
@@ -206,6 +214,7 @@ AS $$
                                           CASE WHEN y.printed IS NULL THEN c.atttypid::text
                                                ELSE insta_id._with_placeholder(y.printed, c.relnamespace) END,
                                           y.typcollation, c.attnotnull, c.attidentity, c.attgenerated,
+                                          c.statistics, c.options, c.attstorage, c.attcompression,
                                           -- (the default with the placeholder, as the end of
                                           -- this statement writes every row: a default of the
                                           -- schema's own enum is the template's)
@@ -438,7 +447,12 @@ AS $$
                                                   FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) END,
                          -- (a column of a type without collation has none: no lookup)
                          'COLLATE ' || CASE WHEN a.attcollation <> 0
-                                            THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END)
+                                            THEN nullif(a.attcollation, (SELECT typcollation FROM pg_type WHERE oid = a.atttypid))::regcollation::text END,
+                         'STATISTICS ' || a.statistics, 'OPTIONS ' || a.options,
+                         'STORAGE ' || CASE WHEN a.attstorage <> (SELECT typstorage FROM pg_type WHERE oid = a.atttypid)
+                                            THEN CASE a.attstorage WHEN 'p' THEN 'plain' WHEN 'e' THEN 'external'
+                                                                   WHEN 'm' THEN 'main' ELSE 'extended' END END,
+                         'COMPRESSION ' || CASE a.attcompression WHEN 'p' THEN 'pglz' WHEN 'l' THEN 'lz4' END)
         FROM deparsed_rel r JOIN cols a ON a.attrelid = r.oid
         UNION ALL
         SELECT r.relnamespace, 0::oid, format('statistics %I on %I', x.stxname, r.relname),

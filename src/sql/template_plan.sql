@@ -621,6 +621,36 @@ BEGIN
                   AND insta_id._next_id_default_shard(pa.attrelid, pa.attname) IS NULL
                   AND insta_id._next_id_default_shard(c.oid, a.attname) IS NULL
                 UNION ALL
+                -- What LIKE and PARTITION OF leave out of a column, or take
+                -- from its type or parent: statistics target, options,
+                -- storage, compression; and a partition's own NOT NULL
+                -- (which, as a default, is set on its partitions too) and
+                -- comments.
+                SELECT 1 + (SELECT count(*) FROM pg_partition_ancestors(c.oid)), c.relname, 5, a.attname, s.stmt
+                FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                JOIN pg_type y ON y.oid = a.atttypid
+                LEFT JOIN pg_inherits h ON c.relispartition AND h.inhrelid = c.oid
+                LEFT JOIN pg_attribute pa ON pa.attrelid = h.inhparent AND pa.attname = a.attname
+                -- (a copy's column has its type's storage or, made from it, its root's)
+                LEFT JOIN pg_attribute ra ON ra.attrelid = pg_partition_root(c.oid) AND ra.attname = a.attname,
+                LATERAL (SELECT format('ALTER TABLE ONLY %I ALTER COLUMN %I ', c.relname, a.attname) AS alter) x,
+                LATERAL (VALUES
+                    (CASE WHEN a.attstattarget >= 0 THEN x.alter || 'SET STATISTICS ' || a.attstattarget END),
+                    -- (but Debian 15.20's pg_attver, which it sets on every column it makes)
+                    (x.alter || 'SET (' || insta_id._options(ARRAY(SELECT o FROM unnest(a.attoptions) o
+                                                                   WHERE o NOT LIKE 'pg\_attver=%')) || ')'),
+                    (CASE WHEN a.attstorage <> y.typstorage OR a.attstorage <> coalesce(ra.attstorage, a.attstorage)
+                          THEN x.alter || 'SET STORAGE ' || CASE a.attstorage WHEN 'p' THEN 'PLAIN' WHEN 'e' THEN 'EXTERNAL'
+                                                                              WHEN 'm' THEN 'MAIN' ELSE 'EXTENDED' END END),
+                    (CASE WHEN a.attcompression <> '' OR a.attcompression <> coalesce(ra.attcompression, a.attcompression)
+                          THEN x.alter || 'SET COMPRESSION ' || CASE a.attcompression WHEN 'p' THEN 'pglz' WHEN 'l' THEN 'lz4'
+                                                                                      ELSE 'default' END END),
+                    (CASE WHEN a.attnotnull AND NOT pa.attnotnull
+                          THEN format('ALTER TABLE %I ALTER COLUMN %I SET NOT NULL', c.relname, a.attname) END),
+                    (CASE WHEN c.relispartition
+                          THEN format('COMMENT ON COLUMN %I.%I IS ', c.relname, a.attname) || quote_literal(col_description(c.oid, a.attnum)) END)) s(stmt)
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND s.stmt IS NOT NULL
+                UNION ALL
                 SELECT 1 AS stage, c.relname AS rel, 1 AS ord, a.attname AS name,
                        format('ALTER TABLE %I ALTER COLUMN %I SET DEFAULT %s', c.relname, a.attname, insta_id._deparse(template, 'expr', d.adrelid, d.adbin)) AS stmt
                 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''

@@ -58,6 +58,14 @@ ALTER TABLE full_tmpl.events_2025 ADD CONSTRAINT events_2025_what CHECK (what <>
 ALTER TABLE full_tmpl.events_2025 ALTER COLUMN what SET DEFAULT 'past';
 ALTER TABLE full_tmpl.events_2026 ALTER COLUMN region SET DEFAULT 'eu';
 ALTER TABLE full_tmpl.events_2026_other ALTER COLUMN region DROP DEFAULT;
+-- What LIKE and PARTITION OF leave out of a column: statistics target and
+-- options; a partition's own NOT NULL, comment, storage and compression (the
+-- middle level's set on its partitions too, reset on one).
+ALTER TABLE full_tmpl.users ALTER COLUMN tenant SET STATISTICS 500, ALTER COLUMN tenant SET (n_distinct = 100);
+ALTER TABLE full_tmpl.events_2025 ALTER COLUMN what SET NOT NULL;
+COMMENT ON COLUMN full_tmpl.events_2026_eu.what IS 'in the EU';
+ALTER TABLE full_tmpl.events_2026 ALTER COLUMN what SET STORAGE EXTERNAL, ALTER COLUMN what SET COMPRESSION pglz;
+ALTER TABLE full_tmpl.events_2026_other ALTER COLUMN what SET STORAGE EXTENDED, ALTER COLUMN what SET COMPRESSION default;
 CREATE FUNCTION full_tmpl.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
 COMMENT ON FUNCTION full_tmpl.touch() IS 'sets updated_at';
 CREATE FUNCTION full_tmpl.photo_count(uid bigint) RETURNS bigint LANGUAGE sql STABLE
@@ -130,10 +138,31 @@ FROM pg_class c LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid
 WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'refs%' ORDER BY 1;
 SELECT adrelid::regclass AS tbl, pg_get_expr(adbin, adrelid) AS default FROM pg_attrdef WHERE adrelid = 'insta201.refs_self'::regclass;
-SELECT c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid) AS default
-FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname IN ('what', 'region')
-LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-WHERE c.relnamespace = 'insta201'::regnamespace AND c.relname LIKE 'events%' AND c.relkind IN ('r', 'p') ORDER BY 1, 2;
+-- Each column of a copy as its template's, in what shard_drift compares and
+-- what it does not (statistics target, options, storage, compression,
+-- comment): no row differs either way.
+CREATE TEMP VIEW regress_cols AS
+    SELECT n.nspname, t.relname, a.attname, a.attnotnull, nullif(a.attstattarget, -1) AS statistics,
+           -- (but the pg_attver Debian 15.20 gives every column)
+           nullif(ARRAY(SELECT o FROM unnest(a.attoptions) o WHERE o NOT LIKE 'pg\_attver=%'), '{}') AS attoptions,
+           a.attstorage, a.attcompression, col_description(t.oid, a.attnum) AS comment,
+           regexp_replace(replace(pg_get_expr(d.adbin, d.adrelid), n.nspname || '.', ''), '^insta_id\.next_id\(\d+,', 'insta_id.next_id(<shard>,') AS def
+    FROM pg_namespace n JOIN pg_class t ON t.relnamespace = n.oid AND t.relkind IN ('r', 'p')
+    JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = t.oid AND d.adnum = a.attnum
+    WHERE n.nspname IN ('full_tmpl', 'insta201');
+SELECT (SELECT count(*) FROM (SELECT relname, attname, attnotnull, statistics, attoptions, attstorage, attcompression, comment, def
+                              FROM regress_cols WHERE nspname = 'full_tmpl'
+                              EXCEPT SELECT relname, attname, attnotnull, statistics, attoptions, attstorage, attcompression, comment, def
+                              FROM regress_cols WHERE nspname = 'insta201') x) AS only_template,
+       (SELECT count(*) FROM (SELECT relname, attname, attnotnull, statistics, attoptions, attstorage, attcompression, comment, def
+                              FROM regress_cols WHERE nspname = 'insta201'
+                              EXCEPT SELECT relname, attname, attnotnull, statistics, attoptions, attstorage, attcompression, comment, def
+                              FROM regress_cols WHERE nspname = 'full_tmpl') x) AS only_copy;
+SELECT relname, attname, def, attnotnull, statistics, attoptions, attstorage, attcompression, comment
+FROM regress_cols WHERE nspname = 'insta201' AND (attname, relname LIKE 'events%') IN (('what', true), ('region', true), ('tenant', false))
+ORDER BY 1, 2;
+DROP VIEW regress_cols;
 SELECT y.typname, pg_get_expr(y.typdefaultbin, 0) AS default, pg_get_constraintdef(k.oid) AS "check"
 FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid WHERE y.oid = 'insta201.other_rel'::regtype;
 INSERT INTO insta201.refs_by_domain VALUES (DEFAULT) RETURNING r;

@@ -84,14 +84,14 @@ CREATE TABLE dr_tmpl.selfref (x int);
 ALTER TABLE dr_tmpl.selfref ADD CONSTRAINT selfref_check CHECK (tableoid = 'dr_tmpl.selfref'::regclass);
 CREATE ROLE "insta_id_regress_o'drift";
 GRANT EXECUTE ON FUNCTION dr_tmpl.positive(int) TO "insta_id_regress_o'drift";
-SELECT insta_id.create_shards(400, 462, 'dr_tmpl');
+SELECT insta_id.create_shards(400, 466, 'dr_tmpl');
 -- A column of a collation each schema got once its copies were made (its
 -- own: create_shards copies none).
 DO $$
 DECLARE
     s text;
 BEGIN
-    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 462) g LOOP
+    FOR s IN SELECT 'dr_tmpl' UNION ALL SELECT 'insta' || g FROM generate_series(400, 466) g LOOP
         EXECUTE format('CREATE COLLATION %1$I.c (provider = libc, locale = ''C''); ALTER TABLE %1$I.labels ALTER COLUMN l TYPE text COLLATE %1$I.c', s);
     END LOOP;
 END
@@ -163,7 +163,11 @@ INSERT INTO drift_cases VALUES
     (460, 'check: a tsvector spelling the shard''s schema', 'ALTER TABLE %1$I.strings DROP CONSTRAINT strings_v_check, ADD CONSTRAINT strings_v_check CHECK (v <> ''%1$s.z''::tsvector)'),
     (461, 'function: a search_path naming the template', 'ALTER FUNCTION %1$I.pathed() SET search_path = pg_catalog, dr_tmpl, pg_temp'),
     (462, 'check: naming the template''s table as its own, as 0.10.0 copied it',
-     'ALTER TABLE %1$I.selfref DROP CONSTRAINT selfref_check, ADD CONSTRAINT selfref_check CHECK (tableoid = ''dr_tmpl.selfref''::regclass) NOT VALID; ALTER TABLE %1$I.selfref VALIDATE CONSTRAINT selfref_check');
+     'ALTER TABLE %1$I.selfref DROP CONSTRAINT selfref_check, ADD CONSTRAINT selfref_check CHECK (tableoid = ''dr_tmpl.selfref''::regclass) NOT VALID; ALTER TABLE %1$I.selfref VALIDATE CONSTRAINT selfref_check'),
+    (463, 'column: a statistics target', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET STATISTICS 500'),
+    (464, 'column: an option', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET (n_distinct = 10)'),
+    (465, 'column: storage', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET STORAGE EXTERNAL'),
+    (466, 'column: compression', 'ALTER TABLE %1$I.strings ALTER COLUMN s SET COMPRESSION pglz');
 DO $$
 DECLARE
     c record;
@@ -185,6 +189,7 @@ SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 454, 45
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 456, 456);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 457, 457);
 SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 461, 461);
+SELECT shard_id, object, difference FROM insta_id.shard_drift('dr_tmpl', 463, 466);
 
 -- The tables and views taken from the template stand for the rows
 -- describing each shard gives (template 0: none taken), for the shards
@@ -238,7 +243,7 @@ RESET track_functions;
 -- (force: shard 430's orders has another owner, and every items table
 -- references drift_outside.codes, which links them all for the gate)
 -- (from the last: 455's default uses 400's sequence, which drop_shard keeps)
-SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 462 ORDER BY shard_id DESC) d;
+SELECT count(*) AS dropped FROM (SELECT insta_id.drop_shard(shard_id, force => true) FROM insta_id.shards() WHERE shard_id BETWEEN 400 AND 466 ORDER BY shard_id DESC) d;
 DROP SCHEMA dr_tmpl CASCADE;
 DROP SCHEMA drift_outside CASCADE;
 
