@@ -1234,9 +1234,10 @@ BEGIN
         SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
                CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
                -- (a materialized view made empty: filling it runs its query,
-               -- which PostgreSQL's REFRESH does as its owner, after the copy)
-               jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
-                   c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
+               -- which PostgreSQL's REFRESH does as its owner, after the copy;
+               -- named qualified, as pg_catalog comes first where it is made)
+               jsonb_build_array(format('CREATE %s %I.%I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+                   template, c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
                    CASE WHEN c.relkind = 'm' THEN ' WITH NO DATA' ELSE '' END))
                || coalesce((SELECT jsonb_agg(insta_id._deparse(template, 'index', x.indexrelid) ORDER BY x.indexrelid)
                             FROM pg_index x WHERE x.indrelid = c.oid), '[]')
@@ -1257,7 +1258,8 @@ BEGIN
                              CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
-               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END)))
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'view', CASE WHEN o.kind LIKE '%VIEW' THEN true END)))
     INTO pending FROM obj o;
     -- Each after what it uses: rounds of those whose uses are all placed.
     WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
@@ -1308,8 +1310,8 @@ BEGIN
         -- constraints, grants and comments (a domain's default or constraint
         -- naming one of the template's relations waits for it: 'late').
         'types', coalesce((
-            SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
-                SELECT y.oid AS o, 1 AS ord, CASE y.typtype
+            SELECT jsonb_agg(stmt ORDER BY o, ord, sub) FROM (
+                SELECT y.oid AS o, 1 AS ord, 0::bigint AS sub, CASE y.typtype
                        WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s)', y.typname,
                                             (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
                                              FROM pg_enum e WHERE e.enumtypid = y.oid))
@@ -1327,19 +1329,20 @@ BEGIN
                 WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
                       OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
                 UNION ALL
-                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                SELECT y.oid, 2, 0, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 -- (each domain's constraints by index (OFFSET 0): not from a
                 -- read of every CHECK of the database, 35 ms at 5000 shards)
                 FROM pg_type y, LATERAL (SELECT k.oid, k.conname, k.conbin FROM pg_constraint k
                                          WHERE k.contypid = y.oid AND k.contype = 'c' OFFSET 0) k
                 WHERE y.typnamespace = tmpl AND y.typtype = 'd' AND NOT insta_id._tree_regclasses(k.conbin::text) && rels
                 UNION ALL
-                SELECT y.oid, 3, g
+                -- (in their order: a REVOKE from PUBLIC before a GRANT to it)
+                SELECT y.oid, 3, g.n, g.g
                 FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
-                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) g
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) WITH ORDINALITY g(g, n)
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
                 UNION ALL
-                SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
+                SELECT y.oid, 4, 0, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
                 FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
         -- Materialized views the copy fills (REFRESH) once it is complete.
@@ -1437,10 +1440,11 @@ BEGIN
                 SELECT 1, c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
                 FROM pg_class c WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
                 UNION ALL
-                -- A partition is made without LIKE: its own comments.
+                -- A table's comment, which LIKE leaves out (and a partition,
+                -- made without LIKE, its constraints' too).
                 SELECT 1, c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
                 FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-                WHERE c.oid = ANY (rels) AND c.relispartition
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT 1, c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'
@@ -1928,6 +1932,15 @@ RETURNS oid[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_regclasses';
 REVOKE ALL ON FUNCTION insta_id._tree_regclasses(text) FROM PUBLIC;
+-- Text with names qualified with schema from_nsp qualified with to_nsp
+-- instead, where shard_drift's placeholder would be (src/placeholder.rs:
+-- names and reg* constants, never strings or quoted names): a view's names
+-- the template qualifies (pg_catalog's hide them), a foreign key's table.
+CREATE FUNCTION insta_id._requalified(text text, from_nsp name, to_nsp name)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_requalified';
+REVOKE ALL ON FUNCTION insta_id._requalified(text, name, name) FROM PUBLIC;
 
 -- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
 -- policy's node tree may name an object of schemas nsps where PostgreSQL
@@ -2144,7 +2157,12 @@ BEGIN
         SELECT x.statement FROM (
             SELECT o.ord, s.ord AS sub, s.statement
             FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
-            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+            -- (a view made with pg_catalog first, as it was deparsed)
+            LATERAL (SELECT e.ord, CASE WHEN e.ord = 1 AND o.obj ? 'view'
+                                        THEN format('SET LOCAL search_path = pg_catalog, %1$I, pg_temp; %2$s; SET LOCAL search_path = %1$I, pg_catalog, pg_temp',
+                                                    target, insta_id._requalified(e.statement, template, target))
+                                        ELSE e.statement END
+                     FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
                      UNION ALL
                      SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
                                         (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
@@ -2158,8 +2176,7 @@ BEGIN
             FROM jsonb_array_elements(plan->'tables') WITH ORDINALITY e(t, ord) WHERE e.t->>'replica_identity' IS NOT NULL
             UNION ALL
             SELECT 3e9 + e.ord, 0, format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, e.fk->>'rel', e.fk->>'name',
-                                          replace(e.fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
-                                                                'REFERENCES ' || quote_ident(target) || '.'))
+                                          insta_id._requalified(e.fk->>'def', template, target))
             FROM jsonb_array_elements(plan->'foreign_keys') WITH ORDINALITY e(fk, ord)
             UNION ALL
             SELECT 4e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)
@@ -2938,6 +2955,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_const_types(text)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_regclasses(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._requalified(text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),
@@ -3372,7 +3390,7 @@ AS $$
     -- Each relation's grants, written once per distinct ACL and owner (a
     -- shard's tables have their template's: thousands alike).
     rel_grants AS (SELECT x.acl, x.relowner,
-                          (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                          (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                            FROM aclexplode(x.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                            WHERE a.grantee <> x.relowner) AS grants
                    FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
@@ -3395,11 +3413,11 @@ AS $$
         UNION ALL
         SELECT r.oid, r.relnamespace, format('policy %I on %I', p.polname, r.relname),
                concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
-                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM deparsed_rel r JOIN pg_policy p ON p.polrelid = r.oid),
     raw (nsp, rel, object, detail) AS (
-        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
         FROM s
@@ -3451,7 +3469,7 @@ AS $$
                                             FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
                    ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
                                           FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
-                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                  FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
         -- (a schema's types by their dependency on it, which every type
         -- but a table's row type and an array type records: pg_type has no
@@ -3468,7 +3486,7 @@ AS $$
         SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
-                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                        FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE a.grantee <> p.proowner),
                          CASE WHEN sp.printed IS NULL THEN pg_get_functiondef(p.oid)

@@ -443,6 +443,31 @@ pub unsafe extern "C-unwind" fn insta_id_with_placeholder(fcinfo: FunctionCallIn
     crate::functions::text_datum(&crate::placeholder::with_placeholder(&detail, &prefix))
 }
 
+v1!(pg_finfo_insta_id_requalified);
+/// `insta_id._requalified(text text, from_nsp name, to_nsp name) RETURNS
+/// text`: names qualified with `from_nsp` qualified with `to_nsp` instead
+/// (`placeholder::requalified`).
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn insta_id_requalified(fcinfo: FunctionCallInfo) -> Datum {
+    // SAFETY: a STRICT function with a text and two name arguments.
+    let (text, from, to) = unsafe {
+        (
+            arg_bytes(fcinfo, 0),
+            arg_name(fcinfo, 1),
+            arg_name(fcinfo, 2),
+        )
+    };
+    let (mut prefix, mut replacement) = (quote_ident(from), quote_ident(to));
+    prefix.push(b'.');
+    replacement.push(b'.');
+    crate::functions::text_datum(&crate::placeholder::requalified(
+        &text,
+        &prefix,
+        &replacement,
+    ))
+}
+
 v1!(pg_finfo_insta_id_tree_const_types);
 /// `insta_id._tree_const_types(tree text) RETURNS oid[]`.
 #[unsafe(no_mangle)]

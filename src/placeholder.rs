@@ -87,6 +87,14 @@ const REG_TYPES: &[&[u8]] = &[
 /// search_path; quote_literal as `E'...'` when it holds a backslash,
 /// doubled too. A quote never closed is read as any other byte.)
 pub fn with_placeholder(text: &[u8], prefix: &[u8]) -> Vec<u8> {
+    requalified(text, prefix, PLACEHOLDER)
+}
+
+/// `text` with `replacement` for `prefix` wherever `with_placeholder`
+/// writes the placeholder: create_shards moves a view's names qualified
+/// with its template (those pg_catalog's hide) to the copy's schema, and a
+/// foreign key's referenced table.
+pub fn requalified(text: &[u8], prefix: &[u8], replacement: &[u8]) -> Vec<u8> {
     // (most text holds no spelling of the name: what both share, up to a
     // quote, which a literal doubles)
     let shared = prefix.split(|&c| c == b'\'').next().unwrap_or_default();
@@ -99,7 +107,7 @@ pub fn with_placeholder(text: &[u8], prefix: &[u8]) -> Vec<u8> {
     while i < b.len() {
         let starts = name_starts(b, i);
         if starts && !prefix.is_empty() && b[i..].starts_with(prefix) {
-            out.extend_from_slice(PLACEHOLDER);
+            out.extend_from_slice(replacement);
             i += prefix.len();
             continue;
         }
@@ -109,16 +117,24 @@ pub fn with_placeholder(text: &[u8], prefix: &[u8]) -> Vec<u8> {
             let open = i + usize::from(escaped);
             let (end, closed) = literal_end(b, open, escaped);
             if closed && names_follow(&b[end..]) {
-                // (the prefix as the literal writes it)
-                let mut written = Vec::with_capacity(prefix.len());
-                for &p in prefix {
-                    if p == b'\'' || (escaped && p == b'\\') {
+                // (prefix and replacement as the literal writes them)
+                let as_written = |text: &[u8]| {
+                    let mut written = Vec::with_capacity(text.len());
+                    for &p in text {
+                        if p == b'\'' || (escaped && p == b'\\') {
+                            written.push(p);
+                        }
                         written.push(p);
                     }
-                    written.push(p);
-                }
+                    written
+                };
                 out.extend_from_slice(&b[i..=open]);
-                names_with_placeholder(&b[open + 1..end - 1], &written, &mut out);
+                names_requalified(
+                    &b[open + 1..end - 1],
+                    &as_written(prefix),
+                    &as_written(replacement),
+                    &mut out,
+                );
                 out.push(b'\'');
                 i = end;
                 continue;
@@ -134,7 +150,7 @@ pub fn with_placeholder(text: &[u8], prefix: &[u8]) -> Vec<u8> {
             match dollar_quote(b, i) {
                 Some((body, close, end)) => {
                     out.extend_from_slice(&b[i..body]);
-                    names_with_placeholder(&b[body..close], prefix, &mut out);
+                    names_requalified(&b[body..close], prefix, replacement, &mut out);
                     out.extend_from_slice(&b[close..end]);
                     i = end;
                     continue;
@@ -157,11 +173,11 @@ fn name_starts(b: &[u8], i: usize) -> bool {
 }
 
 /// `prefix` replaced in `b` wherever a name starts, quoted names left alone.
-fn names_with_placeholder(b: &[u8], prefix: &[u8], out: &mut Vec<u8>) {
+fn names_requalified(b: &[u8], prefix: &[u8], replacement: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;
     while i < b.len() {
         if name_starts(b, i) && !prefix.is_empty() && b[i..].starts_with(prefix) {
-            out.extend_from_slice(PLACEHOLDER);
+            out.extend_from_slice(replacement);
             i += prefix.len();
         } else {
             let end = if b[i] == b'"' {
@@ -292,6 +308,49 @@ mod tests {
     fn placeholder(text: &str, schema: &str) -> String {
         let prefix = format!("{}.", quote_identifier(schema));
         String::from_utf8(with_placeholder(text.as_bytes(), prefix.as_bytes())).unwrap()
+    }
+
+    #[test]
+    fn requalified_where_the_placeholder_would_be() {
+        let moved = |text: &str, from: &str, to: &str| {
+            let (from, to) = (
+                format!("{}.", quote_identifier(from)),
+                format!("{}.", quote_identifier(to)),
+            );
+            String::from_utf8(requalified(text.as_bytes(), from.as_bytes(), to.as_bytes())).unwrap()
+        };
+        for (text, from, to, expected) in [
+            // a view's name pg_catalog hides, and a regclass constant of one
+            (
+                " SELECT a, tm.upper(b) AS u FROM tm.pg_settings WHERE r = 'tm.pg_class'::regclass",
+                "tm",
+                "insta1",
+                " SELECT a, insta1.upper(b) AS u FROM insta1.pg_settings WHERE r = 'insta1.pg_class'::regclass",
+            ),
+            // strings and quoted names as they are
+            (
+                " SELECT 'tm.x'::text AS \"tm.y\" FROM tm.t",
+                "tm",
+                "insta1",
+                " SELECT 'tm.x'::text AS \"tm.y\" FROM insta1.t",
+            ),
+            // a foreign key's table; a column named like the text
+            (
+                "FOREIGN KEY (\"k REFERENCES tm.x\") REFERENCES tm.p(\"k REFERENCES tm.x\") ON DELETE CASCADE",
+                "tm",
+                "insta1",
+                "FOREIGN KEY (\"k REFERENCES tm.x\") REFERENCES insta1.p(\"k REFERENCES tm.x\") ON DELETE CASCADE",
+            ),
+            // quoted both ways, a quote in a literal doubled
+            (
+                "\"T m\".v, 'T m.x'::regclass, '\"T m\".x'::regclass",
+                "T m",
+                "it's",
+                "\"it's\".v, 'T m.x'::regclass, '\"it''s\".x'::regclass",
+            ),
+        ] {
+            assert_eq!(moved(text, from, to), expected, "{text:?}");
+        }
     }
 
     #[test]

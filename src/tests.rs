@@ -304,7 +304,7 @@ mod tests {
             props,
             "_admin_write:vutrue _advisory_holds:vrfalse _gate_objects:sstrue _gate_owners:vutrue _gate_relations:ssfalse _guard_stats:vrtrue _identifier_list:istrue _in_transaction_block:vrtrue \
              _lock:vutrue _lock_object:vutrue _lock_relations:vutrue _lock_schema:vutrue _names_objects:istrue _names_schema:istrue _next_id_call:istrue \
-             _query_in_schema:vutrue _run_in_schema:vutrue _search_path_lines:istrue _tree_const_types:istrue _tree_regclasses:istrue _tree_relids:istrue _unlock:vutrue _wait_for_commits:vrtrue _with_placeholder:sstrue _without_locations:istrue _without_relids:istrue created_at:istrue epoch:sstrue from_shortcode:istrue guard_mode:sstrue guard_stats_reset:vrtrue guard_stats_total:vrtrue \
+             _query_in_schema:vutrue _requalified:istrue _run_in_schema:vutrue _search_path_lines:istrue _tree_const_types:istrue _tree_regclasses:istrue _tree_relids:istrue _unlock:vutrue _wait_for_commits:vrtrue _with_placeholder:sstrue _without_locations:istrue _without_relids:istrue created_at:istrue epoch:sstrue from_shortcode:istrue guard_mode:sstrue guard_stats_reset:vrtrue guard_stats_total:vrtrue \
              high_water_mark:vstrue id_parts:istrue id_parts:istrue max_id:istrue max_id:istrue \
              max_id:istrue max_id:istrue min_id:istrue min_id:istrue min_id:istrue min_id:istrue \
              next_id:vutrue raise_high_water_mark:vutrue seq_id:istrue shard_id:istrue shortcode:istrue"

@@ -393,7 +393,7 @@ AS $$
     -- Each relation's grants, written once per distinct ACL and owner (a
     -- shard's tables have their template's: thousands alike).
     rel_grants AS (SELECT x.acl, x.relowner,
-                          (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                          (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                            FROM aclexplode(x.relacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                            WHERE a.grantee <> x.relowner) AS grants
                    FROM (SELECT DISTINCT ON (coalesce(r.relacl::text, ''), r.relowner) coalesce(r.relacl::text, '') AS acl,
@@ -416,11 +416,11 @@ AS $$
         UNION ALL
         SELECT r.oid, r.relnamespace, format('policy %I on %I', p.polname, r.relname),
                concat_ws(' ', CASE WHEN p.polpermissive THEN 'permissive' ELSE 'restrictive' END, p.polcmd::text,
-                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY 1) FROM unnest(p.polroles) o),
+                         (SELECT string_agg(CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END, ',' ORDER BY CASE WHEN o = 0 THEN 'PUBLIC' ELSE o::regrole::text END) FROM unnest(p.polroles) o),
                          'USING ' || pg_get_expr(p.polqual, p.polrelid), 'CHECK ' || pg_get_expr(p.polwithcheck, p.polrelid))
         FROM deparsed_rel r JOIN pg_policy p ON p.polrelid = r.oid),
     raw (nsp, rel, object, detail) AS (
-        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+        SELECT s.oid, 0::oid, 'schema', coalesce((SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                        FROM pg_namespace n, aclexplode(n.nspacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE n.oid = s.oid AND a.grantee <> n.nspowner), 'no grants')
         FROM s
@@ -472,7 +472,7 @@ AS $$
                                             FROM pg_constraint k WHERE k.contypid = y.oid AND k.contype = 'c'))
                    ELSE 'composite (' || (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
                                           FROM pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0 AND NOT a.attisdropped) || ')' END,
-                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                   'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                  FROM aclexplode(y.typacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee WHERE a.grantee <> y.typowner))
         -- (a schema's types by their dependency on it, which every type
         -- but a table's row type and an array type records: pg_type has no
@@ -489,7 +489,7 @@ AS $$
         SELECT p.pronamespace, 0::oid, format('%s %I(%s)', CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
                    p.proname, pg_get_function_identity_arguments(p.oid)),
                concat_ws('; ', 'owner ' || p.proowner::regrole::text,
-                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY 1)
+                         'grants ' || (SELECT string_agg(format('%s %s', coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type), ', ' ORDER BY coalesce(quote_ident(g.rolname), 'PUBLIC'), a.privilege_type)
                                        FROM aclexplode(p.proacl) a LEFT JOIN pg_roles g ON g.oid = a.grantee
                                        WHERE a.grantee <> p.proowner),
                          CASE WHEN sp.printed IS NULL THEN pg_get_functiondef(p.oid)

@@ -101,6 +101,7 @@ AS $$
         ('EXECUTE', 'FUNCTION insta_id._tied_to_schema(oid)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_const_types(text)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_regclasses(text)'),
+        ('EXECUTE', 'FUNCTION insta_id._requalified(text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._tree_relids(text)'),
         ('EXECUTE', 'FUNCTION insta_id._unqualified_create(text, text, name, name)'),
         ('EXECUTE', 'FUNCTION insta_id._view_definitions(oid[])'),

@@ -150,7 +150,12 @@ BEGIN
         SELECT x.statement FROM (
             SELECT o.ord, s.ord AS sub, s.statement
             FROM jsonb_array_elements(extra->'objects') WITH ORDINALITY o(obj, ord),
-            LATERAL (SELECT e.ord, e.statement FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
+            -- (a view made with pg_catalog first, as it was deparsed)
+            LATERAL (SELECT e.ord, CASE WHEN e.ord = 1 AND o.obj ? 'view'
+                                        THEN format('SET LOCAL search_path = pg_catalog, %1$I, pg_temp; %2$s; SET LOCAL search_path = %1$I, pg_catalog, pg_temp',
+                                                    target, insta_id._requalified(e.statement, template, target))
+                                        ELSE e.statement END
+                     FROM jsonb_array_elements_text(o.obj->'sql') WITH ORDINALITY e(statement, ord)
                      UNION ALL
                      SELECT 1e9, format('ALTER %s SET search_path = %s', o.obj->'path'->>'function',
                                         (SELECT string_agg(CASE WHEN jsonb_typeof(p) = 'null' THEN quote_ident(target)
@@ -164,8 +169,7 @@ BEGIN
             FROM jsonb_array_elements(plan->'tables') WITH ORDINALITY e(t, ord) WHERE e.t->>'replica_identity' IS NOT NULL
             UNION ALL
             SELECT 3e9 + e.ord, 0, format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', target, e.fk->>'rel', e.fk->>'name',
-                                          replace(e.fk->>'def', 'REFERENCES ' || quote_ident(template) || '.',
-                                                                'REFERENCES ' || quote_ident(target) || '.'))
+                                          insta_id._requalified(e.fk->>'def', template, target))
             FROM jsonb_array_elements(plan->'foreign_keys') WITH ORDINALITY e(fk, ord)
             UNION ALL
             SELECT 4e9 + e.ord, 0, e.statement FROM jsonb_array_elements_text(extra->'after') WITH ORDINALITY e(statement, ord)

@@ -336,6 +336,15 @@ RETURNS oid[]
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'insta_id_tree_regclasses';
 
+-- Text with names qualified with schema from_nsp qualified with to_nsp
+-- instead, where shard_drift's placeholder would be (src/placeholder.rs:
+-- names and reg* constants, never strings or quoted names): a view's names
+-- the template qualifies (pg_catalog's hide them), a foreign key's table.
+CREATE FUNCTION insta_id._requalified(text text, from_nsp name, to_nsp name)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'insta_id_requalified';
+
 -- Whether a default's, a CHECK's, an index's, a trigger's WHEN or a
 -- policy's node tree may name an object of schemas nsps where PostgreSQL
 -- records no dependency: an empty ARRAY[] of one of their types, or a
@@ -419,7 +428,9 @@ $$;
 -- the template's objects comes out unqualified and, run in a copy, names the
 -- copy's own. A function's SET search_path naming the template is given the
 -- copy's schema instead ({"function": ..., "search_path": [...]}, "@" for the
--- copy's schema).
+-- copy's schema). A view is deparsed with pg_catalog first (_deparse) and
+-- made so ("view": true): its names the template qualifies, those
+-- pg_catalog's hide, are moved to the copy's schema then.
 CREATE FUNCTION insta_id._template_objects(template name)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
@@ -463,9 +474,10 @@ BEGIN
         SELECT 'c' || c.oid, c.oid, quote_ident(c.relname),
                CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
                -- (a materialized view made empty: filling it runs its query,
-               -- which PostgreSQL's REFRESH does as its owner, after the copy)
-               jsonb_build_array(format('CREATE %s %I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
-                   c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
+               -- which PostgreSQL's REFRESH does as its owner, after the copy;
+               -- named qualified, as pg_catalog comes first where it is made)
+               jsonb_build_array(format('CREATE %s %I.%I%s AS %s%s', CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'MATERIALIZED VIEW' END,
+                   template, c.relname, ' WITH (' || insta_id._options(c.reloptions) || ')', rtrim(insta_id._deparse(template, 'view', c.oid), ';'),
                    CASE WHEN c.relkind = 'm' THEN ' WITH NO DATA' ELSE '' END))
                || coalesce((SELECT jsonb_agg(insta_id._deparse(template, 'index', x.indexrelid) ORDER BY x.indexrelid)
                             FROM pg_index x WHERE x.indrelid = c.oid), '[]')
@@ -486,7 +498,8 @@ BEGIN
                              CASE WHEN o.kind LIKE '%VIEW' THEN 'TABLE' ELSE o.kind END || ' ' || o.sig, '', o.acl IS NOT NULL)
                       || CASE WHEN o.comment IS NULL THEN '[]'::jsonb
                               ELSE jsonb_build_array(format('COMMENT ON %s %s IS %L', o.kind, o.sig, o.comment)) END,
-               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END)))
+               'path', CASE WHEN o.path @> '[null]' THEN jsonb_build_object('function', o.kind || ' ' || o.sig, 'search_path', o.path) END,
+               'view', CASE WHEN o.kind LIKE '%VIEW' THEN true END)))
     INTO pending FROM obj o;
     -- Each after what it uses: rounds of those whose uses are all placed.
     WHILE jsonb_array_length(coalesce(pending, '[]')) > 0 LOOP
@@ -537,8 +550,8 @@ BEGIN
         -- constraints, grants and comments (a domain's default or constraint
         -- naming one of the template's relations waits for it: 'late').
         'types', coalesce((
-            SELECT jsonb_agg(stmt ORDER BY o, ord) FROM (
-                SELECT y.oid AS o, 1 AS ord, CASE y.typtype
+            SELECT jsonb_agg(stmt ORDER BY o, ord, sub) FROM (
+                SELECT y.oid AS o, 1 AS ord, 0::bigint AS sub, CASE y.typtype
                        WHEN 'e' THEN format('CREATE TYPE %I AS ENUM (%s)', y.typname,
                                             (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
                                              FROM pg_enum e WHERE e.enumtypid = y.oid))
@@ -556,19 +569,20 @@ BEGIN
                 WHERE y.typnamespace = tmpl AND (y.typtype IN ('e', 'd')
                       OR (y.typtype = 'c' AND (SELECT c.relkind FROM pg_class c WHERE c.oid = y.typrelid) = 'c'))
                 UNION ALL
-                SELECT y.oid, 2, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
+                SELECT y.oid, 2, 0, format('ALTER DOMAIN %I ADD CONSTRAINT %I %s', y.typname, k.conname, insta_id._deparse(template, 'constraint', k.oid))
                 -- (each domain's constraints by index (OFFSET 0): not from a
                 -- read of every CHECK of the database, 35 ms at 5000 shards)
                 FROM pg_type y, LATERAL (SELECT k.oid, k.conname, k.conbin FROM pg_constraint k
                                          WHERE k.contypid = y.oid AND k.contype = 'c' OFFSET 0) k
                 WHERE y.typnamespace = tmpl AND y.typtype = 'd' AND NOT insta_id._tree_regclasses(k.conbin::text) && rels
                 UNION ALL
-                SELECT y.oid, 3, g
+                -- (in their order: a REVOKE from PUBLIC before a GRANT to it)
+                SELECT y.oid, 3, g.n, g.g
                 FROM pg_type y, jsonb_array_elements_text(insta_id._grant_statements(insta_id._grants(y.typacl, y.typowner),
-                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) g
+                         CASE y.typtype WHEN 'd' THEN 'DOMAIN ' ELSE 'TYPE ' END || quote_ident(y.typname), '', true)) WITH ORDINALITY g(g, n)
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c') AND y.typacl IS NOT NULL
                 UNION ALL
-                SELECT y.oid, 4, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
+                SELECT y.oid, 4, 0, format('COMMENT ON %s %I IS %L', CASE y.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, y.typname, d.description)
                 FROM pg_type y JOIN pg_description d ON d.objoid = y.oid AND d.classoid = 'pg_type'::regclass
                 WHERE y.typnamespace = tmpl AND y.typtype IN ('e', 'd', 'c')) s), '[]'),
         -- Materialized views the copy fills (REFRESH) once it is complete.
@@ -666,10 +680,11 @@ BEGIN
                 SELECT 1, c.relname, 4, '', format('ALTER TABLE %I SET (%s)', c.relname, insta_id._options(c.reloptions))
                 FROM pg_class c WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
                 UNION ALL
-                -- A partition is made without LIKE: its own comments.
+                -- A table's comment, which LIKE leaves out (and a partition,
+                -- made without LIKE, its constraints' too).
                 SELECT 1, c.relname, 3, '', format('COMMENT ON TABLE %I IS %L', c.relname, d.description)
                 FROM pg_class c JOIN pg_description d ON d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-                WHERE c.oid = ANY (rels) AND c.relispartition
+                WHERE c.oid = ANY (rels) AND c.relkind IN ('r', 'p')
                 UNION ALL
                 SELECT 1, c.relname, 3, k.conname, format('COMMENT ON CONSTRAINT %I ON %I IS %L', k.conname, c.relname, d.description)
                 FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.contype = 'c'

@@ -109,6 +109,12 @@ CREATE DOMAIN full_tmpl.other_rel AS regclass DEFAULT 'full_tmpl.users'::regclas
     CONSTRAINT other_rel_check CHECK (VALUE <> 'full_tmpl.photos'::regclass);
 CREATE TABLE full_tmpl.refs_by_domain (r full_tmpl.other_rel);
 GRANT USAGE ON SCHEMA full_tmpl TO insta_id_regress_writer, insta_id_regress_reader;
+-- Grants made in another order than the copy's, a type's grant beside
+-- PUBLIC's, a table's comment (which LIKE leaves out).
+GRANT SELECT ON full_tmpl.refs_by_domain TO insta_id_regress_reader;
+GRANT SELECT ON full_tmpl.refs_by_domain TO insta_id_regress_writer;
+GRANT USAGE ON TYPE full_tmpl.place, full_tmpl.status TO insta_id_regress_reader;
+COMMENT ON TABLE full_tmpl.photos IS 'a row a photo';
 GRANT SELECT, INSERT, UPDATE ON full_tmpl.users, full_tmpl.photos TO insta_id_regress_writer;
 GRANT SELECT ON full_tmpl.user_stats, full_tmpl.busy_users, full_tmpl.caption_counts, full_tmpl.photos TO insta_id_regress_reader;
 SELECT format('GRANT USAGE ON SEQUENCE %s TO insta_id_regress_writer', pg_get_serial_sequence('full_tmpl.' || t, 'id'))
@@ -165,6 +171,10 @@ ORDER BY 1, 2;
 DROP VIEW regress_cols;
 SELECT y.typname, pg_get_expr(y.typdefaultbin, 0) AS default, pg_get_constraintdef(k.oid) AS "check"
 FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid WHERE y.oid = 'insta201.other_rel'::regtype;
+SELECT obj_description('insta201.photos'::regclass, 'pg_class') AS comment,
+       (SELECT array_agg(a::text ORDER BY a::text) FROM pg_type, unnest(typacl) a WHERE oid = 'insta201.place'::regtype)
+       = (SELECT array_agg(a::text ORDER BY a::text) FROM pg_type, unnest(typacl) a WHERE oid = 'full_tmpl.place'::regtype) AS type_acl_as_template,
+       has_type_privilege('public', 'insta201.place', 'USAGE') AND has_type_privilege('public', 'insta201.status', 'USAGE') AS public_uses_the_types;
 INSERT INTO insta201.refs_by_domain VALUES (DEFAULT) RETURNING r;
 INSERT INTO insta201.refs_by_domain VALUES ('insta201.photos');
 -- shard_drift describes once per template (27_drift): what the shards take
@@ -308,6 +318,30 @@ INSERT INTO insta206.a (x) VALUES ('1') RETURNING insta_id.shard_id(b_c);
 SELECT * FROM insta_id.shard_drift('clash_tmpl');
 SELECT insta_id.drop_shard(206, force => true);
 DROP SCHEMA clash_tmpl CASCADE;
+
+-- Names pg_catalog's hide: a view is deparsed with pg_catalog first, so it
+-- names the template's table pg_settings and function upper(text)
+-- qualified; made with pg_catalog first in the copy, it names the copy's,
+-- and its call of pg_catalog's upper stays pg_catalog's. A foreign key
+-- whose column's name spells the template's qualification.
+CREATE SCHEMA hid_tmpl;
+CREATE TABLE hid_tmpl.pg_settings (name text, setting text);
+CREATE FUNCTION hid_tmpl.upper(text) RETURNS text LANGUAGE sql IMMUTABLE RETURN 'mine: ' || $1;
+CREATE VIEW hid_tmpl.shown AS
+    SELECT s.name, hid_tmpl.upper(s.setting) AS own, upper(s.setting) AS catalogs, 'hid_tmpl.pg_settings'::regclass AS rel
+    FROM hid_tmpl.pg_settings s;
+CREATE TABLE hid_tmpl.p ("k REFERENCES hid_tmpl.x" int PRIMARY KEY);
+CREATE TABLE hid_tmpl.c ("k REFERENCES hid_tmpl.x" int REFERENCES hid_tmpl.p);
+SELECT insta_id.create_shards(207, 207, 'hid_tmpl');
+SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0) AS the_view_uses
+FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+WHERE r.ev_class = 'insta207.shown'::regclass AND d.refobjid <> r.ev_class ORDER BY 1;
+INSERT INTO insta207.pg_settings VALUES ('a', 'b');
+SELECT * FROM insta207.shown;
+SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'insta207.c'::regclass AND contype = 'f';
+SELECT * FROM insta_id.shard_drift('hid_tmpl');
+SELECT insta_id.drop_shard(207, force => true);
+DROP SCHEMA hid_tmpl CASCADE;
 
 SELECT insta_id.drop_shard(201, force => true), insta_id.drop_shard(202, force => true);
 DROP OWNED BY insta_id_regress_owner, insta_id_regress_writer, insta_id_regress_reader;
