@@ -1060,9 +1060,16 @@ BEGIN
                       template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.oid = tmpl AND (c.relkind = 'f'
-              -- a sequence not made for a column (next_id's, identity's)
-              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
-                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+              -- a sequence not made for a column: an identity's, or one a
+              -- column owns and draws from with next_id (a copy makes its
+              -- own); not one only owned (OWNED BY), which no copy holds
+              OR (c.relkind = 'S' AND NOT EXISTS (
+                      SELECT FROM pg_depend d
+                      LEFT JOIN pg_attrdef ad ON d.deptype = 'a' AND ad.adrelid = d.refobjid AND ad.adnum = d.refobjsubid
+                      WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refobjsubid > 0
+                        AND (d.deptype = 'i'
+                             OR (insta_id._next_id_call(insta_id._without_locations(ad.adbin::text),
+                                                        'insta_id.next_id(integer, regclass)'::regprocedure))[2] = c.oid))))
         UNION ALL
         -- A partition and its partitioned table are copied together.
         -- (from the template's relations, each probed (OFFSET 0): not by
@@ -2012,6 +2019,8 @@ AS $$
                                 UNION ALL
                                 SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
                    WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]) OR tbl = ANY (insta_id._tree_regclasses(o.tree::text)))
+        -- (and a CHECK NOT VALID, which LIKE copies validated)
+        OR EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c' AND NOT k.convalidated)
 $$;
 
 -- Copies the template's plan into new shards `shards`, in the caller's
@@ -2106,7 +2115,8 @@ BEGIN
         -- Columns of the template's types get the copy's (before any partition exists).
         pending := pending || ARRAY[
             CASE WHEN src ? 'partition_of'
-                 THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
+                 THEN format('CREATE %sTABLE %s PARTITION OF %I.%I %s%s',
+                             CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, target, src->>'partition_of',
                              src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
                  ELSE format('CREATE %sTABLE %s (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
                              CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',

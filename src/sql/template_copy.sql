@@ -99,7 +99,8 @@ BEGIN
         -- Columns of the template's types get the copy's (before any partition exists).
         pending := pending || ARRAY[
             CASE WHEN src ? 'partition_of'
-                 THEN format('CREATE TABLE %s PARTITION OF %I.%I %s%s', tbl, target, src->>'partition_of',
+                 THEN format('CREATE %sTABLE %s PARTITION OF %I.%I %s%s',
+                             CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, target, src->>'partition_of',
                              src->>'bound', ' PARTITION BY ' || (src->>'partition_by'))
                  ELSE format('CREATE %sTABLE %s (LIKE %I.%I INCLUDING ALL EXCLUDING INDEXES EXCLUDING STATISTICS%s)%s',
                              CASE WHEN (src->>'unlogged')::boolean THEN 'UNLOGGED ' ELSE '' END, tbl, template, src->>'rel',

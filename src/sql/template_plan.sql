@@ -154,9 +154,16 @@ BEGIN
                       template, c.relname) AS what
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.oid = tmpl AND (c.relkind = 'f'
-              -- a sequence not made for a column (next_id's, identity's)
-              OR (c.relkind = 'S' AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
-                      AND d.objid = c.oid AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i'))))
+              -- a sequence not made for a column: an identity's, or one a
+              -- column owns and draws from with next_id (a copy makes its
+              -- own); not one only owned (OWNED BY), which no copy holds
+              OR (c.relkind = 'S' AND NOT EXISTS (
+                      SELECT FROM pg_depend d
+                      LEFT JOIN pg_attrdef ad ON d.deptype = 'a' AND ad.adrelid = d.refobjid AND ad.adnum = d.refobjsubid
+                      WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.refobjsubid > 0
+                        AND (d.deptype = 'i'
+                             OR (insta_id._next_id_call(insta_id._without_locations(ad.adbin::text),
+                                                        'insta_id.next_id(integer, regclass)'::regprocedure))[2] = c.oid))))
         UNION ALL
         -- A partition and its partitioned table are copied together.
         -- (from the template's relations, each probed (OFFSET 0): not by
@@ -380,7 +387,9 @@ $$;
 -- relation by a regclass constant, tbl itself too, ...), recorded as a
 -- dependency or not (_names_unrecorded; a CHECK's regclass constant
 -- naming tbl: PostgreSQL records its columns only). LIKE copies their
--- node trees, OIDs and all.
+-- node trees, OIDs and all. Such a table's copy is made without its
+-- defaults and CHECKs, deparsed instead: so is one whose CHECK is NOT
+-- VALID, which LIKE would copy validated.
 CREATE FUNCTION insta_id._tied_to_schema(tbl oid)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -412,6 +421,8 @@ AS $$
                                 UNION ALL
                                 SELECT k.conbin FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c') o(tree), nsp
                    WHERE insta_id._names_unrecorded(o.tree, ARRAY[nsp.oid]) OR tbl = ANY (insta_id._tree_regclasses(o.tree::text)))
+        -- (and a CHECK NOT VALID, which LIKE copies validated)
+        OR EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = tbl AND k.contype = 'c' AND NOT k.convalidated)
 $$;
 
 -- Longer than a screen: one SQL statement, a UNION ALL branch per kind of

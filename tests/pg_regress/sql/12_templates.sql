@@ -53,6 +53,9 @@ CREATE TABLE full_tmpl.events_2026_eu PARTITION OF full_tmpl.events_2026 FOR VAL
 CREATE TABLE full_tmpl.events_2026_other PARTITION OF full_tmpl.events_2026 DEFAULT;
 CREATE INDEX events_2025_at ON full_tmpl.events_2025 (at);
 ALTER TABLE full_tmpl.events_2025 ADD CONSTRAINT events_2025_what CHECK (what <> '');
+-- A CHECK NOT VALID, as a migration leaves it until VALIDATE (LIKE would
+-- copy it validated).
+ALTER TABLE full_tmpl.photos ADD CONSTRAINT photos_caption CHECK (caption <> '') NOT VALID;
 -- Partitions' own defaults (a copy's are made with PARTITION OF, its parent's):
 -- set on each level, the middle one's set for its partitions too, one dropped.
 ALTER TABLE full_tmpl.events_2025 ALTER COLUMN what SET DEFAULT 'past';
@@ -172,6 +175,7 @@ DROP VIEW regress_cols;
 SELECT y.typname, pg_get_expr(y.typdefaultbin, 0) AS default, pg_get_constraintdef(k.oid) AS "check"
 FROM pg_type y JOIN pg_constraint k ON k.contypid = y.oid WHERE y.oid = 'insta201.other_rel'::regtype;
 SELECT obj_description('insta201.photos'::regclass, 'pg_class') AS comment,
+       (SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'insta201.photos'::regclass AND conname = 'photos_caption') AS not_valid,
        (SELECT array_agg(a::text ORDER BY a::text) FROM pg_type, unnest(typacl) a WHERE oid = 'insta201.place'::regtype)
        = (SELECT array_agg(a::text ORDER BY a::text) FROM pg_type, unnest(typacl) a WHERE oid = 'full_tmpl.place'::regtype) AS type_acl_as_template,
        has_type_privilege('public', 'insta201.place', 'USAGE') AND has_type_privilege('public', 'insta201.status', 'USAGE') AS public_uses_the_types;
@@ -258,6 +262,8 @@ CREATE TABLE bad_tmpl.u (a int GENERATED ALWAYS AS (bad_tmpl.one()) STORED, r ba
 ALTER TABLE bad_tmpl.u ADD COLUMN me oid GENERATED ALWAYS AS ('bad_tmpl.u'::regclass) STORED;
 CREATE DOMAIN bad_tmpl.positive AS int CHECK (VALUE > bad_tmpl.one());
 CREATE RULE no_delete AS ON DELETE TO bad_tmpl.t DO INSTEAD NOTHING;
+-- (a sequence a column owns but draws nothing from: no copy holds it)
+CREATE SEQUENCE bad_tmpl.owned_only OWNED BY bad_tmpl.t.a;
 SELECT insta_id.create_shards(203, 203, 'bad_tmpl');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS made FROM insta_id.shards() WHERE shard_id = 203;
@@ -332,6 +338,9 @@ CREATE VIEW hid_tmpl.shown AS
     FROM hid_tmpl.pg_settings s;
 CREATE TABLE hid_tmpl.p ("k REFERENCES hid_tmpl.x" int PRIMARY KEY);
 CREATE TABLE hid_tmpl.c ("k REFERENCES hid_tmpl.x" int REFERENCES hid_tmpl.p);
+-- (and an unlogged partition, which PARTITION OF alone would make logged)
+CREATE TABLE hid_tmpl.l (a int) PARTITION BY LIST (a);
+CREATE UNLOGGED TABLE hid_tmpl.l1 PARTITION OF hid_tmpl.l FOR VALUES IN (1);
 SELECT insta_id.create_shards(207, 207, 'hid_tmpl');
 SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0) AS the_view_uses
 FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
@@ -339,6 +348,7 @@ WHERE r.ev_class = 'insta207.shown'::regclass AND d.refobjid <> r.ev_class ORDER
 INSERT INTO insta207.pg_settings VALUES ('a', 'b');
 SELECT * FROM insta207.shown;
 SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'insta207.c'::regclass AND contype = 'f';
+SELECT relname, relpersistence FROM pg_class WHERE relnamespace = 'insta207'::regnamespace AND relname LIKE 'l%' ORDER BY 1;
 SELECT * FROM insta_id.shard_drift('hid_tmpl');
 SELECT insta_id.drop_shard(207, force => true);
 DROP SCHEMA hid_tmpl CASCADE;
